@@ -1,0 +1,1 @@
+"""Numba host kernels, one module per family (never imports torch or embnum.cuda)."""

@@ -1,0 +1,4 @@
+"""Op declarations, one module per family. Importing this package registers them all."""
+from . import jagged  # noqa: F401
+
+FAMILIES = ("jagged",)

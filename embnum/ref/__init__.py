@@ -1,0 +1,1 @@
+"""The NumPy oracle: one plain, readable module per family (no Numba, CuPy or torch)."""
