@@ -121,11 +121,14 @@ def scalar_for(name: str, value, dtype: np.dtype):
     """Convert a padding-like Python/NumPy number to ``dtype``.
 
     Floats round by IEEE rules (overflow gives inf); integer dtypes need an
-    integral value that fits.
+    integral value that fits. A NumPy scalar already of ``dtype`` is kept
+    bit for bit (NaN payloads included).
     """
+    dtype = np.dtype(dtype)
+    if isinstance(value, np.generic) and value.dtype == dtype:
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r}")
-    dtype = np.dtype(dtype)
     if dtype.kind == "f":
         with np.errstate(over="ignore"):
             return dtype.type(float(value))
