@@ -77,7 +77,7 @@ def _emit_rows(incl, out, N, first):
 def _cumsum(lengths, out, first):
     src = contiguous(lengths).reshape(-1)
     N = lengths.shape[-1]
-    dst = out.reshape(-1, out.shape[-1])
+    dst = out if out.ndim == 2 else out[None, :]
     if dst.size:
         _emit_rows[blocks(dst.size, TPB), TPB](_inclusive_scan(src), dst, N, first)
 

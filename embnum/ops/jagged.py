@@ -17,7 +17,7 @@ MAX_JAGGED_DIMS = 5
 # -- shared checks ---------------------------------------------------------
 def _cumsum_fits_int32(name, lengths, *, drop_last):
     """ValueError when an int32 prefix sum (the output) would leave int32."""
-    if lengths.dtype != np.int32 or lengths.shape[-1] == 0:
+    if lengths.dtype != np.int32 or lengths.size == 0:
         return
     xp = v.xp_of(lengths)
     if int(xp.abs(lengths.astype(xp.int64)).sum(axis=-1).max()) <= v.INT32_MAX:

@@ -67,7 +67,7 @@ def _leaf_segment(offsets, prefix):
 
 
 def jagged_to_padded_dense(values, offsets, max_lengths, padding_value):
-    rows = values.reshape(values.shape[0], -1)
+    rows = values if values.ndim == 2 else values[:, None]
     B = len(offsets[0]) - 1
     dense = np.full((B, *max_lengths, rows.shape[1]), padding_value, dtype=values.dtype)
     for prefix in np.ndindex(B, *max_lengths[:-1]):

@@ -1,0 +1,47 @@
+"""Test configuration shared by every family.
+
+* Without a GPU, the CUDA kernels run under Numba's simulator: it must be
+  switched on before anything imports ``numba.cuda``, so it is done here.
+* Hypothesis profiles: ``ci`` (default), ``thorough`` (more examples), chosen
+  with ``HYPOTHESIS_PROFILE``.
+* ``fast_backend``: every backend the oracle is compared with, as a
+  :class:`harness.Flavor` (``cpu``, ``cuda`` simulated on NumPy arrays, and
+  ``gpu``: the cuda backend on CuPy arrays, marked ``gpu``).
+"""
+import os
+
+from embnum._backend import gpu_present
+
+if not gpu_present():
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import numba.core.config  # noqa: E402
+
+if numba.core.config.ENABLE_CUDASIM != (os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")):
+    raise RuntimeError(
+        "numba was imported before tests/conftest.py could switch the CUDA simulator on; "
+        "set NUMBA_ENABLE_CUDASIM=1 in the environment (and keep numba out of pytest's ini options)"
+    )
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from harness import FLAVORS  # noqa: E402
+
+_common = dict(
+    deadline=None,  # the first example of each dtype compiles kernels
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("ci", max_examples=30, **_common)
+settings.register_profile("thorough", max_examples=300, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(params=[pytest.param(f, id=f.name, marks=f.marks) for f in FLAVORS])
+def fast_backend(request):
+    flavor = request.param
+    reason = flavor.unavailable()
+    if reason:
+        pytest.skip(reason)
+    return flavor

@@ -1,0 +1,521 @@
+"""The jagged family (shared/spec/jagged.md): every backend against the oracle,
+the spec's worked examples, bad input, the torch bridge and its gradients,
+and (optional tier) fbgemm_gpu."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import embnum
+from harness import check_matches_ref, check_rejects, matches_ref
+from strategies import (
+    float_dtypes,
+    index_dtypes,
+    jagged_offsets,
+    lengths,
+    maybe_strided,
+    value_arrays,
+    value_dtypes,
+)
+
+FAMILY = [op.name for op in embnum.ops("jagged")]
+
+
+# -- strategies: one per op ---------------------------------------------------
+@st.composite
+def cumsum_lengths(draw, ndim=1):
+    dtype = draw(index_dtypes)
+    shape = (draw(st.integers(0, 4)), draw(st.integers(0, 30))) if ndim == 2 else (draw(st.integers(0, 60)),)
+    n = max(1, shape[-1])
+    style = draw(st.sampled_from(["small", "negative", "near_int32_max"]))
+    if style == "small":
+        elem = st.integers(0, 20)
+    elif style == "negative":
+        elem = st.integers(-20, 20)
+    else:  # prefix sums reach, but never pass, int32's range
+        elem = st.integers(0, (2**31 - 1) // n)
+    a = np.array(draw(st.lists(elem, min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))), dtype=dtype)
+    return {"lengths": draw(maybe_strided(a.reshape(shape)))}
+
+
+@st.composite
+def offsets_range_args(draw):
+    lens = draw(lengths(draw(st.integers(0, 12)), max_len=6))
+    offs = np.concatenate([[0], np.cumsum(lens)]).astype(draw(index_dtypes))
+    complete = draw(st.booleans()) or len(lens) == 0
+    return {"offsets": offs if complete else offs[:-1], "range_size": int(offs[-1])}
+
+
+@st.composite
+def csr_runs(draw):
+    batch_size = draw(st.integers(0, 4))
+    (csr,), n_groups = draw(jagged_offsets(1, max_len=3, max_B=6))
+    return batch_size, csr, n_groups * batch_size
+
+
+@st.composite
+def segment_sum_args(draw):
+    batch_size, csr, needed = draw(csr_runs())
+    dtype = draw(value_dtypes)
+    values = draw(value_arrays(dtype, needed + draw(st.integers(0, 3)), special=False))
+    return {"batch_size": batch_size, "csr_seg": csr, "values": draw(maybe_strided(values))}
+
+
+@st.composite
+def segment_sum_backward_args(draw):
+    batch_size, csr, needed = draw(csr_runs())
+    grad = draw(value_arrays(draw(value_dtypes), len(csr) - 1))
+    return {"batch_size": batch_size, "csr_seg": csr, "grad_output": grad, "num_values": needed + draw(st.integers(0, 3))}
+
+
+def _padding(draw, dtype):
+    if np.dtype(dtype).kind == "f":
+        return draw(st.one_of(st.floats(allow_nan=True), st.sampled_from([0.0, -1.5, 1e6])))
+    info = np.iinfo(dtype)
+    return draw(st.one_of(st.integers(int(info.min), int(info.max)), st.sampled_from([0, -1, 7.0])))
+
+
+@st.composite
+def to_dense_args(draw, max_J=3):
+    J = draw(st.integers(1, max_J))
+    offsets, needed = draw(jagged_offsets(J, max_len=3 if J > 1 else 5))
+    dtype = draw(value_dtypes)
+    N = needed + draw(st.integers(0, 2))
+    shape = (N,) if draw(st.integers(0, 3)) == 0 else (N, draw(st.integers(0, 5)))
+    values = draw(maybe_strided(draw(value_arrays(dtype, shape))))
+    max_lengths = [draw(st.integers(0, 4)) for _ in range(J)]
+    return {"values": values, "offsets": offsets, "max_lengths": max_lengths, "padding_value": _padding(draw, dtype)}
+
+
+@st.composite
+def one_jagged_dim(draw, ndim):
+    """Arguments of jagged_1d_to_dense (``ndim=1``) or jagged_2d_to_dense (``ndim=2``)."""
+    (offsets,), needed = draw(jagged_offsets(1, max_len=5))
+    dtype = draw(value_dtypes)
+    shape = (needed + draw(st.integers(0, 2)),) + ((draw(st.integers(0, 5)),) if ndim == 2 else ())
+    args = {
+        "values": draw(maybe_strided(draw(value_arrays(dtype, shape)))),
+        "offsets": offsets,
+        "max_sequence_length": draw(st.integers(0, 6)),
+    }
+    if ndim == 1:
+        args["padding_value"] = _padding(draw, dtype)
+    return args
+
+
+@st.composite
+def to_jagged_args(draw, max_J=3):
+    J = draw(st.integers(1, max_J))
+    offsets, needed = draw(jagged_offsets(J, max_len=3 if J > 1 else 5))
+    B = len(offsets[0]) - 1
+    dims = [draw(st.integers(0, 4)) for _ in range(J)] + [draw(st.integers(0, 4))]
+    dense = draw(maybe_strided(draw(value_arrays(draw(value_dtypes), (B, *dims)))))
+    total_L = draw(st.one_of(st.none(), st.integers(needed, needed + 2)))
+    return {"dense": dense, "offsets": offsets, "total_L": total_L}
+
+
+STRATEGIES = {
+    "complete_cumsum": st.one_of(cumsum_lengths(1), cumsum_lengths(2)),
+    "exclusive_cumsum": cumsum_lengths(1),
+    "inclusive_cumsum": cumsum_lengths(1),
+    "offsets_range": offsets_range_args(),
+    "segment_sum_csr": segment_sum_args(),
+    "segment_sum_csr_backward": segment_sum_backward_args(),
+    "jagged_to_padded_dense": to_dense_args(),
+    "jagged_1d_to_dense": one_jagged_dim(1),
+    "jagged_2d_to_dense": one_jagged_dim(2),
+    "dense_to_jagged": to_jagged_args(),
+}
+
+
+def test_every_op_has_a_strategy():
+    assert sorted(STRATEGIES) == sorted(FAMILY)
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_matches_ref(name, fast_backend):
+    matches_ref(name, STRATEGIES[name], fast_backend)
+
+
+# -- edges named by the spec, on every backend -----------------------------------
+def _offs(*xs, dtype=np.int64):
+    return np.array(xs, dtype=dtype)
+
+
+EDGES = {
+    "B=0": ("jagged_to_padded_dense", dict(values=np.zeros((0, 3), np.float32), offsets=[_offs(0)], max_lengths=[4])),
+    "all bags empty": ("dense_to_jagged", dict(dense=np.ones((3, 2, 2), np.float16), offsets=[_offs(0, 0, 0, 0)])),
+    "five jagged dims": (
+        "jagged_to_padded_dense",
+        dict(
+            values=np.arange(8.0),
+            offsets=[_offs(0, 2), _offs(0, 1, 3), _offs(0, 2, 3, 4), _offs(0, 1, 2, 3, 5), _offs(0, 1, 3, 4, 6, 8)],
+            max_lengths=[2, 2, 2, 2, 2],
+            padding_value=-1.0,
+        ),
+    ),
+    "five jagged dims back": (
+        "dense_to_jagged",
+        dict(
+            dense=np.arange(32.0).reshape(1, 2, 2, 2, 2, 2, 1),
+            offsets=[_offs(0, 2), _offs(0, 1, 3), _offs(0, 2, 3, 4), _offs(0, 1, 2, 3, 5), _offs(0, 1, 3, 4, 6, 8)],
+        ),
+    ),
+    "3000 float16 ones": ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 3000), values=np.ones(3000, np.float16))),
+    "int32 wraps": ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 2), values=np.array([2**31 - 1, 1], np.int32))),
+    "exclusive int32 at the limit": ("exclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5], np.int32))),
+    "float16 padding overflows to inf": (
+        "jagged_1d_to_dense",
+        dict(values=np.ones(3, np.float16), offsets=_offs(0, 1, 3), max_sequence_length=3, padding_value=1e6),
+    ),
+    "empty offsets_range": ("offsets_range", dict(offsets=_offs(), range_size=0)),
+    "batch_size 0": ("segment_sum_csr", dict(batch_size=0, csr_seg=_offs(0, 2, 5), values=np.ones(4))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGES))
+def test_edges(case, fast_backend):
+    name, args = EDGES[case]
+    check_matches_ref(name, args, fast_backend)
+
+
+# -- the spec's worked examples (fbgemm's numbers), on every backend ------------
+V = np.array([[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12]], np.float32)
+O = _offs(0, 2, 3, 3, 6)
+WORKED = [
+    ("complete_cumsum", dict(lengths=_offs(2, 0, 3, 1, dtype=np.int32)), [0, 2, 2, 5, 6]),
+    ("exclusive_cumsum", dict(lengths=_offs(2, 0, 3, 1, dtype=np.int32)), [0, 2, 2, 5]),
+    ("inclusive_cumsum", dict(lengths=_offs(2, 0, 3, 1, dtype=np.int32)), [2, 2, 5, 6]),
+    ("complete_cumsum", dict(lengths=np.array([[1, 2, 0], [3, 0, 4]])), [[0, 1, 3, 3], [0, 3, 3, 7]]),
+    ("offsets_range", dict(offsets=_offs(0, 2, 2, 5), range_size=6), [0, 1, 0, 1, 2, 0]),
+    ("offsets_range", dict(offsets=_offs(0, 2, 2, 5, 6), range_size=6), [0, 1, 0, 1, 2, 0]),
+    ("segment_sum_csr", dict(batch_size=2, csr_seg=_offs(0, 1, 1, 3), values=np.arange(1, 7.0)), [3, 0, 18]),
+    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(1, 3), values=np.arange(1, 7.0)), [5]),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V, offsets=[O], max_lengths=[2], padding_value=-1.0),
+        [[[1, 2], [3, 4]], [[5, 6], [-1, -1]], [[-1, -1], [-1, -1]], [[7, 8], [9, 10]]],
+    ),
+    ("jagged_to_padded_dense", dict(values=np.arange(1, 7.0), offsets=[O], max_lengths=[3]), [[1, 2, 0], [3, 0, 0], [0, 0, 0], [4, 5, 6]]),
+    (
+        "jagged_to_padded_dense",
+        dict(values=np.arange(1, 7.0), offsets=[_offs(0, 2, 3), _offs(0, 1, 3, 6)], max_lengths=[2, 3]),
+        [[[1, 0, 0], [2, 3, 0]], [[4, 5, 6], [0, 0, 0]]],
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=np.arange(1, 7.0)[:, None], offsets=[_offs(0, 2, 3), _offs(0, 1, 3, 6)], max_lengths=[2, 2], padding_value=9.0),
+        [[[[1], [9]], [[2], [3]]], [[[4], [5]], [[9], [9]]]],
+    ),
+    (
+        "dense_to_jagged",
+        dict(dense=np.arange(1, 17.0).reshape(4, 2, 2), offsets=[O]),
+        [[1, 2], [3, 4], [5, 6], [13, 14], [15, 16], [0, 0]],
+    ),
+    (
+        "dense_to_jagged",
+        dict(dense=np.arange(1, 17.0).reshape(4, 2, 2), offsets=[O], total_L=7),
+        [[1, 2], [3, 4], [5, 6], [13, 14], [15, 16], [0, 0], [0, 0]],
+    ),
+    (
+        "jagged_1d_to_dense",
+        dict(values=np.arange(10, 16), offsets=O, max_sequence_length=2, padding_value=-1),
+        [[10, 11], [12, -1], [-1, -1], [13, 14]],
+    ),
+    (
+        "jagged_2d_to_dense",
+        dict(values=V, offsets=O, max_sequence_length=3),
+        [[[1, 2], [3, 4], [0, 0]], [[5, 6], [0, 0], [0, 0]], [[0, 0], [0, 0], [0, 0]], [[7, 8], [9, 10], [11, 12]]],
+    ),
+]
+
+
+@pytest.mark.parametrize("name,args,want", WORKED, ids=[f"{w[0]}-{i}" for i, w in enumerate(WORKED)])
+def test_worked_examples(name, args, want, fast_backend):
+    got = check_matches_ref(name, args, fast_backend)
+    np.testing.assert_array_equal(got, np.array(want, dtype=got.dtype))
+
+
+# -- bad input ----------------------------------------------------------------------
+I32 = np.int32
+BAD = [
+    ("complete_cumsum", dict(lengths=np.array(3)), ValueError, ("lengths", "1-D or 2-D")),
+    ("complete_cumsum", dict(lengths=np.zeros((2, 2, 2), np.int64)), ValueError, ("lengths",)),
+    ("complete_cumsum", dict(lengths=np.ones(3, np.float32)), TypeError, ("lengths", "float32")),
+    ("complete_cumsum", dict(lengths=[1, 2]), TypeError, ("lengths", "list")),
+    ("complete_cumsum", dict(lengths=np.array([2**31 - 1, 5], I32)), ValueError, ("lengths", "overflows int32")),
+    ("inclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5], I32)), ValueError, ("overflows int32",)),
+    ("exclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5, 1], I32)), ValueError, ("overflows int32",)),
+    ("exclusive_cumsum", dict(lengths=np.ones((2, 2), np.int64)), ValueError, ("lengths", "1-D")),
+    ("offsets_range", dict(offsets=_offs(0, 7), range_size=5), ValueError, ("offsets[-1] = 7",)),
+    ("offsets_range", dict(offsets=_offs(0, 3, 2), range_size=5), ValueError, ("offsets", "non-decreasing", "offsets[2] = 2")),
+    ("offsets_range", dict(offsets=_offs(1, 2), range_size=5), ValueError, ("offsets[0]",)),
+    ("offsets_range", dict(offsets=_offs(), range_size=3), ValueError, ("offsets", "range_size = 3")),
+    ("offsets_range", dict(offsets=_offs(0), range_size=-1), ValueError, ("range_size",)),
+    ("offsets_range", dict(offsets=_offs(0), range_size=2.0), TypeError, ("range_size",)),
+    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(), values=np.ones(3)), ValueError, ("csr_seg",)),
+    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 2), values=np.ones((2, 2))), ValueError, ("values", "1-D")),
+    ("segment_sum_csr", dict(batch_size=2, csr_seg=_offs(0, 2), values=np.ones(3)), ValueError, ("csr_seg[-1] * batch_size", "len(values) = 3")),
+    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 1), values=np.ones(1, bool)), TypeError, ("values", "bool")),
+    ("segment_sum_csr", dict(batch_size=-1, csr_seg=_offs(0, 1), values=np.ones(1)), ValueError, ("batch_size",)),
+    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 2, 1), values=np.ones(3)), ValueError, ("csr_seg", "non-decreasing")),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0, 7)], max_lengths=[2]), ValueError, ("offsets[0][-1] = 7", "6")),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0, 3, 2)], max_lengths=[2]), ValueError, ("offsets[0]", "non-decreasing")),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0, 2), _offs(0, 1)], max_lengths=[2, 2]), ValueError, ("offsets[1]", "3 entries")),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[O], max_lengths=[2, 2]), ValueError, ("max_lengths",)),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[O], max_lengths=[-1]), ValueError, ("max_lengths[0]",)),
+    ("jagged_to_padded_dense", dict(values=V, offsets=O, max_lengths=[2]), TypeError, ("offsets", "list")),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[], max_lengths=[]), ValueError, ("offsets",)),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0)] * 6, max_lengths=[0] * 6), ValueError, ("offsets", "6")),
+    ("jagged_to_padded_dense", dict(values=np.ones((6, 1, 2)), offsets=[O], max_lengths=[2]), ValueError, ("values",)),
+    ("jagged_to_padded_dense", dict(values=V.astype(np.uint8), offsets=[O], max_lengths=[2]), TypeError, ("values", "uint8")),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[O.astype(np.float32)], max_lengths=[2]), TypeError, ("offsets[0]",)),
+    ("jagged_to_padded_dense", dict(values=V, offsets=[O], max_lengths=[2], padding_value="x"), TypeError, ("padding_value",)),
+    ("jagged_to_padded_dense", dict(values=V.astype(I32), offsets=[O], max_lengths=[2], padding_value=2.7), ValueError, ("padding_value",)),
+    ("jagged_to_padded_dense", dict(values=V.astype(I32), offsets=[O], max_lengths=[2], padding_value=1e12), ValueError, ("padding_value",)),
+    ("dense_to_jagged", dict(dense=np.ones((4, 2, 2)), offsets=[O], total_L=5), ValueError, ("total_L = 5",)),
+    ("dense_to_jagged", dict(dense=np.ones((4, 2)), offsets=[O]), ValueError, ("dense", "3 dims")),
+    ("dense_to_jagged", dict(dense=np.ones((3, 2, 2)), offsets=[O]), ValueError, ("offsets[0]", "4 entries")),
+    ("jagged_1d_to_dense", dict(values=V, offsets=O, max_sequence_length=2), ValueError, ("values", "1-D")),
+    ("jagged_1d_to_dense", dict(values=V[:, 0], offsets=[O], max_sequence_length=2), TypeError, ("offsets",)),
+    ("jagged_2d_to_dense", dict(values=V[:, 0], offsets=O, max_sequence_length=2), ValueError, ("values", "2-D")),
+]
+
+
+@pytest.mark.parametrize("name,args,exc,words", BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_input(name, args, exc, words, fast_backend):
+    check_rejects(name, args, exc, words, fast_backend)
+
+
+def test_bad_out():
+    x = np.arange(1, 7.0)
+    args = dict(batch_size=2, csr_seg=_offs(0, 1, 1, 3), values=x)
+    with pytest.raises(ValueError, match="out must have shape"):
+        embnum.segment_sum_csr(**args, out=np.empty(4))
+    with pytest.raises(TypeError, match="out must have dtype float64"):
+        embnum.segment_sum_csr(**args, out=np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="shares memory with the input 'values'"):
+        embnum.segment_sum_csr(**args, out=x[:3])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        embnum.segment_sum_csr(**args, out=np.empty(6)[::2])
+
+
+# -- torch bridge: values, gradients, bfloat16 ------------------------------------
+torch = pytest.importorskip("torch")
+tb = pytest.importorskip("embnum.torch_bridge")
+
+
+def _t(a):
+    return torch.tensor(a)  # a copy with ordinary strides (NumPy gives empty arrays 0 strides)
+
+
+@st.composite
+def float_jagged(draw):
+    """j2pd-style arguments with float64 values, for gradients."""
+    args = draw(to_dense_args())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    args["values"] = rng.standard_normal(args["values"].shape)
+    args["padding_value"] = 0.0
+    return args
+
+
+@settings(max_examples=15)
+@given(args=float_jagged())
+def test_gradcheck_jagged_to_padded_dense(args):
+    assume(args["values"].size > 0)  # gradcheck needs elements (empty outputs: test_empty_output_...)
+    v = _t(args["values"]).requires_grad_()
+    offs = [_t(o) for o in args["offsets"]]
+    assert torch.autograd.gradcheck(lambda x: tb.jagged_to_padded_dense(x, offs, args["max_lengths"], 0.0), (v,))
+
+
+@settings(max_examples=15)
+@given(args=to_jagged_args())
+def test_gradcheck_dense_to_jagged(args):
+    assume(args["dense"].size > 0)
+    d = _t(np.random.default_rng(0).standard_normal(args["dense"].shape)).requires_grad_()
+    offs = [_t(o) for o in args["offsets"]]
+    assert torch.autograd.gradcheck(lambda x: tb.dense_to_jagged(x, offs, args["total_L"]), (d,))
+
+
+@settings(max_examples=15)
+@given(args=segment_sum_args())
+def test_gradcheck_segment_sum_csr(args):
+    assume(args["values"].size > 0)
+    v = _t(np.random.default_rng(0).standard_normal(args["values"].shape)).requires_grad_()
+    csr = _t(args["csr_seg"])
+    assert torch.autograd.gradcheck(lambda x: tb.segment_sum_csr(args["batch_size"], csr, x), (v,))
+
+
+def test_gradcheck_1d_and_2d():
+    v1 = torch.arange(6.0, dtype=torch.float64, requires_grad=True)
+    v2 = torch.arange(12.0, dtype=torch.float64).reshape(6, 2).requires_grad_()
+    o = _t(O)
+    assert torch.autograd.gradcheck(lambda x: tb.jagged_1d_to_dense(x, o, 2, -1.0), (v1,))
+    assert torch.autograd.gradcheck(lambda x: tb.jagged_2d_to_dense(x, o, 2), (v2,))
+
+
+@pytest.mark.parametrize("flavor", ["ref", "cpu", "cuda"])
+@settings(max_examples=10)
+@given(args=float_jagged(), seed=st.integers(0, 2**32 - 1), dtype=float_dtypes)
+def test_bridge_gradient_is_the_reference_adjoint(flavor, args, seed, dtype):
+    """grad of jagged_to_padded_dense on every backend == ref dense_to_jagged of grad_out."""
+    if flavor == "cuda" and not embnum._backend.BACKENDS["cuda"].available():
+        pytest.skip("cuda backend unavailable")
+    values = args["values"].astype(dtype)
+    v = _t(values).requires_grad_()
+    offs = [_t(o) for o in args["offsets"]]
+    out = tb.jagged_to_padded_dense(v, offs, args["max_lengths"], 0.0, backend=flavor)
+    grad_out = np.random.default_rng(seed).standard_normal(tuple(out.shape)).astype(dtype)
+    out.backward(_t(grad_out))
+    dense = grad_out if values.ndim == 2 else grad_out[..., None]
+    want = embnum.dense_to_jagged(dense, args["offsets"], len(values), backend="ref").reshape(values.shape)
+    np.testing.assert_array_equal(v.grad.numpy(), want)
+
+
+def test_empty_output_stays_on_the_graph():
+    v = torch.zeros((0, 3), requires_grad=True)
+    out = tb.jagged_to_padded_dense(v, [torch.zeros(1, dtype=torch.int64)], [4])
+    assert out.shape == (0, 4, 3) and out.requires_grad
+    out.sum().backward()
+    assert v.grad.shape == (0, 3)
+
+
+@given(args=to_dense_args(max_J=2))
+@settings(max_examples=20)
+def test_bfloat16_is_bit_exact(args):
+    """bfloat16 moves bit for bit; the padding is rounded like torch rounds it."""
+    vals = np.ascontiguousarray(args["values"]).astype(np.float32)
+    v = _t(vals).to(torch.bfloat16)
+    offs = [_t(o) for o in args["offsets"]]
+    pad = args["padding_value"] if np.dtype(args["values"].dtype).kind == "f" else float(args["padding_value"])
+    got = tb.jagged_to_padded_dense(v, offs, args["max_lengths"], pad)
+    # reference: the same op on the float32 widening, which is exact, then narrowed
+    want = embnum.jagged_to_padded_dense(vals, args["offsets"], args["max_lengths"], np.float32(pad), backend="ref")
+    want_t = torch.from_numpy(want).to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    same = got.view(torch.int16) == want_t.view(torch.int16)
+    nan_both = torch.isnan(got) & torch.isnan(want_t)
+    assert bool((same | nan_both).all())
+    dense = got if vals.ndim == 2 else got.unsqueeze(-1)
+    back = tb.dense_to_jagged(dense, offs, len(vals))
+    want_back = embnum.dense_to_jagged(dense.float().numpy(), args["offsets"], len(vals), backend="ref")
+    b, w = back.float(), torch.from_numpy(want_back)
+    assert back.dtype == torch.bfloat16
+    assert bool(((b == w) | (torch.isnan(b) & torch.isnan(w))).all())
+
+
+def test_bfloat16_segment_sum_rounds_once():
+    v = torch.ones(3000, dtype=torch.bfloat16)
+    got = tb.segment_sum_csr(1, torch.tensor([0, 3000]), v)
+    assert got.dtype == torch.bfloat16 and float(got) == float(torch.tensor(3000.0).to(torch.bfloat16))
+
+
+# -- optional differential tier: fbgemm_gpu ------------------------------------------
+def _fbgemm():
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pytest.skip("fbgemm_gpu is not importable")
+    return torch.ops.fbgemm
+
+
+def _no_f64(args, key):
+    a = args[key]
+    if a.dtype == np.float64:
+        args = dict(args, **{key: a.astype(np.float32)})
+    return args
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(args=to_dense_args())
+def test_fbgemm_jagged_to_padded_dense(args):
+    fb = _fbgemm()
+    args = _no_f64(args, "values")
+    offsets = [o.astype(np.int64) for o in args["offsets"]]  # fbgemm wants one offsets dtype
+    values = np.ascontiguousarray(args["values"])
+    if values.size == 0:
+        return  # fbgemm rejects padding conversions on empty values (spec section 4)
+    pad = float(args["padding_value"])
+    if values.dtype.kind == "i":
+        pad = float(int(pad))
+    want = fb.jagged_to_padded_dense(_t(values), [_t(o) for o in offsets], args["max_lengths"], pad).numpy()
+    got = embnum.jagged_to_padded_dense(values, offsets, args["max_lengths"], pad)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(args=to_jagged_args())
+def test_fbgemm_dense_to_jagged(args):
+    fb = _fbgemm()
+    args = _no_f64(args, "dense")
+    offsets = [_t(o.astype(np.int64)) for o in args["offsets"]]
+    dense = np.ascontiguousarray(args["dense"])
+    if dense.dtype.kind == "i":
+        dense = dense.astype(np.float32)  # fbgemm's dense_to_jagged takes floating types
+    total_L = args["total_L"]
+    want = fb.dense_to_jagged(_t(dense), offsets, total_L)[0].numpy()
+    got = embnum.dense_to_jagged(dense, args["offsets"], total_L)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(args=st.one_of(cumsum_lengths(1), cumsum_lengths(2)))
+def test_fbgemm_cumsums(args):
+    fb = _fbgemm()
+    lengths = np.ascontiguousarray(args["lengths"])
+    t = _t(lengths)
+    np.testing.assert_array_equal(embnum.complete_cumsum(lengths), fb.asynchronous_complete_cumsum(t).numpy())
+    if lengths.ndim == 1:
+        np.testing.assert_array_equal(embnum.exclusive_cumsum(lengths), fb.asynchronous_exclusive_cumsum(t).numpy())
+        np.testing.assert_array_equal(embnum.inclusive_cumsum(lengths), fb.asynchronous_inclusive_cumsum(t).numpy())
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(args=offsets_range_args())
+def test_fbgemm_offsets_range(args):
+    fb = _fbgemm()
+    if args["range_size"] == 0:
+        return  # fbgemm leaves the output uninitialised for empty offsets (spec section 2)
+    want = fb.offsets_range(_t(args["offsets"]), args["range_size"]).numpy()
+    np.testing.assert_array_equal(embnum.offsets_range(**args), want)
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(args=segment_sum_args())
+def test_fbgemm_segment_sum_csr(args):
+    fb = _fbgemm()
+    values = np.ascontiguousarray(args["values"])
+    if values.dtype not in (np.float32,):
+        values = np.nan_to_num(values).astype(np.float32)  # fbgemm: no float64; float16 accumulates in float16
+    csr = args["csr_seg"]
+    want = fb.segment_sum_csr(args["batch_size"], _t(csr), _t(values)).numpy()
+    got = embnum.segment_sum_csr(args["batch_size"], csr, values)
+    err, ok = embnum.get_op("segment_sum_csr").check_fn(got, want.astype(np.float32), dict(args, values=values))
+    assert ok, err
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=20)
+@given(args=float_jagged(), seed=st.integers(0, 2**32 - 1))
+def test_fbgemm_gradients(args, seed):
+    _fbgemm()
+    values = args["values"].astype(np.float32)
+    if values.ndim == 1 or values.size == 0:
+        return
+    offs = [_t(o.astype(np.int64)) for o in args["offsets"]]
+    grads = []
+    for fn in (tb.jagged_to_padded_dense, torch.ops.fbgemm.jagged_to_padded_dense):
+        v = _t(values).requires_grad_()
+        out = fn(v, offs, args["max_lengths"], 0.0)
+        g = np.random.default_rng(seed).standard_normal(tuple(out.shape)).astype(np.float32)
+        out.backward(_t(g))
+        grads.append(v.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])
+
