@@ -170,6 +170,7 @@ EDGES = {
         "jagged_1d_to_dense",
         dict(values=np.ones(3, np.float16), offsets=_offs(0, 1, 3), max_sequence_length=3, padding_value=1e6),
     ),
+    "scan over three levels of blocks": ("inclusive_cumsum", dict(lengths=np.arange(100, dtype=np.int64) % 7)),
     "empty offsets_range": ("offsets_range", dict(offsets=_offs(), range_size=0)),
     "batch_size 0": ("segment_sum_csr", dict(batch_size=0, csr_seg=_offs(0, 2, 5), values=np.ones(4))),
 }

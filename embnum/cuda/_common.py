@@ -13,7 +13,7 @@ from .. import _offsets_walk
 from .._backend import cuda_simulated
 
 SIMULATED = cuda_simulated()
-TPB = 32 if SIMULATED else 256  # threads per block; a power of two
+TPB = 8 if SIMULATED else 256  # threads per block; a power of two
 MAX_BLOCKS = 8 if SIMULATED else 8192  # grid-stride loops cover the rest
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

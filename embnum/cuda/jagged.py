@@ -54,7 +54,8 @@ def _inclusive_scan(src):
     sums = m.empty(nb, dtype=np.int64)
     _block_scan[nb, TPB](src, dst, sums, n)
     if nb > 1:
-        _add_block_prefix[nb, TPB](dst, _inclusive_scan(sums), n)
+        prefix = _inclusive_scan(sums)  # before configuring the launch: the simulator keeps one config per kernel
+        _add_block_prefix[nb, TPB](dst, prefix, n)
     return dst
 
 

@@ -261,25 +261,25 @@ def _offsets(lengths, dtype=np.int64):
     return np.concatenate([[0], np.cumsum(lengths)]).astype(dtype)
 
 
-_SIZES = {"small": dict(B=24, L=6, D=5), "large": dict(B=4096, L=64, D=128)}
+_SIZES = {"small": dict(B=24, L=6, D=5, N=100), "large": dict(B=4096, L=64, D=128, N=26 * 4096)}
 
 
 @example(complete_cumsum)
 def _(rng, size):
-    B = _SIZES[size]["B"] * 64
-    return Example(dict(lengths=_lengths(rng, B, 64).astype(np.int32)), f"[{B}] int32")
+    N = _SIZES[size]["N"]
+    return Example(dict(lengths=_lengths(rng, N, 64).astype(np.int32)), f"[{N}] int32")
 
 
 @example(exclusive_cumsum)
 def _(rng, size):
-    B = _SIZES[size]["B"] * 64
-    return Example(dict(lengths=_lengths(rng, B, 64)), f"[{B}] int64")
+    N = _SIZES[size]["N"]
+    return Example(dict(lengths=_lengths(rng, N, 64)), f"[{N}] int64")
 
 
 @example(inclusive_cumsum)
 def _(rng, size):
-    B = _SIZES[size]["B"] * 64
-    return Example(dict(lengths=_lengths(rng, B, 64)), f"[{B}] int64")
+    N = _SIZES[size]["N"]
+    return Example(dict(lengths=_lengths(rng, N, 64)), f"[{N}] int64")
 
 
 @example(offsets_range)

@@ -1,0 +1,27 @@
+"""Every CUDA C source compiles with NVRTC (no GPU needed), and the check itself catches errors."""
+import pytest
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="install the nvrtc extra: cuda-bindings + nvidia-cuda-nvrtc-cu12")
+
+from embnum.cuda._rawkernel import CompileError, compile_ptx, sources  # noqa: E402
+
+GOOD = """
+extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict__ y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] = 2.0f * x[i];
+}
+"""
+
+
+def test_nvrtc_compiles_good_code():
+    assert ".entry scale" in compile_ptx(GOOD, "good.cu")
+
+
+def test_nvrtc_rejects_bad_code_with_its_log():
+    with pytest.raises(CompileError, match="bad.cu does not compile"):
+        compile_ptx(GOOD.replace("2.0f * x[i];", "2.0f * x[i]"), "bad.cu")
+
+
+def test_every_cu_source_compiles():
+    for path in sources():
+        assert ".entry" in compile_ptx(path.read_text(), path.name), path.name

@@ -1,0 +1,132 @@
+"""The registry and the backends: generated functions, backend choice, out=, enumeration."""
+import inspect
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import embnum
+from embnum import _backend, _validate
+from embnum._registry import exact_match
+
+
+def test_every_op_is_public_and_enumerable():
+    names = [op.name for op in embnum.ops()]
+    assert len(names) == len(set(names)) > 0
+    for name in names:
+        assert getattr(embnum, name) is embnum.get_op(name).public
+        assert name in embnum.__all__
+
+
+@pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
+def test_every_op_has_every_backend_and_an_example(op):
+    for backend in ("ref", "cpu", "cuda"):
+        assert callable(op.implementation(backend)), f"{op.name} has no {backend} implementation"
+    assert op.example_fn is not None, f"{op.name} has no tour/benchmark example"
+    assert op.declaration.__doc__, f"{op.name} has no docstring"
+
+
+@pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
+def test_generated_signature(op):
+    sig = inspect.signature(op.public)
+    params = list(sig.parameters.values())
+    assert params[-1].name == "backend" and params[-1].kind is inspect.Parameter.KEYWORD_ONLY
+    assert ("out" in sig.parameters) == op.takes_out
+    assert op.public.__doc__ == op.declaration.__doc__
+
+
+def test_import_loads_no_heavy_module():
+    code = "import sys, embnum; print(sorted(m for m in ('torch', 'cupy', 'numba', 'numba.cuda') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+class FakeCupyArray:
+    """Looks like a CuPy array to embnum's backend detection (and is nothing more)."""
+
+    __module__ = "cupy._core.core"
+    __cuda_array_interface__ = {}
+    shape, ndim, dtype = (3,), 1, np.dtype(np.int64)
+
+
+def test_mixing_host_and_device_is_a_type_error():
+    dev = FakeCupyArray()
+    assert _backend.is_cupy(dev)
+    with pytest.raises(TypeError, match="cannot mix host and device arrays"):
+        embnum.segment_sum_csr(1, dev, np.zeros(3))
+
+
+def test_backend_choice():
+    x = np.array([1, 2], np.int64)
+    assert _backend.select_backend({"x": x}, None).name == "cpu"
+    assert _backend.select_backend({"x": x}, "ref").name == "ref"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        embnum.complete_cumsum(x, backend="tpu")
+
+
+def test_cuda_backend_refuses_numpy_without_the_simulator(monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+    with pytest.raises(TypeError, match="backend 'cuda' cannot take 'lengths'.*NUMBA_ENABLE_CUDASIM"):
+        embnum.complete_cumsum(np.array([1, 2]), backend="cuda")
+
+
+def test_ref_refuses_device_arrays():
+    dev = FakeCupyArray()
+    with pytest.raises(TypeError, match="backend 'ref' cannot take 'lengths'"):
+        embnum.complete_cumsum(dev, backend="ref")
+
+
+def test_out_is_filled_and_returned():
+    out = np.full(5, -7, np.int32)
+    got = embnum.complete_cumsum(np.array([2, 0, 3, 1], np.int32), out=out, backend="ref")
+    assert got is out and out.tolist() == [0, 2, 2, 5, 6]
+
+
+def test_out_checks():
+    lengths = np.array([1, 2, 3])
+    with pytest.raises(TypeError, match="out must be one array for this op"):
+        embnum.complete_cumsum(lengths, out=[0, 0, 0, 0])
+    with pytest.raises(TypeError, match="out must be an array"):
+        embnum.complete_cumsum(lengths, out="nope")
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.zeros(4, np.int64)
+        ro.flags.writeable = False
+        embnum.complete_cumsum(lengths, out=ro)
+    with pytest.raises(TypeError, match="wrong device"):
+        embnum.complete_cumsum(lengths, out=FakeCupyArray())
+
+
+def test_overlap_detection():
+    a = np.arange(10)
+    assert _validate.overlaps(a[2:5], a[4:8])
+    assert not _validate.overlaps(a[2:4], a[4:8])
+    assert not _validate.overlaps(a[::2], np.arange(3))
+    assert _validate.overlaps(a[::-1], a[3:4])
+    assert not _validate.overlaps(a[:0], a)
+
+
+def test_exact_match_is_bitwise():
+    assert exact_match(np.array([0.0]), np.array([0.0]), {})[1]
+    assert not exact_match(np.array([0.0]), np.array([-0.0]), {})[1]
+    assert exact_match(np.array([np.nan]), np.array([np.nan]), {})[1]
+    assert not exact_match(np.array([1], np.int32), np.array([1], np.int64), {})[1]
+    assert not exact_match([np.zeros(2)], [np.zeros(2), np.zeros(2)], {})[1]
+
+
+def test_scalar_conversion():
+    assert _validate.scalar_for("p", 1e6, np.float16) == np.inf
+    assert _validate.scalar_for("p", 7.0, np.int32) == 7
+    nan16 = np.array(0xFF80, np.uint16).view(np.float16)[()]
+    kept = _validate.scalar_for("p", nan16, np.float16)
+    assert np.array(kept).view(np.uint16) == 0xFF80
+    with pytest.raises(TypeError, match="p must be a real number"):
+        _validate.scalar_for("p", None, np.float32)
+    with pytest.raises(TypeError):
+        _validate.scalar_for("p", True, np.float32)
+
+
+def test_sizes_reject_bools_and_floats():
+    with pytest.raises(TypeError, match="range_size"):
+        embnum.offsets_range(np.array([0]), True)
+    assert embnum.offsets_range(np.array([0]), np.int64(2)).tolist() == [0, 1]

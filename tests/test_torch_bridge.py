@@ -1,0 +1,138 @@
+"""The torch bridge machinery, over every bridged op: zero copies, opcheck,
+torch.compile(fullgraph=True), and bridge == NumPy op."""
+import numpy as np
+import pytest
+
+import embnum
+
+torch = pytest.importorskip("torch")
+tb = pytest.importorskip("embnum.torch_bridge")
+
+BRIDGED = [name for name in tb.__all__ if name not in ("to_array", "to_tensor")]
+
+
+def _example(name):
+    """The op's small tour example, as tensors (float inputs of differentiable ops require grad)."""
+    op = embnum.get_op(name)
+    args = op.bind((), op.example_fn(np.random.default_rng(0), "small").args)
+
+    def conv(key, a):
+        if isinstance(a, np.ndarray):
+            t = torch.tensor(a)
+            if key in op.differentiable and t.is_floating_point():
+                t = t.double().requires_grad_()
+            return t
+        if isinstance(a, list):
+            return [conv(key, x) for x in a]
+        return a
+
+    return {k: conv(k, a) for k, a in args.items()}
+
+
+def test_every_op_is_bridged():
+    assert sorted(BRIDGED) == sorted(op.name for op in embnum.ops())
+
+
+def test_dlpack_views_share_memory():
+    t = torch.arange(12.0).reshape(3, 4)[:, 1:]  # strided too
+    a = tb.to_array(t)
+    assert a.ctypes.data == t.data_ptr() and a.strides == tuple(s * 4 for s in t.stride())
+    back = tb.to_tensor(a)
+    assert back.data_ptr() == t.data_ptr()
+
+
+def test_bridge_passes_input_memory_and_returns_output_memory_without_copies(monkeypatch):
+    seen = {}
+    real = embnum.get_op("jagged_to_padded_dense").implementation("cpu")
+
+    def spy(values, offsets, max_lengths, padding_value, out):
+        seen["values"] = values.ctypes.data
+        seen["offsets"] = offsets[0].ctypes.data
+        seen["out"] = out.ctypes.data
+        real(values, offsets, max_lengths, padding_value, out)
+
+    import embnum.cpu.jagged as cpu_jagged
+
+    monkeypatch.setattr(cpu_jagged, "jagged_to_padded_dense", spy)
+    values = torch.arange(12.0).reshape(6, 2)
+    offsets = torch.tensor([0, 2, 3, 3, 6])
+    dense = tb.jagged_to_padded_dense(values, [offsets], [2])
+    assert seen["values"] == values.data_ptr()
+    assert seen["offsets"] == offsets.data_ptr()
+    assert seen["out"] == dense.data_ptr()
+
+
+@pytest.mark.parametrize("name", BRIDGED)
+def test_opcheck(name):
+    """Schema, fake implementation, autograd registration and AOT dispatch of the custom op."""
+    args = _example(name)
+    torch_op = getattr(torch.ops.embnum, name).default
+    values = list(args.values()) + [None]
+    torch.library.opcheck(torch_op, values)
+
+
+@pytest.mark.parametrize("name", BRIDGED)
+def test_bridge_equals_numpy_op(name):
+    op = embnum.get_op(name)
+    np_args = op.example_fn(np.random.default_rng(1), "small").args
+    want = op.public(**np_args, backend="ref")
+    got = getattr(tb, name)(**{k: torch.tensor(v) if isinstance(v, np.ndarray) else [torch.tensor(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray) else v for k, v in np_args.items()})
+    err, ok = op.check_fn(got.numpy(), want, np_args)
+    assert ok, err
+
+
+@pytest.mark.parametrize("name", BRIDGED)
+def test_compile_fullgraph_aot_eager(name):
+    torch._dynamo.reset()  # one code object serves every op here: start each from a clean cache
+    args = _example(name)
+    fn = getattr(tb, name)
+    op = embnum.get_op(name)
+    eager = fn(**args)
+    compiled = torch.compile(lambda kw: fn(**kw), backend="aot_eager", fullgraph=True)(args)
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+    diff = [k for k in op.differentiable if isinstance(args[k], torch.Tensor) and args[k].requires_grad]
+    if diff:
+        g_eager = torch.autograd.grad(eager.sum(), [args[k] for k in diff])
+        g_comp = torch.autograd.grad(torch.compile(lambda kw: fn(**kw).sum(), backend="aot_eager", fullgraph=True)(args), [args[k] for k in diff])
+        for a, b in zip(g_eager, g_comp):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_compile_inductor_training_step():
+    """One inductor compile (slow on this machine): a padded-dense layer trained through the bridge."""
+    values = torch.randn(10, 4, requires_grad=True)
+    offsets = torch.tensor([0, 3, 3, 7, 10])
+    weight = torch.randn(4, 2, requires_grad=True)
+
+    def step(v, w):
+        dense = tb.jagged_to_padded_dense(v, [offsets], [3], 0.0)
+        return (dense @ w).square().mean()
+
+    loss_c = torch.compile(step, backend="inductor", fullgraph=True)(values, weight)
+    gc = torch.autograd.grad(loss_c, [values, weight])
+    loss_e = step(values, weight)
+    ge = torch.autograd.grad(loss_e, [values, weight])
+    torch.testing.assert_close(loss_c, loss_e)
+    for a, b in zip(gc, ge):
+        torch.testing.assert_close(a, b)
+
+
+def test_bridge_errors_come_from_the_op():
+    with pytest.raises(ValueError, match="offsets\\[0\\]\\[-1\\] = 7"):
+        tb.jagged_to_padded_dense(torch.zeros(6, 2), [torch.tensor([0, 7])], [2])
+    with pytest.raises(TypeError, match="bfloat16"):
+        tb.complete_cumsum(torch.ones(3, dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_stay_on_the_device():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    values = torch.randn(6, 3, device="cuda", requires_grad=True)
+    offsets = torch.tensor([0, 2, 3, 3, 6], device="cuda")
+    dense = tb.jagged_to_padded_dense(values, [offsets], [2])
+    assert dense.device == values.device
+    dense.sum().backward()
+    want = embnum.jagged_to_padded_dense(values.detach().cpu().numpy(), [offsets.cpu().numpy()], [2], backend="ref")
+    np.testing.assert_array_equal(dense.detach().cpu().numpy(), want)
+    assert values.grad.device == values.device
