@@ -49,6 +49,7 @@ def gpu_present() -> bool:
     return count.value > 0
 
 
+@functools.lru_cache(maxsize=None)
 def _module_available(name: str) -> bool:
     try:
         importlib.import_module(name)
@@ -194,6 +195,8 @@ def select_backend(arrays: dict[str, object], backend: str | None) -> Backend:
     ``arrays`` maps an argument name (``"offsets[1]"`` for list items) to the
     array passed there. Host (NumPy) and device (CuPy) arrays may not be mixed.
     """
+    if backend is None and all(type(a) is np.ndarray for a in arrays.values()):
+        return BACKENDS["cpu"]  # the common case, decided without the checks below
     host = {k: a for k, a in arrays.items() if is_numpy(a)}
     device = {k: a for k, a in arrays.items() if is_cupy(a)}
     if host and device:

@@ -21,7 +21,6 @@ iterate over :func:`ops`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import inspect
 from typing import Any, Callable
@@ -88,17 +87,21 @@ class Op:
         self.takes_out = takes_out
         self.signature = inspect.signature(declaration)
         self.example_fn: Callable | None = None
+        self._implementations: dict[str, Callable] = {}
         self.check_fn: Callable = exact_match
         self.public = self._make_public()
 
     # -- implementations -------------------------------------------------
     def implementation(self, backend: str) -> Callable:
         """The implementation of this op for ``backend`` (imported on first use)."""
-        module = importlib.import_module(f"embnum.{backend}.{self.family}")
-        try:
-            return getattr(module, self.kernel_name)
-        except AttributeError:
-            raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
+        impl = self._implementations.get(backend)
+        if impl is None:
+            module = importlib.import_module(f"embnum.{backend}.{self.family}")
+            try:
+                impl = self._implementations[backend] = getattr(module, self.kernel_name)
+            except AttributeError:
+                raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
+        return impl
 
     # -- the call --------------------------------------------------------
     def bind(self, args, kwargs) -> dict[str, Any]:
@@ -107,7 +110,10 @@ class Op:
         return dict(bound.arguments)
 
     def __call__(self, *args, out=None, backend=None, **kwargs):
-        arguments = self.bind(args, kwargs)
+        return self.call(self.bind(args, kwargs), out, backend)
+
+    def call(self, arguments: dict[str, Any], out, backend):
+        """Run the op on bound ``arguments`` (every parameter by name)."""
         arrays = _arrays_in(arguments)
         chosen = select_backend(arrays, backend)
         plan = self.declaration(**arguments)
@@ -142,20 +148,22 @@ class Op:
         return outs[0] if single else outs
 
     def _make_public(self) -> Callable:
-        op = self
+        """Generate ``def <name>(<params>, *, out=None, backend=None)`` from the declaration.
 
-        @functools.wraps(self.declaration)
-        def public(*args, out=None, backend=None, **kwargs):
-            return op(*args, out=out, backend=backend, **kwargs)
-
-        extra = [inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)]
-        if self.takes_out:
-            extra.insert(0, inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None))
+        The function is written out (not a ``*args`` wrapper) so that its
+        signature is the op's and a call costs no argument binding."""
         params = list(self.signature.parameters.values())
-        public.__signature__ = self.signature.replace(parameters=params + extra)
+        defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        head = ", ".join(p.name if p.name not in defaults else f"{p.name}=_defaults[{p.name!r}]" for p in params)
+        tail = "out=None, backend=None" if self.takes_out else "backend=None"
+        args = ", ".join(f"{p.name!r}: {p.name}" for p in params)
+        out = "out" if self.takes_out else "None"
+        src = f"def {self.name}({head}, *, {tail}):\n    return _op.call({{{args}}}, {out}, backend)\n"
+        namespace = {"_op": self, "_defaults": defaults}
+        exec(compile(src, f"<embnum op {self.name}>", "exec"), namespace)
+        public = namespace[self.name]
+        public.__doc__ = self.declaration.__doc__
         public.__module__ = "embnum"
-        public.__qualname__ = self.name
-        del public.__wrapped__
         public.op = self
         return public
 

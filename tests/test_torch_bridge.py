@@ -43,7 +43,8 @@ def test_dlpack_views_share_memory():
 
 def test_bridge_passes_input_memory_and_returns_output_memory_without_copies(monkeypatch):
     seen = {}
-    real = embnum.get_op("jagged_to_padded_dense").implementation("cpu")
+    op = embnum.get_op("jagged_to_padded_dense")
+    real = op.implementation("cpu")
 
     def spy(values, offsets, max_lengths, padding_value, out):
         seen["values"] = values.ctypes.data
@@ -51,9 +52,7 @@ def test_bridge_passes_input_memory_and_returns_output_memory_without_copies(mon
         seen["out"] = out.ctypes.data
         real(values, offsets, max_lengths, padding_value, out)
 
-    import embnum.cpu.jagged as cpu_jagged
-
-    monkeypatch.setattr(cpu_jagged, "jagged_to_padded_dense", spy)
+    monkeypatch.setitem(op._implementations, "cpu", spy)
     values = torch.arange(12.0).reshape(6, 2)
     offsets = torch.tensor([0, 2, 3, 3, 6])
     dense = tb.jagged_to_padded_dense(values, [offsets], [2])

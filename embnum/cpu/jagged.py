@@ -11,12 +11,14 @@ from numba import njit, prange
 
 from ._common import bits, half_to_float, int64s, leaf_segment, pack_offsets, scalar_bits, slab_of_segment
 
-_PARALLEL_SCAN_MIN = 1 << 16
 
 
 # -- cumulative sums -------------------------------------------------------
 @njit(cache=True)
-def _scan_serial(src, dst):
+def _inclusive(src, dst):
+    """``dst[i] = src[0] + ... + src[i]``. Serial: a prefix sum is bound by its
+    dependency chain, and a two-pass parallel scan was slower on every size
+    measured (benchmarks/RESULTS.md)."""
     acc = np.int64(0)
     for i in range(src.shape[0]):
         acc += src[i]
@@ -24,43 +26,10 @@ def _scan_serial(src, dst):
 
 
 @njit(cache=True, parallel=True)
-def _scan_parallel(src, dst, n_chunks):
-    """Inclusive prefix sum in two passes over ``n_chunks`` contiguous chunks."""
-    n = src.shape[0]
-    chunk = (n + n_chunks - 1) // n_chunks
-    totals = np.zeros(n_chunks + 1, dtype=np.int64)
-    for c in prange(n_chunks):
-        acc = np.int64(0)
-        for i in range(c * chunk, min(n, (c + 1) * chunk)):
-            acc += src[i]
-        totals[c + 1] = acc
-    for c in range(n_chunks):
-        totals[c + 1] += totals[c]
-    for c in prange(n_chunks):
-        acc = totals[c]
-        for i in range(c * chunk, min(n, (c + 1) * chunk)):
-            acc += src[i]
-            dst[i] = acc
-
-
-@njit(cache=True, parallel=True)
 def _complete_rows(src, dst):
     for r in prange(src.shape[0]):
-        acc = np.int64(0)
         dst[r, 0] = 0
-        for i in range(src.shape[1]):
-            acc += src[r, i]
-            dst[r, i + 1] = acc
-
-
-def _inclusive_into(src, dst):
-    """``dst[i] = src[0] + ... + src[i]`` (1-D, same length)."""
-    if src.shape[0] >= _PARALLEL_SCAN_MIN:
-        import numba
-
-        _scan_parallel(src, dst, 4 * numba.get_num_threads())
-    elif src.shape[0]:
-        _scan_serial(src, dst)
+        _inclusive(src[r], dst[r, 1:])
 
 
 def complete_cumsum(lengths, out):
@@ -69,17 +38,17 @@ def complete_cumsum(lengths, out):
         _complete_rows(src, out)
         return
     out[0] = 0
-    _inclusive_into(src, out[1:])
+    _inclusive(src, out[1:])
 
 
 def exclusive_cumsum(lengths, out):
     if lengths.shape[0]:
         out[0] = 0
-        _inclusive_into(np.ascontiguousarray(lengths[:-1]), out[1:])
+        _inclusive(np.ascontiguousarray(lengths[:-1]), out[1:])
 
 
 def inclusive_cumsum(lengths, out):
-    _inclusive_into(np.ascontiguousarray(lengths), out)
+    _inclusive(np.ascontiguousarray(lengths), out)
 
 
 # -- offsets_range ---------------------------------------------------------
@@ -89,8 +58,9 @@ def _offsets_range(offs, range_size, out):
     for k in prange(n):
         start = offs[k]
         end = offs[k + 1] if k + 1 < n else range_size
-        for j in range(start, end):
-            out[j] = j - start
+        seg = out[start:end]
+        for j in range(end - start):
+            seg[j] = j
 
 
 def offsets_range(offsets, range_size, out):
@@ -131,81 +101,76 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
 
 @njit(cache=True, parallel=True)
 def _broadcast_runs(grad, bounds, out):
+    out[: bounds[0]] = 0
+    out[bounds[-1] :] = 0
     for i in prange(bounds.shape[0] - 1):
-        for j in range(bounds[i], bounds[i + 1]):
-            out[j] = grad[i]
+        out[bounds[i] : bounds[i + 1]] = grad[i]
 
 
 def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values, out):
-    bounds = int64s(csr_seg) * batch_size
-    dst = out.view(bits(out).dtype)
-    dst[: bounds[0]] = 0
-    dst[bounds[-1] :] = 0
-    _broadcast_runs(bits(grad_output), bounds, dst)
+    src = bits(grad_output)
+    _broadcast_runs(src, int64s(csr_seg) * batch_size, out.view(src.dtype))
 
 
 # -- jagged <-> dense --------------------------------------------------------
+# Slice assignments below are deliberate: Numba turns them into vectorised
+# copies, while an element loop with computed (possibly negative) indices is
+# not vectorised and runs 4x slower.
 @njit(cache=True, parallel=True)
-def _to_dense(values, offs, starts, lens, pad, out):
-    """values ``[N, D]``, out ``[n_slabs, M, D]`` (unsigned views)."""
+def _to_dense(values, offs, starts, lens, pad, out, M, D):
+    """values ``[N*D]``, out ``[n_slabs*M*D]`` (flat unsigned views): each slab copies its
+    segment's first ``min(len, M)`` rows and pads the rest."""
     J = lens.shape[0]
-    M, D = out.shape[1], out.shape[2]
     leaf = starts[J - 1]
-    for slab in prange(out.shape[0]):
-        seg = leaf_segment(offs, starts, lens, slab)
+    MD = M * D
+    for p in prange(out.shape[0] // MD):
+        slab = np.int64(p)  # prange indices may arrive unsigned
+        seg = slab if J == 1 else leaf_segment(offs, starts, lens, slab)
+        base = slab * MD
         n = 0
         if seg >= 0:
             start = offs[leaf + seg]
-            n = min(offs[leaf + seg + 1] - start, M)
-            for i in range(n):
-                for d in range(D):
-                    out[slab, i, d] = values[start + i, d]
-        for i in range(n, M):
-            for d in range(D):
-                out[slab, i, d] = pad
+            n = min(offs[leaf + seg + 1] - start, M) * D
+            out[base : base + n] = values[start * D : start * D + n]
+        out[base + n : base + MD] = pad
 
 
 def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
     if out.size == 0:
         return
     D = values.shape[1] if values.ndim == 2 else 1
-    vals = bits(values).reshape(values.shape[0], D)
-    M = max_lengths[-1]
-    dst = out.view(vals.dtype).reshape(out.size // (M * D), M, D)
+    src = bits(values).reshape(-1)
     flat, starts = pack_offsets(offsets)
     lens = np.asarray(max_lengths, dtype=np.int64)
-    _to_dense(vals, flat, starts, lens, scalar_bits(padding_value, values.dtype), dst)
+    pad = scalar_bits(padding_value, values.dtype)
+    _to_dense(src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), max_lengths[-1], D)
 
 
 @njit(cache=True, parallel=True)
-def _to_jagged(dense, offs, starts, lens, out):
-    """dense ``[n_slabs, M, D]``, out ``[total_L, D]`` (unsigned views)."""
+def _to_jagged(dense, offs, starts, lens, out, M, D):
+    """dense ``[n_slabs*M*D]``, out ``[total_L*D]`` (flat unsigned views): each leaf
+    segment takes the first ``min(len, M)`` rows of its slab; every other row is 0."""
     J = lens.shape[0]
-    M, D = dense.shape[1], dense.shape[2]
-    leaf, end_leaf = starts[J - 1], starts[J] - 1
-    zero = 0
-    for r in range(offs[leaf]):
-        for d in range(D):
-            out[r, d] = zero
-    for r in range(offs[end_leaf], out.shape[0]):
-        for d in range(D):
-            out[r, d] = zero
-    for seg in prange(end_leaf - leaf):
-        start = offs[leaf + seg]
-        end = offs[leaf + seg + 1]
-        slab = slab_of_segment(offs, starts, lens, seg)
-        n = min(end - start, M) if slab >= 0 else 0
-        for i in range(n):
-            for d in range(D):
-                out[start + i, d] = dense[slab, i, d]
-        for r in range(start + n, end):
-            for d in range(D):
-                out[r, d] = zero
+    leaf, last = starts[J - 1], starts[J] - 1
+    MD = M * D
+    out[: offs[leaf] * D] = 0
+    out[offs[last] * D :] = 0
+    for p in prange(last - leaf):
+        seg = np.int64(p)
+        start = offs[leaf + seg] * D
+        end = offs[leaf + seg + 1] * D
+        slab = seg if J == 1 else slab_of_segment(offs, starts, lens, seg)
+        n = min(end - start, MD) if slab >= 0 else 0
+        if n:
+            out[start : start + n] = dense[slab * MD : slab * MD + n]
+        out[start + n : end] = 0
 
 
 def dense_to_jagged(dense, offsets, total_L, out):
+    if out.size == 0:
+        return
     M, D = dense.shape[-2], dense.shape[-1]
-    src = bits(dense).reshape(int(np.prod(dense.shape[:-2])), M, D)
+    src = bits(dense).reshape(-1)
     flat, starts = pack_offsets(offsets)
     lens = np.asarray(dense.shape[1:-1], dtype=np.int64)
-    _to_jagged(src, flat, starts, lens, out.view(src.dtype))
+    _to_jagged(src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)

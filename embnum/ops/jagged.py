@@ -20,7 +20,8 @@ def _cumsum_fits_int32(name, lengths, *, drop_last):
     if lengths.dtype != np.int32 or lengths.size == 0:
         return
     xp = v.xp_of(lengths)
-    if int(xp.abs(lengths.astype(xp.int64)).sum(axis=-1).max()) <= v.INT32_MAX:
+    bound = max(-int(lengths.min()), int(lengths.max())) * lengths.shape[-1]
+    if bound <= v.INT32_MAX:  # no prefix of a row can reach past int32
         return
     prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)
     if drop_last:

@@ -1,0 +1,69 @@
+"""Timing and reporting shared by the benchmark programs (not a test)."""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import numpy as np
+
+
+def median_time(fn, *, min_runs: int = 7, min_seconds: float = 0.3, warmup: int = 2) -> float:
+    """Median wall time of ``fn()`` in seconds, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def copy_floor(nbytes_read: int, nbytes_written: int) -> float:
+    """Time a plain NumPy copy of the same traffic takes (the memory floor of a data-movement op)."""
+    n = max(nbytes_read, nbytes_written)
+    src = np.ones(n, dtype=np.uint8)
+    dst = np.empty(n, dtype=np.uint8)
+    t = median_time(lambda: np.copyto(dst, src))
+    return t * (nbytes_read + nbytes_written) / (2 * n)
+
+
+def machine() -> str:
+    import numba
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        model = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo"], capture_output=True, text=True).stdout
+        cpu = model.split(":", 1)[1].strip() or cpu
+    except (OSError, IndexError):
+        pass
+    lines = [
+        f"- machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        f"- numpy {np.__version__}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads)",
+    ]
+    try:
+        import torch
+
+        lines.append(f"- torch {torch.__version__} ({torch.get_num_threads()} threads)")
+        import fbgemm_gpu
+
+        lines.append(f"- fbgemm_gpu {getattr(fbgemm_gpu, '__version__', '?')}")
+    except ImportError:
+        lines.append("- fbgemm_gpu not importable: no peer column")
+    return "\n".join(lines)
+
+
+def fmt_ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.3f}"
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    """A markdown table of ``rows`` (dicts) with ``columns``."""
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        out.append("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
+    return "\n".join(out)
