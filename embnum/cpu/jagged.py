@@ -68,13 +68,32 @@ def offsets_range(offsets, range_size, out):
 
 
 # -- segment sums ----------------------------------------------------------
+@njit(cache=True, inline="always")
+def _run_sum(values, lo, hi, zero):
+    """Sum of ``values[lo:hi]`` with 8 independent partial sums (a single
+    accumulator would wait on every addition's latency)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
+    j = lo
+    while j + 8 <= hi:
+        a0 += values[j]
+        a1 += values[j + 1]
+        a2 += values[j + 2]
+        a3 += values[j + 3]
+        a4 += values[j + 4]
+        a5 += values[j + 5]
+        a6 += values[j + 6]
+        a7 += values[j + 7]
+        j += 8
+    while j < hi:
+        a0 += values[j]
+        j += 1
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
 @njit(cache=True, parallel=True)
 def _segment_sum(values, bounds, acc_zero, out):
     for i in prange(bounds.shape[0] - 1):
-        acc = acc_zero
-        for j in range(bounds[i], bounds[i + 1]):
-            acc += values[j]
-        out[i] = acc
+        out[i] = _run_sum(values, bounds[i], bounds[i + 1], acc_zero)
 
 
 @njit(cache=True, parallel=True)
