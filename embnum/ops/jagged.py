@@ -63,15 +63,19 @@ def complete_cumsum(lengths):
     return Plan(dict(lengths=lengths), Out(shape, lengths.dtype))
 
 
+def _same_length_scan(lengths, *, drop_last):
+    v.index_array("lengths", lengths, ndim=1)
+    _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
+    return Plan(dict(lengths=lengths), Out(lengths.shape, lengths.dtype))
+
+
 @op("jagged")
 def exclusive_cumsum(lengths):
     """``[N] -> [N]``: ``out[i] = lengths[0] + ... + lengths[i-1]`` (``out[0] = 0``).
 
     lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
     """
-    v.index_array("lengths", lengths, ndim=1)
-    _cumsum_fits_int32("lengths", lengths, drop_last=True)
-    return Plan(dict(lengths=lengths), Out(lengths.shape, lengths.dtype))
+    return _same_length_scan(lengths, drop_last=True)  # the grand total is not an output
 
 
 @op("jagged")
@@ -80,9 +84,7 @@ def inclusive_cumsum(lengths):
 
     lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
     """
-    v.index_array("lengths", lengths, ndim=1)
-    _cumsum_fits_int32("lengths", lengths, drop_last=False)
-    return Plan(dict(lengths=lengths), Out(lengths.shape, lengths.dtype))
+    return _same_length_scan(lengths, drop_last=False)
 
 
 # -- 2. offsets_range ------------------------------------------------------
