@@ -1,12 +1,13 @@
 """Jagged family: embnum's backends beside fbgemm_gpu's CPU ops and torch, in one run.
 
-    python benchmarks/bench_jagged.py [--backend cpu] [--backend cuda]
+    python benchmarks/bench_jagged.py [--backend ref] [--backend cpu] [--backend cuda]
 
 Prints the machine, then a markdown table (milliseconds, median of >= 7 runs
 after 2 warm-ups). The headline case is the issue's: B=4096 bags, lengths
 uniform in [0, 64], D=128, float32. "copy floor" is a plain NumPy copy of the
-bytes the op must read and write. On a GPU (``--backend cuda`` with CuPy
-available) the embnum column runs on CuPy arrays.
+bytes the op must read and write. The ratio columns use the cpu backend
+(or the last one asked for). On a GPU (``--backend cuda`` with CuPy
+available) that column runs on CuPy arrays.
 """
 from __future__ import annotations
 
@@ -131,9 +132,10 @@ def _to_backend(backend, args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", action="append", help="embnum backends to time (default: cpu)")
+    parser.add_argument("--backend", action="append", help="embnum backends to time (default: ref, cpu, and cuda on a GPU)")
     args = parser.parse_args(argv)
-    backends = args.backend or ["cpu"]
+    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
+    backends = args.backend or ["ref", "cpu"] + (["cuda"] if gpu else [])
     print(machine())
     print(f"- command: python benchmarks/bench_jagged.py {' '.join(sys.argv[1:])}".rstrip())
     rows = []
@@ -152,7 +154,7 @@ def main(argv=None):
         row["fbgemm cpu"] = median_time(fb_call) if fb_call else None
         row["torch"] = median_time(torch_call) if torch_call else None
         row["copy floor"] = copy_floor(nread, nwritten)
-        main_backend = row[f"embnum {backends[0]}"]
+        main_backend = row[f"embnum {'cpu' if 'cpu' in backends else backends[-1]}"]
         row["fbgemm / embnum"] = f"{row['fbgemm cpu'] / main_backend:.1f}x" if row["fbgemm cpu"] else "-"
         row["embnum / floor"] = f"{main_backend / row['copy floor']:.2f}"
         rows.append(row)
