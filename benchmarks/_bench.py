@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import os
+
+# Set before torch or Numba load an OpenMP runtime: with two pools in one
+# process, spinning idle threads of one steal the cores of the other.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import platform
 import statistics
 import subprocess

@@ -10,7 +10,11 @@
 """
 import os
 
-from embnum._backend import gpu_present
+# torch and Numba each start an OpenMP pool; spinning waiters of one starve the
+# other on a 2-core machine, so idle threads sleep instead.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from embnum._backend import gpu_present  # noqa: E402
 
 if not gpu_present():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
