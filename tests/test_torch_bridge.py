@@ -14,19 +14,34 @@ BRIDGED = [name for name in tb.__all__ if name not in ("to_array", "to_tensor")]
 def _example(name):
     """The op's small tour example, as tensors (float inputs of differentiable ops require grad)."""
     op = embnum.get_op(name)
+    spec = tb.BRIDGES[name]
     args = op.bind((), op.example_fn(np.random.default_rng(0), "small").args)
 
     def conv(key, a):
         if isinstance(a, np.ndarray):
             t = torch.tensor(a)
             if key in op.differentiable and t.is_floating_point():
-                t = t.double().requires_grad_()
+                t = t.to(spec.grad_dtype).requires_grad_()
             return t
         if isinstance(a, list):
             return [conv(key, x) for x in a]
         return a
 
-    return {k: conv(k, a) for k, a in args.items()}
+    return spec.encode({k: conv(k, a) for k, a in args.items()})
+
+
+def _clone_mutated(name, args):
+    """Fresh copies of the arguments an in-place op writes (other arguments shared)."""
+    mutates = embnum.get_op(name).mutates
+    return {k: a.clone() if k in mutates and isinstance(a, torch.Tensor) else a for k, a in args.items()}
+
+
+def _result(name, args, returned):
+    """What to compare: the returned value, or the written arguments of an in-place op."""
+    mutates = embnum.get_op(name).mutates
+    if mutates:
+        return [args[k] for k in mutates if args.get(k) is not None]
+    return list(returned) if isinstance(returned, tuple) else returned
 
 
 def test_every_op_is_bridged():
@@ -66,7 +81,7 @@ def test_opcheck(name):
     """Schema, fake implementation, autograd registration and AOT dispatch of the custom op."""
     args = _example(name)
     torch_op = getattr(torch.ops.embnum, name).default
-    values = list(args.values()) + [None]
+    values = list(_clone_mutated(name, args).values()) + [None]
     torch.library.opcheck(torch_op, values)
 
 
@@ -74,9 +89,12 @@ def test_opcheck(name):
 def test_bridge_equals_numpy_op(name):
     op = embnum.get_op(name)
     np_args = op.example_fn(np.random.default_rng(1), "small").args
-    want = op.public(**np_args, backend="ref")
-    got = getattr(tb, name)(**{k: torch.tensor(v) if isinstance(v, np.ndarray) else [torch.tensor(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray) else v for k, v in np_args.items()})
-    err, ok = op.check_fn(got.numpy(), want, np_args)
+    ref_args = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in np_args.items()}
+    want = _result(name, ref_args, op.public(**ref_args, backend="ref"))
+    t_args = {k: torch.tensor(v) if isinstance(v, np.ndarray) else [torch.tensor(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray) else v for k, v in np_args.items()}
+    got = _result(name, t_args, getattr(tb, name)(**t_args))
+    got = [g.numpy() for g in got] if isinstance(got, list) else got.numpy()
+    err, ok = op.check_fn(got, want, np_args)
     assert ok, err
 
 
@@ -86,8 +104,9 @@ def test_compile_fullgraph_aot_eager(name):
     args = _example(name)
     fn = getattr(tb, name)
     op = embnum.get_op(name)
-    eager = fn(**args)
-    compiled = torch.compile(lambda kw: fn(**kw), backend="aot_eager", fullgraph=True)(args)
+    eager_args, compiled_args = _clone_mutated(name, args), _clone_mutated(name, args)
+    eager = _result(name, eager_args, fn(**eager_args))
+    compiled = _result(name, compiled_args, torch.compile(lambda kw: fn(**kw), backend="aot_eager", fullgraph=True)(compiled_args))
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
     diff = [k for k in op.differentiable if isinstance(args[k], torch.Tensor) and args[k].requires_grad]
     if diff:

@@ -62,9 +62,11 @@ class Bridge:
     bf16: str | None
     bf16_scalars: tuple[str, ...]
     codecs: dict[str, tuple[Callable, Callable]] = dataclasses.field(default_factory=dict)
+    grad_dtype: torch.dtype = torch.float64  # float dtype of differentiable inputs in the generic tests
 
     def encode(self, args: dict) -> dict:
-        """Python values the schema cannot carry (e.g. a frozen dataclass) -> schema values."""
+        """Python values the schema cannot carry (e.g. a frozen dataclass) -> schema values
+        (idempotent: an already encoded value passes unchanged)."""
         return {k: self.codecs[k][0](a) if k in self.codecs else a for k, a in args.items()}
 
     def decode(self, args: dict) -> dict:
@@ -197,6 +199,7 @@ def bridge(
     bf16: str | None = None,
     bf16_scalars: tuple[str, ...] = (),
     codecs: dict[str, tuple[Callable, Callable]] | None = None,
+    grad_dtype: torch.dtype = torch.float64,
 ) -> None:
     """Describe the torch side of op ``name`` (see the module docstring).
 
@@ -208,5 +211,7 @@ def bridge(
     ``bf16_scalars``: parameters rounded to bfloat16 along with the data.
     ``codecs``: ``{parameter: (encode, decode)}`` for Python values the schema
     cannot carry (the user function encodes, the implementation decodes).
+    ``grad_dtype``: the float dtype the generic tests (gradcheck, opcheck) give
+    differentiable inputs; float64 unless the op does not take it.
     """
-    BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars, codecs or {})
+    BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars, codecs or {}, grad_dtype)
