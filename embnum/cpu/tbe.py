@@ -12,14 +12,17 @@ once. No atomics; results do not depend on the thread count.
 """
 from __future__ import annotations
 
+import llvmlite.ir as ir
 import numpy as np
 from numba import njit, prange, types
-from numba.extending import overload
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 from .._tbe import DECAY_CODES, KIND_CODES, TBESparseGrad
 
 SUM, MEAN, NONE = 0, 1, 2
 BAGS_PER_JOB = 16
+PREFETCH_DISTANCE = 8  # lookups ahead: the rows are random in a buffer far larger than the caches
 _F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
@@ -36,6 +39,32 @@ def _load_impl(w, lut, i):
     return lambda w, lut, i: w[i]
 
 
+@intrinsic
+def _prefetch(typingctx, arr, i):
+    """Hint the CPU to fetch ``arr[i]``'s cache line (LLVM ``llvm.prefetch``, read, high locality)."""
+    sig = types.void(arr, i)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        i32 = ir.IntType(32)
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always")
+def _prefetch_row(w, base, nbytes_row, itemsize):
+    ub = np.uint64(base)
+    for c in range(0, nbytes_row, 64):
+        _prefetch(w, ub + np.uint64(c // itemsize))
+
+
 def _weights(weights):
     w = np.ascontiguousarray(weights)
     return (w.view(np.uint16), _F16_LUT) if w.dtype == np.float16 else (w, _NO_LUT)
@@ -47,43 +76,57 @@ def _checked(indices, offsets):
 
 
 # -- forward -----------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _add_row(acc, w, lut, base, D):
+    # unsigned indices: no negative-index wraparound test, so the loop vectorises (a slice
+    # would do the same but costs an atomic reference count, contended between threads)
+    ub = np.uint64(base)
+    for d in range(D):
+        acc[d] += _load(w, lut, ub + np.uint64(d))
+
+
+@njit(cache=True, inline="always")
+def _add_scaled_row(acc, w, lut, base, D, c):
+    ub = np.uint64(base)
+    for d in range(D):
+        acc[d] += c * _load(w, lut, ub + np.uint64(d))
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out):
     T = woff.shape[0]
     jobs_per_t = (B + BAGS_PER_JOB - 1) // BAGS_PER_JOB
-    max_D = 0
-    for t in range(T):
-        max_D = max(max_D, doff[t + 1] - doff[t])
     for job in prange(T * jobs_per_t):
         t = job // jobs_per_t
         b0 = (job - t * jobs_per_t) * BAGS_PER_JOB
         D = doff[t + 1] - doff[t]
         w0 = woff[t]
         c0 = doff[t]
-        acc = np.empty(max_D, dtype=np.float32)
-        for b in range(b0, min(B, b0 + BAGS_PER_JOB)):
+        acc = np.empty(D, dtype=np.float32)
+        flat = out.reshape(-1)
+        b1 = min(B, b0 + BAGS_PER_JOB)
+        pend = offsets[t * B + b1]
+        itemsize = w.itemsize
+        for b in range(b0, b1):
             s = offsets[t * B + b]
             e = offsets[t * B + b + 1]
-            for d in range(D):
-                acc[d] = 0.0
-            if has_psw:
-                for p in range(s, e):
-                    base = w0 + np.int64(indices[p]) * D
-                    c = psw[p]
-                    for d in range(D):
-                        acc[d] += c * _load(w, lut, base + d)
-            else:
-                for p in range(s, e):
-                    base = w0 + np.int64(indices[p]) * D
-                    for d in range(D):
-                        acc[d] += _load(w, lut, base + d)
+            acc[:] = 0.0
+            for p in range(s, e):
+                q = p + PREFETCH_DISTANCE
+                if q < pend:
+                    _prefetch_row(w, w0 + np.int64(indices[q]) * D, D * itemsize, itemsize)
+                if has_psw:
+                    _add_scaled_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D, psw[p])
+                else:
+                    _add_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D)
+            o = np.uint64(b * out.shape[1] + c0)
             if mean and e > s:
                 L = np.float32(e - s)
                 for d in range(D):
-                    out[b, c0 + d] = acc[d] / L
+                    flat[o + np.uint64(d)] = acc[d] / L
             else:
                 for d in range(D):
-                    out[b, c0 + d] = acc[d]
+                    flat[o + np.uint64(d)] = acc[d]
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -184,27 +227,28 @@ def _count_touched(indices, tables):
 
 @njit(cache=True, inline="always")
 def _row_grad(acc, D, order, s, e, bag, offsets, B, doff, pooling, g, psw, has_psw):
-    """``acc[:D]`` = the summed gradient of one row from its lookups ``order[s:e]``."""
+    """``acc[:D]`` = the summed gradient of one row from its lookups ``order[s:e]``
+    (``g``: the output gradient flattened)."""
     for d in range(D):
         acc[d] = 0.0
+    TD = doff[doff.shape[0] - 1]
     for q in range(s, e):
         p = order[q]
         if pooling == 2:
-            for d in range(D):
-                acc[d] += g[p, d]
-            continue
-        k = bag[p]
-        t = k // B
-        b = k - t * B
-        c0 = doff[t]
-        if has_psw:
-            c = psw[p]
-        elif pooling == 1:
-            c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
-        else:
+            src = np.uint64(p * D)
             c = np.float32(1.0)
+        else:
+            k = bag[p]
+            t = k // B
+            src = np.uint64((k - t * B) * TD + doff[t])
+            if has_psw:
+                c = psw[p]
+            elif pooling == 1:
+                c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
+            else:
+                c = np.float32(1.0)
         for d in range(D):
-            acc[d] += c * g[b, c0 + d]
+            acc[d] += c * g[src + np.uint64(d)]
 
 
 @njit(cache=True, parallel=True)
@@ -215,13 +259,11 @@ def _grouped(action, indices, offsets, bag, B, doff, pooling, g, psw, has_psw, t
     (``lids``/``values``), 1 dense gradient (``dense``), 2 optimizer step (in place
     on float32 ``w``; float16 weights: new rows to ``values`` and their element
     positions to ``positions``)."""
-    max_D = 0
-    for j in range(tables.shape[0]):
-        max_D = max(max_D, tables[j, 4])
     for j in prange(tables.shape[0]):
         a, e, E, D, w0, h0 = tables[j, 1], tables[j, 2], tables[j, 3], tables[j, 4], tables[j, 5], tables[j, 6]
         order, ends = _sort_rows(indices, a, e, E)
-        acc = np.empty(max_D, dtype=np.float32)
+        acc = np.empty(D, dtype=np.float32)
+        part = np.empty(16, dtype=np.float32)
         u = row_start[j]
         prev = 0
         for r in range(E):
@@ -230,8 +272,10 @@ def _grouped(action, indices, offsets, bag, B, doff, pooling, g, psw, has_psw, t
             prev = stop
             if stop == s:
                 continue
-            _row_grad(acc, D, order, s, stop, bag, offsets, B, doff, pooling, g, psw, has_psw)
             base = w0 + np.int64(r) * D
+            if action == 2:  # the row is read after its gradient is summed: fetch it meanwhile
+                _prefetch_row(w, base, D * w.itemsize, w.itemsize)
+            _row_grad(acc, D, order, s, stop, bag, offsets, B, doff, pooling, g, psw, has_psw)
             if action == 1:
                 for d in range(D):
                     dense[base + d] = acc[d]
@@ -244,43 +288,71 @@ def _grouped(action, indices, offsets, bag, B, doff, pooling, g, psw, has_psw, t
                 u += 1
                 continue
             _update_row(acc, D, base, h0 + r, w, lut, m1, m2, kind, decay, lr, eps, wd, b1, b2, bc1, bc2,
-                        in_place, values, positions, vo)
+                        in_place, values, positions, vo, part)
             u += 1
 
 
 @njit(cache=True, inline="always")
-def _update_row(g, D, base, lid, w, lut, m1, m2, kind, decay, lr, eps, wd, b1, b2, bc1, bc2, in_place, new, pos, vo):
+def _sum_squares(part, g, D, w, lut, ub, wd, l2):
+    """``sum_d (g[d] + l2 * wd * w[d])^2`` in 16 float32 partial sums (a fixed order that
+    vectorises; one running sum would be a chain of dependent additions)."""
+    part[:] = 0.0
+    full = D - D % 16
+    for d0 in range(0, full, 16):
+        for j in range(16):
+            ge = g[d0 + j] + wd * _load(w, lut, ub + np.uint64(d0 + j)) if l2 else g[d0 + j]
+            part[j] += ge * ge
+    for d in range(full, D):
+        ge = g[d] + wd * _load(w, lut, ub + np.uint64(d)) if l2 else g[d]
+        part[d - full] += ge * ge
+    total = np.float32(0.0)
+    for j in range(16):
+        total += part[j]
+    return total
+
+
+@njit(cache=True, inline="always")
+def _update_row(g, D, base, lid, w, lut, m1, m2, kind, decay, lr, eps, wd, b1, b2, bc1, bc2, in_place, new, pos, vo,
+                part):
     one = np.float32(1.0)
+    ub = np.uint64(base)
     mult = one
     corr = one
-    if kind == 2:  # rowwise adagrad
-        ssq = np.float32(0.0)
-        for d in range(D):
-            ge = g[d] + wd * _load(w, lut, base + d) if decay == 1 else g[d]
-            ssq += ge * ge
-        m = m1[lid] + ssq / np.float32(D)
+    if kind == 2:  # rowwise adagrad: one accumulator per row
+        m = m1[lid] + _sum_squares(part, g, D, w, lut, ub, wd, decay == 1) / np.float32(D)
         m1[lid] = m
         mult = lr / (np.sqrt(m) + eps)
         corr = one - mult * wd if decay == 1 else (one - lr * wd if decay == 2 else one)
+        if in_place:
+            for d in range(D):
+                i = ub + np.uint64(d)
+                w[i] = corr * w[i] - mult * g[d]
+            return
+    elif kind == 0 and in_place:
+        for d in range(D):
+            i = ub + np.uint64(d)
+            w[i] = w[i] - lr * g[d]
+        return
     for d in range(D):
-        x = _load(w, lut, base + d)
+        i = ub + np.uint64(d)
+        x = _load(w, lut, i)
         gd = g[d]
         if kind == 0:
             x = x - lr * gd
         elif kind == 1:
-            m = m1[base + d] + gd * gd
-            m1[base + d] = m
+            m = m1[i] + gd * gd
+            m1[i] = m
             x = x - lr * gd / (np.sqrt(m) + eps)
         elif kind == 2:
             x = corr * x - mult * gd
         else:
-            mm = b1 * m1[base + d] + (one - b1) * gd
-            vv = b2 * m2[base + d] + (one - b2) * gd * gd
-            m1[base + d] = mm
-            m2[base + d] = vv
+            mm = b1 * m1[i] + (one - b1) * gd
+            vv = b2 * m2[i] + (one - b2) * gd * gd
+            m1[i] = mm
+            m2[i] = vv
             x = x - lr * ((mm / bc1) / (np.sqrt(vv / bc2) + eps) + wd * x)
         if in_place:
-            w[base + d] = x
+            w[i] = x
         else:
             new[vo + d] = x
             pos[vo + d] = base + d
@@ -292,6 +364,7 @@ def _prepare(grad_output, indices, offsets, B, rows, weights_offsets, D_offsets,
     g = np.ascontiguousarray(grad_output, dtype=np.float32)
     if max_gradient is not None:
         g = np.clip(g, -max_gradient, max_gradient)
+    g = g.reshape(-1)
     bag = _bag_of_position(offs, offs.shape[0] - 1, idx.shape[0])
     tables = _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offs, B)
     has_psw = per_sample_weights is not None
