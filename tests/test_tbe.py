@@ -555,3 +555,69 @@ def test_fused_module_training_loop_learns():
         loss.backward()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
+
+
+# -- optional differential tier: fbgemm_gpu's CPU TBE module -------------------------
+def _fbgemm_module(rows, dims, ftm, kind, pooling, lr):
+    torch = pytest.importorskip("torch")
+    try:
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+    except Exception:  # noqa: BLE001
+        pytest.skip("fbgemm_gpu is not importable")
+    optim = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ADAGRAD,
+             "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD}[kind]
+    mode = {"sum": PoolingMode.SUM, "mean": PoolingMode.MEAN}[pooling]
+    specs = [(r, d, EmbeddingLocation.HOST, ComputeDevice.CPU) for r, d in zip(rows, dims)]
+    return torch, SplitTableBatchedEmbeddingBagsCodegen(specs, feature_table_map=ftm, optimizer=optim, learning_rate=lr,
+                                                        eps=1e-8, pooling_mode=mode, device="cpu")
+
+
+@pytest.mark.fbgemm
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "rowwise_adagrad"])
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_fbgemm_module_forward_and_training_steps(kind, pooling):
+    """Same weights, same batches: embnum's forward and fused update (cpu) track fbgemm's module for 3 steps."""
+    rows, dims, ftm = [7, 5, 9], [4, 8, 12], [0, 0, 1, 2]  # the module needs D % 4 == 0
+    torch, fb = _fbgemm_module(rows, dims, ftm, kind, pooling, lr=0.05)
+    lay = tbe_layout(rows, dims, ftm)
+    np.testing.assert_array_equal(fb.weights_offsets.numpy(), lay.weights_offsets)
+    np.testing.assert_array_equal(fb.hash_size_cumsum.numpy(), lay.hash_size_cumsum)
+    w = fb.weights_host.detach().numpy().copy()
+    opt = TBEOptimizer(kind, 0.05)
+    m1 = None if kind == "sgd" else np.zeros(fb.momentum1_host.shape[0], np.float32)
+    rng = np.random.default_rng(0)
+    E = embnum._tbe_bounds.rows_per_feature(lay.hash_size_cumsum)
+    B = 6
+    for _ in range(3):
+        lengths = rng.integers(0, 5, len(ftm) * B)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        indices = np.concatenate([rng.integers(0, E[t], lengths[t * B:(t + 1) * B].sum()) for t in range(len(ftm))])
+        out = fb(torch.from_numpy(indices), torch.from_numpy(offsets))
+        mine = embnum.tbe_forward(w, *lay.arrays(), indices, offsets, pooling)
+        np.testing.assert_allclose(mine, out.detach().numpy(), rtol=1e-5, atol=1e-6)
+        g = rng.standard_normal(mine.shape).astype(np.float32)
+        out.backward(torch.from_numpy(g))
+        embnum.tbe_backward_update(g, w, *lay.arrays(), indices, offsets, pooling, optimizer=opt, momentum1=m1)
+        np.testing.assert_allclose(w, fb.weights_host.detach().numpy(), rtol=1e-5, atol=1e-6)
+        if m1 is not None:
+            np.testing.assert_allclose(m1, fb.momentum1_host.detach().numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.fbgemm
+def test_fbgemm_cpu_ops_backward_and_per_sample_weights():
+    """fbgemm's dense backward CPU op and its indice-weights gradient on the spec's example layout."""
+    torch = pytest.importorskip("torch")
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pytest.skip("fbgemm_gpu is not importable")
+    fb = torch.ops.fbgemm
+    t = torch.from_numpy
+    got = fb.split_embedding_codegen_grad_indice_weights_cpu(
+        t(GRAD), t(W12), t(LAY.weights_offsets), t(LAY.D_offsets.astype(np.int32)), t(IND), t(OFF), t(np.ones(2, np.int32)))
+    np.testing.assert_allclose(embnum.tbe_grad_per_sample_weights(GRAD, *BASE), got.numpy(), rtol=1e-6)
