@@ -22,7 +22,7 @@ from .._tbe import DECAY_CODES, KIND_CODES, TBESparseGrad
 
 SUM, MEAN, NONE = 0, 1, 2
 BAGS_PER_JOB = 16
-PREFETCH_DISTANCE = 8  # lookups ahead: the rows are random in a buffer far larger than the caches
+PREFETCH_DISTANCE = 4  # lookups ahead: the rows are random in a buffer far larger than the caches
 _F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
@@ -264,17 +264,44 @@ def _grouped(action, indices, offsets, bag, B, doff, pooling, g, psw, has_psw, t
         order, ends = _sort_rows(indices, a, e, E)
         acc = np.empty(D, dtype=np.float32)
         part = np.empty(16, dtype=np.float32)
-        u = row_start[j]
+        # the touched rows and the end of each one's run of lookups, so rows ahead can be prefetched
+        n_touched = 0
         prev = 0
         for r in range(E):
-            s = prev
-            stop = ends[r]
-            prev = stop
-            if stop == s:
-                continue
+            if ends[r] != prev:
+                n_touched += 1
+            prev = ends[r]
+        touched = np.empty(n_touched, dtype=np.int64)
+        run_end = np.empty(n_touched, dtype=np.int64)
+        i = 0
+        prev = 0
+        for r in range(E):
+            if ends[r] != prev:
+                touched[i] = r
+                run_end[i] = ends[r]
+                i += 1
+            prev = ends[r]
+        u = row_start[j]
+        TD = doff[doff.shape[0] - 1]
+        for i in range(n_touched):
+            r = touched[i]
+            s = run_end[i - 1] if i > 0 else 0
+            stop = run_end[i]
             base = w0 + np.int64(r) * D
-            if action == 2:  # the row is read after its gradient is summed: fetch it meanwhile
-                _prefetch_row(w, base, D * w.itemsize, w.itemsize)
+            ahead = i + PREFETCH_DISTANCE
+            if ahead < n_touched:
+                if action == 2:
+                    _prefetch_row(w, w0 + touched[ahead] * D, D * w.itemsize, w.itemsize)
+                    if kind == 1 or kind == 3:
+                        _prefetch_row(m1, w0 + touched[ahead] * D, D * 4, 4)
+                q = run_end[ahead - 1]
+                p = order[q]
+                if pooling == 2:
+                    _prefetch_row(g, p * D, D * 4, 4)
+                else:
+                    k = bag[p]
+                    t = k // B
+                    _prefetch_row(g, (k - t * B) * TD + doff[t], D * 4, 4)
             _row_grad(acc, D, order, s, stop, bag, offsets, B, doff, pooling, g, psw, has_psw)
             if action == 1:
                 for d in range(D):
