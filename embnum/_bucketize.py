@@ -5,28 +5,36 @@ for one id, written once in plain Python and compiled by both fast paths
 
 Every quantity is a ``uint64`` (mixing signed and unsigned 64-bit integers
 would make Numba fall back to float64): ``u`` is the id read as an unsigned
-``w``-bit integer, ``bs``/``G`` the key's block size and block count, ``mu``
-``my_size``, ``mask`` ``2**w - 1``. ``pos`` holds every key's boundaries,
-``my_size + 1`` of them from ``base`` on (unused when ``has_pos`` is false).
+``w``-bit integer; ``mask`` is ``2**w - 1``. A key's constants come from
+:func:`key_constants`, computed once per key on the host: ``bs`` (block size),
+``G`` (blocks in the table), ``lb = G // my_size`` (blocks per bucket),
+``width = bs * lb`` (ids per bucket) and ``limit = bs * G``. ``pos`` holds
+every key's boundaries, ``my_size + 1`` of them from ``base`` on (unused when
+``has_pos`` is false).
 """
 import numpy as np
 
 
-def bucket_of(u, bs, G, mu, pos, base, has_pos, mask):
-    """``(bucket as int64, new id as uint64)`` of the unsigned id ``u``."""
-    zero = np.uint64(0)
+def key_constants(block_sizes, total_num_blocks, my_size):
+    """``[T, 5]`` uint64 rows ``(bs, G, lb, width, limit)`` (host NumPy)."""
+    bs = np.asarray(block_sizes, dtype=np.uint64)
+    G = np.asarray(total_num_blocks, dtype=np.uint64)
+    lb = G // np.uint64(my_size)
+    return np.ascontiguousarray(np.stack([bs, G, lb, bs * lb, bs * G], axis=1).reshape(-1, 5))
+
+
+def bucket_of(u, kc, t, mu, pos, has_pos, mask):
+    """``(bucket as int64, new id as uint64)`` of the unsigned id ``u`` of key ``t``
+    (``kc``: the flat key constants)."""
+    bs, G, lb, width, limit = kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
     if not has_pos:
-        lb = G // mu
-        if u < bs * G:
-            width = bs * lb
-            bucket = u // width
-            new = u % width
-        else:
-            bucket = (u % G) // lb
-            new = u // G
-        return np.int64(bucket), new
+        if u < limit:
+            q = u // width
+            return np.int64(q), u - q * width
+        return np.int64((u % G) // lb), u // G
     m = np.int64(mu)
-    if bs > zero:
+    base = t * (m + 1)
+    if bs > np.uint64(0):
         key = u
     else:
         key = (((u % G) * pos[base + m]) & mask) // G  # wraps at w bits, as fbgemm does
@@ -43,10 +51,18 @@ def bucket_of(u, bs, G, mu, pos, base, has_pos, mask):
         bucket = np.int64(j)
     else:
         bucket = np.int64(u % mu)
-    if bs == zero:
+    if bs == np.uint64(0):
         new = u // G
     elif j < m:
         new = u - pos[base + j]
     else:
         new = u // mu
     return bucket, new
+
+
+def uniform_new_id(u, bucket, kc, t):
+    """The new id of ``u`` under uniform blocks when its ``bucket`` is already known
+    (a multiply instead of a second division in the common row-wise case)."""
+    if u < kc[5 * t + 4]:
+        return u - np.uint64(bucket) * kc[5 * t + 3]
+    return u // kc[5 * t + 1]

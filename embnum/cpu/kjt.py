@@ -1,5 +1,11 @@
 """Numba host kernels of the KeyedJaggedTensor family.
 
+Inner loops of parallel kernels index bounded local views (``a[lo:hi]``)
+rather than the kernel's array arguments: Numba passes a prange body its
+arrays by reference, and LLVM then reloads their data pointers on every
+store (no vectorisation, several times slower); a local view lives in
+registers.
+
 Each function takes the validated arguments of its op (``embnum.ops.kjt``)
 plus ``out`` (a tuple/list of uninitialised arrays, ``None`` where an output
 is not requested) and fills every requested output. Values and weights are
@@ -17,7 +23,9 @@ from .. import _bucketize
 from ._common import bits, int64s
 
 bucket_of = njit(cache=True, inline="always")(_bucketize.bucket_of)
+uniform_new_id = njit(cache=True, inline="always")(_bucketize.uniform_new_id)
 CHUNK = 1 << 15  # output elements per parallel work item of a segment gather
+SEG_CHUNK = 1024  # segments per parallel work item
 
 
 # -- segment gather (both permutes, keyed index select) ------------------------
@@ -38,24 +46,27 @@ def _gather(src, src_offs, seg, dst_offs, dst):
     total = dst.shape[0]
     n_seg = seg.shape[0]
     for c in prange((total + CHUNK - 1) // CHUNK):
-        lo = c * CHUNK
+        lo = np.int64(c) * CHUNK
         hi = min(lo + CHUNK, total)
-        a, b = 0, n_seg  # the last j with dst_offs[j] <= lo
+        so, sg, do = src_offs[:], seg[:], dst_offs[:]
+        a, b = 0, n_seg  # the last j with do[j] <= lo
         while b - a > 1:
             mid = (a + b) // 2
-            if dst_offs[mid] <= lo:
+            if do[mid] <= lo:
                 a = mid
             else:
                 b = mid
         j = a
         pos = lo
         while pos < hi:
-            while dst_offs[j + 1] <= pos:
+            while do[j + 1] <= pos:
                 j += 1
-            end = min(dst_offs[j + 1], hi)
-            shift = src_offs[seg[j]] - dst_offs[j]
-            for e in range(pos, end):
-                dst[e] = src[e + shift]
+            end = min(do[j + 1], hi)
+            start = so[sg[j]] + pos - do[j]
+            d = dst[pos:end]  # bounded local views: the copy loop then vectorises
+            s = src[start : start + (end - pos)]
+            for e in range(end - pos):
+                d[e] = s[e]
             pos = end
 
 
@@ -101,39 +112,64 @@ def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size
 
 
 # -- block bucketize -------------------------------------------------------------
+BAG_CHUNK = 512  # bags per parallel work item (one scratch array per item)
+
+
 @njit(cache=True, parallel=True)
-def _bucket_count(offs, uidx, bag_key, bs, G, mu, pos, has_pos, mask, counts):
-    """``counts[p * n_bags + k]`` = ids of bag ``k`` that go to bucket ``p``."""
+def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, bucket, counts):
+    """Pass 1: ``bucket[i]`` of every id and ``counts[p * n_bags + k]`` = ids of bag ``k`` in bucket ``p``."""
     n_bags = bag_key.shape[0]
     m = np.int64(mu)
-    stride = m + 1
-    for k in prange(n_bags):
-        t = bag_key[k]
-        for p in range(m):
-            counts[p * n_bags + k] = 0
-        for i in range(offs[k], offs[k + 1]):
-            b, _ = bucket_of(np.uint64(uidx[i]), bs[t], G[t], mu, pos, t * stride, has_pos, mask)
-            counts[b * n_bags + k] += 1
+    for c in prange((n_bags + BAG_CHUNK - 1) // BAG_CHUNK):
+        local = np.zeros(m, np.int64)
+        k0 = np.int64(c) * BAG_CHUNK
+        k1 = min(k0 + BAG_CHUNK, n_bags)
+        off, keys, ids, bk, cnt = offs[:], bag_key[:], uidx[:], bucket[:], counts[:]
+        kcl, posl = kc[:], pos[:]
+        for k in range(k0, k1):
+            t = keys[k]
+            local[:] = 0
+            for i in range(off[k], off[k + 1]):
+                b, _ = bucket_of(np.uint64(ids[i]), kcl, t, mu, posl, has_pos, mask)
+                bk[i] = b
+                local[b] += 1
+            for p in range(m):
+                cnt[p * n_bags + k] = local[p]
 
 
 @njit(cache=True, parallel=True)
-def _bucket_scatter(offs, uidx, bag_key, bs, G, mu, pos, has_pos, mask, keep, cursor, new_idx, want_pos, new_pos, want_dst, dst):
-    """Second pass: every id to its slot ``cursor[bucket * n_bags + bag]++``, in input order."""
+def _bucket_scatter(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, bucket, slots, new_idx, want_pos, new_pos, want_dst, dst):
+    """Pass 2: every id to its slot (``slots`` = bucket-major exclusive offsets), in input order."""
     n_bags = bag_key.shape[0]
-    stride = np.int64(mu) + 1
-    for k in prange(n_bags):
-        t = bag_key[k]
-        start = offs[k]
-        for i in range(start, offs[k + 1]):
-            u = np.uint64(uidx[i])
-            b, nw = bucket_of(u, bs[t], G[t], mu, pos, t * stride, has_pos, mask)
-            slot = cursor[b * n_bags + k]
-            cursor[b * n_bags + k] = slot + 1
-            new_idx[slot] = u if keep[t] else nw
-            if want_pos:
-                new_pos[slot] = i - start
-            if want_dst:
-                dst[i] = slot
+    m = np.int64(mu)
+    for c in prange((n_bags + BAG_CHUNK - 1) // BAG_CHUNK):
+        cursor = np.empty(m, np.int64)
+        k0 = np.int64(c) * BAG_CHUNK
+        k1 = min(k0 + BAG_CHUNK, n_bags)
+        off, keys, ids, bk, sl, kp = offs[:], bag_key[:], uidx[:], bucket[:], slots[:], keep[:]
+        kcl, posl = kc[:], pos[:]
+        out_idx, out_pos, out_dst = new_idx[:], new_pos[:], dst[:]
+        for k in range(k0, k1):
+            t = keys[k]
+            for p in range(m):
+                cursor[p] = sl[p * n_bags + k]
+            start = off[k]
+            kept = kp[t]
+            for i in range(start, off[k + 1]):
+                u = np.uint64(ids[i])
+                b = bk[i]
+                slot = cursor[b]
+                cursor[b] = slot + 1
+                if kept:
+                    out_idx[slot] = u
+                elif has_pos:
+                    out_idx[slot] = bucket_of(u, kcl, t, mu, posl, has_pos, mask)[1]
+                else:
+                    out_idx[slot] = uniform_new_id(u, b, kcl, t)
+                if want_pos:
+                    out_pos[slot] = i - start
+                if want_dst:
+                    out_dst[i] = slot
 
 
 @njit(cache=True, parallel=True)
@@ -147,42 +183,43 @@ def block_bucketize_sparse_features(
 ):
     new_lengths, new_indices, new_weights, new_pos, unbucketize = out
     n_bags, N = lengths.shape[0], indices.shape[0]
+    if n_bags == 0:
+        return
     offs = _offsets_of(lengths)
     bag_key = np.repeat(np.arange(batch.shape[0], dtype=np.int64), batch)
     uidx = bits(indices)
-    mask = np.uint64(2 ** (8 * indices.dtype.itemsize) - 1)
     params = (
-        block_sizes.astype(np.uint64),
-        total_num_blocks.astype(np.uint64),
+        _bucketize.key_constants(block_sizes, total_num_blocks, my_size).reshape(-1),
         np.uint64(my_size),
         np.zeros(0, np.uint64) if pos is None else pos.reshape(-1).astype(np.uint64),
         pos is not None,
-        mask,
+        np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
     )
-    cursor = np.empty(my_size * n_bags, np.int64)
-    if n_bags:
-        _bucket_count(offs, uidx, bag_key, *params, cursor)
-    new_lengths[...] = cursor
-    cursor = _offsets_of(cursor)[:-1]
+    bucket = np.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
+    counts = np.empty(my_size * n_bags, np.int64)
+    _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
+    new_lengths[...] = counts
+    slots = _offsets_of(counts)[:-1]
     want_dst = sequence or weights is not None
-    dst = np.empty(N if want_dst else 0, np.int64)
+    dst = unbucketize if sequence else np.empty(N if want_dst else 0, indices.dtype)
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
-    if n_bags:
-        _bucket_scatter(offs, uidx, bag_key, *params, keep, cursor, new_indices.view(uidx.dtype), bucketize_pos, pos_out, want_dst, dst)
+    _bucket_scatter(offs, uidx, bag_key, *params, keep, bucket, slots, new_indices.view(uidx.dtype), bucketize_pos, pos_out, want_dst, dst)
     if weights is not None and N:
         _scatter_to(bits(weights), dst, new_weights.view(bits(new_weights).dtype))
-    if sequence:
-        unbucketize[...] = dst
 
 
 # -- small permutation ops ---------------------------------------------------------
 @njit(cache=True, parallel=True)
 def _expand(permute, io, oo, out):
-    for t in prange(permute.shape[0]):
-        base = io[permute[t]]
-        o = oo[t]
-        for i in range(oo[t + 1] - o):
-            out[o + i] = base + i
+    T = permute.shape[0]
+    for c in prange((T + SEG_CHUNK - 1) // SEG_CHUNK):
+        p, i_off, o_off, o = permute[:], io[:], oo[:], out[:]
+        t0 = np.int64(c) * SEG_CHUNK
+        for t in range(t0, min(t0 + SEG_CHUNK, T)):
+            base = i_off[p[t]]
+            seg = o[o_off[t] : o_off[t + 1]]
+            for e in range(seg.shape[0]):
+                seg[e] = base + e
 
 
 def expand_into_jagged_permute(permute, input_offset, output_offset, out):

@@ -78,7 +78,7 @@ def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size
 
 # -- block bucketize -------------------------------------------------------------------
 @cuda.jit
-def _bucket_count(offs, uidx, bag_key, bs, G, mu, pos, has_pos, mask, counts):
+def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, counts):
     n_bags = bag_key.shape[0]
     m = np.int64(mu)
     for k in range(cuda.grid(1), n_bags, cuda.gridsize(1)):
@@ -86,12 +86,12 @@ def _bucket_count(offs, uidx, bag_key, bs, G, mu, pos, has_pos, mask, counts):
         for p in range(m):
             counts[p * n_bags + k] = 0
         for i in range(offs[k], offs[k + 1]):
-            b, nw = bucket_of(np.uint64(uidx[i]), bs[t], G[t], mu, pos, t * (m + 1), has_pos, mask)
+            b, nw = bucket_of(np.uint64(uidx[i]), kc, t, mu, pos, has_pos, mask)
             counts[b * n_bags + k] += 1
 
 
 @cuda.jit
-def _bucket_scatter(offs, uidx, bag_key, bs, G, mu, pos, has_pos, mask, keep, cursor, new_idx, want_pos, new_pos, want_dst, dst):
+def _bucket_scatter(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, cursor, new_idx, want_pos, new_pos, want_dst, dst):
     n_bags = bag_key.shape[0]
     m = np.int64(mu)
     for k in range(cuda.grid(1), n_bags, cuda.gridsize(1)):
@@ -99,7 +99,7 @@ def _bucket_scatter(offs, uidx, bag_key, bs, G, mu, pos, has_pos, mask, keep, cu
         start = offs[k]
         for i in range(start, offs[k + 1]):
             u = np.uint64(uidx[i])
-            b, nw = bucket_of(u, bs[t], G[t], mu, pos, t * (m + 1), has_pos, mask)
+            b, nw = bucket_of(u, kc, t, mu, pos, has_pos, mask)
             slot = cursor[b * n_bags + k]
             cursor[b * n_bags + k] = slot + 1
             new_idx[slot] = u if keep[t] else nw
@@ -127,8 +127,7 @@ def block_bucketize_sparse_features(
     bag_key = m.asarray(np.repeat(np.arange(batch.shape[0], dtype=np.int64), batch))
     uidx = bits(indices)
     params = (
-        m.asarray(block_sizes.astype(np.uint64)),
-        m.asarray(total_num_blocks.astype(np.uint64)),
+        m.asarray(_bucketize.key_constants(block_sizes, total_num_blocks, my_size).reshape(-1)),
         np.uint64(my_size),
         m.asarray(np.zeros(1, np.uint64) if pos is None else pos.reshape(-1).astype(np.uint64)),
         pos is not None,
