@@ -239,16 +239,14 @@ def invert_permute(permute, out):
 
 # -- unique ids per table -----------------------------------------------------------
 @njit(cache=True, parallel=True)
-def _sort_tables(ids, bounds, order, counts):
-    """Per table ``g`` (ids ``bounds[g]:bounds[g+1]``): a stable sort order and the
-    number of distinct ids."""
+def _count_distinct(ids, bounds, order, counts):
+    """Distinct ids per table ``g`` (sorted positions ``bounds[g]:bounds[g+1]`` of ``order``)."""
     for g in prange(bounds.shape[0] - 1):
         lo, hi = bounds[g], bounds[g + 1]
-        o = np.argsort(ids[lo:hi], kind="mergesort")
+        o = order[lo:hi]
         c = 0
         for r in range(hi - lo):
-            order[lo + r] = lo + o[r]
-            if r == 0 or ids[lo + o[r]] != ids[lo + o[r - 1]]:
+            if r == 0 or ids[o[r]] != ids[o[r - 1]]:
                 c += 1
         counts[g] = c
 
@@ -257,13 +255,16 @@ def _sort_tables(ids, bounds, order, counts):
 def _emit_unique(ids, bounds, order, base, unique, reverse):
     for g in prange(bounds.shape[0] - 1):
         lo, hi = bounds[g], bounds[g + 1]
-        rank = base[g] - 1
+        o = order[lo:hi]
+        uq = unique[base[g] : base[g + 1]]  # bounded views (see the module docstring)
+        rv = reverse[0 : reverse.shape[0]]
+        rank = -1
         for r in range(hi - lo):
-            i = order[lo + r]
-            if r == 0 or ids[i] != ids[order[lo + r - 1]]:
+            i = o[r]
+            if r == 0 or ids[i] != ids[o[r - 1]]:
                 rank += 1
-                unique[rank] = ids[i]
-            reverse[i] = rank
+                uq[rank] = ids[i]
+            rv[i] = base[g] + rank
 
 
 def jagged_unique_indices(tables, B, offsets, indices, out):
@@ -271,9 +272,10 @@ def jagged_unique_indices(tables, B, offsets, indices, out):
     offs = int64s(offsets)
     ids = np.ascontiguousarray(indices)
     bounds = np.array([offs[a * B] for a, _ in tables] + [offs[tables[-1][1] * B]], np.int64)
-    order = np.empty(ids.shape[0], np.int64)
+    # NumPy's sort (SIMD) as the building block, like CuPy's on the device; any order among equal ids will do
+    order = np.concatenate([lo + np.argsort(ids[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])] + [np.zeros(0, np.int64)])
     counts = np.empty(len(tables), np.int64)
-    _sort_tables(ids, bounds, order, counts)
+    _count_distinct(ids, bounds, order, counts)
     base = _offsets_of(counts)
     _emit_unique(ids, bounds, order, base, unique, reverse)
     lengths = np.zeros(offs.shape[0] - 1, np.int64)
