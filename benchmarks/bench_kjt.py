@@ -2,8 +2,11 @@
 
     python benchmarks/bench_kjt.py [--backend ref] [--backend cpu] [--backend cuda]
 
-Prints the machine, then a markdown table (milliseconds, median of >= 7 runs
-after 2 warm-ups). The headline cases are the issue's: a KJT with T=26 keys,
+Prints the machine, then a markdown table (milliseconds). The machine these
+numbers come from is shared, so the contenders of one row are timed in
+interleaved rounds (embnum, fbgemm, torch, embnum, ...; 2 warm-up rounds, then
+at least 15 rounds and 0.5 s) and each column is the median of its rounds:
+a burst of load from other processes hits every column alike. The headline cases are the issue's: a KJT with T=26 keys,
 B=4096, bag lengths Poisson(20) (about 2.1M int64 ids, int32 lengths), hash
 size 1e6 per key; ``block_bucketize_sparse_features`` with my_size=8 and
 sequence=True, and ``permute_2d_sparse_data`` with a random key permutation
@@ -19,7 +22,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+from _bench import copy_floor, fmt_ms, machine, table  # noqa: E402
 
 import embnum  # noqa: E402
 
@@ -138,6 +144,21 @@ def cases(rng):
     )
 
 
+def interleaved_medians(fns: dict, *, rounds: int = 15, min_seconds: float = 0.5, warmup: int = 2) -> dict:
+    """Median seconds of each callable, timed one after the other in rounds."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {k: [] for k in fns}
+    start = time.perf_counter()
+    while len(next(iter(times.values()))) < rounds or time.perf_counter() - start < min_seconds:
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def _to_backend(backend, args):
     be = embnum._backend.BACKENDS[backend]
     return {k: be.from_host(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
@@ -155,6 +176,7 @@ def main(argv=None):
     for op, label, op_args, fb_call, torch_call, nread, nwritten in cases(np.random.default_rng(0)):
         row = {"op": op, "input": label}
         fn = getattr(embnum, op)
+        contenders = {}
         for backend in backends:
             be = embnum._backend.BACKENDS[backend]
             dev_args = _to_backend(backend, op_args)
@@ -163,9 +185,13 @@ def main(argv=None):
                 fn(**dev_args, backend=backend)
                 be.synchronize()
 
-            row[f"embnum {backend}"] = median_time(run)
-        row["fbgemm cpu"] = median_time(fb_call) if fb_call else None
-        row["torch"] = median_time(torch_call) if torch_call else None
+            contenders[f"embnum {backend}"] = run
+        if fb_call:
+            contenders["fbgemm cpu"] = fb_call
+        if torch_call:
+            contenders["torch"] = torch_call
+        row.update({"fbgemm cpu": None, "torch": None})
+        row.update(interleaved_medians(contenders))
         row["copy floor"] = copy_floor(nread, nwritten)
         main_backend = row[f"embnum {'cpu' if 'cpu' in backends else backends[-1]}"]
         row["fbgemm / embnum"] = f"{row['fbgemm cpu'] / main_backend:.1f}x" if row["fbgemm cpu"] else "-"

@@ -24,8 +24,6 @@ from ._common import bits, int64s
 
 bucket_of = njit(cache=True, inline="always")(_bucketize.bucket_of)
 uniform_new_id = njit(cache=True, inline="always")(_bucketize.uniform_new_id)
-CHUNK = 1 << 15  # output elements per parallel work item of a segment gather
-SEG_CHUNK = 1024  # segments per parallel work item
 
 
 # -- segment gather (both permutes, keyed index select) ------------------------
@@ -39,35 +37,18 @@ def _exclusive_into(sizes, offs):
         offs[k + 1] = acc
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _gather(src, src_offs, seg, dst_offs, dst):
-    """Output segment ``j`` = source segment ``seg[j]``. Work is split into
-    equal chunks of the output, so a few huge or many tiny segments balance."""
-    total = dst.shape[0]
-    n_seg = seg.shape[0]
-    for c in prange((total + CHUNK - 1) // CHUNK):
-        lo = np.int64(c) * CHUNK
-        hi = min(lo + CHUNK, total)
-        so, sg, do = src_offs[:], seg[:], dst_offs[:]
-        a, b = 0, n_seg  # the last j with do[j] <= lo
-        while b - a > 1:
-            mid = (a + b) // 2
-            if do[mid] <= lo:
-                a = mid
-            else:
-                b = mid
-        j = a
-        pos = lo
-        while pos < hi:
-            while do[j + 1] <= pos:
-                j += 1
-            end = min(do[j + 1], hi)
-            start = so[sg[j]] + pos - do[j]
-            d = dst[pos:end]  # bounded local views: the copy loop then vectorises
-            s = src[start : start + (end - pos)]
-            for e in range(end - pos):
-                d[e] = s[e]
-            pos = end
+    """Output segment ``j`` = source segment ``seg[j]``. Serial: a pure data move,
+    bound by memory (whole keys) or by the latency of random segment reads
+    (bags); two threads on this 2-core machine were no faster in either case."""
+    for j in range(seg.shape[0]):
+        lo, hi = dst_offs[j], dst_offs[j + 1]
+        start = src_offs[seg[j]]
+        d = dst[lo:hi]  # bounded views: the copy loop vectorises
+        s = src[start : start + (hi - lo)]
+        for e in range(hi - lo):
+            d[e] = s[e]
 
 
 def _gather_segments(data, src_offs, seg, dst_offs, dst):
@@ -209,17 +190,14 @@ def block_bucketize_sparse_features(
 
 
 # -- small permutation ops ---------------------------------------------------------
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _expand(permute, io, oo, out):
-    T = permute.shape[0]
-    for c in prange((T + SEG_CHUNK - 1) // SEG_CHUNK):
-        p, i_off, o_off, o = permute[:], io[:], oo[:], out[:]
-        t0 = np.int64(c) * SEG_CHUNK
-        for t in range(t0, min(t0 + SEG_CHUNK, T)):
-            base = i_off[p[t]]
-            seg = o[o_off[t] : o_off[t + 1]]
-            for e in range(seg.shape[0]):
-                seg[e] = base + e
+    """Serial for the same reason as :func:`_gather`."""
+    for t in range(permute.shape[0]):
+        base = io[permute[t]]
+        seg = out[oo[t] : oo[t + 1]]
+        for e in range(seg.shape[0]):
+            seg[e] = base + e
 
 
 def expand_into_jagged_permute(permute, input_offset, output_offset, out):
