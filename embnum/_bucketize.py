@@ -23,10 +23,9 @@ def key_constants(block_sizes, total_num_blocks, my_size):
     return np.ascontiguousarray(np.stack([bs, G, lb, bs * lb, bs * G], axis=1).reshape(-1, 5))
 
 
-def bucket_of(u, kc, t, mu, pos, has_pos, mask):
+def bucket_of(u, bs, G, lb, width, limit, t, mu, pos, has_pos, mask):
     """``(bucket as int64, new id as uint64)`` of the unsigned id ``u`` of key ``t``
-    (``kc``: the flat key constants)."""
-    bs, G, lb, width, limit = kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
+    (the key's constants passed as scalars, loaded once per bag by the caller)."""
     if not has_pos:
         if u < limit:
             q = u // width
@@ -60,9 +59,9 @@ def bucket_of(u, kc, t, mu, pos, has_pos, mask):
     return bucket, new
 
 
-def uniform_new_id(u, bucket, kc, t):
+def uniform_new_id(u, bucket, G, width, limit):
     """The new id of ``u`` under uniform blocks when its ``bucket`` is already known
     (a multiply instead of a second division in the common row-wise case)."""
-    if u < kc[5 * t + 4]:
-        return u - np.uint64(bucket) * kc[5 * t + 3]
-    return u // kc[5 * t + 1]
+    if u < limit:
+        return u - np.uint64(bucket) * width
+    return u // G

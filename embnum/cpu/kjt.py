@@ -109,9 +109,10 @@ def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, bucket, count
         kcl, posl = kc[:], pos[:]
         for k in range(k0, k1):
             t = keys[k]
+            bs, G, lb, width, limit = kcl[5 * t], kcl[5 * t + 1], kcl[5 * t + 2], kcl[5 * t + 3], kcl[5 * t + 4]
             local[:] = 0
             for i in range(off[k], off[k + 1]):
-                b, _ = bucket_of(np.uint64(ids[i]), kcl, t, mu, posl, has_pos, mask)
+                b, _ = bucket_of(np.uint64(ids[i]), bs, G, lb, width, limit, t, mu, posl, has_pos, mask)
                 bk[i] = b
                 local[b] += 1
             for p in range(m):
@@ -132,6 +133,7 @@ def _bucket_scatter(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, bucke
         out_idx, out_pos, out_dst = new_idx[:], new_pos[:], dst[:]
         for k in range(k0, k1):
             t = keys[k]
+            bs, G, lb, width, limit = kcl[5 * t], kcl[5 * t + 1], kcl[5 * t + 2], kcl[5 * t + 3], kcl[5 * t + 4]
             for p in range(m):
                 cursor[p] = sl[p * n_bags + k]
             start = off[k]
@@ -144,9 +146,9 @@ def _bucket_scatter(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, bucke
                 if kept:
                     out_idx[slot] = u
                 elif has_pos:
-                    out_idx[slot] = bucket_of(u, kcl, t, mu, posl, has_pos, mask)[1]
+                    out_idx[slot] = bucket_of(u, bs, G, lb, width, limit, t, mu, posl, has_pos, mask)[1]
                 else:
-                    out_idx[slot] = uniform_new_id(u, b, kcl, t)
+                    out_idx[slot] = uniform_new_id(u, b, G, width, limit)
                 if want_pos:
                     out_pos[slot] = i - start
                 if want_dst:

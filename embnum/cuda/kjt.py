@@ -83,10 +83,11 @@ def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, counts):
     m = np.int64(mu)
     for k in range(cuda.grid(1), n_bags, cuda.gridsize(1)):
         t = bag_key[k]
+        bs, G, lb, width, limit = kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
         for p in range(m):
             counts[p * n_bags + k] = 0
         for i in range(offs[k], offs[k + 1]):
-            b, nw = bucket_of(np.uint64(uidx[i]), kc, t, mu, pos, has_pos, mask)
+            b, nw = bucket_of(np.uint64(uidx[i]), bs, G, lb, width, limit, t, mu, pos, has_pos, mask)
             counts[b * n_bags + k] += 1
 
 
@@ -96,10 +97,11 @@ def _bucket_scatter(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, curso
     m = np.int64(mu)
     for k in range(cuda.grid(1), n_bags, cuda.gridsize(1)):
         t = bag_key[k]
+        bs, G, lb, width, limit = kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
         start = offs[k]
         for i in range(start, offs[k + 1]):
             u = np.uint64(uidx[i])
-            b, nw = bucket_of(u, kc, t, mu, pos, has_pos, mask)
+            b, nw = bucket_of(u, bs, G, lb, width, limit, t, mu, pos, has_pos, mask)
             slot = cursor[b * n_bags + k]
             cursor[b * n_bags + k] = slot + 1
             new_idx[slot] = u if keep[t] else nw
