@@ -38,6 +38,16 @@ def _exclusive_into(sizes, offs):
 
 
 @njit(cache=True)
+def _exclusive_in_place(a):
+    """``a[k] = a[0] + ... + a[k-1]`` (the old values), in place."""
+    acc = np.int64(0)
+    for k in range(a.shape[0]):
+        v = a[k]
+        a[k] = acc
+        acc += v
+
+
+@njit(cache=True)
 def _gather(src, src_offs, seg, dst_offs, dst):
     """Output segment ``j`` = source segment ``seg[j]``. Serial: a pure data move,
     bound by memory (whole keys) or by the latency of random segment reads
@@ -182,7 +192,8 @@ def block_bucketize_sparse_features(
     counts = np.empty(my_size * n_bags, np.int64)
     _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
     new_lengths[...] = counts
-    slots = _offsets_of(counts)[:-1]
+    _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
+    slots = counts
     want_dst = sequence or weights is not None
     dst = unbucketize if sequence else np.empty(N if want_dst else 0, indices.dtype)
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
