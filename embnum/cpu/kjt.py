@@ -195,7 +195,7 @@ def block_bucketize_sparse_features(
     _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
     slots = counts
     want_dst = sequence or weights is not None
-    dst = unbucketize if sequence else np.empty(N if want_dst else 0, indices.dtype)
+    dst = unbucketize if sequence else np.empty(N if want_dst else 0, np.int64)  # int64: N may pass int32
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
     _bucket_scatter(offs, uidx, bag_key, *params, keep, bucket, slots, new_indices.view(uidx.dtype), bucketize_pos, pos_out, want_dst, dst)
     if weights is not None and N:
