@@ -28,6 +28,7 @@ from ._common import bits, int64s
 
 bucket_of = njit(cache=True, inline="always")(_bucketize.bucket_of)
 uniform_new_id = njit(cache=True, inline="always")(_bucketize.uniform_new_id)
+SEG_CHUNK = 256  # segments per parallel work item of a gather of many small segments
 
 
 # -- segment gather (both permutes, keyed index select) ------------------------
@@ -53,9 +54,8 @@ def _exclusive_in_place(a):
 
 @njit(cache=True)
 def _gather(src, src_offs, seg, dst_offs, dst):
-    """Output segment ``j`` = source segment ``seg[j]``. Serial: a pure data move,
-    bound by memory (whole keys) or by the latency of random segment reads
-    (bags); two threads on this 2-core machine were no faster in either case."""
+    """Output segment ``j`` = source segment ``seg[j]``, serially: for a few big
+    segments (whole keys) the move runs at about a plain copy's speed."""
     for j in range(seg.shape[0]):
         lo, hi = dst_offs[j], dst_offs[j + 1]
         start = src_offs[seg[j]]
@@ -65,9 +65,31 @@ def _gather(src, src_offs, seg, dst_offs, dst):
             d[e] = s[e]
 
 
+@njit(cache=True, parallel=True)
+def _gather_many(src, src_offs, seg, dst_offs, dst):
+    """:func:`_gather` for many small segments (bags), bound by the latency of
+    random reads: chunks of segments on every thread."""
+    S = seg.shape[0]
+    for c in prange((S + SEG_CHUNK - 1) // SEG_CHUNK):
+        j0 = np.int64(c) * SEG_CHUNK
+        for j in range(j0, min(j0 + SEG_CHUNK, S)):
+            lo, hi = dst_offs[j], dst_offs[j + 1]
+            start = src_offs[seg[j]]
+            d = dst[lo:hi]
+            s = src[start : start + (hi - lo)]
+            for e in range(hi - lo):
+                d[e] = s[e]
+
+
 def _gather_segments(data, src_offs, seg, dst_offs, dst):
-    if dst.shape[0]:
-        _gather(bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
+    if not dst.shape[0]:
+        return
+    args = (bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
+    if seg.shape[0] >= 4 * SEG_CHUNK:
+        with numba.parallel_chunksize(2):
+            _gather_many(*args)
+    else:
+        _gather(*args)
 
 
 def _offsets_of(sizes):
