@@ -502,10 +502,11 @@ def test_fbgemm_permute_2d(args):
     args = _fb_values(args)
     M = int(np.asarray(args["lengths"])[args["permute"].astype(I64)].sum())
     want = fb.permute_2D_sparse_data(_t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M)
-    got = embnum.permute_2d_sparse_data(**args)
-    for g, w in zip(got, want):
-        if g is not None:
-            _same(g, w)
+    for backend in ("ref", "cpu"):
+        got = embnum.permute_2d_sparse_data(**args, backend=backend)
+        for g, w in zip(got, want):
+            if g is not None:
+                _same(g, w)
 
 
 @pytest.mark.fbgemm
@@ -516,10 +517,11 @@ def test_fbgemm_permute_1d(args):
     args = _fb_values(args)
     M = int(args["lengths"][args["permute"].astype(I64)].sum())
     want = fb.permute_1D_sparse_data(_t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M)
-    got = embnum.permute_1d_sparse_data(**args)
-    for g, w in zip(got, want):
-        if g is not None:
-            _same(g, w)
+    for backend in ("ref", "cpu"):
+        got = embnum.permute_1d_sparse_data(**args, backend=backend)
+        for g, w in zip(got, want):
+            if g is not None:
+                _same(g, w)
 
 
 @pytest.mark.fbgemm
@@ -550,11 +552,12 @@ def test_fbgemm_block_bucketize(args):
         None if args["total_num_blocks"] is None else _t(args["total_num_blocks"].astype(idt)),
         None if keep_per is None else _t(keep_per),
     )
-    got = embnum.block_bucketize_sparse_features(**args)
-    for g, w_ in zip(got, want):
-        assert (g is None) == (w_ is None)
-        if g is not None:
-            _same(g, w_)
+    for backend in ("ref", "cpu"):
+        got = embnum.block_bucketize_sparse_features(**args, backend=backend)
+        for g, w_ in zip(got, want):
+            assert (g is None) == (w_ is None)
+            if g is not None:
+                _same(g, w_)
 
 
 @pytest.mark.fbgemm
@@ -566,9 +569,10 @@ def test_fbgemm_expand_and_invert(args):
         return  # fbgemm raises for an empty permute (kjt.md section 5)
     conv = {k: args[k].astype(I64) for k in ("permute", "input_offset", "output_offset")}
     want = fb.expand_into_jagged_permute(_t(conv["permute"]), _t(conv["input_offset"]), _t(conv["output_offset"]), args["output_size"])
-    _same(embnum.expand_into_jagged_permute(**conv, output_size=args["output_size"]), want)
     p = np.random.default_rng(args["output_size"]).permutation(len(args["permute"])).astype(args["permute"].dtype)
-    _same(embnum.invert_permute(p), fb.invert_permute(_t(p)))
+    for backend in ("ref", "cpu"):
+        _same(embnum.expand_into_jagged_permute(**conv, output_size=args["output_size"], backend=backend), want)
+        _same(embnum.invert_permute(p, backend=backend), fb.invert_permute(_t(p)))
 
 
 # -- torch bridge: gradients (scatter-add, right for repeated and dropped keys), bfloat16 ----------
