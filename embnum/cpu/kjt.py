@@ -1,21 +1,22 @@
 """Numba host kernels of the KeyedJaggedTensor family.
 
-Parallel loops run with a small ``numba.parallel_chunksize`` (dynamic
-scheduling): on a shared machine a statically scheduled half-loop waits for a
-descheduled thread (bucketize 14-19 ms static, 8 ms dynamic, same machine).
-Inner loops of parallel kernels index bounded local views (``a[lo:hi]``)
-rather than the kernel's array arguments: Numba passes a prange body its
-arrays by reference, and LLVM then reloads their data pointers on every
-store (no vectorisation, several times slower); a local view lives in
-registers.
-
 Each function takes the validated arguments of its op (``embnum.ops.kjt``)
 plus ``out`` (a tuple/list of uninitialised arrays, ``None`` where an output
 is not requested) and fills every requested output. Values and weights are
 moved as unsigned integers of their width (``bits``): bit-exact and few
-compiled specialisations. Block bucketize is count -> scan -> scatter, one
-bag per parallel iteration, so the order inside a (bucket, bag) group is the
-input order and the result does not depend on the thread count.
+compiled specialisations. Block bucketize is count -> scan -> scatter over
+chunks of whole bags, each bag walked in input order by one thread, so the
+order inside a (bucket, bag) group is the input order and the result does
+not depend on the thread count.
+
+Performance notes (benchmarks/RESULTS.md): parallel loops run with a small
+``numba.parallel_chunksize`` (dynamic scheduling), because on a shared
+machine a statically scheduled half-loop waits for a descheduled thread
+(bucketize 14-19 ms static, 8 ms dynamic); inner copy loops index bounded
+local views (``a[lo:hi]``), which LLVM keeps in registers and vectorises,
+where a prange body's by-reference array arguments are reloaded on every
+store; per-key constants are loaded once per bag into scalars for the same
+reason.
 """
 from __future__ import annotations
 
