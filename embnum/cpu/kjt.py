@@ -233,19 +233,22 @@ def block_bucketize_sparse_features(
 
 
 # -- small permutation ops ---------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _expand(permute, io, oo, out):
-    """Serial for the same reason as :func:`_gather`."""
-    for t in range(permute.shape[0]):
-        base = io[permute[t]]
-        seg = out[oo[t] : oo[t + 1]]
-        for e in range(seg.shape[0]):
-            seg[e] = base + e
+    T = permute.shape[0]
+    for c in prange((T + SEG_CHUNK - 1) // SEG_CHUNK):
+        t0 = np.int64(c) * SEG_CHUNK
+        for t in range(t0, min(t0 + SEG_CHUNK, T)):
+            base = io[permute[t]]
+            seg = out[oo[t] : oo[t + 1]]  # a bounded view (module docstring)
+            for e in range(seg.shape[0]):
+                seg[e] = base + e
 
 
 def expand_into_jagged_permute(permute, input_offset, output_offset, out):
     if permute.shape[0]:
-        _expand(int64s(permute), int64s(input_offset), int64s(output_offset), out)
+        with numba.parallel_chunksize(2):
+            _expand(int64s(permute), int64s(input_offset), int64s(output_offset), out)
 
 
 @njit(cache=True, parallel=True)
