@@ -648,3 +648,24 @@ def test_fbgemm_permute_2d_gradient_on_true_permutations(args, seed):
         fn(perm, lengths, v, None, n)[1].backward(g)
         grads.append(v.grad.numpy())
     np.testing.assert_array_equal(grads[0], grads[1])
+
+
+def test_cpu_bucketize_does_not_depend_on_the_thread_count():
+    numba = pytest.importorskip("numba")
+    rng = np.random.default_rng(3)
+    lengths = rng.poisson(4, 3000)
+    ids = rng.integers(-10, 5000, int(lengths.sum()))
+    w = rng.random(ids.shape[0], dtype=np.float32)
+    args = (lengths, ids, True, True, _a(100, 200, 300), 7, w)
+    before = numba.get_num_threads()
+    try:
+        results = []
+        for n in sorted({1, before}):
+            numba.set_num_threads(n)
+            results.append(embnum.block_bucketize_sparse_features(*args, backend="cpu"))
+    finally:
+        numba.set_num_threads(before)
+    for r in results[1:]:
+        for a, b in zip(results[0], r):
+            np.testing.assert_array_equal(a, b)
+    assert embnum.get_op("block_bucketize_sparse_features").check_fn(results[0], embnum.block_bucketize_sparse_features(*args, backend="ref"), {})[1]
