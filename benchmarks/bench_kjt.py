@@ -4,8 +4,8 @@
 
 Prints the machine, then a markdown table (milliseconds). The machine these
 numbers come from is shared, so the contenders of one row are timed in
-interleaved rounds (embnum, fbgemm, torch, embnum, ...; 2 warm-up rounds, then
-at least 15 rounds and 0.5 s) and each column is the median of its rounds:
+interleaved rounds (embnum, fbgemm, torch, embnum, ...;
+at least 30 rounds and 1.5 s, after 3 warm-up rounds) and each column is the median of its rounds:
 a burst of load from other processes hits every column alike. The headline cases are the issue's: a KJT with T=26 keys,
 B=4096, bag lengths Poisson(20) (about 2.1M int64 ids, int32 lengths), hash
 size 1e6 per key; ``block_bucketize_sparse_features`` with my_size=8 and
@@ -144,7 +144,7 @@ def cases(rng):
     )
 
 
-def interleaved_medians(fns: dict, *, rounds: int = 15, min_seconds: float = 0.5, warmup: int = 2) -> dict:
+def interleaved_medians(fns: dict, *, rounds: int = 30, min_seconds: float = 1.5, warmup: int = 3) -> dict:
     """Median seconds of each callable, timed one after the other in rounds."""
     for _ in range(warmup):
         for fn in fns.values():
