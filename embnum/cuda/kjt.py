@@ -205,8 +205,9 @@ def jagged_unique_indices(tables, B, offsets, indices, out):
     bounds = [int(offs[a * B]) for a, _ in tables] + [int(offs[tables[-1][1] * B])]
     counts = np.zeros(len(tables), np.int64)
     if N:
-        # CuPy's stable sort per table (a library building block), then mark -> scan -> emit
-        order = m.concatenate([lo + m.argsort(ids[lo:hi], kind="stable") for lo, hi in zip(bounds[:-1], bounds[1:])])
+        # a library sort per table (CuPy on the device), then mark -> scan -> emit; the order among
+        # equal ids does not matter
+        order = m.concatenate([lo + m.argsort(ids[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])])
         first = np.zeros(N, np.uint8)
         first[[b for b in bounds[:-1] if b < N]] = 1
         flags = m.empty(N, np.int64)
