@@ -1,4 +1,5 @@
 """Op declarations, one module per family. Importing this package registers them all."""
 from . import jagged  # noqa: F401
+from . import quant  # noqa: F401
 
-FAMILIES = ("jagged",)
+FAMILIES = ("jagged", "quant")
