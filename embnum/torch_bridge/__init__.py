@@ -8,10 +8,11 @@ CUDA, and returns tensors on the same device. Every op is also registered as
 This is the only package of embnum that imports torch.
 """
 from . import jagged as _jagged  # noqa: F401 - describes the family's bridges
+from . import quant as _quant  # noqa: F401
 from ._library import BRIDGES, build, to_array, to_tensor
 
 __all__ = ["to_array", "to_tensor"]
 for _name, _spec in BRIDGES.items():
     globals()[_name] = build(_spec)
     __all__.append(_name)
-del _name, _spec, _jagged
+del _name, _spec, _jagged, _quant
