@@ -16,3 +16,4 @@ for _name, _spec in BRIDGES.items():
     globals()[_name] = build(_spec)
     __all__.append(_name)
 del _name, _spec, _jagged, _quant
+from . import codecs  # noqa: E402 - communication codecs over the ops built above
