@@ -16,12 +16,30 @@ from numba import njit, prange
 from .. import _half
 
 _jit = njit(cache=True, inline="always")
-float_to_half_bits = _jit(_half.float_to_half_bits)
 half_bits_to_float = _jit(_half.half_bits_to_float)
 float32_bits_to_half_bits = _jit(_half.float32_bits_to_half_bits)
-float32_to_bits = _jit(_half.float32_to_bits)
 bits_to_float32 = _jit(_half.bits_to_float32)
 rne = _jit(_half.rne)
+
+
+@_jit
+def _half_to_float32_bits(h):
+    """float16 bit pattern -> float32 bit pattern (exact; NaN payload kept), integers only."""
+    h = np.int64(h)
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 31:
+        return sign | 0x7F800000 | (m << 13)
+    if e == 0:
+        if m == 0:
+            return sign
+        shift = 0
+        while m < 0x400:  # normalise the subnormal
+            m <<= 1
+            shift += 1
+        return sign | ((113 - shift) << 23) | ((m & 0x3FF) << 13)
+    return sign | ((e + 112) << 23) | (m << 13)
 
 F32 = np.float32
 _MAGIC = np.float32(8388608.0)  # 2**23: x + 2**23 - 2**23 rounds 0 <= x < 2**23 to an integer, ties to even
@@ -33,20 +51,43 @@ def _float32_rows(a, D):
 
 
 @_jit
-def _min_max(row):
-    """Row minimum and maximum in float32; the first minimal/maximal
-    element (fbgemm's choice among signed zeros); both NaN when the row holds a NaN."""
-    mn = row[0]
-    mx = row[0]
-    bad = False
+def _key(u):
+    """An int32 whose order is the float order of the float32 with bits ``u`` (int32):
+    -NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN."""
+    return np.int32(u ^ ((u >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+
+
+@_jit
+def _first_zero(row, fallback):
     for c in range(row.shape[0]):
-        v = row[c]
-        mn = v if v < mn else mn
-        mx = v if v > mx else mx
-        bad |= v != v
-    if bad:
-        mn = np.float32(np.nan)
-        mx = mn
+        if row[c] == 0:
+            return row[c]
+    return fallback
+
+
+@_jit
+def _min_max(row):
+    """Row minimum and maximum (float32): the first minimal/maximal element (which matters
+    only among signed zeros: fbgemm's choice); both NaN when the row holds a NaN.
+
+    The reduction runs on integer keys of the bit patterns, which the compiler
+    vectorizes (a float min/max reduction it does not, without fast-math)."""
+    bits = row.view(np.int32)
+    kmin = np.int32(0x7FFFFFFF)
+    kmax = np.int32(-0x80000000)
+    for c in range(bits.shape[0]):
+        k = _key(bits[c])
+        kmin = k if k < kmin else kmin
+        kmax = k if k > kmax else kmax
+    if kmax > np.int32(0x7F800000) or kmin < np.int32(-0x7F800001):  # outside [-inf, +inf]: a NaN
+        nan = np.float32(np.nan)
+        return nan, nan
+    mn = _key(kmin).view(np.float32)
+    mx = _key(kmax).view(np.float32)
+    if mn == 0:
+        mn = _first_zero(row, mn)
+    if mx == 0:
+        mx = _first_zero(row, mx)
     return mn, mx
 
 
@@ -59,14 +100,30 @@ def _code(p, Q):
 
 
 @_jit
+def _bits(v):
+    """float32 bit pattern of ``v`` (int64); NaN -> 0x7FC00000."""
+    if v != v:
+        return np.int64(0x7FC00000)
+    return np.int64(np.float32(v).view(np.uint32))
+
+
+@_jit
 def _put_u32(row, at, bits):
     for i in range(4):
         row[at + i] = np.uint8((bits >> (8 * i)) & 0xFF)
 
 
 @_jit
-def _get_u32(row, at):
-    return np.int64(row[at]) | (np.int64(row[at + 1]) << 8) | (np.int64(row[at + 2]) << 16) | (np.int64(row[at + 3]) << 24)
+def _get_f32(row, at):
+    """The little-endian float32 stored in ``row[at:at+4]``, as a float64."""
+    u = np.uint32(row[at]) | (np.uint32(row[at + 1]) << 8) | (np.uint32(row[at + 2]) << 16) | (np.uint32(row[at + 3]) << 24)
+    return np.float64(np.uint32(u).view(np.float32))
+
+
+@_jit
+def _f16(h):
+    """The float32 value of the float16 bit pattern ``h`` (exact, through the float32 bits)."""
+    return np.uint32(_half_to_float32_bits(h)).view(np.float32)
 
 
 # -- 1. fused 8-bit row-wise ----------------------------------------------------
@@ -83,8 +140,8 @@ def _quantize_8bit(x, out):
         inv = np.float32(Q / np.float32(rng + np.float32(1e-8)))
         for c in range(D):
             o[c] = _code(np.float32(np.float32(row[c] - mn) * inv), Q)
-        _put_u32(o, D, float32_to_bits(scale))
-        _put_u32(o, D + 4, float32_to_bits(mn))
+        _put_u32(o, D, _bits(scale))
+        _put_u32(o, D + 4, _bits(mn))
 
 
 def float_to_fused_8bit_rowwise(input, out):
@@ -99,8 +156,8 @@ def _dequantize_8bit(q, out):
     R, D = out.shape
     for r in prange(R):
         row = q[r]
-        scale = bits_to_float32(_get_u32(row, D))
-        bias = bits_to_float32(_get_u32(row, D + 4))
+        scale = _get_f32(row, D)
+        bias = _get_f32(row, D + 4)
         o = out[r]
         for c in range(D):
             o[c] = np.float32(row[c] * scale + bias)  # float64: exact product, one rounding, then to float32
@@ -125,41 +182,45 @@ def fused_8bit_rowwise_to_float(input, output_dtype, out):
 
 
 # -- 2. fused N-bit row-wise ----------------------------------------------------
+_CHUNK = 64  # rows per parallel task: per-task scratch is allocated once per chunk, not per row
+
+
 @njit(cache=True, parallel=True)
 def _quantize_nbit(x, bit_rate, out):
     R, D = x.shape
     k = 8 // bit_rate
     nbytes = D // k
     Q = np.float32(2**bit_rate - 1)
-    for r in prange(R):
-        row = x[r]
-        o = out[r]
-        mn, mx = _min_max(row)
-        bias16 = float_to_half_bits(mn)
-        b = np.float32(half_bits_to_float(bias16))
-        rng = np.float32(mx - b)
-        scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
-        scale16 = float_to_half_bits(scale)
-        s = np.float32(half_bits_to_float(scale16))
-        if s == 0:  # float16 underflow
-            scale16 = np.int64(0x3C00)
-            s = np.float32(1.0)
-        inv = np.float32(np.float32(1.0) / s)
-        if k == 2:
-            for j in range(nbytes):
-                lo = _code(np.float32(np.float32(row[2 * j] - b) * inv), Q)
-                hi = _code(np.float32(np.float32(row[2 * j + 1] - b) * inv), Q)
-                o[j] = lo | (hi << 4)
-        else:
-            for j in range(nbytes):
-                acc = np.uint8(0)
-                for i in range(k):
-                    acc |= _code(np.float32(np.float32(row[j * k + i] - b) * inv), Q) << (bit_rate * i)
-                o[j] = acc
-        o[nbytes] = np.uint8(scale16 & 0xFF)
-        o[nbytes + 1] = np.uint8(scale16 >> 8)
-        o[nbytes + 2] = np.uint8(bias16 & 0xFF)
-        o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
+    for chunk in prange((R + _CHUNK - 1) // _CHUNK):
+        codes = np.empty(D, np.uint8)  # one row's codes, unpacked: a contiguous, vectorizable loop
+        for r in range(chunk * _CHUNK, min(R, (chunk + 1) * _CHUNK)):
+            row = x[r]
+            o = out[r]
+            mn, mx = _min_max(row)
+            bias16 = float32_bits_to_half_bits(np.float32(mn).view(np.uint32))
+            b = _f16(bias16)
+            rng = np.float32(mx - b)
+            scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
+            scale16 = float32_bits_to_half_bits(np.float32(scale).view(np.uint32))
+            s = _f16(scale16)
+            if s == 0:  # float16 underflow
+                scale16 = np.int64(0x3C00)
+                s = np.float32(1.0)
+            inv = np.float32(np.float32(1.0) / s)
+            for c in range(D):
+                codes[c] = _code(np.float32(np.float32(row[c] - b) * inv), Q)
+            if k == 1:
+                o[:nbytes] = codes
+            elif k == 2:
+                for j in range(nbytes):
+                    o[j] = codes[2 * j] | (codes[2 * j + 1] << 4)
+            else:
+                for j in range(nbytes):
+                    o[j] = codes[4 * j] | (codes[4 * j + 1] << 2) | (codes[4 * j + 2] << 4) | (codes[4 * j + 3] << 6)
+            o[nbytes] = np.uint8(scale16 & 0xFF)
+            o[nbytes + 1] = np.uint8(scale16 >> 8)
+            o[nbytes + 2] = np.uint8(bias16 & 0xFF)
+            o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
 
 
 def float_to_fused_nbit_rowwise(input, bit_rate, out):
@@ -169,18 +230,28 @@ def float_to_fused_nbit_rowwise(input, bit_rate, out):
 @njit(cache=True, parallel=True)
 def _dequantize_nbit(q, bit_rate, out):
     R, C = q.shape
-    k = 8 // bit_rate
-    mask = (1 << bit_rate) - 1
     nbytes = C - 4
     for r in prange(R):
         row = q[r]
-        scale = half_bits_to_float(np.int64(row[nbytes]) | (np.int64(row[nbytes + 1]) << 8))
-        bias = half_bits_to_float(np.int64(row[nbytes + 2]) | (np.int64(row[nbytes + 3]) << 8))
+        scale = np.float64(_f16(np.int64(row[nbytes]) | (np.int64(row[nbytes + 1]) << 8)))
+        bias = np.float64(_f16(np.int64(row[nbytes + 2]) | (np.int64(row[nbytes + 3]) << 8)))
         o = out[r]
-        for j in range(nbytes):
-            byte = row[j]
-            for i in range(k):
-                o[j * k + i] = np.float32(scale * ((byte >> (bit_rate * i)) & mask) + bias)
+        # float64: exact product, one rounding, then to float32; one loop per rate keeps it vectorizable
+        if bit_rate == 8:
+            for j in range(nbytes):
+                o[j] = np.float32(row[j] * scale + bias)
+        elif bit_rate == 4:
+            for j in range(nbytes):
+                byte = np.int32(row[j])
+                o[2 * j] = np.float32((byte & 15) * scale + bias)
+                o[2 * j + 1] = np.float32((byte >> 4) * scale + bias)
+        else:
+            for j in range(nbytes):
+                byte = np.int32(row[j])
+                o[4 * j] = np.float32((byte & 3) * scale + bias)
+                o[4 * j + 1] = np.float32(((byte >> 2) & 3) * scale + bias)
+                o[4 * j + 2] = np.float32(((byte >> 4) & 3) * scale + bias)
+                o[4 * j + 3] = np.float32((byte >> 6) * scale + bias)
 
 
 def fused_nbit_rowwise_to_float(input, bit_rate, output_dtype, out):
