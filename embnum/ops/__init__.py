@@ -1,5 +1,6 @@
 """Op declarations, one module per family. Importing this package registers them all."""
 from . import jagged  # noqa: F401
 from . import quant  # noqa: F401
+from . import tbe_quantized  # noqa: F401
 
-FAMILIES = ("jagged", "quant")
+FAMILIES = ("jagged", "quant", "tbe_quantized")
