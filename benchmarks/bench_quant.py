@@ -1,6 +1,6 @@
 """Quant family: embnum's row-wise quantizers beside fbgemm_gpu's CPU ops, in one run.
 
-    python benchmarks/bench_quant.py [--backend cpu] [--backend ref] [--backend cuda] [--rows 65536] [--dim 128]
+    python benchmarks/bench_quant.py [--backend cpu] [--backend ref] [--backend cuda] [--rows 65536] [--dim 128] [--threads N]
 
 Prints the machine, then a markdown table (milliseconds, median of >= 7 runs
 after 2 warm-ups). The headline case is the issue's: 8-bit and 4-bit row-wise
@@ -8,6 +8,8 @@ quantize and dequantize of a [65536, 128] float32 array. "embnum out=" reuses
 an output buffer (no allocation, no first touch of fresh pages); fbgemm's ops
 always allocate. "copy floor" is a plain NumPy copy of the bytes the op must
 read and write. Ratios use the default (allocating) embnum call.
+``--threads N`` sets Numba's thread count (on a loaded machine one thread is
+steadier: a parallel loop waits for its slowest, descheduled thread).
 """
 from __future__ import annotations
 
@@ -55,7 +57,12 @@ def main(argv=None):
     parser.add_argument("--backend", action="append", help="embnum backends to time (default: cpu, and cuda on a GPU)")
     parser.add_argument("--rows", type=int, default=65536)
     parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--threads", type=int, help="Numba threads for the cpu backend (default: all)")
     args = parser.parse_args(argv)
+    if args.threads:
+        import numba
+
+        numba.set_num_threads(args.threads)
     gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
     backends = args.backend or ["cpu"] + (["cuda"] if gpu else [])
     print(machine())

@@ -182,7 +182,12 @@ def fused_8bit_rowwise_to_float(input, output_dtype, out):
 
 
 # -- 2. fused N-bit row-wise ----------------------------------------------------
-_CHUNK = 64  # rows per parallel task: per-task scratch is allocated once per chunk, not per row
+@_jit
+def _qf(p, Q):
+    """``clamp(rne(p), 0, Q)`` as a float32 (NaN -> 0): codes combine into a byte exactly in float32."""
+    p = p if p > np.float32(0) else np.float32(0)
+    p = p if p < Q else Q
+    return (p + _MAGIC) - _MAGIC
 
 
 @njit(cache=True, parallel=True)
@@ -191,36 +196,41 @@ def _quantize_nbit(x, bit_rate, out):
     k = 8 // bit_rate
     nbytes = D // k
     Q = np.float32(2**bit_rate - 1)
-    for chunk in prange((R + _CHUNK - 1) // _CHUNK):
-        codes = np.empty(D, np.uint8)  # one row's codes, unpacked: a contiguous, vectorizable loop
-        for r in range(chunk * _CHUNK, min(R, (chunk + 1) * _CHUNK)):
-            row = x[r]
-            o = out[r]
-            mn, mx = _min_max(row)
-            bias16 = float32_bits_to_half_bits(np.float32(mn).view(np.uint32))
-            b = _f16(bias16)
-            rng = np.float32(mx - b)
-            scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
-            scale16 = float32_bits_to_half_bits(np.float32(scale).view(np.uint32))
-            s = _f16(scale16)
-            if s == 0:  # float16 underflow
-                scale16 = np.int64(0x3C00)
-                s = np.float32(1.0)
-            inv = np.float32(np.float32(1.0) / s)
-            for c in range(D):
-                codes[c] = _code(np.float32(np.float32(row[c] - b) * inv), Q)
-            if k == 1:
-                o[:nbytes] = codes
-            elif k == 2:
-                for j in range(nbytes):
-                    o[j] = codes[2 * j] | (codes[2 * j + 1] << 4)
-            else:
-                for j in range(nbytes):
-                    o[j] = codes[4 * j] | (codes[4 * j + 1] << 2) | (codes[4 * j + 2] << 4) | (codes[4 * j + 3] << 6)
-            o[nbytes] = np.uint8(scale16 & 0xFF)
-            o[nbytes + 1] = np.uint8(scale16 >> 8)
-            o[nbytes + 2] = np.uint8(bias16 & 0xFF)
-            o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
+    for r in prange(R):
+        row = x[r]
+        o = out[r]
+        mn, mx = _min_max(row)
+        bias16 = float32_bits_to_half_bits(np.float32(mn).view(np.uint32))
+        b = _f16(bias16)
+        rng = np.float32(mx - b)
+        scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
+        scale16 = float32_bits_to_half_bits(np.float32(scale).view(np.uint32))
+        s = _f16(scale16)
+        if s == 0:  # float16 underflow
+            scale16 = np.int64(0x3C00)
+            s = np.float32(1.0)
+        inv = np.float32(np.float32(1.0) / s)
+        # codes stay float32 (exact small integers) and are combined into a byte arithmetically:
+        # one simple loop per rate, which the compiler vectorizes
+        if k == 1:
+            for j in range(nbytes):
+                o[j] = np.uint8(_qf(np.float32(np.float32(row[j] - b) * inv), Q))
+        elif k == 2:
+            for j in range(nbytes):
+                lo = _qf(np.float32(np.float32(row[2 * j] - b) * inv), Q)
+                hi = _qf(np.float32(np.float32(row[2 * j + 1] - b) * inv), Q)
+                o[j] = np.uint8(lo + hi * np.float32(16.0))
+        else:
+            for j in range(nbytes):
+                c0 = _qf(np.float32(np.float32(row[4 * j] - b) * inv), Q)
+                c1 = _qf(np.float32(np.float32(row[4 * j + 1] - b) * inv), Q)
+                c2 = _qf(np.float32(np.float32(row[4 * j + 2] - b) * inv), Q)
+                c3 = _qf(np.float32(np.float32(row[4 * j + 3] - b) * inv), Q)
+                o[j] = np.uint8((c0 + c1 * np.float32(4.0)) + (c2 * np.float32(16.0) + c3 * np.float32(64.0)))
+        o[nbytes] = np.uint8(scale16 & 0xFF)
+        o[nbytes + 1] = np.uint8(scale16 >> 8)
+        o[nbytes + 2] = np.uint8(bias16 & 0xFF)
+        o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
 
 
 def float_to_fused_nbit_rowwise(input, bit_rate, out):

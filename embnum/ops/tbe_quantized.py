@@ -154,7 +154,7 @@ def _int_array(name, a, ndim=1):
     return v.index_array(name, a, ndim=ndim)
 
 
-def _bounds(offsets, indices, feature_starts, rows_of_feature, B, T, mode):
+def _bounds(offsets, indices, rows_of_feature, B, T, mode):
     """Section 4 for the quantized lookup: check (fatal/none) or repair a copy (warning/ignore).
     ``-1`` is a pruned row and always valid. Returns (offsets, indices) to use."""
     xp = v.xp_of(offsets)
@@ -295,7 +295,7 @@ def tbe_forward_quantized(
         shape = (N, dims.pop())
     else:
         shape = (B, Doffs[T])
-    offs, idx = _bounds(offsets, indices, None, rows, B, T, bounds)
+    offs, idx = _bounds(offsets, indices, rows, B, T, bounds)
     xp = v.xp_of(weights)
     layout = np.array([[woffs[t], codes[t], Doffs[t], Doffs[t + 1] - Doffs[t], row_bytes[t]] for t in range(T)], np.int64)
     return Plan(
