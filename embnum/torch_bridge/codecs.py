@@ -36,7 +36,6 @@ import dataclasses
 import torch
 
 from ..ops.quant import hfp8_usual_max_pos
-from ._library import BRIDGES  # noqa: F401 - the ops below are registered by the package
 
 
 def _op(name):
