@@ -10,6 +10,8 @@ written as uint16 bit patterns through ``embnum._half``.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit, prange
 
@@ -138,8 +140,12 @@ def _quantize_8bit(x, out):
         rng = np.float32(mx - mn)
         scale = np.float32(rng / Q)
         inv = np.float32(Q / np.float32(rng + np.float32(1e-8)))
-        for c in range(D):
-            o[c] = _code(np.float32(np.float32(row[c] - mn) * inv), Q)
+        if math.isfinite(rng):  # then 0 <= (x - mn) * inv <= 255 * (1 + 2 eps): no clamp needed
+            for c in range(D):
+                o[c] = np.uint8(np.rint(np.float32(np.float32(row[c] - mn) * inv)))
+        else:  # inf or NaN in the row
+            for c in range(D):
+                o[c] = _code(np.float32(np.float32(row[c] - mn) * inv), Q)
         _put_u32(o, D, _bits(scale))
         _put_u32(o, D + 4, _bits(mn))
 
