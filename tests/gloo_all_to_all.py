@@ -7,6 +7,7 @@ with each codec; the receiver decodes and checks the result against the
 uncompressed exchange within the codec's stated error. Inputs are seeded per
 rank, so every run is the same. Exit status 0 when every rank agrees.
 """
+import datetime
 import os
 import socket
 import sys
@@ -35,7 +36,9 @@ def _exchange(t):
 
 def _worker(rank, port):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=90)
+    )  # a failed peer ends the collective instead of hanging it
     from embnum.torch_bridge.codecs import BF16Codec, FP16Codec, HFP8Codec, Int8RowwiseCodec
 
     x = _rows(rank)

@@ -438,6 +438,17 @@ def test_fbgemm_8bit(x):
 
 
 @pytest.mark.fbgemm
+@settings(max_examples=30)
+@given(x=st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20)).flatmap(lambda s: float_rows(F16, shape=s, special=False)))
+def test_fbgemm_8bit_float16_input(x):
+    """float16 rows: fbgemm's FloatOrHalfToFused8BitRowwiseQuantized (its plain FloatTo... misreads them)."""
+    torch, fb = _fbgemm()
+    x = np.ascontiguousarray(x)
+    want = fb.FloatOrHalfToFused8BitRowwiseQuantized(torch.from_numpy(x)).numpy()
+    assert _same_but_zero_bias_sign(embnum.float_to_fused_8bit_rowwise(x), want, x.shape[1] + 4, 4)
+
+
+@pytest.mark.fbgemm
 @settings(max_examples=40)
 @given(args=qn_args().filter(lambda a: np.all(np.isfinite(a["input"])) and a["input"].size))
 def test_fbgemm_nbit(args):
