@@ -16,9 +16,8 @@ __all__ = ["available_backends", "get_op", "ops", "__version__"]
 for _op in ops():
     globals()[_op.name] = _op.public
     __all__.append(_op.name)
-# helpers that are not ops (layout builders, dataclasses): a family's ``HELPERS`` dict
-for _family in _declarations.FAMILIES:
-    for _name, _helper in getattr(getattr(_declarations, _family), "HELPERS", {}).items():
-        globals()[_name] = _helper
+for _family in _declarations.FAMILIES:  # host helpers a family exports beside its ops (no backend)
+    for _name in getattr(getattr(_declarations, _family), "HELPERS", ()):
+        globals()[_name] = getattr(getattr(_declarations, _family), _name)
         __all__.append(_name)
 del _op, _declarations

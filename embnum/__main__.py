@@ -104,10 +104,12 @@ def _to_backend(backend, value):
 
 
 def _to_host(backend, value):
+    if value is None:
+        return None
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple of arrays
-        return type(value)(*(backend.to_host(v) for v in value))
-    if isinstance(value, list):
-        return [backend.to_host(v) for v in value]
+        return type(value)(*(_to_host(backend, v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(backend, v) for v in value)
     return backend.to_host(value)
 
 

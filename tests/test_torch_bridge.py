@@ -44,6 +44,17 @@ def _result(name, args, returned):
     return list(returned) if isinstance(returned, tuple) else returned
 
 
+def _tensors(result):
+    """The tensors of an op's result (one tensor, or a tuple/list with None slots)."""
+    items = result if isinstance(result, (list, tuple)) else [result]
+    return [t for t in items if t is not None]
+
+
+def _loss(result):
+    """A scalar that depends on every differentiable output."""
+    return sum(t.sum() for t in _tensors(result) if t.requires_grad)
+
+
 def test_every_op_is_bridged():
     assert sorted(BRIDGED) == sorted(op.name for op in embnum.ops())
 
@@ -82,7 +93,19 @@ def test_opcheck(name):
     args = _example(name)
     torch_op = getattr(torch.ops.embnum, name).default
     values = list(_clone_mutated(name, args).values()) + [None]
-    torch.library.opcheck(torch_op, values)
+    utils = list(torch.library._OPCHECK_DEFAULT_UTILS)
+    wants_grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in values)
+    if wants_grad and _int_before_float(torch_op(*values)):
+        # opcheck's aot_dispatch_dynamic sums every output into one accumulator that starts
+        # as the first output's (integer) sum, and the in-place add of a float sum fails in
+        # torch itself; test_compile_fullgraph_aot_eager covers those ops' AOT path and grads
+        utils.remove("test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch_op, values, test_utils=utils)
+
+
+def _int_before_float(result):
+    kinds = [t.is_floating_point() for t in _tensors(result)]
+    return any(not f for f in kinds) and not kinds[0] and any(kinds)
 
 
 @pytest.mark.parametrize("name", BRIDGED)
@@ -93,7 +116,15 @@ def test_bridge_equals_numpy_op(name):
     want = _result(name, ref_args, op.public(**ref_args, backend="ref"))
     t_args = {k: torch.tensor(v) if isinstance(v, np.ndarray) else [torch.tensor(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray) else v for k, v in np_args.items()}
     got = _result(name, t_args, getattr(tb, name)(**t_args))
-    got = [g.numpy() for g in got] if isinstance(got, list) else got.numpy()
+
+    def host(t):
+        if t is None:
+            return None
+        if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: compare the bit patterns
+            t = t.view(torch.uint16)
+        return t.numpy()
+
+    got = [host(t) for t in got] if isinstance(got, (list, tuple)) else host(got)
     err, ok = op.check_fn(got, want, np_args)
     assert ok, err
 
@@ -110,8 +141,8 @@ def test_compile_fullgraph_aot_eager(name):
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
     diff = [k for k in op.differentiable if isinstance(args[k], torch.Tensor) and args[k].requires_grad]
     if diff:
-        g_eager = torch.autograd.grad(eager.sum(), [args[k] for k in diff])
-        g_comp = torch.autograd.grad(torch.compile(lambda kw: fn(**kw).sum(), backend="aot_eager", fullgraph=True)(args), [args[k] for k in diff])
+        g_eager = torch.autograd.grad(_loss(eager), [args[k] for k in diff])
+        g_comp = torch.autograd.grad(torch.compile(lambda kw: _loss(fn(**kw)), backend="aot_eager", fullgraph=True)(args), [args[k] for k in diff])
         for a, b in zip(g_eager, g_comp):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 

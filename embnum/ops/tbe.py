@@ -21,7 +21,7 @@ from .. import _validate as v
 from .._registry import Example, Out, Plan, check, example, op
 from .._tbe import TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout
 
-HELPERS = {"tbe_layout": tbe_layout, "TBELayout": TBELayout, "TBEOptimizer": TBEOptimizer, "TBESparseGrad": TBESparseGrad}
+HELPERS = ("tbe_layout", "TBELayout", "TBEOptimizer", "TBESparseGrad")
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 F32 = (np.dtype(np.float32),)

@@ -8,11 +8,15 @@ CUDA, and returns tensors on the same device. Every op is also registered as
 This is the only package of embnum that imports torch.
 """
 from . import jagged as _jagged  # noqa: F401 - describes the family's bridges
+from . import kjt as _kjt  # noqa: F401
+from . import quant as _quant  # noqa: F401
 from . import tbe as _tbe  # noqa: F401
+from . import tbe_quantized as _tbe_quantized  # noqa: F401
 from ._library import BRIDGES, build, to_array, to_tensor
 
 __all__ = ["to_array", "to_tensor"]
 for _name, _spec in BRIDGES.items():
     globals()[_name] = build(_spec)
     __all__.append(_name)
-del _name, _spec, _jagged, _tbe
+del _name, _spec, _jagged, _kjt, _quant, _tbe, _tbe_quantized
+from . import codecs  # noqa: E402 - communication codecs over the ops built above
