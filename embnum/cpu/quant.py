@@ -15,13 +15,14 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .. import _half
+from .. import _half, _qrow
 
 _jit = njit(cache=True, inline="always")
 half_bits_to_float = _jit(_half.half_bits_to_float)
 float32_bits_to_half_bits = _jit(_half.float32_bits_to_half_bits)
 bits_to_float32 = _jit(_half.bits_to_float32)
 rne = _jit(_half.rne)
+_put_u32 = _jit(_qrow.put_u32)
 
 
 @_jit
@@ -107,12 +108,6 @@ def _bits(v):
     if v != v:
         return np.int64(0x7FC00000)
     return np.int64(np.float32(v).view(np.uint32))
-
-
-@_jit
-def _put_u32(row, at, bits):
-    for i in range(4):
-        row[at + i] = np.uint8((bits >> (8 * i)) & 0xFF)
 
 
 @_jit
