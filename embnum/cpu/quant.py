@@ -95,11 +95,17 @@ def _min_max(row):
 
 
 @_jit
-def _code(p, Q):
-    """``clamp(rne(p), 0, Q)``; NaN -> 0 (``p`` float32)."""
+def _qf(p, Q):
+    """``clamp(rne(p), 0, Q)`` as a float32 (NaN -> 0): codes combine into a byte exactly in float32."""
     p = p if p > np.float32(0) else np.float32(0)
     p = p if p < Q else Q
-    return np.uint8((p + _MAGIC) - _MAGIC)
+    return (p + _MAGIC) - _MAGIC
+
+
+@_jit
+def _code(p, Q):
+    """``clamp(rne(p), 0, Q)`` as a uint8; NaN -> 0 (``p`` float32)."""
+    return np.uint8(_qf(p, Q))
 
 
 @_jit
