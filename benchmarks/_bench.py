@@ -77,6 +77,14 @@ def table(rows: list[dict], columns: list[str]) -> str:
 PEER_COLUMNS = ["fbgemm cpu", "torch", "copy floor", "fbgemm / embnum", "embnum / floor"]
 
 
+def default_backends(asked, host=("cpu",)) -> list[str]:
+    """The embnum backends to time: those ``asked`` for, else ``host`` plus cuda where a GPU is usable."""
+    import embnum
+
+    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
+    return asked or list(host) + (["cuda"] if gpu else [])
+
+
 def embnum_runner(fn, backend: str, host_args: dict):
     """A callable running ``fn`` on ``backend`` (and waiting for it) with ``host_args``'
     arrays, and lists of arrays, moved to that backend once, here."""

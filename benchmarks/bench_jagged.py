@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import add_ratios, copy_floor, embnum_runner, machine, median_time, print_ms_table  # noqa: E402
+from _bench import add_ratios, copy_floor, default_backends, embnum_runner, machine, median_time, print_ms_table  # noqa: E402
 
 import embnum  # noqa: E402
 
@@ -129,8 +129,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", action="append", help="embnum backends to time (default: ref, cpu, and cuda on a GPU)")
     args = parser.parse_args(argv)
-    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
-    backends = args.backend or ["ref", "cpu"] + (["cuda"] if gpu else [])
+    backends = default_backends(args.backend, host=("ref", "cpu"))
     print(machine())
     print(f"- command: python benchmarks/bench_jagged.py {' '.join(sys.argv[1:])}".rstrip())
     rows = []

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from _bench import add_ratios, copy_floor, embnum_runner, machine, print_ms_table  # noqa: E402
+from _bench import add_ratios, copy_floor, default_backends, embnum_runner, machine, print_ms_table  # noqa: E402
 
 import embnum  # noqa: E402
 
@@ -163,8 +163,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", action="append", help="embnum backends to time (default: cpu, and cuda on a GPU)")
     args = parser.parse_args(argv)
-    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
-    backends = args.backend or ["cpu"] + (["cuda"] if gpu else [])
+    backends = default_backends(args.backend)
     print(machine())
     print(f"- command: python benchmarks/bench_kjt.py {' '.join(sys.argv[1:])}".rstrip())
     rows = []
