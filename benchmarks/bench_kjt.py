@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from _bench import copy_floor, fmt_ms, machine, table  # noqa: E402
+from _bench import add_ratios, copy_floor, default_backends, embnum_runner, machine, print_ms_table  # noqa: E402
 
 import embnum  # noqa: E402
 
@@ -159,17 +159,11 @@ def interleaved_medians(fns: dict, *, rounds: int = 30, min_seconds: float = 1.5
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def _to_backend(backend, args):
-    be = embnum._backend.BACKENDS[backend]
-    return {k: be.from_host(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", action="append", help="embnum backends to time (default: cpu, and cuda on a GPU)")
     args = parser.parse_args(argv)
-    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
-    backends = args.backend or ["cpu"] + (["cuda"] if gpu else [])
+    backends = default_backends(args.backend)
     print(machine())
     print(f"- command: python benchmarks/bench_kjt.py {' '.join(sys.argv[1:])}".rstrip())
     rows = []
@@ -178,14 +172,7 @@ def main(argv=None):
         fn = getattr(embnum, op)
         contenders = {}
         for backend in backends:
-            be = embnum._backend.BACKENDS[backend]
-            dev_args = _to_backend(backend, op_args)
-
-            def run(dev_args=dev_args, backend=backend, be=be):
-                fn(**dev_args, backend=backend)
-                be.synchronize()
-
-            contenders[f"embnum {backend}"] = run
+            contenders[f"embnum {backend}"] = embnum_runner(fn, backend, op_args)
         if fb_call:
             contenders["fbgemm cpu"] = fb_call
         if torch_call:
@@ -193,18 +180,10 @@ def main(argv=None):
         row.update({"fbgemm cpu": None, "torch": None})
         row.update(interleaved_medians(contenders))
         row["copy floor"] = copy_floor(nread, nwritten)
-        main_backend = row[f"embnum {'cpu' if 'cpu' in backends else backends[-1]}"]
-        row["fbgemm / embnum"] = f"{row['fbgemm cpu'] / main_backend:.1f}x" if row["fbgemm cpu"] else "-"
-        row["embnum / floor"] = f"{main_backend / row['copy floor']:.2f}"
+        add_ratios(row, backends)
         rows.append(row)
         print(f"  {op}: done", file=sys.stderr, flush=True)
-    columns = ["op", "input"] + [f"embnum {b}" for b in backends] + ["fbgemm cpu", "torch", "copy floor", "fbgemm / embnum", "embnum / floor"]
-    for r in rows:
-        for c in columns:
-            if isinstance(r.get(c), float) or r.get(c) is None and c not in ("op", "input"):
-                r[c] = fmt_ms(r.get(c))
-    print("\ntimes in ms\n")
-    print(table(rows, columns))
+    print_ms_table(rows, backends)
 
 
 if __name__ == "__main__":

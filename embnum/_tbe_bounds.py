@@ -60,7 +60,7 @@ def check_offsets(offsets, n_indices: int, mode: str):
         return offsets, False
     if mode in ("fatal", "none"):
         if last != N:
-            raise ValueError(f"offsets[-1] must equal len(indices) = {N}, got {last}")
+            raise ValueError(f"offsets[-1] must equal len(indices) = {N}, got offsets[{offsets.shape[0] - 1}] = {last}")
         if bool(bad_range.any()):
             k = int(xp.argmax(bad_range))
             raise ValueError(f"offsets[{k}] = {int(offsets[k])} is outside [0, len(indices) = {N}]")
