@@ -445,6 +445,23 @@ def test_each_row_updated_once_however_often_looked_up(backend):
     np.testing.assert_allclose(w, [-1, -1])
 
 
+@pytest.mark.parametrize("E, ids", [(0, []), (5, []), (5, [4, 4, 4]), (4, [3, 0, 2, 1, 1]), (1, [0]),
+                                     (6, [5, 0, 5, 0])])
+def test_cpu_touched_rows_branch_free_edges(E, ids):
+    """The cpu backward's touched-row list (written branch-free, one slot past the last
+    touched row) on edges: no lookups, an empty table, only the last row, every row."""
+    from embnum.cpu.tbe import _sort_rows, _touched_rows
+
+    idx = np.array(ids, dtype=np.int64)
+    order, ends = _sort_rows(idx, 0, idx.shape[0], E)
+    touched, run_end, n = _touched_rows(ends, E, idx.shape[0])
+    rows, counts = np.unique(idx, return_counts=True)
+    assert n == rows.shape[0]
+    np.testing.assert_array_equal(touched[:n], rows)
+    np.testing.assert_array_equal(run_end[:n], np.cumsum(counts))
+    np.testing.assert_array_equal(idx[order], np.sort(idx, kind="stable"))
+
+
 def _toy_loss_curve(backend, opt, steps=50):
     rng = np.random.default_rng(7)
     lay = tbe_layout([40, 30, 20], [8, 4, 8], [0, 1, 1, 2])
