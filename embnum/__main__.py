@@ -94,8 +94,10 @@ def _to_backend(backend, value):
 
 
 def _to_host(backend, value):
-    if isinstance(value, list):
-        return [backend.to_host(v) for v in value]
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(backend, v) for v in value)
     return backend.to_host(value)
 
 

@@ -122,8 +122,9 @@ class Op:
                 raise TypeError(f"{self.name} takes no out=")
             return self.implementation(chosen.name)(**plan.args)
         single = isinstance(plan.out, Out)
+        as_tuple = isinstance(plan.out, tuple)
         specs = [plan.out] if single else list(plan.out)
-        shapes = [(s.shape, s.dtype) for s in specs]
+        shapes = [None if s is None else (s.shape, s.dtype) for s in specs]
         outs = None
         if out is not None:
             if single and isinstance(out, (list, tuple)):
@@ -138,14 +139,15 @@ class Op:
             if outs is None:
                 return result
             for o, r in zip(outs, results):
-                o[...] = r
+                if o is not None:
+                    o[...] = r
         else:
             if outs is None:
-                outs = [chosen.empty(shape, dtype) for shape, dtype in shapes]
-            self.implementation(chosen.name)(**plan.args, out=outs[0] if single else outs)
+                outs = [None if s is None else chosen.empty(*s) for s in shapes]
+            self.implementation(chosen.name)(**plan.args, out=outs[0] if single else tuple(outs) if as_tuple else outs)
         if out is not None:
             return out
-        return outs[0] if single else outs
+        return outs[0] if single else tuple(outs) if as_tuple else outs
 
     def _make_public(self) -> Callable:
         """Generate ``def <name>(<params>, *, out=None, backend=None)`` from the declaration.
@@ -184,7 +186,14 @@ def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_oracle(name, results, shapes):
-    for r, (shape, dtype) in zip(results, shapes):
+    if len(results) != len(shapes):
+        raise AssertionError(f"embnum.ref {name} returned {len(results)} results, expected {len(shapes)}")
+    for r, spec in zip(results, shapes):
+        if spec is None or r is None:
+            if spec is not None or r is not None:
+                raise AssertionError(f"embnum.ref {name} returned {r!r} where the plan expects {spec}")
+            continue
+        shape, dtype = spec
         if tuple(r.shape) != tuple(shape) or r.dtype != dtype:
             raise AssertionError(
                 f"embnum.ref {name} returned {r.dtype}{tuple(r.shape)}, expected {dtype}{tuple(shape)}"
@@ -194,7 +203,8 @@ def _check_oracle(name, results, shapes):
 def exact_match(got, want, args) -> tuple[float, bool]:
     """Default oracle comparison: bit-identical arrays (same shape, dtype, bytes).
 
-    Returns ``(max abs error, ok)``; lists of arrays are compared pairwise.
+    Returns ``(max abs error, ok)``; lists/tuples of arrays are compared
+    pairwise, and a ``None`` entry matches only ``None``.
     """
     gots = got if isinstance(got, (list, tuple)) else [got]
     wants = want if isinstance(want, (list, tuple)) else [want]
@@ -202,6 +212,10 @@ def exact_match(got, want, args) -> tuple[float, bool]:
         return float("inf"), False
     err, ok = 0.0, True
     for g, w in zip(gots, wants):
+        if g is None or w is None:
+            if g is not None or w is not None:
+                return float("inf"), False
+            continue
         g, w = np.asarray(g), np.asarray(w)
         if g.shape != w.shape or g.dtype != w.dtype:
             return float("inf"), False

@@ -170,15 +170,23 @@ def overlaps(a, b) -> bool:
 def out_arrays(out, specs, inputs: dict, owns) -> list:
     """Check a user-given ``out`` against the expected ``specs``.
 
-    ``specs`` is a list of ``(shape, dtype)``; ``out`` is one array when there
-    is one spec and ``single`` output, else a list. ``owns(a)`` tells whether
-    the chosen backend can write ``a``. Returns ``out`` as a list.
+    ``specs`` is a list of ``(shape, dtype)``, or ``None`` for a slot that
+    must hold ``None`` (an output that was not requested); ``out`` is one
+    array when there is one spec and ``single`` output, else a list or tuple.
+    ``owns(a)`` tells whether the chosen backend can write ``a``. Returns
+    ``out`` as a list.
     """
     outs = out if isinstance(out, (list, tuple)) else [out]
     if len(outs) != len(specs):
         raise ValueError(f"out must hold {len(specs)} arrays, got {len(outs)}")
-    for i, (o, (shape, dtype)) in enumerate(zip(outs, specs)):
+    for i, (o, spec) in enumerate(zip(outs, specs)):
         name = "out" if len(specs) == 1 and not isinstance(out, (list, tuple)) else f"out[{i}]"
+        if spec is None or o is None:
+            if spec is not None or o is not None:
+                want = "None (that output is not requested)" if spec is None else "an array, not None"
+                raise ValueError(f"{name} must be {want}")
+            continue
+        shape, dtype = spec
         if not is_array(o):
             raise TypeError(f"{name} must be an array, got {type(o).__name__}")
         if not owns(o):
@@ -195,6 +203,6 @@ def out_arrays(out, specs, inputs: dict, owns) -> list:
             if overlaps(o, a):
                 raise ValueError(f"{name} shares memory with the input {k!r}")
         for j in range(i):
-            if overlaps(o, outs[j]):
+            if outs[j] is not None and overlaps(o, outs[j]):
                 raise ValueError(f"{name} shares memory with out[{j}]")
     return list(outs)

@@ -102,10 +102,14 @@ def _leaves(value):
 def _garbage_like(result, flavor):
     """Arrays shaped like ``result`` full of 0xFF bytes (NaN for floats) on the flavor's device."""
     def one(a):
+        if a is None:
+            return None
         g = np.frombuffer(b"\xff" * a.nbytes, dtype=a.dtype).reshape(a.shape).copy()
         return flavor.to_device(g)
 
-    return [one(a) for a in result] if isinstance(result, list) else one(result)
+    if isinstance(result, (list, tuple)):
+        return type(result)(one(a) for a in result)
+    return one(result)
 
 
 def run_op(name: str, args: dict, flavor: Flavor, **extra):

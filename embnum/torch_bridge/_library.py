@@ -95,7 +95,9 @@ def _convert_inputs(args: dict, spec: Bridge):
     return out, bf16
 
 
-def _convert_output(a, spec: Bridge, bf16: bool) -> torch.Tensor:
+def _convert_output(a, spec: Bridge, bf16: bool) -> torch.Tensor | None:
+    if a is None:
+        return None  # an optional output that was not requested
     t = to_tensor(a)
     if bf16 and spec.bf16 == BF16_BITS and t.dtype == torch.float16:
         return t.view(torch.bfloat16)
@@ -117,8 +119,8 @@ def build(spec: Bridge) -> Callable:
         *values, backend = args
         arrays, bf16 = _convert_inputs(dict(zip(names, values)), spec)
         result = op.public(**arrays, backend=backend)
-        if isinstance(result, list):
-            return [_convert_output(r, spec, bf16) for r in result]
+        if isinstance(result, (list, tuple)):
+            return type(result)(_convert_output(r, spec, bf16) for r in result)
         return _convert_output(result, spec, bf16)
 
     custom = torch.library.custom_op(
