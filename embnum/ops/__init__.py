@@ -1,4 +1,4 @@
 """Op declarations, one module per family. Importing this package registers them all."""
-from . import jagged  # noqa: F401
+from . import jagged, keyed_tensor  # noqa: F401
 
-FAMILIES = ("jagged",)
+FAMILIES = ("jagged", "keyed_tensor")
