@@ -29,6 +29,24 @@ def _example(name):
     return {k: conv(k, a) for k, a in args.items()}
 
 
+def _numpy(x):
+    """A bridge result as NumPy: tensors converted, lists/tuples item by item, the rest as is."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().numpy()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_numpy(v) for v in x)
+    return x
+
+
+def _total(x):
+    """Sum of every floating result tensor (a scalar to differentiate)."""
+    if isinstance(x, (list, tuple)):
+        parts = [_total(v) for v in x]
+        parts = [p for p in parts if p is not None]
+        return sum(parts[1:], parts[0]) if parts else None
+    return x.sum() if isinstance(x, torch.Tensor) and x.is_floating_point() else None
+
+
 def test_every_op_is_bridged():
     assert sorted(BRIDGED) == sorted(op.name for op in embnum.ops())
 
@@ -76,7 +94,7 @@ def test_bridge_equals_numpy_op(name):
     np_args = op.example_fn(np.random.default_rng(1), "small").args
     want = op.public(**np_args, backend="ref")
     got = getattr(tb, name)(**{k: torch.tensor(v) if isinstance(v, np.ndarray) else [torch.tensor(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray) else v for k, v in np_args.items()})
-    err, ok = op.check_fn(got.numpy(), want, np_args)
+    err, ok = op.check_fn(_numpy(got), want, np_args)
     assert ok, err
 
 
@@ -89,10 +107,14 @@ def test_compile_fullgraph_aot_eager(name):
     eager = fn(**args)
     compiled = torch.compile(lambda kw: fn(**kw), backend="aot_eager", fullgraph=True)(args)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
-    diff = [k for k in op.differentiable if isinstance(args[k], torch.Tensor) and args[k].requires_grad]
+    diff = [
+        k for k in op.differentiable
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (args[k] if isinstance(args[k], list) else [args[k]]))
+    ]
     if diff:
-        g_eager = torch.autograd.grad(eager.sum(), [args[k] for k in diff])
-        g_comp = torch.autograd.grad(torch.compile(lambda kw: fn(**kw).sum(), backend="aot_eager", fullgraph=True)(args), [args[k] for k in diff])
+        leaves = [t for k in diff for t in (args[k] if isinstance(args[k], list) else [args[k]])]
+        g_eager = torch.autograd.grad(_total(eager), leaves)
+        g_comp = torch.autograd.grad(torch.compile(lambda kw: _total(fn(**kw)), backend="aot_eager", fullgraph=True)(args), leaves)
         for a, b in zip(g_eager, g_comp):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 
