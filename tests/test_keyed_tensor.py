@@ -482,3 +482,127 @@ def test_module_on_cuda_keeps_arguments_on_the_device():
     assert all(a.device == x.device for a in m.arguments(x.device))
     torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
     assert (x.grad[:, :2] == 2).all()
+
+
+# -- the CUDA C kernel's logic, run on the host through g++ (no GPU here) --------------
+_DRIVER = r"""
+#include "keyed_tensor.cu"
+extern "C" void run_copy(unsigned grid, unsigned block, const i64* segs, i64 S, i64 B, const char* const* srcs,
+                         const i64* ss, char* const* dsts, const i64* ds, int itemsize) {
+    EMBNUM_LAUNCH(grid, block, kt_copy(segs, S, B, srcs, ss, dsts, ds, itemsize));
+}
+#define RUN_ACC(NAME) \
+extern "C" void run_##NAME(unsigned grid, unsigned block, const i64* slots, i64 E, const i64* srcs, i64 B, \
+                           const char* const* grads, const i64* gs, char* const* dsts, const i64* ds) { \
+    EMBNUM_LAUNCH(grid, block, NAME(slots, E, srcs, B, grads, gs, dsts, ds)); \
+}
+RUN_ACC(kt_accumulate_f16)
+RUN_ACC(kt_accumulate_f32)
+RUN_ACC(kt_accumulate_f64)
+"""
+
+
+@pytest.fixture(scope="module")
+def cu_on_host(tmp_path_factory):
+    import ctypes
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ to run the CUDA C logic on the host")
+    kernels = Path(embnum.__file__).parent / "cuda" / "kernels"
+    d = tmp_path_factory.mktemp("cu")
+    (d / "driver.cpp").write_text(_DRIVER)
+    lib = d / "kt.so"
+    shim = Path(__file__).with_name("cu_host_shim.h")
+    subprocess.run(
+        ["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-include", str(shim), f"-I{kernels}", str(d / "driver.cpp"), "-o", str(lib)],
+        check=True, capture_output=True,
+    )
+    return ctypes.CDLL(str(lib))
+
+
+def _ptrs(arrays):
+    from embnum._permute_plan import address
+
+    return np.array([address(a) for a in arrays], np.uint64), np.array([a.strides[0] for a in arrays], np.int64)
+
+
+def _c(a):
+    import ctypes
+
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _run_cu_forward(lib, embs, rows, widths, grid, block):
+    import ctypes
+
+    from embnum._permute_plan import copy_indexed
+
+    B, dtype = embs[0].shape[0], embs[0].dtype
+    outs = [np.full((B, w), 7, dtype=dtype) for w in widths]
+    segs = copy_indexed(np.asarray(rows)[:, :5].tolist(), widths)
+    sp, ss = _ptrs(embs)
+    dp, ds = _ptrs(outs)
+    lib.run_copy(ctypes.c_uint(grid), ctypes.c_uint(block), _c(segs), ctypes.c_int64(len(segs)), ctypes.c_int64(B), _c(sp), _c(ss), _c(dp), _c(ds), ctypes.c_int(dtype.itemsize))
+    return outs
+
+
+def _run_cu_backward(lib, grads, rows, widths, grid, block):
+    import ctypes
+
+    from embnum._permute_plan import backward_indexed
+
+    B, dtype = grads[0].shape[0], grads[0].dtype
+    outs = [np.full((B, w), 7, dtype=dtype) for w in widths]
+    slots, srcs = backward_indexed(np.asarray(rows, dtype=np.int64), widths)
+    gp, gs = _ptrs(grads)
+    dp, ds = _ptrs(outs)
+    fn = getattr(lib, {2: "run_kt_accumulate_f16", 4: "run_kt_accumulate_f32", 8: "run_kt_accumulate_f64"}[dtype.itemsize])
+    fn(ctypes.c_uint(grid), ctypes.c_uint(block), _c(slots), ctypes.c_int64(len(slots)), _c(srcs), ctypes.c_int64(B), _c(gp), _c(gs), _c(dp), _c(ds))
+    return outs
+
+
+@st.composite
+def cu_cases(draw):
+    """Drawn regroupings, with inputs offset by one element (unaligned rows) or not, and a
+    small or large grid (grid-stride loops)."""
+    keys, lengths, groups = draw(regroupings(max_width=11))
+    dtype = np.dtype(draw(float_dtypes))
+    B = draw(st.sampled_from([0, 1, 3]))
+    shift = draw(st.sampled_from([0, 1]))
+    embs = []
+    for ls in lengths:
+        buf = draw(value_arrays(dtype, (B * (sum(ls) + shift) + shift,), special=False))
+        embs.append(buf[shift:].reshape(B, sum(ls) + shift)[:, : sum(ls)] if B else np.zeros((0, sum(ls)), dtype))
+    grid, block = draw(st.sampled_from([(1, 32), (3, 64), (64, 128)]))
+    return embs, keys, lengths, groups, grid, block
+
+
+@settings(max_examples=25)
+@given(case=cu_cases())
+def test_cuda_c_kernels_on_the_host(cu_on_host, case):
+    embs, keys, lengths, groups, grid, block = case
+    perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    want = embnum.permute_multi_embedding(embs, perm, ins, outs, ol, backend="ref")
+    got = _run_cu_forward(cu_on_host, embs, perm, ol, grid, block)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
+    if ol:
+        grads = [np.ascontiguousarray(w) for w in want]
+        want_b = embnum.permute_multi_embedding_backward(grads, perm, ins, outs, ins.tolist(), backend="ref")
+        got_b = _run_cu_backward(cu_on_host, grads, perm, ins.tolist(), grid, block)
+        err, ok = embnum.get_op("permute_multi_embedding_backward").check_fn(got_b, want_b, {})
+        assert ok, (got_b, want_b)
+
+
+def test_cuda_c_source_uses_16_byte_vectors():
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC not installed")
+    from embnum.cuda._rawkernel import KERNELS, compile_ptx
+
+    ptx = compile_ptx((KERNELS / "keyed_tensor.cu").read_text(), "keyed_tensor.cu")
+    for entry in ("kt_copy", "kt_accumulate_f16", "kt_accumulate_f32", "kt_accumulate_f64"):
+        assert f".entry {entry}" in ptx
+    assert "ld.v4.u32" in ptx or "ld.global.v4.u32" in ptx
+    assert "st.v4.u32" in ptx or "st.global.v4.u32" in ptx
