@@ -606,3 +606,86 @@ def test_cuda_c_source_uses_16_byte_vectors():
         assert f".entry {entry}" in ptx
     assert "ld.v4.u32" in ptx or "ld.global.v4.u32" in ptx
     assert "st.v4.u32" in ptx or "st.global.v4.u32" in ptx
+
+
+# -- optional differential tier: fbgemm_gpu ---------------------------------------------
+def _fbgemm():
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pytest.skip("fbgemm_gpu is not importable")
+    return torch.ops.fbgemm
+
+
+@st.composite
+def fbgemm_regroup(draw):
+    """Regroupings with float32/float16 values (fbgemm has no float64 kernel), B >= 1, finite values."""
+    keys, lengths, groups = draw(regroupings())
+    dtype = draw(st.sampled_from([np.float32, np.float16]))
+    B = draw(st.integers(1, 4))
+    embs = [draw(value_arrays(dtype, (B, sum(ls)), special=False)) for ls in lengths]
+    return embs, keys, lengths, groups
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(case=regroupings(max_inputs=4, max_keys=4))
+def test_fbgemm_kt_regroup_arguments(case):
+    fb = _fbgemm()
+    keys, lengths, groups = case
+    want = fb.kt_regroup_arguments(torch.zeros(1), keys, lengths, groups)
+    got = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    for g, w in zip(got[:3], want[:3]):
+        assert g.dtype == np.int32 and g.tolist() == w.tolist()
+    assert got[3] == list(want[3])
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(case=fbgemm_regroup())
+def test_fbgemm_permute_multi_embedding_forward_and_backward(case):
+    fb = _fbgemm()
+    embs, keys, lengths, groups = case
+    perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    xs = [_t(e).requires_grad_() for e in embs]
+    want = fb.permute_multi_embedding(xs, _t(perm), _t(ins), _t(outs), ol)
+    got = embnum.permute_multi_embedding(embs, perm, ins, outs, ol)
+    for g, w in zip(got, want):
+        bits = f"u{g.itemsize}"
+        np.testing.assert_array_equal(g.view(bits), w.detach().numpy().view(bits))
+    for g, w in zip(embnum.regroup_keyed_tensor(embs, keys, lengths, groups), fb.regroup_keyed_tensor([_t(e) for e in embs], keys, lengths, groups)):
+        np.testing.assert_array_equal(g, w.numpy())
+    if not ol or not any(ol):
+        return
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal((embs[0].shape[0], w)).astype(embs[0].dtype) for w in ol]
+    fb_grads = torch.autograd.grad(want, xs, [_t(g) for g in grads], allow_unused=True)
+    mine = embnum.permute_multi_embedding_backward(grads, perm, ins, outs, ins.tolist())
+    for i, (m, f) in enumerate(zip(mine, fb_grads)):
+        f = np.zeros_like(m) if f is None else f.numpy().copy()
+        used = np.zeros(m.shape[1], bool)  # fbgemm leaves the columns of unused keys uninitialised
+        for r in perm.tolist():
+            if r[0] == i:
+                used[r[2] : r[2] + r[4]] = True
+        f[:, ~used] = 0
+        np.testing.assert_array_equal(m, f)  # == treats -0.0 and 0.0 alike (spec: up to the sign of a zero sum)
+
+
+@pytest.mark.fbgemm
+@settings(max_examples=40)
+@given(args=pooled_args())
+def test_fbgemm_permute_pooled_embs(args):
+    fb = _fbgemm()
+    x = np.ascontiguousarray(args["pooled_embs"])
+    assume(x.dtype.kind == "f" and x.dtype != np.float64 and x.shape[0] > 0)
+    lists = [_t(args[k].astype(np.int64)) for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")]
+    xt = _t(x).requires_grad_()
+    want = fb.permute_pooled_embs_auto_grad(xt, *lists)
+    got = embnum.permute_pooled_embs(x, *(args[k] for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")))
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.detach().numpy().view(f"u{got.itemsize}"))
+    if x.size:
+        g = np.arange(x.size, dtype=x.dtype).reshape(x.shape)
+        (fb_grad,) = torch.autograd.grad(want, xt, _t(g))
+        xt2 = _t(x).requires_grad_()
+        (tb_grad,) = torch.autograd.grad(tb.permute_pooled_embs(xt2, *lists), xt2, _t(g))
+        np.testing.assert_array_equal(tb_grad.numpy(), fb_grad.numpy())
