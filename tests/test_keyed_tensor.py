@@ -436,6 +436,27 @@ def test_bfloat16_forward_is_bit_exact():
     assert x.grad.dtype == torch.bfloat16 and (x.grad[:, :3] == 2).all() and (x.grad[:, 3:] == 1).all()
 
 
+def test_bfloat16_backward_rounds_after_every_addition():
+    """A key used three times: ((g1 + g2) rounded + g3) rounded, as fbgemm's CPU kernel does."""
+    x = torch.zeros(1, 1, dtype=torch.bfloat16, requires_grad=True)
+    outs = tb.regroup_keyed_tensor([x], [["a"]], [[1]], [["a"], ["a"], ["a"]])
+    g = [torch.tensor([[v]], dtype=torch.bfloat16) for v in (256.0, 1.0, 1.0)]
+    torch.autograd.backward(outs, g)
+    assert float(x.grad) == 256.0  # 256 + 1 rounds back to 256 twice; summed at once it would be 258
+    rng = np.random.default_rng(0)
+    keys, lengths, groups = [["a", "b"], ["c"]], [[3, 2], [4]], [["a", "c", "a"], ["b", "a"], ["c"]]
+    xs = [torch.tensor(rng.standard_normal((3, sum(ls))), dtype=torch.bfloat16, requires_grad=True) for ls in lengths]
+    outs = tb.regroup_keyed_tensor(xs, keys, lengths, groups)
+    gs = [torch.tensor(rng.standard_normal(tuple(o.shape)) * 100, dtype=torch.bfloat16) for o in outs]
+    torch.autograd.backward(outs, gs)
+    perm = embnum.kt_regroup_arguments(None, keys, lengths, groups)[0].tolist()
+    want = [torch.zeros_like(x) for x in xs]
+    for i, j, a, c, n, _ in perm:  # the spec, literally
+        want[i][:, a : a + n] = (want[i][:, a : a + n].float() + gs[j][:, c : c + n].float()).to(torch.bfloat16)
+    for x, w in zip(xs, want):
+        assert torch.equal(x.grad.view(torch.int16), w.view(torch.int16))
+
+
 def test_module_caches_arguments_and_never_concatenates(monkeypatch):
     from embnum.ops.keyed_tensor import CLASSIC_GROUPS, CLASSIC_KEYS
 
@@ -689,3 +710,19 @@ def test_fbgemm_permute_pooled_embs(args):
         xt2 = _t(x).requires_grad_()
         (tb_grad,) = torch.autograd.grad(tb.permute_pooled_embs(xt2, *lists), xt2, _t(g))
         np.testing.assert_array_equal(tb_grad.numpy(), fb_grad.numpy())
+
+
+@pytest.mark.fbgemm
+def test_fbgemm_bfloat16_gradient():
+    fb = _fbgemm()
+    rng = np.random.default_rng(1)
+    keys, lengths, groups = [["a", "b"], ["c"]], [[3, 2], [4]], [["a", "c", "a"], ["b", "a"], ["c"]]
+    perm, ins, outs, ol = (_t(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups))
+    xs = [torch.tensor(rng.standard_normal((5, sum(ls))), dtype=torch.bfloat16, requires_grad=True) for ls in lengths]
+    want = fb.permute_multi_embedding(xs, perm, ins, outs, ol)
+    got = tb.permute_multi_embedding(xs, perm, ins, outs, ol)
+    gs = [torch.tensor(rng.standard_normal(tuple(o.shape)) * 100, dtype=torch.bfloat16) for o in want]
+    for w, g in zip(want, got):
+        assert torch.equal(w.view(torch.int16), g.view(torch.int16))
+    for a, b in zip(torch.autograd.grad(want, xs, gs), torch.autograd.grad(got, xs, gs)):
+        assert torch.equal(a, b)

@@ -7,15 +7,17 @@ adjoint: copies of a key summed in permutes row order, unused keys 0) for
 ``permute_multi_embedding`` and ``regroup_keyed_tensor``. They run on the
 forward's backend.
 
-bfloat16: forwards move bits (exact). The backward adds in float32 and rounds
-to bfloat16 once per element (fbgemm rounds after every addition; the two
-differ only for keys used three times or more, where embnum's is the more
-accurate sum).
+bfloat16: forwards move bits (exact). The autograd backward adds in float32
+and rounds to bfloat16 after every addition, as fbgemm's CPU kernel does
+(:func:`_bf16_backward`). ``permute_multi_embedding_backward`` called directly
+on bfloat16 tensors sums in float32 and rounds once.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from .. import _permute_plan
 from .. import kt_regroup_arguments as _kt_regroup_numpy
 from ._library import BF16_BITS, BF16_FLOAT32, bridge
 
@@ -82,7 +84,35 @@ def _regroup_backward(ctx, grads, permutes, in_shapes, out_shapes):
     if not ctx.out_shapes_list:  # no outputs: nothing flows back
         return {"pooled_embs": [_zeros(ctx, (ctx.B, w)) for w in ctx.in_lengths]}
     full = [g.contiguous() if g is not None else _zeros(ctx, (ctx.B, w)) for g, w in zip(grads, ctx.out_shapes_list)]
+    if ctx.dtype == torch.bfloat16:
+        return {"pooled_embs": _bf16_backward(full, permutes, in_shapes, out_shapes, ctx.in_lengths, ctx.backend)}
     return {"pooled_embs": _op("permute_multi_embedding_backward")(full, permutes, in_shapes, out_shapes, ctx.in_lengths, ctx.backend)}
+
+
+def _bf16_backward(grads, permutes, in_shapes, out_shapes, in_lengths, backend):
+    """bfloat16 gradients rounded after every addition, in permutes row order.
+
+    Each input column range is split into slots (``_permute_plan.backward_indexed``);
+    level ``k`` holds the ``k``-th source of every slot. Level 0 is rounded to bfloat16,
+    each later level is added in float32 to the running sum and rounded again. Each
+    level is a ``permute_multi_embedding_backward`` of float32 gradients (exact: at
+    most one source per column), so this runs on the forward's backend.
+    """
+    rows = np.asarray(permutes.detach().cpu(), dtype=np.int64)
+    slots, srcs = _permute_plan.backward_indexed(rows, in_lengths)
+    g32 = [g.float() for g in grads]
+    depth = int((slots[:, 4] - slots[:, 3]).max()) if len(slots) else 0
+    acc = None
+    for k in range(max(depth, 1)):
+        level = [
+            (i, int(srcs[k0 + k, 0]), x0, int(srcs[k0 + k, 1]), n, 0)
+            for i, x0, n, k0, k1 in slots.tolist()
+            if k0 + k < k1
+        ]
+        lv = torch.tensor(level, dtype=torch.int64).reshape(-1, 6).to(permutes.device)
+        part = _op("permute_multi_embedding_backward")(g32, lv, in_shapes, out_shapes, in_lengths, backend)
+        acc = [p.to(torch.bfloat16) for p in part] if acc is None else [(a.float() + p).to(torch.bfloat16) for a, p in zip(acc, part)]
+    return acc
 
 
 def _remember_inputs(ctx, args, output):
