@@ -121,14 +121,15 @@ def kt_regroup_arguments(embs, keys, lengths, groups):
 def _accumulate(slots, srcs, B, like):
     """slots ``[E, 5]``: (dst address, dst row stride, elements, first source, end source);
     srcs ``[K, 2]``: (address, row stride). ``dst = 0 + src_first + ... + src_last`` in the
-    dtype of ``like`` (a zero array of one element), added left to right."""
+    dtype of ``like`` (a zero array of one element), added left to right. Row by row, slots
+    in destination order, so each gradient row is written front to back."""
     zero = like[0]
     for task in prange((B + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         b0 = np.int64(task) * ROWS_PER_TASK
         b1 = min(B, b0 + ROWS_PER_TASK)
-        for e in range(slots.shape[0]):
-            dst0, ds, n, k0, k1 = slots[e, 0], slots[e, 1], slots[e, 2], slots[e, 3], slots[e, 4]
-            for b in range(b0, b1):
+        for b in range(b0, b1):
+            for e in range(slots.shape[0]):
+                dst0, ds, n, k0, k1 = slots[e, 0], slots[e, 1], slots[e, 2], slots[e, 3], slots[e, 4]
                 d = _at(dst0 + b * ds, like)
                 if k0 == k1:
                     for x in range(n):
