@@ -17,6 +17,8 @@ Everything here is O(P) Python on small index tables.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ._backend import is_cupy
@@ -61,8 +63,16 @@ def copy_indexed(rows, dst_widths) -> np.ndarray:
 
 
 def forward_indexed(rows: np.ndarray, out_widths) -> np.ndarray:
-    """Segments of ``permute_multi_embedding`` (rows: host ``[P, 6]``)."""
-    return copy_indexed(rows[:, :5].tolist(), out_widths)
+    """Segments of ``permute_multi_embedding`` (rows: host ``[P, 6]``; cached by content)."""
+    return _forward_indexed(rows.tobytes(), rows.shape[0], tuple(out_widths))
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_indexed(rows_bytes, P, out_widths):
+    rows = np.frombuffer(rows_bytes, dtype=np.int64).reshape(P, 6)
+    segs = copy_indexed(rows[:, :5].tolist(), out_widths)
+    segs.flags.writeable = False
+    return segs
 
 
 def pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, width) -> np.ndarray:
@@ -73,6 +83,13 @@ def pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, width) ->
 
 
 def backward_indexed(rows: np.ndarray, in_widths):
+    """Plan of ``permute_multi_embedding_backward`` (cached by content): see :func:`_backward_indexed`."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return _backward_indexed(rows.tobytes(), rows.shape[0], tuple(in_widths))
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_indexed(rows_bytes, P, in_widths):
     """Plan of ``permute_multi_embedding_backward``.
 
     The columns of each input gradient are cut at every row's boundaries into
@@ -80,6 +97,7 @@ def backward_indexed(rows: np.ndarray, in_widths):
     Returns ``slots [E, 5]`` (gradient array, col, n, first source, end source) and
     ``srcs [K, 2]`` (grad_outputs array, col), int64. A slot without sources is 0.
     """
+    rows = np.frombuffer(rows_bytes, dtype=np.int64).reshape(P, 6)
     live = rows[rows[:, 4] > 0]
     slots, srcs = [], []
     for i, w in enumerate(in_widths):
@@ -94,28 +112,35 @@ def backward_indexed(rows: np.ndarray, in_widths):
             if x1 > x0:
                 slots.append((i, x0, x1 - x0, len(srcs), len(srcs) + len(sources[e])))
                 srcs.extend(sources[e])
-    return (
-        np.array(slots, dtype=np.int64).reshape(len(slots), 5),
-        np.array(srcs, dtype=np.int64).reshape(len(srcs), 2),
-    )
+    slots = np.array(slots, dtype=np.int64).reshape(len(slots), 5)
+    srcs = np.array(srcs, dtype=np.int64).reshape(len(srcs), 2)
+    slots.flags.writeable = srcs.flags.writeable = False
+    return slots, srcs
 
 
 # -- addressed plans ----------------------------------------------------------------
+def _table(arrays):
+    """Addresses and row strides of ``arrays`` as int64 arrays (0 appended for index -1)."""
+    return (
+        np.array([address(a) for a in arrays] + [0], dtype=np.int64),
+        np.array([a.strides[0] for a in arrays] + [0], dtype=np.int64),
+    )
+
+
 def copy_segments(segs: np.ndarray, srcs, dsts, keep) -> np.ndarray:
     """An indexed copy plan as ``[S, 5]`` int64 (src address or 0 for zeros, src row
     stride, dst address, dst row stride, bytes)."""
     srcs = [rowwise(a, keep) for a in srcs]
     isz = dsts[0].itemsize if dsts else 0
+    (s_addr, s_stride), (d_addr, d_stride) = _table(srcs), _table(dsts)
+    i, a, j, c, n = segs.T
+    zero = i < 0
     out = np.empty((segs.shape[0], 5), dtype=np.int64)
-    for s, (i, a, j, c, n) in enumerate(segs.tolist()):
-        src = srcs[i] if i >= 0 else None
-        out[s] = (
-            address(src) + a * isz if src is not None else 0,
-            src.strides[0] if src is not None else 0,
-            address(dsts[j]) + c * isz,
-            dsts[j].strides[0],
-            n * isz,
-        )
+    out[:, 0] = np.where(zero, 0, s_addr[i] + a * isz)
+    out[:, 1] = s_stride[i]
+    out[:, 2] = d_addr[j] + c * isz
+    out[:, 3] = d_stride[j]
+    out[:, 4] = n * isz
     return out
 
 
@@ -125,12 +150,13 @@ def backward_slots(grads, rows: np.ndarray, outs, keep):
     slots, srcs = backward_indexed(rows, [o.shape[1] for o in outs])
     grads = [rowwise(g, keep) for g in grads]
     isz = outs[0].itemsize if outs else 0
+    (o_addr, o_stride), (g_addr, g_stride) = _table(outs), _table(grads)
     a_slots = slots.copy()
-    for e, (i, x0, n, k0, k1) in enumerate(slots.tolist()):
-        a_slots[e, :2] = (address(outs[i]) + x0 * isz, outs[i].strides[0])
-    a_srcs = srcs.copy()
-    for k, (j, col) in enumerate(srcs.tolist()):
-        a_srcs[k] = (address(grads[j]) + col * isz, grads[j].strides[0])
+    a_slots[:, 0] = o_addr[slots[:, 0]] + slots[:, 1] * isz
+    a_slots[:, 1] = o_stride[slots[:, 0]]
+    a_srcs = np.empty_like(srcs)
+    a_srcs[:, 0] = g_addr[srcs[:, 0]] + srcs[:, 1] * isz
+    a_srcs[:, 1] = g_stride[srcs[:, 0]]
     return a_slots, a_srcs
 
 
@@ -162,3 +188,17 @@ def regroup_arguments(keys, lengths, groups):
         permutes[r, 5] = 0 if nxt == P else nxt  # the head: 0 when used once, else its next row
     in_shapes = np.array([sum(ls) for ls in lengths], dtype=np.int32)
     return permutes, in_shapes, out_shapes, out_shapes.tolist()
+
+
+def regroup_rows(keys, lengths, groups) -> np.ndarray:
+    """The permutes rows of a regrouping as read-only host int64, cached by the key lists."""
+    return _regroup_rows(
+        tuple(map(tuple, keys)), tuple(map(tuple, lengths)), tuple(map(tuple, groups))
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _regroup_rows(keys, lengths, groups):
+    rows = regroup_arguments(keys, lengths, groups)[0].astype(np.int64)
+    rows.flags.writeable = False
+    return rows

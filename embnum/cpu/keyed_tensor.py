@@ -109,7 +109,7 @@ def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_le
 
 
 def regroup_keyed_tensor(pooled_embs, keys, lengths, groups, out):
-    _forward(pooled_embs, plan.host_rows(plan.regroup_arguments(keys, lengths, groups)[0]), out)
+    _forward(pooled_embs, plan.regroup_rows(keys, lengths, groups), out)
 
 
 def kt_regroup_arguments(embs, keys, lengths, groups):

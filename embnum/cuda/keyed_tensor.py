@@ -72,7 +72,7 @@ def _as_tuple(arrays, bits: bool):
 
 
 def _device(table):
-    return xp().asarray(table)
+    return xp().array(table)  # a writable copy (cached plans are read-only)
 
 
 def _use_rawkernel() -> bool:
@@ -113,7 +113,7 @@ def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_le
 
 
 def regroup_keyed_tensor(pooled_embs, keys, lengths, groups, out):
-    _forward(pooled_embs, plan.host_rows(plan.regroup_arguments(keys, lengths, groups)[0]), out)
+    _forward(pooled_embs, plan.regroup_rows(keys, lengths, groups), out)
 
 
 def kt_regroup_arguments(embs, keys, lengths, groups):

@@ -53,6 +53,10 @@ def _shapes(name, shapes, want, want_name):
             raise ValueError(f"{name}[{k}] = {g} but {want_name} gives {w}")
 
 
+_VALID: dict = {}  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
+_MAX_VALID = 256
+
+
 def _rows(permutes, in_widths, out_widths, in_name, out_name):
     """Validate the ``[P, 6]`` permutes against the input and output widths (the same
     rules for the forward and the backward); return it as host int64."""
@@ -60,6 +64,17 @@ def _rows(permutes, in_widths, out_widths, in_name, out_name):
     if permutes.shape[1] != 6:
         raise ValueError(f"permutes must have shape [P, 6], got {tuple(permutes.shape)}")
     rows = host(permutes)
+    key = (rows.tobytes(), tuple(in_widths), tuple(out_widths))
+    if key in _VALID:
+        return rows
+    _check_rows(rows, in_widths, out_widths, in_name, out_name)
+    if len(_VALID) >= _MAX_VALID:
+        _VALID.pop(next(iter(_VALID)))
+    _VALID[key] = True
+    return rows
+
+
+def _check_rows(rows, in_widths, out_widths, in_name, out_name):
     P = rows.shape[0]
     if P == 0:
         return rows
@@ -78,7 +93,6 @@ def _rows(permutes, in_widths, out_widths, in_name, out_name):
                 f"exceeds the width {limit[r]} of {side}put {rows[r, t_col]}"
             )
     _no_overlap(rows, OUT_TENSOR, OUT_OFFSET, "output")
-    return rows
 
 
 def _in_range(rows, col, lo, hi, what):
