@@ -23,12 +23,12 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import _permute_plan as plan
-from .._half import half_bits
+from .._half import float_to_half_bits
 from ._common import half_to_float
 
 ROWS_PER_TASK = 32  # batch rows per parallel task
 
-half_bits_jit = njit(cache=True, inline="always")(half_bits)
+half_bits_jit = njit(cache=True, inline="always")(float_to_half_bits)
 
 
 @intrinsic
