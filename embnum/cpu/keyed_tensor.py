@@ -15,7 +15,6 @@ with one compiled kernel per direction:
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -92,13 +91,11 @@ def _run_copy(segs, B):
 
 
 def _forward(inputs, rows, out):
-    keep = []
+    keep = []  # strided inputs' contiguous copies live here until the kernel is done
     _run_copy(plan.copy_segments(plan.forward_indexed(rows, [o.shape[1] for o in out]), inputs, out, keep), inputs[0].shape[0])
 
 
 def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list, out):
-    if out.dtype.kind != "f":  # integer ids: move their bits (Numba copies bytes either way)
-        pooled_embs, out = pooled_embs.view(f"u{out.itemsize}"), out.view(f"u{out.itemsize}")
     segs = plan.pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, out.shape[1])
     keep = []
     _run_copy(plan.copy_segments(segs, [pooled_embs], [out], keep), pooled_embs.shape[0])
