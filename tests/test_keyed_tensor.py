@@ -94,11 +94,39 @@ def kt_args(draw):
     return {"embs": draw(st.sampled_from([None, np.zeros((2, 3), np.float32)])), "keys": keys, "lengths": lengths, "groups": groups}
 
 
+@st.composite
+def handwritten_args(draw, backward=False):
+    """Arbitrary valid rows: each output is tiled with segments (and gaps) that read any
+    range of any input, so input ranges overlap partially and some columns stay uncovered."""
+    in_widths = [draw(st.integers(0, 7)) for _ in range(draw(st.integers(1, 3)))]
+    rows, out_widths = [], []
+    for j in range(draw(st.integers(1, 3))):
+        col = 0
+        for _ in range(draw(st.integers(0, 4))):
+            col += draw(st.integers(0, 2))  # a gap: uncovered columns
+            i = draw(st.integers(0, len(in_widths) - 1))
+            n = draw(st.integers(0, in_widths[i]))
+            a = draw(st.integers(0, in_widths[i] - n))
+            rows.append([i, j, a, col, n, 0])
+            col += n
+        out_widths.append(col + draw(st.integers(0, 2)))
+    rows = [rows[k] for k in draw(st.permutations(range(len(rows))))]
+    P = len(rows)
+    for r in rows:
+        r[5] = draw(st.integers(-P, P - 1)) if P else 0  # never followed
+    perm = np.array(rows, dtype=draw(index_dtypes)).reshape(P, 6)
+    ins, outs = np.array(in_widths, np.int64), np.array(out_widths, np.int32)
+    if not backward:
+        return {"pooled_embs": draw(inputs_for([[w] for w in in_widths])), "permutes": perm, "in_shapes": ins, "out_shapes": outs, "out_lengths": out_widths}
+    grads = draw(inputs_for([[w] for w in out_widths]))
+    return {"grad_outputs": grads, "permutes": perm, "in_shapes": ins, "out_shapes": outs, "in_lengths": in_widths}
+
+
 STRATEGIES = {
     "permute_pooled_embs": pooled_args(),
     "kt_regroup_arguments": kt_args(),
-    "permute_multi_embedding": permute_args(),
-    "permute_multi_embedding_backward": permute_args(backward=True),
+    "permute_multi_embedding": st.one_of(permute_args(), handwritten_args()),
+    "permute_multi_embedding_backward": st.one_of(permute_args(backward=True), handwritten_args(backward=True)),
     "regroup_keyed_tensor": regroup_args(),
 }
 
@@ -726,3 +754,20 @@ def test_fbgemm_bfloat16_gradient():
         assert torch.equal(w.view(torch.int16), g.view(torch.int16))
     for a, b in zip(torch.autograd.grad(want, xs, gs), torch.autograd.grad(got, xs, gs)):
         assert torch.equal(a, b)
+
+
+@settings(max_examples=25)
+@given(args=handwritten_args(), data=st.data())
+def test_cuda_c_kernels_on_the_host_handwritten_rows(cu_on_host, args, data):
+    """Partially overlapping input ranges, uncovered columns, rows in any order."""
+    grid, block = data.draw(st.sampled_from([(1, 32), (5, 64)]))
+    embs, perm, ol = args["pooled_embs"], args["permutes"].astype(np.int64), args["out_lengths"]
+    want = embnum.permute_multi_embedding(**args, backend="ref")
+    got = _run_cu_forward(cu_on_host, embs, perm, ol, grid, block)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
+    grads = [np.ascontiguousarray(w) for w in want]
+    in_lengths = args["in_shapes"].tolist()
+    want_b = embnum.permute_multi_embedding_backward(grads, args["permutes"], args["in_shapes"], args["out_shapes"], in_lengths, backend="ref")
+    got_b = _run_cu_backward(cu_on_host, grads, perm, in_lengths, grid, block)
+    assert embnum.get_op("permute_multi_embedding_backward").check_fn(got_b, want_b, {})[1]
