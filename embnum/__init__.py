@@ -16,4 +16,8 @@ __all__ = ["available_backends", "get_op", "ops", "__version__"]
 for _op in ops():
     globals()[_op.name] = _op.public
     __all__.append(_op.name)
+for _family in _declarations.FAMILIES:  # host helpers a family exports beside its ops (no backend)
+    for _name in getattr(getattr(_declarations, _family), "HELPERS", ()):
+        globals()[_name] = getattr(getattr(_declarations, _family), _name)
+        __all__.append(_name)
 del _op, _declarations

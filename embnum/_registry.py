@@ -156,8 +156,11 @@ class Op:
         signature is the op's and a call costs no argument binding."""
         params = list(self.signature.parameters.values())
         defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-        head = ", ".join(p.name if p.name not in defaults else f"{p.name}=_defaults[{p.name!r}]" for p in params)
+        positional = [p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        keyword = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]  # stay keyword-only
+        head = ", ".join(p.name if p.name not in defaults else f"{p.name}=_defaults[{p.name!r}]" for p in positional)
         tail = "out=None, backend=None" if self.takes_out else "backend=None"
+        tail = ", ".join([f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name for p in keyword] + [tail])
         args = ", ".join(f"{p.name!r}: {p.name}" for p in params)
         out = "out" if self.takes_out else "None"
         src = f"def {self.name}({head}, *, {tail}):\n    return _op.call({{{args}}}, {out}, backend)\n"

@@ -32,6 +32,8 @@ def _example(name):
 def _numpy(x):
     """A bridge result as NumPy: tensors converted, lists/tuples item by item, the rest as is."""
     if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bfloat16:  # NumPy has no bfloat16: compare the bit patterns
+            x = x.view(torch.uint16)
         return x.detach().numpy()
     if isinstance(x, (list, tuple)):
         return type(x)(_numpy(v) for v in x)

@@ -25,6 +25,7 @@ from .._registry import get as get_op
 
 BF16_BITS = "bits"  # pure data movement: carry bfloat16 as 16-bit patterns (exact)
 BF16_FLOAT32 = "float32"  # arithmetic: compute in float32, round the result once
+BF16_UINT16 = "uint16"  # bit-level codecs: bfloat16 tensors in are uint16 arrays, uint16 arrays out are bfloat16
 
 
 def to_array(t: torch.Tensor):
@@ -84,6 +85,8 @@ def _convert_inputs(args: dict, spec: Bridge):
         if not isinstance(t, torch.Tensor):
             return t
         if t.dtype == torch.bfloat16:
+            if spec.bf16 == BF16_UINT16:
+                return to_array(t.view(torch.uint16))
             t = t.view(torch.float16) if spec.bf16 == BF16_BITS else t.float()
         return to_array(t)
 
@@ -101,6 +104,8 @@ def _convert_output(a, spec: Bridge, bf16: bool) -> torch.Tensor | None:
     if isinstance(a, list):
         return a  # a Python list of ints returned beside arrays (schema type int[])
     t = to_tensor(a)
+    if spec.bf16 == BF16_UINT16 and t.dtype == torch.uint16:
+        return t.view(torch.bfloat16)
     if bf16 and spec.bf16 == BF16_BITS and t.dtype == torch.float16:
         return t.view(torch.bfloat16)
     if bf16 and spec.bf16 == BF16_FLOAT32 and t.dtype == torch.float32:
@@ -188,7 +193,7 @@ def bridge(
     ``"SymInt"``, ``"SymInt[]"``, ``"float"``, ...). ``fake(*args, backend)``:
     outputs with the right shapes on the meta device. ``setup(ctx, inputs,
     output)`` / ``backward(ctx, grad)``: as ``torch.library.register_autograd``.
-    ``bf16``: ``BF16_BITS``, ``BF16_FLOAT32`` or ``None`` (rejected);
+    ``bf16``: ``BF16_BITS``, ``BF16_FLOAT32``, ``BF16_UINT16`` or ``None`` (rejected);
     ``bf16_scalars``: parameters rounded to bfloat16 along with the data.
     """
     BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars)
