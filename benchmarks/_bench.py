@@ -72,3 +72,49 @@ def table(rows: list[dict], columns: list[str]) -> str:
     for r in rows:
         out.append("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
     return "\n".join(out)
+
+
+PEER_COLUMNS = ["fbgemm cpu", "torch", "copy floor", "fbgemm / embnum", "embnum / floor"]
+
+
+def default_backends(asked, host=("cpu",)) -> list[str]:
+    """The embnum backends to time: those ``asked`` for, else ``host`` plus cuda where a GPU is usable."""
+    import embnum
+
+    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
+    return asked or list(host) + (["cuda"] if gpu else [])
+
+
+def embnum_runner(fn, backend: str, host_args: dict):
+    """A callable running ``fn`` on ``backend`` (and waiting for it) with ``host_args``'
+    arrays, and lists of arrays, moved to that backend once, here."""
+    import embnum
+
+    be = embnum._backend.BACKENDS[backend]
+    move = lambda v: be.from_host(v) if isinstance(v, np.ndarray) else [be.from_host(x) for x in v] if isinstance(v, list) else v  # noqa: E731
+    dev_args = {k: move(v) for k, v in host_args.items()}
+
+    def run():
+        fn(**dev_args, backend=backend)
+        be.synchronize()
+
+    return run
+
+
+def add_ratios(row: dict, backends: list[str]) -> None:
+    """The ``fbgemm / embnum`` and ``embnum / floor`` columns of ``row``, from the cpu backend
+    (or the last one timed)."""
+    main_backend = row[f"embnum {'cpu' if 'cpu' in backends else backends[-1]}"]
+    row["fbgemm / embnum"] = f"{row['fbgemm cpu'] / main_backend:.1f}x" if row["fbgemm cpu"] else "-"
+    row["embnum / floor"] = f"{main_backend / row['copy floor']:.2f}"
+
+
+def print_ms_table(rows: list[dict], backends: list[str]) -> None:
+    """Print ``rows`` as a markdown table of milliseconds (``-`` where a contender is missing)."""
+    columns = ["op", "input"] + [f"embnum {b}" for b in backends] + PEER_COLUMNS
+    for r in rows:
+        for c in columns:
+            if isinstance(r.get(c), float) or r.get(c) is None and c not in ("op", "input"):
+                r[c] = fmt_ms(r.get(c))
+    print("\ntimes in ms\n")
+    print(table(rows, columns))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
+from _bench import add_ratios, copy_floor, default_backends, embnum_runner, machine, median_time, print_ms_table  # noqa: E402
 
 import embnum  # noqa: E402
 
@@ -125,17 +125,11 @@ def cases(rng):
     )
 
 
-def _to_backend(backend, args):
-    be = embnum._backend.BACKENDS[backend]
-    return {k: be.from_host(v) if isinstance(v, np.ndarray) else [be.from_host(x) for x in v] if isinstance(v, list) else v for k, v in args.items()}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", action="append", help="embnum backends to time (default: ref, cpu, and cuda on a GPU)")
     args = parser.parse_args(argv)
-    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
-    backends = args.backend or ["ref", "cpu"] + (["cuda"] if gpu else [])
+    backends = default_backends(args.backend, host=("ref", "cpu"))
     print(machine())
     print(f"- command: python benchmarks/bench_jagged.py {' '.join(sys.argv[1:])}".rstrip())
     rows = []
@@ -143,28 +137,13 @@ def main(argv=None):
         row = {"op": op, "input": label}
         fn = getattr(embnum, op)
         for backend in backends:
-            be = embnum._backend.BACKENDS[backend]
-            dev_args = _to_backend(backend, op_args)
-
-            def run(dev_args=dev_args, backend=backend, be=be):
-                fn(**dev_args, backend=backend)
-                be.synchronize()
-
-            row[f"embnum {backend}"] = median_time(run)
+            row[f"embnum {backend}"] = median_time(embnum_runner(fn, backend, op_args))
         row["fbgemm cpu"] = median_time(fb_call) if fb_call else None
         row["torch"] = median_time(torch_call) if torch_call else None
         row["copy floor"] = copy_floor(nread, nwritten)
-        main_backend = row[f"embnum {'cpu' if 'cpu' in backends else backends[-1]}"]
-        row["fbgemm / embnum"] = f"{row['fbgemm cpu'] / main_backend:.1f}x" if row["fbgemm cpu"] else "-"
-        row["embnum / floor"] = f"{main_backend / row['copy floor']:.2f}"
+        add_ratios(row, backends)
         rows.append(row)
-    columns = ["op", "input"] + [f"embnum {b}" for b in backends] + ["fbgemm cpu", "torch", "copy floor", "fbgemm / embnum", "embnum / floor"]
-    for r in rows:
-        for c in columns:
-            if isinstance(r.get(c), float) or r.get(c) is None and c not in ("op", "input"):
-                r[c] = fmt_ms(r.get(c))
-    print("\ntimes in ms\n")
-    print(table(rows, columns))
+    print_ms_table(rows, backends)
 
 
 if __name__ == "__main__":

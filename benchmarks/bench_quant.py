@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
+from _bench import copy_floor, default_backends, fmt_ms, machine, median_time, table  # noqa: E402
 
 import embnum  # noqa: E402
 
@@ -63,8 +63,7 @@ def main(argv=None):
         import numba
 
         numba.set_num_threads(args.threads)
-    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
-    backends = args.backend or ["cpu"] + (["cuda"] if gpu else [])
+    backends = default_backends(args.backend)
     print(machine())
     print(f"- command: python benchmarks/bench_quant.py {' '.join(sys.argv[1:])}".rstrip())
     rows = []

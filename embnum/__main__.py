@@ -65,9 +65,19 @@ def tour(args) -> int:
             simulated = name == "cuda" and getattr(backend, "simulated", False)
             size = "small" if simulated or args.small else "large"
             example = op.example_fn(np.random.default_rng(0), size)
-            want = op.public(**example.args, backend="ref")
+            if op.mutates:  # in-place op: run on copies, compare what it wrote
+                host_args = _copy_arrays(example.args)
+                op.public(**host_args, backend="ref")
+                want = [host_args[k] for k in op.mutates if host_args.get(k) is not None]
+            else:
+                want = op.public(**example.args, backend="ref")
             dev_args = {k: _to_backend(backend, v) for k, v in example.args.items()}
             run = lambda: op.public(**dev_args, backend=name)  # noqa: E731
+            if op.mutates:
+                def run(run_once=run):
+                    dev_args.update({k: _to_backend(backend, v) for k, v in example.args.items() if k in op.mutates})
+                    run_once()
+                    return [dev_args[k] for k in op.mutates if dev_args.get(k) is not None]
             try:
                 got = _to_host(backend, run())  # first call: compiles
                 err, ok = op.check_fn(got, want, example.args)
@@ -96,9 +106,17 @@ def _to_backend(backend, value):
 def _to_host(backend, value):
     if value is None or isinstance(value, int):  # None, or an int of a returned Python list
         return value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple of arrays
+        return type(value)(*(_to_host(backend, v) for v in value))
     if isinstance(value, (list, tuple)):
         return type(value)(_to_host(backend, v) for v in value)
     return backend.to_host(value)
+
+
+def _copy_arrays(args: dict) -> dict:
+    import numpy as np
+
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
 
 
 def main(argv=None) -> int:

@@ -78,6 +78,7 @@ class Op:
         differentiable: tuple[str, ...],
         takes_out: bool,
         same_as: str | None,
+        mutates: tuple[str, ...] = (),
     ):
         self.declaration = declaration
         self.name = declaration.__name__
@@ -85,6 +86,7 @@ class Op:
         self.kernel_name = same_as or self.name
         self.differentiable = differentiable
         self.takes_out = takes_out
+        self.mutates = tuple(mutates)
         self.signature = inspect.signature(declaration)
         self.example_fn: Callable | None = None
         self._implementations: dict[str, Callable] = {}
@@ -163,7 +165,7 @@ class Op:
         tail = ", ".join([f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name for p in keyword] + [tail])
         args = ", ".join(f"{p.name!r}: {p.name}" for p in params)
         out = "out" if self.takes_out else "None"
-        src = f"def {self.name}({head}, *, {tail}):\n    return _op.call({{{args}}}, {out}, backend)\n"
+        src = f"def {self.name}({head + ', ' if head else ''}*, {tail}):\n    return _op.call({{{args}}}, {out}, backend)\n"
         namespace = {"_op": self, "_defaults": defaults}
         exec(compile(src, f"<embnum op {self.name}>", "exec"), namespace)
         public = namespace[self.name]
@@ -240,6 +242,7 @@ def op(
     differentiable: tuple[str, ...] = (),
     takes_out: bool = True,
     same_as: str | None = None,
+    mutates: tuple[str, ...] = (),
 ):
     """Register the decorated declaration as ``embnum.<name>``; return the public function.
 
@@ -247,10 +250,14 @@ def op(
     gradient. ``same_as`` names another op of the family whose
     implementations serve this one (the declaration then returns that op's
     plan arguments: a special case written as a call of the general op).
+    ``mutates`` names the array arguments an in-place op writes (it then
+    returns ``None`` and takes no ``out=``; its plan passes those arrays
+    through unchanged so that the implementation writes the caller's memory).
+    Parameters may be keyword-only (after ``*``); they stay keyword-only.
     """
 
     def register(declaration: Callable) -> Callable:
-        o = Op(declaration, family, differentiable=differentiable, takes_out=takes_out, same_as=same_as)
+        o = Op(declaration, family, differentiable=differentiable, takes_out=takes_out, same_as=same_as, mutates=mutates)
         if o.name in _OPS:
             raise ValueError(f"op {o.name!r} declared twice")
         _OPS[o.name] = o

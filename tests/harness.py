@@ -120,6 +120,8 @@ def run_op(name: str, args: dict, flavor: Flavor, **extra):
 def check_matches_ref(name: str, args: dict, flavor: Flavor):
     """One drawn input: oracle vs fast backend (plain and ``out=``), inputs unchanged."""
     op = embnum.get_op(name)
+    if op.mutates:
+        return _check_in_place_matches_ref(op, args, flavor)
     before = snapshot(args)
     want = op.public(**args, backend="ref")
     assert_unchanged(before, args)
@@ -134,6 +136,26 @@ def check_matches_ref(name: str, args: dict, flavor: Flavor):
         assert returned is out
         err, ok = op.check_fn(to_host(out), want, args)
         assert ok, f"{name} on {flavor.name} with out= differs from ref (max abs error {err})"
+    return want
+
+
+def _check_in_place_matches_ref(op, args: dict, flavor: Flavor):
+    """An in-place op (``op.mutates``): ref and the fast backend each run on their own
+    copy of the arrays; compare what they wrote; every other input is unchanged."""
+    before = snapshot(args)
+    ref_args = snapshot(args)
+    assert op.public(**ref_args, backend="ref") is None
+    dev_args = flavor.to_device(snapshot(args))
+    assert op.public(**dev_args, backend=flavor.backend) is None
+    written = [k for k in op.mutates if args.get(k) is not None]
+    want = [ref_args[k] for k in written]
+    got = [to_host(dev_args[k]) for k in written]
+    err, ok = op.check_fn(got, want, args)
+    assert ok, f"{op.name} on {flavor.name} wrote other values than ref (max abs error {err})\ngot  {got}\nwant {want}"
+    kept = {k: v for k, v in before.items() if k not in op.mutates}
+    assert_unchanged(kept, ref_args)
+    assert_unchanged(kept, dev_args)
+    assert_unchanged(before, args)
     return want
 
 

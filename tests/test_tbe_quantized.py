@@ -162,6 +162,21 @@ def test_bounds_modes(fast_backend):
     check_rejects("tbe_forward_quantized", dict(bad_end, bounds_check_mode="fatal"), ValueError, ("offsets[4] = 9", "4"), fast_backend)
 
 
+def test_bounds_mode_codes_and_offset_clamp(fast_backend):
+    """fbgemm's BoundsCheckMode codes 0..3 name the modes too; an offset past N is clamped by the repair."""
+    bad = dict(_fp32_tables(), indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 2, 7, 3, 4]))
+    for code in (0, 3):
+        check_rejects("tbe_forward_quantized", dict(bad, bounds_check_mode=code), ValueError, ("offsets[2] = 7",), fast_backend)
+    want = [[8, 10, 12, 14, 0, 0, 0, 0], [4, 6, 8, 10, 0, 0, 0, 0]]  # offsets repaired to [0, 2, 4, 4, 4]
+    with pytest.warns(RuntimeWarning, match="repaired"):
+        got = check_matches_ref("tbe_forward_quantized", dict(bad, bounds_check_mode=1), fast_backend)
+    np.testing.assert_array_equal(got, want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = check_matches_ref("tbe_forward_quantized", dict(bad, bounds_check_mode=2), fast_backend)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_none_pooling_zero_rows_outside_bags(fast_backend):
     args = dict(_fp32_tables(), indices=np.array([1, 2, -1, 1, 0]), offsets=np.array([1, 2, 3, 3, 5]), pooling_mode="none")
     got = check_matches_ref("tbe_forward_quantized", args, fast_backend)

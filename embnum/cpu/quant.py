@@ -15,13 +15,14 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .. import _half
+from .. import _half, _qrow
 
 _jit = njit(cache=True, inline="always")
 half_bits_to_float = _jit(_half.half_bits_to_float)
 float32_bits_to_half_bits = _jit(_half.float32_bits_to_half_bits)
 bits_to_float32 = _jit(_half.bits_to_float32)
 rne = _jit(_half.rne)
+_put_u32 = _jit(_qrow.put_u32)
 
 
 @_jit
@@ -94,11 +95,17 @@ def _min_max(row):
 
 
 @_jit
-def _code(p, Q):
-    """``clamp(rne(p), 0, Q)``; NaN -> 0 (``p`` float32)."""
+def _qf(p, Q):
+    """``clamp(rne(p), 0, Q)`` as a float32 (NaN -> 0): codes combine into a byte exactly in float32."""
     p = p if p > np.float32(0) else np.float32(0)
     p = p if p < Q else Q
-    return np.uint8((p + _MAGIC) - _MAGIC)
+    return (p + _MAGIC) - _MAGIC
+
+
+@_jit
+def _code(p, Q):
+    """``clamp(rne(p), 0, Q)`` as a uint8; NaN -> 0 (``p`` float32)."""
+    return np.uint8(_qf(p, Q))
 
 
 @_jit
@@ -107,12 +114,6 @@ def _bits(v):
     if v != v:
         return np.int64(0x7FC00000)
     return np.int64(np.float32(v).view(np.uint32))
-
-
-@_jit
-def _put_u32(row, at, bits):
-    for i in range(4):
-        row[at + i] = np.uint8((bits >> (8 * i)) & 0xFF)
 
 
 @_jit

@@ -10,28 +10,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .. import _qrow
 from .quant import _f16
 
 
-@njit(cache=True, inline="always")
-def _element(weights, start, code, c):
-    """Element ``c`` of the row starting at byte ``start``, as a float32."""
-    if code == 0:
-        at = start + 4 * c
-        u = np.uint32(weights[at]) | (np.uint32(weights[at + 1]) << 8) | (np.uint32(weights[at + 2]) << 16) | (np.uint32(weights[at + 3]) << 24)
-        return np.uint32(u).view(np.float32)
-    if code == 1:
-        at = start + 2 * c
-        return _f16(np.int64(weights[at]) | (np.int64(weights[at + 1]) << 8))
-    scale = np.float64(_f16(np.int64(weights[start]) | (np.int64(weights[start + 1]) << 8)))
-    bias = np.float64(_f16(np.int64(weights[start + 2]) | (np.int64(weights[start + 3]) << 8)))
-    if code == 2:
-        q = np.int64(weights[start + 4 + c])
-    elif code == 3:
-        q = (np.int64(weights[start + 4 + c // 2]) >> (4 * (c % 2))) & 15
-    else:
-        q = (np.int64(weights[start + 4 + c // 4]) >> (2 * (c % 4))) & 3
-    return np.float32(scale * q + bias)
+@njit(inline="always")
+def _f32(u):
+    return np.uint32(u).view(np.float32)
+
+
+_element = njit(inline="always")(_qrow.make_tbe_element(_f16, _f32))  # element c of a row, float32
 
 
 @njit(cache=True, parallel=True)

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from .. import _half
+from .. import _half, _qrow
 from ._common import TPB, blocks, contiguous, xp
 
 _dev = cuda.jit(device=True)
@@ -26,6 +26,7 @@ float32_bits_to_half_bits = _dev(_half.float32_bits_to_half_bits)
 float32_to_bits = _dev(_half.float32_to_bits)
 bits_to_float32 = _dev(_half.bits_to_float32)
 rne = _dev(_half.rne)
+_put_u32 = _dev(_qrow.put_u32)
 
 
 def _launch(n):
@@ -63,12 +64,6 @@ def _code(p, Q):
     if p > Q:
         p = Q
     return np.uint8(rne(np.float64(p)))
-
-
-@cuda.jit(device=True)
-def _put_u32(row, at, bits):
-    for i in range(4):
-        row[at + i] = np.uint8((bits >> (8 * i)) & 0xFF)
 
 
 @cuda.jit(device=True)

@@ -12,29 +12,12 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from .. import _qrow
 from ._common import TPB, blocks, contiguous, int64s, xp
 from .quant import bits_to_float32, float_to_fp16, half_bits_to_float
 
 
-@cuda.jit(device=True)
-def _element(weights, start, code, c):
-    if code == 0:
-        at = start + 4 * c
-        u = np.int64(weights[at]) | (np.int64(weights[at + 1]) << 8) | (np.int64(weights[at + 2]) << 16) | (np.int64(weights[at + 3]) << 24)
-        return np.float32(bits_to_float32(u))
-    if code == 1:
-        at = start + 2 * c
-        return np.float32(half_bits_to_float(np.int64(weights[at]) | (np.int64(weights[at + 1]) << 8)))
-    scale = half_bits_to_float(np.int64(weights[start]) | (np.int64(weights[start + 1]) << 8))
-    bias = half_bits_to_float(np.int64(weights[start + 2]) | (np.int64(weights[start + 3]) << 8))
-    if code == 2:
-        q = np.int64(weights[start + 4 + c])
-    elif code == 3:
-        q = (np.int64(weights[start + 4 + c // 2]) >> (4 * (c % 2))) & 15
-    else:
-        q = (np.int64(weights[start + 4 + c // 4]) >> (2 * (c % 4))) & 3
-    prod = scale * np.float64(q)
-    return np.float32(prod + bias)
+_element = cuda.jit(device=True)(_qrow.make_tbe_element(half_bits_to_float, bits_to_float32))
 
 
 @cuda.jit

@@ -2,18 +2,19 @@
 
 ``tbe_pack_quantized`` is a host helper (NumPy in, NumPy out, no backend);
 ``tbe_forward_quantized`` is an op on every backend. Bounds checking is done
-here, once, before any kernel runs (section 4 with the quantized lookup's own
-rule: ``-1`` is a pruned row in every mode): ``fatal``/``none`` raise,
+here, once, before any kernel runs, by ``embnum._tbe_bounds`` (section 4 with
+the quantized lookup's own rule: ``-1`` is a pruned row in every mode,
+``pruned_ok=True``): ``fatal``/``none`` raise,
 ``warning``/``ignore`` repair private copies of ``offsets`` and ``indices``,
 so the kernels only ever see readable indices (or ``-1``).
 """
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import numpy as np
 
+from .. import _tbe_bounds as tbe_bounds
 from .. import _validate as v
 from .._registry import Example, Out, Plan, check, example, op
 from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
@@ -22,7 +23,6 @@ from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
 TYPE_CODES = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3, "int2": 4}
 _TYPE_NAMES = {c: n for n, c in TYPE_CODES.items()}
 POOLING = {"sum": 0, "mean": 1, "none": 2}
-BOUNDS = {"fatal": 0, "warning": 1, "ignore": 2, "none": 3}
 HELPERS = ("tbe_pack_quantized",)
 
 
@@ -154,58 +154,6 @@ def _int_array(name, a, ndim=1):
     return v.index_array(name, a, ndim=ndim)
 
 
-def _bounds(offsets, indices, rows_of_feature, B, T, mode):
-    """Section 4 for the quantized lookup: check (fatal/none) or repair a copy (warning/ignore).
-    ``-1`` is a pruned row and always valid. Returns (offsets, indices) to use."""
-    xp = v.xp_of(offsets)
-    N = int(indices.shape[0])
-    offs = offsets.astype(xp.int64)
-    repair = mode in (BOUNDS["warning"], BOUNDS["ignore"])
-    repaired = False
-    if repair:
-        if int(offs[-1]) != N or bool(((offs < 0) | (offs > N)).any()) or bool((offs[1:] < offs[:-1]).any()):
-            offs = offs.copy()
-            offs[-1] = N
-            offs = xp.maximum.accumulate(xp.clip(offs, 0, N)) if xp is np else _cummax(xp, xp.clip(offs, 0, N))
-            repaired = True
-    else:
-        if int(offs[-1]) != N:
-            raise ValueError(f"offsets[{T * B}] = {int(offs[-1])} must equal len(indices) = {N}")
-        bad = (offs < 0) | (offs > N)
-        if bool(bad.any()):
-            k = int(xp.argmax(bad))
-            raise ValueError(f"offsets[{k}] = {int(offs[k])} is outside [0, {N}]")
-        drop = offs[1:] < offs[:-1]
-        if bool(drop.any()):
-            k = int(xp.argmax(drop)) + 1
-            raise ValueError(f"offsets must be non-decreasing, but offsets[{k}] = {int(offs[k])} < offsets[{k - 1}] = {int(offs[k - 1])}")
-    if N == 0 or B == 0:
-        return offs, indices
-    starts = offs[::B]  # feature t reads positions starts[t] .. starts[t+1]
-    pos = xp.arange(N)
-    feature = xp.searchsorted(starts, pos, side="right") - 1  # -1 before the first bag, T after the last
-    in_bag = (feature >= 0) & (feature < T)
-    E = xp.asarray(rows_of_feature, dtype=xp.int64)[xp.clip(feature, 0, T - 1)]
-    idx = indices.astype(xp.int64)
-    bad = in_bag & (idx != -1) & ((idx < 0) | (idx >= E))
-    if bool(bad.any()):
-        if not repair:
-            p = int(xp.argmax(bad))
-            raise IndexError(
-                f"indices[{p}] = {int(idx[p])} is out of range for feature {int(feature[p])}, "
-                f"whose table has {int(E[p])} rows"
-            )
-        indices = xp.where(bad, 0, indices).astype(indices.dtype)
-        repaired = True
-    if repaired and mode == BOUNDS["warning"]:
-        warnings.warn("tbe_forward_quantized: out-of-range offsets or indices were repaired (bounds_check_mode='warning')", RuntimeWarning, stacklevel=4)
-    return offs, indices
-
-
-def _cummax(xp, a):
-    return xp.asarray(np.maximum.accumulate(xp.asnumpy(a)))
-
-
 @op("tbe_quantized")
 def tbe_forward_quantized(
     weights,
@@ -254,7 +202,7 @@ def tbe_forward_quantized(
         raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
     row_alignment = _positive_int("row_alignment", row_alignment)
     pooling = _mode("pooling_mode", pooling_mode, POOLING)
-    bounds = _mode("bounds_check_mode", bounds_check_mode, BOUNDS)
+    bounds = tbe_bounds.bounds_mode(bounds_check_mode)
     from .quant import _output_dtype
 
     out_dtype = _output_dtype(output_dtype)
@@ -295,7 +243,7 @@ def tbe_forward_quantized(
         shape = (N, dims.pop())
     else:
         shape = (B, Doffs[T])
-    offs, idx = _bounds(offsets, indices, rows, B, T, bounds)
+    idx, offs = tbe_bounds.check(indices, offsets, B, np.asarray(rows, np.int64), bounds, pruned_ok=True)
     xp = v.xp_of(weights)
     layout = np.array([[woffs[t], codes[t], Doffs[t], Doffs[t + 1] - Doffs[t], row_bytes[t]] for t in range(T)], np.int64)
     return Plan(

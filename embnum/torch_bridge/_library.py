@@ -62,15 +62,32 @@ class Bridge:
     backward: Callable | None
     bf16: str | None
     bf16_scalars: tuple[str, ...]
+    codecs: dict[str, tuple[Callable, Callable]] = dataclasses.field(default_factory=dict)
+    grad_dtype: torch.dtype = torch.float64  # float dtype of differentiable inputs in the generic tests
+
+    def encode(self, args: dict) -> dict:
+        """Python values the schema cannot carry (e.g. a frozen dataclass) -> schema values
+        (idempotent: an already encoded value passes unchanged)."""
+        return {k: self.codecs[k][0](a) if k in self.codecs else a for k, a in args.items()}
+
+    def decode(self, args: dict) -> dict:
+        return {k: self.codecs[k][1](a) if k in self.codecs else a for k, a in args.items()}
 
 
 def _schema(op, types: dict[str, str], returns: str) -> str:
     """The custom op's schema. It declares no defaults: the dispatcher drops
     trailing arguments equal to their defaults, which would change the input
     structure autograd sees; the Python wrapper always passes every argument."""
-    params = [f"{types[name]} {name}" for name in op.signature.parameters]
+    params = [f"{_annotate(types[name], op.mutates.index(name)) if name in op.mutates else types[name]} {name}"
+              for name in op.signature.parameters]
     params.append("str? backend")
     return f"({', '.join(params)}) -> {returns}"
+
+
+def _annotate(torch_type: str, k: int) -> str:
+    """``Tensor`` -> ``Tensor(a!)`` (``Tensor?`` -> ``Tensor(a!)?``): an argument the op writes."""
+    alias = f"Tensor({'abcdefgh'[k]}!)"
+    return torch_type.replace("Tensor", alias, 1)
 
 
 def _convert_inputs(args: dict, spec: Bridge):
@@ -124,14 +141,18 @@ def build(spec: Bridge) -> Callable:
 
     def impl(*args):
         *values, backend = args
-        arrays, bf16 = _convert_inputs(dict(zip(names, values)), spec)
+        arrays, bf16 = _convert_inputs(spec.decode(dict(zip(names, values))), spec)
         result = op.public(**arrays, backend=backend)
-        if isinstance(result, (list, tuple)):
-            return type(result)(_convert_output(r, spec, bf16) for r in result)
+        if result is None:  # an in-place op (it wrote its ``mutates`` arguments)
+            return None
+        if isinstance(result, tuple):
+            return tuple(_convert_output(r, spec, bf16) for r in result)
+        if isinstance(result, list):
+            return [_convert_output(r, spec, bf16) for r in result]
         return _convert_output(result, spec, bf16)
 
     custom = torch.library.custom_op(
-        f"embnum::{spec.name}", impl, mutates_args=(), schema=_schema(op, spec.types, spec.returns)
+        f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=_schema(op, spec.types, spec.returns)
     )
     custom.register_fake(spec.fake)
     if spec.backward is not None:
@@ -142,7 +163,7 @@ def build(spec: Bridge) -> Callable:
     def user_function(*args, backend=None, **kwargs):
         bound = op.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        call = [list(a) if isinstance(a, tuple) else a for a in bound.arguments.values()]
+        call = [list(a) if isinstance(a, tuple) else a for a in spec.encode(bound.arguments).values()]
         return torch_op(*call, backend)
 
     del user_function.__wrapped__
@@ -186,6 +207,8 @@ def bridge(
     backward: Callable | None = None,
     bf16: str | None = None,
     bf16_scalars: tuple[str, ...] = (),
+    codecs: dict[str, tuple[Callable, Callable]] | None = None,
+    grad_dtype: torch.dtype = torch.float64,
 ) -> None:
     """Describe the torch side of op ``name`` (see the module docstring).
 
@@ -195,5 +218,9 @@ def bridge(
     output)`` / ``backward(ctx, grad)``: as ``torch.library.register_autograd``.
     ``bf16``: ``BF16_BITS``, ``BF16_FLOAT32``, ``BF16_UINT16`` or ``None`` (rejected);
     ``bf16_scalars``: parameters rounded to bfloat16 along with the data.
+    ``codecs``: ``{parameter: (encode, decode)}`` for Python values the schema
+    cannot carry (the user function encodes, the implementation decodes).
+    ``grad_dtype``: the float dtype the generic tests (gradcheck, opcheck) give
+    differentiable inputs; float64 unless the op does not take it.
     """
-    BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars)
+    BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars, codecs or {}, grad_dtype)
