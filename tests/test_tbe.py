@@ -164,6 +164,25 @@ def test_forward_every_dim(D, pooling, fast_backend):
         check_matches_ref(name, dict(args, grad_output=g), fast_backend)
 
 
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_forward_mixed_dims_specialised_and_generic(pooling, dtype, fast_backend):
+    # the cpu forward compiles its own kernel for some dims (64, 32) and a generic one for the rest (3)
+    rng = np.random.default_rng(1)
+    lay = tbe_layout([7, 5, 4], [64, 3, 32], [0, 0, 1, 2])
+    B = 5
+    lengths = rng.integers(0, 12, 4 * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    rows = np.repeat([7, 7, 5, 4], B)
+    indices = np.concatenate([rng.integers(0, r, n) for r, n in zip(rows, lengths)]).astype(np.int64)
+    args = dict(weights=rng.standard_normal(lay.num_weights).astype(dtype), weights_offsets=lay.weights_offsets,
+                D_offsets=lay.D_offsets, hash_size_cumsum=lay.hash_size_cumsum, indices=indices, offsets=offsets,
+                pooling_mode=pooling)
+    if pooling == "sum":
+        args["per_sample_weights"] = rng.standard_normal(indices.shape[0]).astype(np.float32)
+    check_matches_ref("tbe_forward", args, fast_backend)
+
+
 def test_batch_zero_and_one_feature(fast_backend):
     lay = tbe_layout([4], [3])
     args = dict(weights=np.ones(12, np.float32), weights_offsets=lay.weights_offsets, D_offsets=lay.D_offsets,

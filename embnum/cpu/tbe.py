@@ -21,8 +21,9 @@ from numba.extending import intrinsic, overload
 from .._tbe import DECAY_CODES, KIND_CODES, TBESparseGrad
 
 SUM, MEAN, NONE = 0, 1, 2
-BAGS_PER_JOB = 16
-PREFETCH_DISTANCE = 4  # lookups ahead: the rows are random in a buffer far larger than the caches
+BAGS_PER_JOB = 64
+PREFETCH_DISTANCE = 8  # forward: lookups ahead (the rows are random in a buffer far larger than the caches)
+UPDATE_PREFETCH_DISTANCE = 4  # fused update: touched rows ahead
 _F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
@@ -58,11 +59,22 @@ def _prefetch(typingctx, arr, i):
     return sig, codegen
 
 
+def _per_line(w):
+    """Elements of ``w`` per 64-byte cache line (a compile-time constant)."""
+
+
+@overload(_per_line, inline="always")
+def _per_line_impl(w):
+    n = 512 // w.dtype.bitwidth
+    return lambda w: n
+
+
 @njit(cache=True, inline="always")
-def _prefetch_row(w, base, nbytes_row, itemsize):
+def _prefetch_row(w, base, n):
+    """Prefetch the cache lines of ``w[base : base + n]``."""
     ub = np.uint64(base)
-    for c in range(0, nbytes_row, 64):
-        _prefetch(w, ub + np.uint64(c // itemsize))
+    for c in range(0, n, _per_line(w)):
+        _prefetch(w, ub + np.uint64(c))
 
 
 def _weights(weights):
@@ -92,41 +104,67 @@ def _add_scaled_row(acc, w, lut, base, D, c):
         acc[d] += c * _load(w, lut, ub + np.uint64(d))
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out):
-    T = woff.shape[0]
-    jobs_per_t = (B + BAGS_PER_JOB - 1) // BAGS_PER_JOB
-    for job in prange(T * jobs_per_t):
-        t = job // jobs_per_t
-        b0 = (job - t * jobs_per_t) * BAGS_PER_JOB
-        D = doff[t + 1] - doff[t]
-        w0 = woff[t]
-        c0 = doff[t]
-        acc = np.empty(D, dtype=np.float32)
-        flat = out.reshape(-1)
-        b1 = min(B, b0 + BAGS_PER_JOB)
-        pend = offsets[t * B + b1]
-        itemsize = w.itemsize
-        for b in range(b0, b1):
-            s = offsets[t * B + b]
-            e = offsets[t * B + b + 1]
-            acc[:] = 0.0
-            for p in range(s, e):
-                q = p + PREFETCH_DISTANCE
-                if q < pend:
-                    _prefetch_row(w, w0 + np.int64(indices[q]) * D, D * itemsize, itemsize)
-                if has_psw:
-                    _add_scaled_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D, psw[p])
+def _make_forward_pooled(DC):
+    """The pooled forward for features of one embedding dim: ``DC`` (a constant the
+    compiler unrolls and vectorises the row loops for) or, when ``DC == 0``, the dim
+    read from ``D_offsets`` per feature."""
+
+    @njit(cache=True, parallel=True, nogil=True)
+    def kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out):
+        nf = feats.shape[0]
+        jobs_per_f = (B + BAGS_PER_JOB - 1) // BAGS_PER_JOB
+        OC = out.shape[1]
+        for job in prange(nf * jobs_per_f):
+            f = job // jobs_per_f
+            t = feats[f]
+            b0 = (job - f * jobs_per_f) * BAGS_PER_JOB
+            D = DC if DC > 0 else doff[t + 1] - doff[t]
+            w0 = woff[t]
+            c0 = doff[t]
+            acc = np.empty(D, dtype=np.float32)
+            flat = out.reshape(-1)
+            b1 = min(B, b0 + BAGS_PER_JOB)
+            ps = offsets[t * B + b0]
+            pend = offsets[t * B + b1]
+            for q in range(ps, min(ps + PREFETCH_DISTANCE, pend)):
+                _prefetch_row(w, w0 + np.int64(indices[q]) * D, D)
+            for b in range(b0, b1):
+                s = offsets[t * B + b]
+                e = offsets[t * B + b + 1]
+                for d in range(D):
+                    acc[d] = 0.0
+                for p in range(s, e):
+                    q = p + PREFETCH_DISTANCE
+                    if q < pend:
+                        _prefetch_row(w, w0 + np.int64(indices[q]) * D, D)
+                    if has_psw:
+                        _add_scaled_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D, psw[p])
+                    else:
+                        _add_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D)
+                o = np.uint64(b * OC + c0)
+                if mean and e > s:
+                    L = np.float32(e - s)
+                    for d in range(D):
+                        flat[o + np.uint64(d)] = acc[d] / L
                 else:
-                    _add_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D)
-            o = np.uint64(b * out.shape[1] + c0)
-            if mean and e > s:
-                L = np.float32(e - s)
-                for d in range(D):
-                    flat[o + np.uint64(d)] = acc[d] / L
-            else:
-                for d in range(D):
-                    flat[o + np.uint64(d)] = acc[d]
+                    for d in range(D):
+                        flat[o + np.uint64(d)] = acc[d]
+
+    return kernel
+
+
+# dims with their own compiled forward (the common recsys dims); others share the generic one
+SPECIALISED_DIMS = (32, 64, 128, 256)
+_FORWARD_POOLED = {D: _make_forward_pooled(D) for D in SPECIALISED_DIMS + (0,)}
+
+
+def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out):
+    dims = np.diff(doff)
+    generic = np.array([t for t, D in enumerate(dims.tolist()) if D not in SPECIALISED_DIMS], dtype=np.int64)
+    groups = [(D, np.flatnonzero(dims == D)) for D in SPECIALISED_DIMS if (dims == D).any()] + [(0, generic)]
+    for key, feats in groups:
+        if feats.shape[0]:
+            _FORWARD_POOLED[key](w, lut, woff, doff, feats.astype(np.int64), indices, offsets, B, mean, psw, has_psw, out)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -288,20 +326,20 @@ def _grouped(action, indices, offsets, bag, B, doff, pooling, g, psw, has_psw, t
             s = run_end[i - 1] if i > 0 else 0
             stop = run_end[i]
             base = w0 + np.int64(r) * D
-            ahead = i + PREFETCH_DISTANCE
+            ahead = i + UPDATE_PREFETCH_DISTANCE
             if ahead < n_touched:
                 if action == 2:
-                    _prefetch_row(w, w0 + touched[ahead] * D, D * w.itemsize, w.itemsize)
+                    _prefetch_row(w, w0 + touched[ahead] * D, D)
                     if kind == 1 or kind == 3:
-                        _prefetch_row(m1, w0 + touched[ahead] * D, D * 4, 4)
+                        _prefetch_row(m1, w0 + touched[ahead] * D, D)
                 q = run_end[ahead - 1]
                 p = order[q]
                 if pooling == 2:
-                    _prefetch_row(g, p * D, D * 4, 4)
+                    _prefetch_row(g, p * D, D)
                 else:
                     k = bag[p]
                     t = k // B
-                    _prefetch_row(g, (k - t * B) * TD + doff[t], D * 4, 4)
+                    _prefetch_row(g, (k - t * B) * TD + doff[t], D)
             _row_grad(acc, D, order, s, stop, bag, offsets, B, doff, pooling, g, psw, has_psw)
             if action == 1:
                 for d in range(D):
