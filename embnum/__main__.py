@@ -104,8 +104,8 @@ def _to_backend(backend, value):
 
 
 def _to_host(backend, value):
-    if value is None:
-        return None
+    if value is None or isinstance(value, int):  # None, or an int of a returned Python list
+        return value
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple of arrays
         return type(value)(*(_to_host(backend, v) for v in value))
     if isinstance(value, (list, tuple)):

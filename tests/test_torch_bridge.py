@@ -55,6 +55,17 @@ def _loss(result):
     return sum(t.sum() for t in _tensors(result) if t.requires_grad)
 
 
+def _numpy(x):
+    """A bridge result as NumPy: tensors converted, lists/tuples item by item, the rest as is."""
+    if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bfloat16:  # NumPy has no bfloat16: compare the bit patterns
+            x = x.view(torch.uint16)
+        return x.detach().numpy()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_numpy(v) for v in x)
+    return x
+
+
 def test_every_op_is_bridged():
     assert sorted(BRIDGED) == sorted(op.name for op in embnum.ops())
 
@@ -116,16 +127,7 @@ def test_bridge_equals_numpy_op(name):
     want = _result(name, ref_args, op.public(**ref_args, backend="ref"))
     t_args = {k: torch.tensor(v) if isinstance(v, np.ndarray) else [torch.tensor(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray) else v for k, v in np_args.items()}
     got = _result(name, t_args, getattr(tb, name)(**t_args))
-
-    def host(t):
-        if t is None:
-            return None
-        if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: compare the bit patterns
-            t = t.view(torch.uint16)
-        return t.numpy()
-
-    got = [host(t) for t in got] if isinstance(got, (list, tuple)) else host(got)
-    err, ok = op.check_fn(got, want, np_args)
+    err, ok = op.check_fn(_numpy(got), want, np_args)
     assert ok, err
 
 
@@ -139,10 +141,14 @@ def test_compile_fullgraph_aot_eager(name):
     eager = _result(name, eager_args, fn(**eager_args))
     compiled = _result(name, compiled_args, torch.compile(lambda kw: fn(**kw), backend="aot_eager", fullgraph=True)(compiled_args))
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
-    diff = [k for k in op.differentiable if isinstance(args[k], torch.Tensor) and args[k].requires_grad]
+    diff = [
+        k for k in op.differentiable
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (args[k] if isinstance(args[k], list) else [args[k]]))
+    ]
     if diff:
-        g_eager = torch.autograd.grad(_loss(eager), [args[k] for k in diff])
-        g_comp = torch.autograd.grad(torch.compile(lambda kw: _loss(fn(**kw)), backend="aot_eager", fullgraph=True)(args), [args[k] for k in diff])
+        leaves = [t for k in diff for t in (args[k] if isinstance(args[k], list) else [args[k]])]
+        g_eager = torch.autograd.grad(_loss(eager), leaves)
+        g_comp = torch.autograd.grad(torch.compile(lambda kw: _loss(fn(**kw)), backend="aot_eager", fullgraph=True)(args), leaves)
         for a, b in zip(g_eager, g_comp):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 

@@ -118,6 +118,8 @@ def _convert_inputs(args: dict, spec: Bridge):
 def _convert_output(a, spec: Bridge, bf16: bool) -> torch.Tensor | None:
     if a is None:
         return None  # an optional output that was not requested
+    if isinstance(a, list):
+        return a  # a Python list of ints returned beside arrays (schema type int[])
     t = to_tensor(a)
     if spec.bf16 == BF16_UINT16 and t.dtype == torch.uint16:
         return t.view(torch.bfloat16)
