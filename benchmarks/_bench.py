@@ -28,6 +28,26 @@ def median_time(fn, *, min_runs: int = 7, min_seconds: float = 0.3, warmup: int 
     return statistics.median(times)
 
 
+
+def optional_torch():
+    """torch, or None where it is not installed (the benchmarks then skip its column)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def optional_fbgemm(torch):
+    """``torch.ops.fbgemm`` once fbgemm_gpu is imported, or None where it is not installed."""
+    if torch is None:
+        return None
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except Exception:  # noqa: BLE001  (fbgemm_gpu raises more than ImportError on a torch mismatch)
+        return None
+    return torch.ops.fbgemm
+
 def copy_floor(nbytes_read: int, nbytes_written: int) -> float:
     """Time a plain NumPy copy of the same traffic takes (the memory floor of a data-movement op)."""
     n = max(nbytes_read, nbytes_written)

@@ -18,34 +18,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import add_ratios, copy_floor, default_backends, embnum_runner, machine, median_time, print_ms_table  # noqa: E402
+from _bench import (  # noqa: E402
+    add_ratios, copy_floor, default_backends, embnum_runner, machine, median_time, optional_fbgemm, optional_torch,
+    print_ms_table,
+)
 
 import embnum  # noqa: E402
 
 
-def _torch():
-    try:
-        import torch
-
-        return torch
-    except ImportError:
-        return None
-
-
-def _fbgemm(torch):
-    if torch is None:
-        return None
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return None
-    return torch.ops.fbgemm
-
-
 def cases(rng):
     """(op, label, embnum args, fbgemm call or None, torch call or None, bytes read, bytes written)."""
-    torch = _torch()
-    fb = _fbgemm(torch)
+    torch = optional_torch()
+    fb = optional_fbgemm(torch)
     T = torch.from_numpy if torch else None
     B, L, D = 4096, 64, 128
     lengths = rng.integers(0, L + 1, size=B)

@@ -36,29 +36,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
+from _bench import copy_floor, fmt_ms, machine, median_time, optional_fbgemm, optional_torch, table  # noqa: E402
 
 import embnum  # noqa: E402
 from embnum.ops.keyed_tensor import classic_case  # noqa: E402
-
-
-def _torch():
-    try:
-        import torch
-
-        return torch
-    except ImportError:
-        return None
-
-
-def _fbgemm(torch):
-    if torch is None:
-        return None
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return None
-    return torch.ops.fbgemm
 
 
 def fresh_copy_floor(nbytes_read: int, nbytes_written: int) -> float:
@@ -119,7 +100,7 @@ def run_case(B: int, backends: list[str]) -> list[dict]:
             bwd["cuda GB/s"] = f"{(bwd_read + bwd_written) / bwd['embnum cuda'] / 1e9:.0f}"
             fwd["cuda copy GB/s"] = bwd["cuda copy GB/s"] = f"{_device_copy_bandwidth(fwd_bytes) / 1e9:.0f}"
 
-    torch = _torch()
+    torch = optional_torch()
     if torch is not None:
         from embnum import torch_bridge as tb
 
@@ -133,7 +114,7 @@ def run_case(B: int, backends: list[str]) -> list[dict]:
 
         fwd["bridge"] = median_time(lambda: tb.permute_multi_embedding(xt, pt, it, ot, ol))
         bwd["bridge"] = autograd_time(lambda: tb.permute_multi_embedding(xt, pt, it, ot, ol))
-        fb = _fbgemm(torch)
+        fb = optional_fbgemm(torch)
         if fb is not None:
             fwd["fbgemm cpu"] = median_time(lambda: fb.permute_multi_embedding(xt, pt, it, ot, ol))
             bwd["fbgemm cpu"] = autograd_time(lambda: fb.permute_multi_embedding(xt, pt, it, ot, ol))

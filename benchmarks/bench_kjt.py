@@ -25,26 +25,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from _bench import add_ratios, copy_floor, default_backends, embnum_runner, machine, print_ms_table  # noqa: E402
+from _bench import (  # noqa: E402
+    add_ratios, copy_floor, default_backends, embnum_runner, machine, optional_fbgemm, optional_torch, print_ms_table,
+)
 
 import embnum  # noqa: E402
 
 
-def _peers():
-    try:
-        import torch
-    except ImportError:
-        return None, None
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return torch, None
-    return torch, torch.ops.fbgemm
-
-
 def cases(rng):
     """(op, label, embnum args, fbgemm call or None, torch call or None, bytes read, bytes written)."""
-    torch, fb = _peers()
+    torch = optional_torch()
+    fb = optional_fbgemm(torch)
     T, B, my_size, H = 26, 4096, 8, 1_000_000
     lengths = rng.poisson(20, T * B).astype(np.int32)
     N = int(lengths.sum())

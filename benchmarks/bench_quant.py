@@ -20,23 +20,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import copy_floor, default_backends, fmt_ms, machine, median_time, table  # noqa: E402
+from _bench import (  # noqa: E402
+    copy_floor, default_backends, fmt_ms, machine, median_time, optional_fbgemm, optional_torch, table,
+)
 
 import embnum  # noqa: E402
 
 
-def _fbgemm():
-    try:
-        import fbgemm_gpu  # noqa: F401
-        import torch
-    except Exception:  # noqa: BLE001
-        return None, None
-    return torch, torch.ops.fbgemm
-
-
 def cases(R, D, rng):
     """(op, label, embnum args, fbgemm call or None, bytes read, bytes written)."""
-    torch, fb = _fbgemm()
+    torch = optional_torch()
+    fb = optional_fbgemm(torch)
     x = (rng.standard_normal((R, D)) * 10.0 ** rng.uniform(-3, 1, (R, 1))).astype(np.float32)
     q8 = embnum.float_to_fused_8bit_rowwise(x)
     q4 = embnum.float_to_fused_nbit_rowwise(x, 4)
