@@ -116,7 +116,7 @@ def test_opcheck(name):
 
 def _int_before_float(result):
     kinds = [t.is_floating_point() for t in _tensors(result)]
-    return any(not f for f in kinds) and not kinds[0] and any(kinds)
+    return bool(kinds) and not kinds[0] and any(kinds)
 
 
 @pytest.mark.parametrize("name", BRIDGED)
