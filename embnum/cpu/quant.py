@@ -189,14 +189,6 @@ def fused_8bit_rowwise_to_float(input, output_dtype, out):
 
 
 # -- 2. fused N-bit row-wise ----------------------------------------------------
-@_jit
-def _qf(p, Q):
-    """``clamp(rne(p), 0, Q)`` as a float32 (NaN -> 0): codes combine into a byte exactly in float32."""
-    p = p if p > np.float32(0) else np.float32(0)
-    p = p if p < Q else Q
-    return (p + _MAGIC) - _MAGIC
-
-
 @njit(cache=True, parallel=True)
 def _quantize_nbit(x, bit_rate, out):
     R, D = x.shape
