@@ -1,4 +1,5 @@
 """Timing and reporting shared by the benchmark programs (not a test)."""
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,6 @@ def median_time(fn, *, min_runs: int = 7, min_seconds: float = 0.3, warmup: int 
     return statistics.median(times)
 
 
-
 def optional_torch():
     """torch, or None where it is not installed (the benchmarks then skip its column)."""
     try:
@@ -48,6 +48,7 @@ def optional_fbgemm(torch):
         return None
     return torch.ops.fbgemm
 
+
 def copy_floor(nbytes_read: int, nbytes_written: int) -> float:
     """Time a plain NumPy copy of the same traffic takes (the memory floor of a data-movement op)."""
     n = max(nbytes_read, nbytes_written)
@@ -62,7 +63,9 @@ def machine() -> str:
 
     cpu = platform.processor() or platform.machine()
     try:
-        model = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo"], capture_output=True, text=True).stdout
+        model = subprocess.run(
+            ["sh", "-c", "grep -m1 'model name' /proc/cpuinfo"], capture_output=True, text=True
+        ).stdout
         cpu = model.split(":", 1)[1].strip() or cpu
     except (OSError, IndexError):
         pass
@@ -111,7 +114,9 @@ def embnum_runner(fn, backend: str, host_args: dict):
     import embnum
 
     be = embnum._backend.BACKENDS[backend]
-    move = lambda v: be.from_host(v) if isinstance(v, np.ndarray) else [be.from_host(x) for x in v] if isinstance(v, list) else v  # noqa: E731
+    move = lambda v: (
+        be.from_host(v) if isinstance(v, np.ndarray) else [be.from_host(x) for x in v] if isinstance(v, list) else v
+    )  # noqa: E731
     dev_args = {k: move(v) for k, v in host_args.items()}
 
     def run():

@@ -9,6 +9,7 @@ bytes the op must read and write. The ratio columns use the cpu backend
 (or the last one asked for). On a GPU (``--backend cuda`` with CuPy
 available) that column runs on CuPy arrays.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,12 +19,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import embnum  # noqa: E402
 from _bench import (  # noqa: E402
-    add_ratios, copy_floor, default_backends, embnum_runner, machine, median_time, optional_fbgemm, optional_torch,
+    add_ratios,
+    copy_floor,
+    default_backends,
+    embnum_runner,
+    machine,
+    median_time,
+    optional_fbgemm,
+    optional_torch,
     print_ms_table,
 )
-
-import embnum  # noqa: E402
 
 
 def cases(rng):
@@ -48,70 +55,96 @@ def cases(rng):
     t = {}
     if torch:
         t = dict(
-            values=T(values), offsets=T(offsets), dense=T(dense), ids=T(ids), many=T(many), many32=T(many32),
-            many_offsets=T(many_offsets), csr=T(csr), sums_in=T(sums_in), csr_elems=T(csr * bs),
+            values=T(values),
+            offsets=T(offsets),
+            dense=T(dense),
+            ids=T(ids),
+            many=T(many),
+            many32=T(many32),
+            many_offsets=T(many_offsets),
+            csr=T(csr),
+            sums_in=T(sums_in),
+            csr_elems=T(csr * bs),
         )
     yield (
-        "jagged_to_padded_dense", f"B={B}, len U[0,{L}], D={D} f32",
+        "jagged_to_padded_dense",
+        f"B={B}, len U[0,{L}], D={D} f32",
         dict(values=values, offsets=[offsets], max_lengths=[L]),
         fb and (lambda: fb.jagged_to_padded_dense(t["values"], [t["offsets"]], [L], 0.0)),
         torch and (lambda: torch.ops.aten._jagged_to_padded_dense_forward(t["values"], [t["offsets"]], [L], 0.0)),
-        values.nbytes, B * L * D * 4,
+        values.nbytes,
+        B * L * D * 4,
     )
     yield (
-        "dense_to_jagged", f"B={B}, len U[0,{L}], D={D} f32",
+        "dense_to_jagged",
+        f"B={B}, len U[0,{L}], D={D} f32",
         dict(dense=dense, offsets=[offsets]),
         fb and (lambda: fb.dense_to_jagged(t["dense"], [t["offsets"]])),
         torch and (lambda: torch.ops.aten._padded_dense_to_jagged_forward(t["dense"], [t["offsets"]], N)),
-        values.nbytes, values.nbytes,
+        values.nbytes,
+        values.nbytes,
     )
     yield (
-        "jagged_1d_to_dense", f"B={B}, len U[0,{L}], int64 ids",
+        "jagged_1d_to_dense",
+        f"B={B}, len U[0,{L}], int64 ids",
         dict(values=ids, offsets=offsets, max_sequence_length=L),
         fb and (lambda: fb.jagged_1d_to_dense(t["ids"], t["offsets"], L, 0)),
         None,
-        ids.nbytes, B * L * 8,
+        ids.nbytes,
+        B * L * 8,
     )
     yield (
-        "complete_cumsum", f"[{many.size}] int64",
+        "complete_cumsum",
+        f"[{many.size}] int64",
         dict(lengths=many),
         fb and (lambda: fb.asynchronous_complete_cumsum(t["many"])),
         torch and (lambda: torch.cat([t["many"].new_zeros(1), torch.cumsum(t["many"], 0)])),
-        many.nbytes, many.nbytes + 8,
+        many.nbytes,
+        many.nbytes + 8,
     )
     yield (
-        "exclusive_cumsum", f"[{many.size}] int32",
+        "exclusive_cumsum",
+        f"[{many.size}] int32",
         dict(lengths=many32),
         fb and (lambda: fb.asynchronous_exclusive_cumsum(t["many32"])),
         None,
-        many32.nbytes, many32.nbytes,
+        many32.nbytes,
+        many32.nbytes,
     )
     yield (
-        "inclusive_cumsum", f"[{many.size}] int64",
+        "inclusive_cumsum",
+        f"[{many.size}] int64",
         dict(lengths=many),
         fb and (lambda: fb.asynchronous_inclusive_cumsum(t["many"])),
         torch and (lambda: torch.cumsum(t["many"], 0)),
-        many.nbytes, many.nbytes,
+        many.nbytes,
+        many.nbytes,
     )
     yield (
-        "offsets_range", f"{many.size} segments, {int(many_offsets[-1])} elements",
+        "offsets_range",
+        f"{many.size} segments, {int(many_offsets[-1])} elements",
         dict(offsets=many_offsets, range_size=int(many_offsets[-1])),
         fb and (lambda: fb.offsets_range(t["many_offsets"], int(many_offsets[-1]))),
         None,
-        many_offsets.nbytes, int(many_offsets[-1]) * 8,
+        many_offsets.nbytes,
+        int(many_offsets[-1]) * 8,
     )
     yield (
-        "segment_sum_csr", f"26 runs x {bs}, {sums_in.size} f32",
+        "segment_sum_csr",
+        f"26 runs x {bs}, {sums_in.size} f32",
         dict(batch_size=bs, csr_seg=csr, values=sums_in),
         fb and (lambda: fb.segment_sum_csr(bs, t["csr"], t["sums_in"])),
         torch and (lambda: torch.segment_reduce(t["sums_in"], "sum", offsets=t["csr_elems"])),
-        sums_in.nbytes, 26 * 4,
+        sums_in.nbytes,
+        26 * 4,
     )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", action="append", help="embnum backends to time (default: ref, cpu, and cuda on a GPU)")
+    parser.add_argument(
+        "--backend", action="append", help="embnum backends to time (default: ref, cpu, and cuda on a GPU)"
+    )
     args = parser.parse_args(argv)
     backends = default_backends(args.backend, host=("ref", "cpu"))
     print(machine())

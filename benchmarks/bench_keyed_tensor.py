@@ -27,6 +27,7 @@ best median over the rounds.
 ``--backend cuda`` (a GPU with CuPy) adds the cuda backend on CuPy arrays and
 its bandwidth (bytes read + written over time).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import copy_floor, fmt_ms, machine, median_time, optional_fbgemm, optional_torch, table  # noqa: E402
-
 import embnum  # noqa: E402
+from _bench import copy_floor, fmt_ms, machine, median_time, optional_fbgemm, optional_torch, table  # noqa: E402
 from embnum.ops.keyed_tensor import classic_case  # noqa: E402
 
 
@@ -94,7 +94,9 @@ def run_case(B: int, backends: list[str]) -> list[dict]:
             fo = [np.empty((B, w), np.float32) for w in ol]
             bo = [np.empty((B, w), np.float32) for w in in_lengths]
             fwd["embnum cpu out="] = median_time(lambda: embnum.permute_multi_embedding(x, p, i_s, o_s, ol, out=fo))
-            bwd["embnum cpu out="] = median_time(lambda: embnum.permute_multi_embedding_backward(g, p, i_s, o_s, in_lengths, out=bo))
+            bwd["embnum cpu out="] = median_time(
+                lambda: embnum.permute_multi_embedding_backward(g, p, i_s, o_s, in_lengths, out=bo)
+            )
         if backend == "cuda":
             fwd["cuda GB/s"] = f"{2 * fwd_bytes / fwd['embnum cuda'] / 1e9:.0f}"
             bwd["cuda GB/s"] = f"{(bwd_read + bwd_written) / bwd['embnum cuda'] / 1e9:.0f}"
@@ -121,7 +123,9 @@ def run_case(B: int, backends: list[str]) -> list[dict]:
         # torch baseline: one gather over the concatenated inputs, then a split
         starts = np.concatenate([[0], np.cumsum(in_lengths)])
         index = torch.from_numpy(
-            np.concatenate([np.arange(starts[i] + a, starts[i] + a + n) for i, _, a, _, n, _ in perm.tolist()]).astype(np.int64)
+            np.concatenate([np.arange(starts[i] + a, starts[i] + a + n) for i, _, a, _, n, _ in perm.tolist()]).astype(
+                np.int64
+            )
         )
 
         def torch_regroup():
@@ -168,7 +172,16 @@ def main(argv=None):
             rows.append(row)
     columns = ["op", "B"] + [f"embnum {b}" for b in backends]
     columns += ["embnum cpu out="] if "cpu" in backends else []
-    columns += ["bridge", "fbgemm cpu", "torch", "copy floor", "fresh copy", "fbgemm / embnum", "embnum / floor", "embnum / fresh"]
+    columns += [
+        "bridge",
+        "fbgemm cpu",
+        "torch",
+        "copy floor",
+        "fresh copy",
+        "fbgemm / embnum",
+        "embnum / floor",
+        "embnum / fresh",
+    ]
     columns += ["out= / floor"] if "cpu" in backends else []
     columns += ["cuda GB/s", "cuda copy GB/s"] if "cuda" in backends else []
     for r in rows:

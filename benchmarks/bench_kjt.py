@@ -13,6 +13,7 @@ sequence=True, and ``permute_2d_sparse_data`` with a random key permutation
 on the same data. "copy floor" is a plain NumPy copy of the bytes the op must
 read and write. Ratios use the cpu backend (or the last one asked for).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,11 +26,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from _bench import (  # noqa: E402
-    add_ratios, copy_floor, default_backends, embnum_runner, machine, optional_fbgemm, optional_torch, print_ms_table,
-)
-
 import embnum  # noqa: E402
+from _bench import (  # noqa: E402
+    add_ratios,
+    copy_floor,
+    default_backends,
+    embnum_runner,
+    machine,
+    optional_fbgemm,
+    optional_torch,
+    print_ms_table,
+)
 
 
 def cases(rng):
@@ -47,27 +54,53 @@ def cases(rng):
     bag_perm = rng.permutation(T * B)
     t = {}
     if torch:
-        t = {k: torch.from_numpy(v) for k, v in dict(
-            lengths=lengths, ids=ids, weights=weights, block_sizes=block_sizes, perm32=perm.astype(np.int32),
-            lengths2d=lengths2d, bag_perm32=bag_perm.astype(np.int32), perm=perm, bag_perm=bag_perm,
-        ).items()}
+        t = {
+            k: torch.from_numpy(v)
+            for k, v in dict(
+                lengths=lengths,
+                ids=ids,
+                weights=weights,
+                block_sizes=block_sizes,
+                perm32=perm.astype(np.int32),
+                lengths2d=lengths2d,
+                bag_perm32=bag_perm.astype(np.int32),
+                perm=perm,
+                bag_perm=bag_perm,
+            ).items()
+        }
         key_sizes = lengths2d.sum(axis=1).tolist()
     label = f"T={T} B={B} len~P(20) N={N}"
-    bb = dict(lengths=lengths, indices=ids, bucketize_pos=False, sequence=True, block_sizes=block_sizes, my_size=my_size)
+    bb = dict(
+        lengths=lengths, indices=ids, bucketize_pos=False, sequence=True, block_sizes=block_sizes, my_size=my_size
+    )
     idx_bytes = ids.nbytes
     yield (
-        "block_bucketize_sparse_features", label + " my_size=8 seq",
+        "block_bucketize_sparse_features",
+        label + " my_size=8 seq",
         bb,
-        fb and (lambda: fb.block_bucketize_sparse_features(t["lengths"], t["ids"], False, True, t["block_sizes"], my_size, None)),
+        fb
+        and (
+            lambda: fb.block_bucketize_sparse_features(
+                t["lengths"], t["ids"], False, True, t["block_sizes"], my_size, None
+            )
+        ),
         None,
-        lengths.nbytes + idx_bytes, my_size * lengths.nbytes + 2 * idx_bytes,
+        lengths.nbytes + idx_bytes,
+        my_size * lengths.nbytes + 2 * idx_bytes,
     )
     yield (
-        "block_bucketize_sparse_features", label + " my_size=8 seq pos w",
+        "block_bucketize_sparse_features",
+        label + " my_size=8 seq pos w",
         dict(bb, bucketize_pos=True, weights=weights),
-        fb and (lambda: fb.block_bucketize_sparse_features(t["lengths"], t["ids"], True, True, t["block_sizes"], my_size, t["weights"])),
+        fb
+        and (
+            lambda: fb.block_bucketize_sparse_features(
+                t["lengths"], t["ids"], True, True, t["block_sizes"], my_size, t["weights"]
+            )
+        ),
         None,
-        lengths.nbytes + idx_bytes + weights.nbytes, my_size * lengths.nbytes + 3 * idx_bytes + weights.nbytes,
+        lengths.nbytes + idx_bytes + weights.nbytes,
+        my_size * lengths.nbytes + 3 * idx_bytes + weights.nbytes,
     )
 
     def torch_permute(with_w):
@@ -79,59 +112,80 @@ def cases(rng):
         return out
 
     yield (
-        "permute_2d_sparse_data", label + " random perm",
+        "permute_2d_sparse_data",
+        label + " random perm",
         dict(permute=perm, lengths=lengths2d, values=ids),
         fb and (lambda: fb.permute_2D_sparse_data(t["perm32"], t["lengths2d"], t["ids"], None, N)),
         torch and (lambda: torch_permute(False)),
-        lengths.nbytes + idx_bytes, lengths.nbytes + idx_bytes,
+        lengths.nbytes + idx_bytes,
+        lengths.nbytes + idx_bytes,
     )
     yield (
-        "permute_2d_sparse_data", label + " random perm, weights",
+        "permute_2d_sparse_data",
+        label + " random perm, weights",
         dict(permute=perm, lengths=lengths2d, values=ids, weights=weights, permuted_lengths_sum=N),
         fb and (lambda: fb.permute_2D_sparse_data(t["perm32"], t["lengths2d"], t["ids"], t["weights"], N)),
         torch and (lambda: torch_permute(True)),
-        lengths.nbytes + idx_bytes + weights.nbytes, lengths.nbytes + idx_bytes + weights.nbytes,
+        lengths.nbytes + idx_bytes + weights.nbytes,
+        lengths.nbytes + idx_bytes + weights.nbytes,
     )
     yield (
-        "permute_1d_sparse_data", f"{T * B} bags, random bag perm, weights",
+        "permute_1d_sparse_data",
+        f"{T * B} bags, random bag perm, weights",
         dict(permute=bag_perm, lengths=lengths, values=ids, weights=weights),
         fb and (lambda: fb.permute_1D_sparse_data(t["bag_perm32"], t["lengths"], t["ids"], t["weights"], N)),
         None,
-        lengths.nbytes + idx_bytes + weights.nbytes, lengths.nbytes + idx_bytes + weights.nbytes,
+        lengths.nbytes + idx_bytes + weights.nbytes,
+        lengths.nbytes + idx_bytes + weights.nbytes,
     )
     offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
     sel = rng.integers(0, B, B // 2)
     yield (
-        "keyed_jagged_index_select_dim1", f"T={T} B={B}, select {B // 2} rows",
+        "keyed_jagged_index_select_dim1",
+        f"T={T} B={B}, select {B // 2} rows",
         dict(values=ids, lengths=lengths, offsets=offsets, indices=sel, batch_size=B, weights=weights),
-        None, None,
-        (idx_bytes + weights.nbytes) // 2, (idx_bytes + weights.nbytes) // 2,
+        None,
+        None,
+        (idx_bytes + weights.nbytes) // 2,
+        (idx_bytes + weights.nbytes) // 2,
     )
     in_off = offsets
     out_off = np.concatenate([[0], np.cumsum(lengths[bag_perm], dtype=np.int64)])
     if torch:
         t.update(in_off=torch.from_numpy(in_off), out_off=torch.from_numpy(out_off))
     yield (
-        "expand_into_jagged_permute", f"{T * B} segments, {N} elements",
+        "expand_into_jagged_permute",
+        f"{T * B} segments, {N} elements",
         dict(permute=bag_perm, input_offset=in_off, output_offset=out_off, output_size=N),
         fb and (lambda: fb.expand_into_jagged_permute(t["bag_perm"], t["in_off"], t["out_off"], N)),
         None,
-        3 * in_off.nbytes, idx_bytes,
+        3 * in_off.nbytes,
+        idx_bytes,
     )
     yield (
-        "invert_permute", f"[{T * B}] int64",
+        "invert_permute",
+        f"[{T * B}] int64",
         dict(permute=bag_perm),
         fb and (lambda: fb.invert_permute(t["bag_perm"])),
         torch and (lambda: torch.argsort(t["bag_perm"])),
-        bag_perm.nbytes, bag_perm.nbytes,
+        bag_perm.nbytes,
+        bag_perm.nbytes,
     )
     hsc = np.arange(T + 1, dtype=np.int64) * H
     yield (
-        "jagged_unique_indices", label + " (one table per key)",
+        "jagged_unique_indices",
+        label + " (one table per key)",
         dict(hash_size_cumsum=hsc, hash_size_offsets=np.arange(T + 1), offsets=offsets, indices=ids),
         None,
-        torch and (lambda: torch.unique(t["ids"] + torch.repeat_interleave(torch.arange(T) * H, torch.from_numpy(lengths2d.sum(1))), return_inverse=True)),
-        idx_bytes, 2 * idx_bytes,
+        torch
+        and (
+            lambda: torch.unique(
+                t["ids"] + torch.repeat_interleave(torch.arange(T) * H, torch.from_numpy(lengths2d.sum(1))),
+                return_inverse=True,
+            )
+        ),
+        idx_bytes,
+        2 * idx_bytes,
     )
 
 

@@ -1,6 +1,7 @@
 """Quant family: embnum's row-wise quantizers beside fbgemm_gpu's CPU ops, in one run.
 
-    python benchmarks/bench_quant.py [--backend cpu] [--backend ref] [--backend cuda] [--rows 65536] [--dim 128] [--threads N]
+    python benchmarks/bench_quant.py [--backend cpu] [--backend ref] [--backend cuda]
+    [--rows 65536] [--dim 128] [--threads N]
 
 Prints the machine, then a markdown table (milliseconds, median of >= 7 runs
 after 2 warm-ups). The headline case is the issue's: 8-bit and 4-bit row-wise
@@ -11,6 +12,7 @@ read and write. Ratios use the default (allocating) embnum call.
 ``--threads N`` sets Numba's thread count (on a loaded machine one thread is
 steadier: a parallel loop waits for its slowest, descheduled thread).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +22,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import (  # noqa: E402
-    copy_floor, default_backends, fmt_ms, machine, median_time, optional_fbgemm, optional_torch, table,
-)
-
 import embnum  # noqa: E402
+from _bench import (  # noqa: E402
+    copy_floor,
+    default_backends,
+    fmt_ms,
+    machine,
+    median_time,
+    optional_fbgemm,
+    optional_torch,
+    table,
+)
 
 
 def cases(R, D, rng):
@@ -36,14 +44,38 @@ def cases(R, D, rng):
     q4 = embnum.float_to_fused_nbit_rowwise(x, 4)
     if fb is not None:
         tx, tq8, tq4 = (torch.from_numpy(a) for a in (x, q8, q4))
-    yield ("float_to_fused_8bit_rowwise", f"[{R}, {D}] f32", dict(input=x),
-           fb and (lambda: fb.FloatToFused8BitRowwiseQuantized(tx)), x.nbytes, q8.nbytes)
-    yield ("fused_8bit_rowwise_to_float", f"[{R}, {D + 8}] u8", dict(input=q8),
-           fb and (lambda: fb.Fused8BitRowwiseQuantizedToFloat(tq8)), q8.nbytes, x.nbytes)
-    yield ("float_to_fused_nbit_rowwise", f"[{R}, {D}] f32, 4-bit", dict(input=x, bit_rate=4),
-           fb and (lambda: fb.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(tx, 4)), x.nbytes, q4.nbytes)
-    yield ("fused_nbit_rowwise_to_float", f"[{R}, {q4.shape[1]}] u8, 4-bit", dict(input=q4, bit_rate=4),
-           fb and (lambda: fb.FusedNBitRowwiseQuantizedSBHalfToFloat(tq4, 4)), q4.nbytes, x.nbytes)
+    yield (
+        "float_to_fused_8bit_rowwise",
+        f"[{R}, {D}] f32",
+        dict(input=x),
+        fb and (lambda: fb.FloatToFused8BitRowwiseQuantized(tx)),
+        x.nbytes,
+        q8.nbytes,
+    )
+    yield (
+        "fused_8bit_rowwise_to_float",
+        f"[{R}, {D + 8}] u8",
+        dict(input=q8),
+        fb and (lambda: fb.Fused8BitRowwiseQuantizedToFloat(tq8)),
+        q8.nbytes,
+        x.nbytes,
+    )
+    yield (
+        "float_to_fused_nbit_rowwise",
+        f"[{R}, {D}] f32, 4-bit",
+        dict(input=x, bit_rate=4),
+        fb and (lambda: fb.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(tx, 4)),
+        x.nbytes,
+        q4.nbytes,
+    )
+    yield (
+        "fused_nbit_rowwise_to_float",
+        f"[{R}, {q4.shape[1]}] u8, 4-bit",
+        dict(input=q4, bit_rate=4),
+        fb and (lambda: fb.FusedNBitRowwiseQuantizedSBHalfToFloat(tq4, 4)),
+        q4.nbytes,
+        x.nbytes,
+    )
 
 
 def main(argv=None):
@@ -84,8 +116,11 @@ def main(argv=None):
         row["fbgemm / embnum out="] = f"{row['fbgemm cpu'] / row['embnum out=']:.2f}x" if row["fbgemm cpu"] else "-"
         row["embnum / floor"] = f"{t / row['copy floor']:.2f}"
         rows.append(row)
-    columns = ["op", "input"] + [f"embnum {b}" for b in backends] + [
-        "embnum out=", "fbgemm cpu", "copy floor", "fbgemm / embnum", "fbgemm / embnum out=", "embnum / floor"]
+    columns = (
+        ["op", "input"]
+        + [f"embnum {b}" for b in backends]
+        + ["embnum out=", "fbgemm cpu", "copy floor", "fbgemm / embnum", "fbgemm / embnum out=", "embnum / floor"]
+    )
     for r in rows:
         for c in columns:
             if isinstance(r.get(c), float) or (r.get(c) is None and c not in ("op", "input")):

@@ -18,6 +18,7 @@ Poisson(20), float32, int64 ids (uniform). Two measurements:
 "copy floor": a NumPy copy of the bytes of the gathered rows (N x D x 4), the
 memory traffic a forward cannot avoid. Milliseconds, median of >= 7 runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
-
 import embnum  # noqa: E402
+from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
 from embnum.ops.tbe import make_batch  # noqa: E402
 
 
@@ -46,8 +46,11 @@ def _fbgemm_module(torch, T, rows, D, lr):
         return None
     return SplitTableBatchedEmbeddingBagsCodegen(
         [(rows, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
-        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=lr, eps=1e-8,
-        pooling_mode=PoolingMode.SUM, device="cpu",
+        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+        learning_rate=lr,
+        eps=1e-8,
+        pooling_mode=PoolingMode.SUM,
+        device="cpu",
     )
 
 
@@ -71,7 +74,10 @@ def main(argv=None):
     lr = 0.01
     opt = embnum.TBEOptimizer("rowwise_adagrad", lr)
     grad = rng.standard_normal((a.B, a.T * a.D), dtype=np.float32)
-    print(f"T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}: N={N} lookups, weights {batch['weights'].nbytes / 2**30:.2f} GiB")
+    print(
+        f"T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}: N={N} lookups, "
+        f"weights {batch['weights'].nbytes / 2**30:.2f} GiB"
+    )
 
     rows = []
     w = batch["weights"]
@@ -107,8 +113,8 @@ def main(argv=None):
         tables = [torch.nn.EmbeddingBag(a.rows, a.D, mode="sum", sparse=True) for _ in range(a.T)]
         topt = torch.optim.Adagrad([t.weight for t in tables], lr=lr)
         B = a.B
-        t_idx = [torch.from_numpy(idx[offs[t * B]:offs[(t + 1) * B]]) for t in range(a.T)]
-        t_off = [torch.from_numpy(offs[t * B:(t + 1) * B] - offs[t * B]) for t in range(a.T)]
+        t_idx = [torch.from_numpy(idx[offs[t * B] : offs[(t + 1) * B]]) for t in range(a.T)]
+        t_off = [torch.from_numpy(offs[t * B : (t + 1) * B] - offs[t * B]) for t in range(a.T)]
         tg = torch.from_numpy(grad)
 
         def torch_fwd():
@@ -126,8 +132,14 @@ def main(argv=None):
 
     for what, cols in res.items():
         for k, v in cols.items():
-            rows.append({"measurement": what, "implementation": k, "ms": fmt_ms(v),
-                         "vs embnum cpu": f"{v / cols['embnum cpu']:.2f}x" if k != "embnum cpu" else ""})
+            rows.append(
+                {
+                    "measurement": what,
+                    "implementation": k,
+                    "ms": fmt_ms(v),
+                    "vs embnum cpu": f"{v / cols['embnum cpu']:.2f}x" if k != "embnum cpu" else "",
+                }
+            )
     print(table(rows, ["measurement", "implementation", "ms", "vs embnum cpu"]))
     print("(vs embnum cpu > 1: embnum is faster by that factor; copy floor: NumPy copy of the gathered rows' bytes)")
 

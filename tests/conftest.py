@@ -8,6 +8,7 @@
   :class:`harness.Flavor` (``cpu``, ``cuda`` simulated on NumPy arrays, and
   ``gpu``: the cuda backend on CuPy arrays, marked ``gpu``).
 """
+
 import os
 
 # torch and Numba each start an OpenMP pool; spinning waiters of one starve the

@@ -7,6 +7,7 @@ with each codec; the receiver decodes and checks the result against the
 uncompressed exchange within the codec's stated error. Inputs are seeded per
 rank, so every run is the same. Exit status 0 when every rank agrees.
 """
+
 import datetime
 import os
 import socket
@@ -37,7 +38,11 @@ def _exchange(t):
 def _worker(rank, port):
     torch.set_num_threads(1)
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=90)
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=datetime.timedelta(seconds=90),
     )  # a failed peer ends the collective instead of hanging it
     from embnum.torch_bridge.codecs import BF16Codec, FP16Codec, HFP8Codec, Int8RowwiseCodec
 
@@ -55,7 +60,9 @@ def _worker(rank, port):
         err = (got.double() - plain.double()).abs()
         bound = codec.error_bound(plain)
         if not bool((err <= bound).all()):
-            raise AssertionError(f"rank {rank} {type(codec).__name__}: error {float(err.max())} beyond the stated bound")
+            raise AssertionError(
+                f"rank {rank} {type(codec).__name__}: error {float(err.max())} beyond the stated bound"
+            )
         if not bool((err > 0).any()) and type(codec).__name__ != "FP16Codec":
             raise AssertionError(f"rank {rank} {type(codec).__name__}: lossless on random rows: not compressed?")
     dist.barrier()

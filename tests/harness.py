@@ -6,6 +6,7 @@ on the oracle and on one fast backend and compares them with the op's own
 check (``embnum.get_op(name).check_fn``), also through ``out=``, and checks
 that no input changed.
 """
+
 from __future__ import annotations
 
 import copy
@@ -101,6 +102,7 @@ def _leaves(value):
 
 def _garbage_like(result, flavor):
     """Arrays shaped like ``result`` full of 0xFF bytes (NaN for floats) on the flavor's device."""
+
     def one(a):
         if a is None:
             return None

@@ -1,4 +1,5 @@
 """Hypothesis building blocks shared by the family tests (host NumPy arrays)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Every CUDA C source compiles with NVRTC (no GPU needed), and the check itself catches errors."""
+
 import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="install the nvrtc extra: cuda-bindings + nvidia-cuda-nvrtc-cu12")

@@ -1,6 +1,7 @@
 """The jagged family (shared/spec/jagged.md): every backend against the oracle,
 the spec's worked examples, bad input, the torch bridge and its gradients,
 and (optional tier) fbgemm_gpu."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -67,7 +68,12 @@ def segment_sum_args(draw):
 def segment_sum_backward_args(draw):
     batch_size, csr, needed = draw(csr_runs())
     grad = draw(value_arrays(draw(value_dtypes), len(csr) - 1))
-    return {"batch_size": batch_size, "csr_seg": csr, "grad_output": grad, "num_values": needed + draw(st.integers(0, 3))}
+    return {
+        "batch_size": batch_size,
+        "csr_seg": csr,
+        "grad_output": grad,
+        "num_values": needed + draw(st.integers(0, 3)),
+    }
 
 
 def _padding(draw, dtype):
@@ -163,8 +169,14 @@ EDGES = {
             offsets=[_offs(0, 2), _offs(0, 1, 3), _offs(0, 2, 3, 4), _offs(0, 1, 2, 3, 5), _offs(0, 1, 3, 4, 6, 8)],
         ),
     ),
-    "3000 float16 ones": ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 3000), values=np.ones(3000, np.float16))),
-    "int32 wraps": ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 2), values=np.array([2**31 - 1, 1], np.int32))),
+    "3000 float16 ones": (
+        "segment_sum_csr",
+        dict(batch_size=1, csr_seg=_offs(0, 3000), values=np.ones(3000, np.float16)),
+    ),
+    "int32 wraps": (
+        "segment_sum_csr",
+        dict(batch_size=1, csr_seg=_offs(0, 2), values=np.array([2**31 - 1, 1], np.int32)),
+    ),
     "exclusive int32 at the limit": ("exclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5], np.int32))),
     "float16 padding overflows to inf": (
         "jagged_1d_to_dense",
@@ -199,7 +211,11 @@ WORKED = [
         dict(values=V, offsets=[O], max_lengths=[2], padding_value=-1.0),
         [[[1, 2], [3, 4]], [[5, 6], [-1, -1]], [[-1, -1], [-1, -1]], [[7, 8], [9, 10]]],
     ),
-    ("jagged_to_padded_dense", dict(values=np.arange(1, 7.0), offsets=[O], max_lengths=[3]), [[1, 2, 0], [3, 0, 0], [0, 0, 0], [4, 5, 6]]),
+    (
+        "jagged_to_padded_dense",
+        dict(values=np.arange(1, 7.0), offsets=[O], max_lengths=[3]),
+        [[1, 2, 0], [3, 0, 0], [0, 0, 0], [4, 5, 6]],
+    ),
     (
         "jagged_to_padded_dense",
         dict(values=np.arange(1, 7.0), offsets=[_offs(0, 2, 3), _offs(0, 1, 3, 6)], max_lengths=[2, 3]),
@@ -207,7 +223,12 @@ WORKED = [
     ),
     (
         "jagged_to_padded_dense",
-        dict(values=np.arange(1, 7.0)[:, None], offsets=[_offs(0, 2, 3), _offs(0, 1, 3, 6)], max_lengths=[2, 2], padding_value=9.0),
+        dict(
+            values=np.arange(1, 7.0)[:, None],
+            offsets=[_offs(0, 2, 3), _offs(0, 1, 3, 6)],
+            max_lengths=[2, 2],
+            padding_value=9.0,
+        ),
         [[[[1], [9]], [[2], [3]]], [[[4], [5]], [[9], [9]]]],
     ),
     (
@@ -251,31 +272,96 @@ BAD = [
     ("exclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5, 1], I32)), ValueError, ("overflows int32",)),
     ("exclusive_cumsum", dict(lengths=np.ones((2, 2), np.int64)), ValueError, ("lengths", "1-D")),
     ("offsets_range", dict(offsets=_offs(0, 7), range_size=5), ValueError, ("offsets[-1] = 7",)),
-    ("offsets_range", dict(offsets=_offs(0, 3, 2), range_size=5), ValueError, ("offsets", "non-decreasing", "offsets[2] = 2")),
+    (
+        "offsets_range",
+        dict(offsets=_offs(0, 3, 2), range_size=5),
+        ValueError,
+        ("offsets", "non-decreasing", "offsets[2] = 2"),
+    ),
     ("offsets_range", dict(offsets=_offs(1, 2), range_size=5), ValueError, ("offsets[0]",)),
     ("offsets_range", dict(offsets=_offs(), range_size=3), ValueError, ("offsets", "range_size = 3")),
     ("offsets_range", dict(offsets=_offs(0), range_size=-1), ValueError, ("range_size",)),
     ("offsets_range", dict(offsets=_offs(0), range_size=2.0), TypeError, ("range_size",)),
     ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(), values=np.ones(3)), ValueError, ("csr_seg",)),
     ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 2), values=np.ones((2, 2))), ValueError, ("values", "1-D")),
-    ("segment_sum_csr", dict(batch_size=2, csr_seg=_offs(0, 2), values=np.ones(3)), ValueError, ("csr_seg[-1] * batch_size", "len(values) = 3")),
-    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 1), values=np.ones(1, bool)), TypeError, ("values", "bool")),
+    (
+        "segment_sum_csr",
+        dict(batch_size=2, csr_seg=_offs(0, 2), values=np.ones(3)),
+        ValueError,
+        ("csr_seg[-1] * batch_size", "len(values) = 3"),
+    ),
+    (
+        "segment_sum_csr",
+        dict(batch_size=1, csr_seg=_offs(0, 1), values=np.ones(1, bool)),
+        TypeError,
+        ("values", "bool"),
+    ),
     ("segment_sum_csr", dict(batch_size=-1, csr_seg=_offs(0, 1), values=np.ones(1)), ValueError, ("batch_size",)),
-    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 2, 1), values=np.ones(3)), ValueError, ("csr_seg", "non-decreasing")),
-    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0, 7)], max_lengths=[2]), ValueError, ("offsets[0][-1] = 7", "6")),
-    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0, 3, 2)], max_lengths=[2]), ValueError, ("offsets[0]", "non-decreasing")),
-    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0, 2), _offs(0, 1)], max_lengths=[2, 2]), ValueError, ("offsets[1]", "3 entries")),
+    (
+        "segment_sum_csr",
+        dict(batch_size=1, csr_seg=_offs(0, 2, 1), values=np.ones(3)),
+        ValueError,
+        ("csr_seg", "non-decreasing"),
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V, offsets=[_offs(0, 7)], max_lengths=[2]),
+        ValueError,
+        ("offsets[0][-1] = 7", "6"),
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V, offsets=[_offs(0, 3, 2)], max_lengths=[2]),
+        ValueError,
+        ("offsets[0]", "non-decreasing"),
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V, offsets=[_offs(0, 2), _offs(0, 1)], max_lengths=[2, 2]),
+        ValueError,
+        ("offsets[1]", "3 entries"),
+    ),
     ("jagged_to_padded_dense", dict(values=V, offsets=[O], max_lengths=[2, 2]), ValueError, ("max_lengths",)),
     ("jagged_to_padded_dense", dict(values=V, offsets=[O], max_lengths=[-1]), ValueError, ("max_lengths[0]",)),
     ("jagged_to_padded_dense", dict(values=V, offsets=O, max_lengths=[2]), TypeError, ("offsets", "list")),
     ("jagged_to_padded_dense", dict(values=V, offsets=[], max_lengths=[]), ValueError, ("offsets",)),
-    ("jagged_to_padded_dense", dict(values=V, offsets=[_offs(0)] * 6, max_lengths=[0] * 6), ValueError, ("offsets", "6")),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V, offsets=[_offs(0)] * 6, max_lengths=[0] * 6),
+        ValueError,
+        ("offsets", "6"),
+    ),
     ("jagged_to_padded_dense", dict(values=np.ones((6, 1, 2)), offsets=[O], max_lengths=[2]), ValueError, ("values",)),
-    ("jagged_to_padded_dense", dict(values=V.astype(np.uint8), offsets=[O], max_lengths=[2]), TypeError, ("values", "uint8")),
-    ("jagged_to_padded_dense", dict(values=V, offsets=[O.astype(np.float32)], max_lengths=[2]), TypeError, ("offsets[0]",)),
-    ("jagged_to_padded_dense", dict(values=V, offsets=[O], max_lengths=[2], padding_value="x"), TypeError, ("padding_value",)),
-    ("jagged_to_padded_dense", dict(values=V.astype(I32), offsets=[O], max_lengths=[2], padding_value=2.7), ValueError, ("padding_value",)),
-    ("jagged_to_padded_dense", dict(values=V.astype(I32), offsets=[O], max_lengths=[2], padding_value=1e12), ValueError, ("padding_value",)),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V.astype(np.uint8), offsets=[O], max_lengths=[2]),
+        TypeError,
+        ("values", "uint8"),
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V, offsets=[O.astype(np.float32)], max_lengths=[2]),
+        TypeError,
+        ("offsets[0]",),
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V, offsets=[O], max_lengths=[2], padding_value="x"),
+        TypeError,
+        ("padding_value",),
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V.astype(I32), offsets=[O], max_lengths=[2], padding_value=2.7),
+        ValueError,
+        ("padding_value",),
+    ),
+    (
+        "jagged_to_padded_dense",
+        dict(values=V.astype(I32), offsets=[O], max_lengths=[2], padding_value=1e12),
+        ValueError,
+        ("padding_value",),
+    ),
     ("dense_to_jagged", dict(dense=np.ones((4, 2, 2)), offsets=[O], total_L=5), ValueError, ("total_L = 5",)),
     ("dense_to_jagged", dict(dense=np.ones((4, 2)), offsets=[O]), ValueError, ("dense", "3 dims")),
     ("dense_to_jagged", dict(dense=np.ones((3, 2, 2)), offsets=[O]), ValueError, ("offsets[0]", "4 entries")),
@@ -519,4 +605,3 @@ def test_fbgemm_gradients(args, seed):
         out.backward(_t(g))
         grads.append(v.grad.numpy())
     np.testing.assert_array_equal(grads[0], grads[1])
-

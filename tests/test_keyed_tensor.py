@@ -3,6 +3,7 @@ oracle on drawn regroupings (keys used 0-3 times, B = 0, odd widths, float16/32/
 strided inputs, hand-written rows), the spec's worked examples, bad permutes,
 the torch bridge and its gradients, the training module, and (optional tier)
 fbgemm_gpu."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -69,7 +70,13 @@ def permute_args(draw, backward=False):
     perm = perm.reshape(-1, 6).astype(draw(index_dtypes))
     ins, outs = ins.astype(draw(index_dtypes)), outs.astype(draw(index_dtypes))
     if not backward:
-        return {"pooled_embs": draw(inputs_for(lengths)), "permutes": perm, "in_shapes": ins, "out_shapes": outs, "out_lengths": out_lengths}
+        return {
+            "pooled_embs": draw(inputs_for(lengths)),
+            "permutes": perm,
+            "in_shapes": ins,
+            "out_shapes": outs,
+            "out_lengths": out_lengths,
+        }
     if not out_lengths:  # the backward needs a gradient to read B from
         out_lengths, outs = [0], np.array([0], dtype=outs.dtype)
     grads = draw(inputs_for([[w] for w in out_lengths]))
@@ -85,13 +92,24 @@ def pooled_args(draw):
     inv_offs = np.concatenate([[0], np.cumsum(dims[perm])]).astype(draw(index_dtypes))
     inv = np.argsort(perm).astype(draw(index_dtypes))
     x = draw(maybe_strided(draw(value_arrays(draw(value_dtypes), (draw(st.integers(0, 4)), int(offs[-1]))))))
-    return {"pooled_embs": x, "offset_dim_list": offs, "permute_list": perm.astype(draw(index_dtypes)), "inv_offset_dim_list": inv_offs, "inv_permute_list": inv}
+    return {
+        "pooled_embs": x,
+        "offset_dim_list": offs,
+        "permute_list": perm.astype(draw(index_dtypes)),
+        "inv_offset_dim_list": inv_offs,
+        "inv_permute_list": inv,
+    }
 
 
 @st.composite
 def kt_args(draw):
     keys, lengths, groups = draw(regroupings(max_inputs=4, max_keys=4))
-    return {"embs": draw(st.sampled_from([None, np.zeros((2, 3), np.float32)])), "keys": keys, "lengths": lengths, "groups": groups}
+    return {
+        "embs": draw(st.sampled_from([None, np.zeros((2, 3), np.float32)])),
+        "keys": keys,
+        "lengths": lengths,
+        "groups": groups,
+    }
 
 
 @st.composite
@@ -117,7 +135,13 @@ def handwritten_args(draw, backward=False):
     perm = np.array(rows, dtype=draw(index_dtypes)).reshape(P, 6)
     ins, outs = np.array(in_widths, np.int64), np.array(out_widths, np.int32)
     if not backward:
-        return {"pooled_embs": draw(inputs_for([[w] for w in in_widths])), "permutes": perm, "in_shapes": ins, "out_shapes": outs, "out_lengths": out_widths}
+        return {
+            "pooled_embs": draw(inputs_for([[w] for w in in_widths])),
+            "permutes": perm,
+            "in_shapes": ins,
+            "out_shapes": outs,
+            "out_lengths": out_widths,
+        }
     grads = draw(inputs_for([[w] for w in out_widths]))
     return {"grad_outputs": grads, "permutes": perm, "in_shapes": ins, "out_shapes": outs, "in_lengths": in_widths}
 
@@ -152,12 +176,35 @@ KT_WORKED = [
         [3, 2],
         [4, 3, 2],
     ),
-    (_kt([["a", "b"]], [[2, 3]], [["a"], ["b", "a"]]), [[0, 0, 0, 0, 2, 2], [0, 1, 2, 0, 3, 0], [0, 1, 0, 3, 2, -3]], [5], [2, 5]),
-    (_kt([["a", "b", "c"]], [[2, 3, 4]], [["c", "a"]]), [[0, 0, 5, 0, 4, 0], [0, 0, 0, 4, 2, 0]], [9], [6]),
-    (_kt([["a", "b"]], [[0, 3]], [["a", "b", "a"]]), [[0, 0, 0, 0, 0, 2], [0, 0, 0, 0, 3, 0], [0, 0, 0, 3, 0, -3]], [3], [3]),
     (
-        _kt([["f1", "f2"], ["f3", "f4", "f5"], ["f6"]], [[3, 4], [5, 6, 7], [8]], [["f1", "f3"], ["f2"], ["f4", "f1", "f6"], ["f1", "f5"]]),
-        [[0, 0, 0, 0, 3, 4], [1, 0, 0, 3, 5, 0], [0, 1, 3, 0, 4, 0], [1, 2, 5, 0, 6, 0], [0, 2, 0, 6, 3, -6], [2, 2, 0, 9, 8, 0], [0, 3, 0, 0, 3, -8], [1, 3, 11, 3, 7, 0]],
+        _kt([["a", "b"]], [[2, 3]], [["a"], ["b", "a"]]),
+        [[0, 0, 0, 0, 2, 2], [0, 1, 2, 0, 3, 0], [0, 1, 0, 3, 2, -3]],
+        [5],
+        [2, 5],
+    ),
+    (_kt([["a", "b", "c"]], [[2, 3, 4]], [["c", "a"]]), [[0, 0, 5, 0, 4, 0], [0, 0, 0, 4, 2, 0]], [9], [6]),
+    (
+        _kt([["a", "b"]], [[0, 3]], [["a", "b", "a"]]),
+        [[0, 0, 0, 0, 0, 2], [0, 0, 0, 0, 3, 0], [0, 0, 0, 3, 0, -3]],
+        [3],
+        [3],
+    ),
+    (
+        _kt(
+            [["f1", "f2"], ["f3", "f4", "f5"], ["f6"]],
+            [[3, 4], [5, 6, 7], [8]],
+            [["f1", "f3"], ["f2"], ["f4", "f1", "f6"], ["f1", "f5"]],
+        ),
+        [
+            [0, 0, 0, 0, 3, 4],
+            [1, 0, 0, 3, 5, 0],
+            [0, 1, 3, 0, 4, 0],
+            [1, 2, 5, 0, 6, 0],
+            [0, 2, 0, 6, 3, -6],
+            [2, 2, 0, 9, 8, 0],
+            [0, 3, 0, 0, 3, -8],
+            [1, 3, 11, 3, 7, 0],
+        ],
         [7, 18, 8],
         [8, 4, 17, 10],
     ),
@@ -196,7 +243,11 @@ def test_kt_regroup_empty():
 
 SEC3_IN = [np.array([[1, 2, 3], [4, 5, 6]], np.float32), np.array([[10, 20], [30, 40]], np.float32)]
 SEC3_OUT = [[[1, 2, 10, 20], [4, 5, 30, 40]], [[3, 1, 2], [6, 4, 5]], [[1, 2], [4, 5]]]
-SEC3_GRAD = [np.array([[1, 2, 3, 4], [5, 6, 7, 8]]), np.array([[10, 20, 30], [40, 50, 60]]), np.array([[100, 200], [300, 400]])]
+SEC3_GRAD = [
+    np.array([[1, 2, 3, 4], [5, 6, 7, 8]]),
+    np.array([[10, 20, 30], [40, 50, 60]]),
+    np.array([[100, 200], [300, 400]]),
+]
 SEC3_KEYS = ([["a", "b"], ["c"]], [[2, 1], [2]], [["a", "c"], ["b", "a"], ["a"]])
 
 
@@ -204,25 +255,45 @@ SEC3_KEYS = ([["a", "b"], ["c"]], [[2, 1], [2]], [["a", "c"], ["b", "a"], ["a"]]
 def test_permute_multi_embedding_worked(dtype, fast_backend):
     perm, ins, outs, ol = embnum.kt_regroup_arguments(None, *SEC3_KEYS)
     embs = [x.astype(dtype) for x in SEC3_IN]
-    got = check_matches_ref("permute_multi_embedding", dict(pooled_embs=embs, permutes=perm, in_shapes=ins, out_shapes=outs, out_lengths=ol), fast_backend)
+    got = check_matches_ref(
+        "permute_multi_embedding",
+        dict(pooled_embs=embs, permutes=perm, in_shapes=ins, out_shapes=outs, out_lengths=ol),
+        fast_backend,
+    )
     assert [g.tolist() for g in got] == SEC3_OUT
-    got = check_matches_ref("regroup_keyed_tensor", dict(pooled_embs=embs, keys=SEC3_KEYS[0], lengths=SEC3_KEYS[1], groups=SEC3_KEYS[2]), fast_backend)
+    got = check_matches_ref(
+        "regroup_keyed_tensor",
+        dict(pooled_embs=embs, keys=SEC3_KEYS[0], lengths=SEC3_KEYS[1], groups=SEC3_KEYS[2]),
+        fast_backend,
+    )
     assert [g.tolist() for g in got] == SEC3_OUT
     grads = [g.astype(dtype) for g in SEC3_GRAD]
     got = check_matches_ref(
-        "permute_multi_embedding_backward", dict(grad_outputs=grads, permutes=perm, in_shapes=ins, out_shapes=outs, in_lengths=[3, 2]), fast_backend
+        "permute_multi_embedding_backward",
+        dict(grad_outputs=grads, permutes=perm, in_shapes=ins, out_shapes=outs, in_lengths=[3, 2]),
+        fast_backend,
     )
     assert [g.tolist() for g in got] == [[[121, 232, 10], [355, 466, 40]], [[3, 4], [7, 8]]]
 
 
 def test_permute_pooled_embs_worked(fast_backend):
     x = np.array([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]], np.float32)
-    lists = dict(offset_dim_list=np.array([0, 2, 5, 6]), permute_list=np.array([2, 0, 1]), inv_offset_dim_list=np.array([0, 1, 3, 6]), inv_permute_list=np.array([1, 2, 0]))
+    lists = dict(
+        offset_dim_list=np.array([0, 2, 5, 6]),
+        permute_list=np.array([2, 0, 1]),
+        inv_offset_dim_list=np.array([0, 1, 3, 6]),
+        inv_permute_list=np.array([1, 2, 0]),
+    )
     got = check_matches_ref("permute_pooled_embs", dict(pooled_embs=x, **lists), fast_backend)
     assert got.tolist() == [[6, 1, 2, 3, 4, 5], [12, 7, 8, 9, 10, 11]]
     # the gradient swaps the plain and the inverse lists
     g = np.array([[10, 20, 30, 40, 50, 60], [70, 80, 90, 100, 110, 120]], np.float32)
-    swapped = dict(offset_dim_list=lists["inv_offset_dim_list"], permute_list=lists["inv_permute_list"], inv_offset_dim_list=lists["offset_dim_list"], inv_permute_list=lists["permute_list"])
+    swapped = dict(
+        offset_dim_list=lists["inv_offset_dim_list"],
+        permute_list=lists["inv_permute_list"],
+        inv_offset_dim_list=lists["offset_dim_list"],
+        inv_permute_list=lists["permute_list"],
+    )
     got = check_matches_ref("permute_pooled_embs", dict(pooled_embs=g, **swapped), fast_backend)
     assert got.tolist() == [[20, 30, 40, 50, 60, 10], [80, 90, 100, 110, 120, 70]]
 
@@ -242,12 +313,39 @@ def _permute_edge(embs, keys, lengths, groups, perm_dtype=np.int32):
 EDGES = {
     "B=0 classic": ("regroup_keyed_tensor", dict(zip(("pooled_embs", "keys", "lengths", "groups"), _classic(0)))),
     "no groups": ("regroup_keyed_tensor", dict(pooled_embs=[np.ones((2, 3))], keys=[["a"]], lengths=[[3]], groups=[])),
-    "empty group": ("regroup_keyed_tensor", dict(pooled_embs=[np.ones((2, 3))], keys=[["a"]], lengths=[[3]], groups=[[], ["a"]])),
-    "odd widths float16": ("permute_multi_embedding", _permute_edge([np.arange(2 * 12, dtype=np.float16).reshape(2, 12)], [["a", "b", "c"]], [[3, 5, 4]], [["c", "a"], ["b", "c", "c"]], np.int64)),
-    "no rows at all": ("permute_multi_embedding", dict(pooled_embs=[np.ones((3, 2))], permutes=np.zeros((0, 6), np.int64), in_shapes=np.array([2]), out_shapes=np.array([4]), out_lengths=[4])),
+    "empty group": (
+        "regroup_keyed_tensor",
+        dict(pooled_embs=[np.ones((2, 3))], keys=[["a"]], lengths=[[3]], groups=[[], ["a"]]),
+    ),
+    "odd widths float16": (
+        "permute_multi_embedding",
+        _permute_edge(
+            [np.arange(2 * 12, dtype=np.float16).reshape(2, 12)],
+            [["a", "b", "c"]],
+            [[3, 5, 4]],
+            [["c", "a"], ["b", "c", "c"]],
+            np.int64,
+        ),
+    ),
+    "no rows at all": (
+        "permute_multi_embedding",
+        dict(
+            pooled_embs=[np.ones((3, 2))],
+            permutes=np.zeros((0, 6), np.int64),
+            in_shapes=np.array([2]),
+            out_shapes=np.array([4]),
+            out_lengths=[4],
+        ),
+    ),
     "backward, uncovered columns are 0": (
         "permute_multi_embedding_backward",
-        dict(grad_outputs=[np.ones((2, 2))], permutes=np.array([[0, 0, 1, 0, 2, 0]]), in_shapes=np.array([5]), out_shapes=np.array([2]), in_lengths=[5]),
+        dict(
+            grad_outputs=[np.ones((2, 2))],
+            permutes=np.array([[0, 0, 1, 0, 2, 0]]),
+            in_shapes=np.array([5]),
+            out_shapes=np.array([2]),
+            in_lengths=[5],
+        ),
     ),
     "backward float16 rounds after every addition": (
         "permute_multi_embedding_backward",
@@ -261,17 +359,44 @@ EDGES = {
     ),
     "negative zero gradient becomes +0 (sum from zeros)": (
         "permute_multi_embedding_backward",
-        dict(grad_outputs=[np.array([[-0.0]])], permutes=np.array([[0, 0, 0, 0, 1, 0]]), in_shapes=np.array([1]), out_shapes=np.array([1]), in_lengths=[1]),
+        dict(
+            grad_outputs=[np.array([[-0.0]])],
+            permutes=np.array([[0, 0, 0, 0, 1, 0]]),
+            in_shapes=np.array([1]),
+            out_shapes=np.array([1]),
+            in_lengths=[1],
+        ),
     ),
     "strided columns": (
         "permute_multi_embedding",
-        dict(pooled_embs=[np.arange(24.0).reshape(4, 6)[:, ::2]], permutes=np.array([[0, 0, 1, 0, 2, 0]]), in_shapes=np.array([3]), out_shapes=np.array([2]), out_lengths=[2]),
+        dict(
+            pooled_embs=[np.arange(24.0).reshape(4, 6)[:, ::2]],
+            permutes=np.array([[0, 0, 1, 0, 2, 0]]),
+            in_shapes=np.array([3]),
+            out_shapes=np.array([2]),
+            out_lengths=[2],
+        ),
     ),
     "pooled int64 ids": (
         "permute_pooled_embs",
-        dict(pooled_embs=np.arange(12, dtype=np.int64).reshape(2, 6), offset_dim_list=np.array([0, 2, 5, 6], np.int32), permute_list=np.array([2, 0, 1], np.int32), inv_offset_dim_list=np.array([0, 1, 3, 6], np.int32), inv_permute_list=np.array([1, 2, 0], np.int32)),
+        dict(
+            pooled_embs=np.arange(12, dtype=np.int64).reshape(2, 6),
+            offset_dim_list=np.array([0, 2, 5, 6], np.int32),
+            permute_list=np.array([2, 0, 1], np.int32),
+            inv_offset_dim_list=np.array([0, 1, 3, 6], np.int32),
+            inv_permute_list=np.array([1, 2, 0], np.int32),
+        ),
     ),
-    "pooled T=0": ("permute_pooled_embs", dict(pooled_embs=np.ones((3, 0)), offset_dim_list=np.array([0]), permute_list=np.zeros(0, np.int64), inv_offset_dim_list=np.array([0]), inv_permute_list=np.zeros(0, np.int64))),
+    "pooled T=0": (
+        "permute_pooled_embs",
+        dict(
+            pooled_embs=np.ones((3, 0)),
+            offset_dim_list=np.array([0]),
+            permute_list=np.zeros(0, np.int64),
+            inv_offset_dim_list=np.array([0]),
+            inv_permute_list=np.zeros(0, np.int64),
+        ),
+    ),
 }
 
 
@@ -303,8 +428,20 @@ def test_classic_case_production_widths():
 
 # -- bad input: a clear error before any kernel runs ---------------------------------
 PERM = np.array([[0, 0, 0, 0, 2, 0], [0, 1, 2, 0, 1, 0]])
-GOOD = dict(pooled_embs=[np.ones((2, 3), np.float32)], permutes=PERM, in_shapes=np.array([3]), out_shapes=np.array([2, 1]), out_lengths=[2, 1])
-GOOD_BW = dict(grad_outputs=[np.ones((2, 2), np.float32), np.ones((2, 1), np.float32)], permutes=PERM, in_shapes=np.array([3]), out_shapes=np.array([2, 1]), in_lengths=[3])
+GOOD = dict(
+    pooled_embs=[np.ones((2, 3), np.float32)],
+    permutes=PERM,
+    in_shapes=np.array([3]),
+    out_shapes=np.array([2, 1]),
+    out_lengths=[2, 1],
+)
+GOOD_BW = dict(
+    grad_outputs=[np.ones((2, 2), np.float32), np.ones((2, 1), np.float32)],
+    permutes=PERM,
+    in_shapes=np.array([3]),
+    out_shapes=np.array([2, 1]),
+    in_lengths=[3],
+)
 
 
 def _with_row(r, col, value, base=GOOD):
@@ -313,10 +450,22 @@ def _with_row(r, col, value, base=GOOD):
     return {**base, "permutes": p}
 
 
-POOLED = dict(pooled_embs=np.ones((2, 6)), offset_dim_list=np.array([0, 2, 5, 6]), permute_list=np.array([2, 0, 1]), inv_offset_dim_list=np.array([0, 1, 3, 6]), inv_permute_list=np.array([1, 2, 0]))
+POOLED = dict(
+    pooled_embs=np.ones((2, 6)),
+    offset_dim_list=np.array([0, 2, 5, 6]),
+    permute_list=np.array([2, 0, 1]),
+    inv_offset_dim_list=np.array([0, 1, 3, 6]),
+    inv_permute_list=np.array([1, 2, 0]),
+)
 KT = dict(embs=None, keys=[["a", "b"]], lengths=[[2, 3]], groups=[["a"]])
 RG = dict(pooled_embs=[np.ones((2, 5))], keys=[["a", "b"]], lengths=[[2, 3]], groups=[["b", "a"]])
-PME, BW, PPE, KTA, RKT = "permute_multi_embedding", "permute_multi_embedding_backward", "permute_pooled_embs", "kt_regroup_arguments", "regroup_keyed_tensor"
+PME, BW, PPE, KTA, RKT = (
+    "permute_multi_embedding",
+    "permute_multi_embedding_backward",
+    "permute_pooled_embs",
+    "kt_regroup_arguments",
+    "regroup_keyed_tensor",
+)
 BAD = [
     (PME, _with_row(0, 0, 1), ValueError, ("permutes[0, 0]", "in_tensor", "= 1")),
     (PME, _with_row(1, 0, -1), ValueError, ("permutes[1, 0]",)),
@@ -328,7 +477,12 @@ BAD = [
     (PME, _with_row(0, 4, -2), ValueError, ("permutes[0, 4]", "length")),
     (PME, _with_row(0, 5, 2), ValueError, ("permutes[0, 5]", "next")),
     (PME, _with_row(0, 5, -3), ValueError, ("permutes[0, 5]", "next")),
-    (PME, {**GOOD, "permutes": np.array([[0, 0, 0, 0, 2, 0], [0, 0, 2, 1, 1, 0]])}, ValueError, ("rows 0 and 1", "overlapping", "output 0")),
+    (
+        PME,
+        {**GOOD, "permutes": np.array([[0, 0, 0, 0, 2, 0], [0, 0, 2, 1, 1, 0]])},
+        ValueError,
+        ("rows 0 and 1", "overlapping", "output 0"),
+    ),
     (PME, {**GOOD, "permutes": PERM[:, :5]}, ValueError, ("permutes", "[P, 6]")),
     (PME, {**GOOD, "permutes": PERM.astype(np.float32)}, TypeError, ("permutes", "float32")),
     (PME, {**GOOD, "permutes": PERM.tolist()}, TypeError, ("permutes", "list")),
@@ -339,8 +493,18 @@ BAD = [
     (PME, {**GOOD, "pooled_embs": []}, ValueError, ("pooled_embs", "at least 1")),
     (PME, {**GOOD, "pooled_embs": [np.ones((2, 3), np.int32)]}, TypeError, ("pooled_embs[0]", "int32")),
     (PME, {**GOOD, "pooled_embs": [np.ones(3)]}, ValueError, ("pooled_embs[0]", "2-D")),
-    (PME, {**GOOD, "pooled_embs": [np.ones((2, 3)), np.ones((3, 1))], "in_shapes": np.array([3, 1])}, ValueError, ("pooled_embs[1]", "one B")),
-    (PME, {**GOOD, "pooled_embs": [np.ones((2, 3)), np.ones((2, 1), np.float32)], "in_shapes": np.array([3, 1])}, TypeError, ("pooled_embs[1]", "one dtype")),
+    (
+        PME,
+        {**GOOD, "pooled_embs": [np.ones((2, 3)), np.ones((3, 1))], "in_shapes": np.array([3, 1])},
+        ValueError,
+        ("pooled_embs[1]", "one B"),
+    ),
+    (
+        PME,
+        {**GOOD, "pooled_embs": [np.ones((2, 3)), np.ones((2, 1), np.float32)], "in_shapes": np.array([3, 1])},
+        TypeError,
+        ("pooled_embs[1]", "one dtype"),
+    ),
     (BW, _with_row(0, 2, 2, GOOD_BW), ValueError, ("permutes[0]", "width 3")),
     (BW, _with_row(1, 1, 2, GOOD_BW), ValueError, ("permutes[1, 1]",)),
     (BW, {**GOOD_BW, "in_lengths": [4]}, ValueError, ("in_shapes[0] = 3", "in_lengths")),
@@ -413,7 +577,9 @@ def test_gradcheck(case):
     embs, keys, lengths, groups = case
     assume(all(x.size for x in embs) and any(groups))  # gradcheck needs elements on both sides
     xs = tuple(_t(x).requires_grad_() for x in embs)
-    perm, ins, outs, ol = (_t(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups))
+    perm, ins, outs, ol = (
+        _t(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    )
     assert torch.autograd.gradcheck(lambda *v: tb.regroup_keyed_tensor(list(v), keys, lengths, groups), xs)
     assert torch.autograd.gradcheck(lambda *v: tb.permute_multi_embedding(list(v), perm, ins, outs, ol), xs)
 
@@ -502,7 +668,9 @@ def test_module_caches_arguments_and_never_concatenates(monkeypatch):
     outs = m(xs)
     torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
     monkeypatch.undo()
-    want = embnum.regroup_keyed_tensor([x.detach().numpy() for x in xs], CLASSIC_KEYS, lengths, CLASSIC_GROUPS, backend="ref")
+    want = embnum.regroup_keyed_tensor(
+        [x.detach().numpy() for x in xs], CLASSIC_KEYS, lengths, CLASSIC_GROUPS, backend="ref"
+    )
     for o, w in zip(outs, want):
         np.testing.assert_array_equal(o.detach().numpy(), w)
     assert (xs[0].grad[:, :3] == 3).all()  # f1 is used three times
@@ -566,8 +734,21 @@ def cu_on_host(tmp_path_factory):
     lib = d / "kt.so"
     shim = Path(__file__).with_name("cu_host_shim.h")
     subprocess.run(
-        ["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-include", str(shim), f"-I{kernels}", str(d / "driver.cpp"), "-o", str(lib)],
-        check=True, capture_output=True,
+        [
+            "g++",
+            "-O1",
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-include",
+            str(shim),
+            f"-I{kernels}",
+            str(d / "driver.cpp"),
+            "-o",
+            str(lib),
+        ],
+        check=True,
+        capture_output=True,
     )
     return ctypes.CDLL(str(lib))
 
@@ -594,7 +775,18 @@ def _run_cu_forward(lib, embs, rows, widths, grid, block):
     segs = copy_indexed(np.asarray(rows)[:, :5].tolist(), widths)
     sp, ss = _ptrs(embs)
     dp, ds = _ptrs(outs)
-    lib.run_copy(ctypes.c_uint(grid), ctypes.c_uint(block), _c(segs), ctypes.c_int64(len(segs)), ctypes.c_int64(B), _c(sp), _c(ss), _c(dp), _c(ds), ctypes.c_int(dtype.itemsize))
+    lib.run_copy(
+        ctypes.c_uint(grid),
+        ctypes.c_uint(block),
+        _c(segs),
+        ctypes.c_int64(len(segs)),
+        ctypes.c_int64(B),
+        _c(sp),
+        _c(ss),
+        _c(dp),
+        _c(ds),
+        ctypes.c_int(dtype.itemsize),
+    )
     return outs
 
 
@@ -608,8 +800,21 @@ def _run_cu_backward(lib, grads, rows, widths, grid, block):
     slots, srcs = backward_indexed(np.asarray(rows, dtype=np.int64), widths)
     gp, gs = _ptrs(grads)
     dp, ds = _ptrs(outs)
-    fn = getattr(lib, {2: "run_kt_accumulate_f16", 4: "run_kt_accumulate_f32", 8: "run_kt_accumulate_f64"}[dtype.itemsize])
-    fn(ctypes.c_uint(grid), ctypes.c_uint(block), _c(slots), ctypes.c_int64(len(slots)), _c(srcs), ctypes.c_int64(B), _c(gp), _c(gs), _c(dp), _c(ds))
+    fn = getattr(
+        lib, {2: "run_kt_accumulate_f16", 4: "run_kt_accumulate_f32", 8: "run_kt_accumulate_f64"}[dtype.itemsize]
+    )
+    fn(
+        ctypes.c_uint(grid),
+        ctypes.c_uint(block),
+        _c(slots),
+        ctypes.c_int64(len(slots)),
+        _c(srcs),
+        ctypes.c_int64(B),
+        _c(gp),
+        _c(gs),
+        _c(dp),
+        _c(ds),
+    )
     return outs
 
 
@@ -702,7 +907,10 @@ def test_fbgemm_permute_multi_embedding_forward_and_backward(case):
     for g, w in zip(got, want):
         bits = f"u{g.itemsize}"
         np.testing.assert_array_equal(g.view(bits), w.detach().numpy().view(bits))
-    for g, w in zip(embnum.regroup_keyed_tensor(embs, keys, lengths, groups), fb.regroup_keyed_tensor([_t(e) for e in embs], keys, lengths, groups)):
+    for g, w in zip(
+        embnum.regroup_keyed_tensor(embs, keys, lengths, groups),
+        fb.regroup_keyed_tensor([_t(e) for e in embs], keys, lengths, groups),
+    ):
         np.testing.assert_array_equal(g, w.numpy())
     if not ol or not any(ol):
         return
@@ -727,10 +935,15 @@ def test_fbgemm_permute_pooled_embs(args):
     fb = _fbgemm()
     x = np.ascontiguousarray(args["pooled_embs"])
     assume(x.dtype.kind == "f" and x.dtype != np.float64 and x.shape[0] > 0)
-    lists = [_t(args[k].astype(np.int64)) for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")]
+    lists = [
+        _t(args[k].astype(np.int64))
+        for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
+    ]
     xt = _t(x).requires_grad_()
     want = fb.permute_pooled_embs_auto_grad(xt, *lists)
-    got = embnum.permute_pooled_embs(x, *(args[k] for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")))
+    got = embnum.permute_pooled_embs(
+        x, *(args[k] for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list"))
+    )
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.detach().numpy().view(f"u{got.itemsize}"))
     if x.size:
         g = np.arange(x.size, dtype=x.dtype).reshape(x.shape)
@@ -745,7 +958,9 @@ def test_fbgemm_bfloat16_gradient():
     fb = _fbgemm()
     rng = np.random.default_rng(1)
     keys, lengths, groups = [["a", "b"], ["c"]], [[3, 2], [4]], [["a", "c", "a"], ["b", "a"], ["c"]]
-    perm, ins, outs, ol = (_t(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups))
+    perm, ins, outs, ol = (
+        _t(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    )
     xs = [torch.tensor(rng.standard_normal((5, sum(ls))), dtype=torch.bfloat16, requires_grad=True) for ls in lengths]
     want = fb.permute_multi_embedding(xs, perm, ins, outs, ol)
     got = tb.permute_multi_embedding(xs, perm, ins, outs, ol)
@@ -768,6 +983,8 @@ def test_cuda_c_kernels_on_the_host_handwritten_rows(cu_on_host, args, data):
         np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
     grads = [np.ascontiguousarray(w) for w in want]
     in_lengths = args["in_shapes"].tolist()
-    want_b = embnum.permute_multi_embedding_backward(grads, args["permutes"], args["in_shapes"], args["out_shapes"], in_lengths, backend="ref")
+    want_b = embnum.permute_multi_embedding_backward(
+        grads, args["permutes"], args["in_shapes"], args["out_shapes"], in_lengths, backend="ref"
+    )
     got_b = _run_cu_backward(cu_on_host, grads, perm, in_lengths, grid, block)
     assert embnum.get_op("permute_multi_embedding_backward").check_fn(got_b, want_b, {})[1]

@@ -2,6 +2,7 @@
 oracle on drawn inputs (T up to 50 keys, B up to 4096 on the host, tiny under
 the CUDA simulator), the spec's worked examples, bad input, and (optional
 tier) fbgemm_gpu's CPU operators."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 import embnum
 from harness import check_matches_ref, check_rejects, matches_ref
-from strategies import INDEX_DTYPES, float_dtypes, index_dtypes, maybe_strided, value_dtypes
+from strategies import float_dtypes, index_dtypes, maybe_strided, value_dtypes
 
 FAMILY = [op.name for op in embnum.ops("kjt")]
 I32, I64 = np.int32, np.int64
@@ -79,8 +80,11 @@ def permute_2d_args(draw, small=False):
     permute = _segment_permute(draw, rng, T, small)
     hint = _maybe(draw, int(lengths[permute.astype(np.int64)].sum()))
     return dict(
-        permute=draw(maybe_strided(permute)), lengths=draw(maybe_strided(lengths)), values=draw(maybe_strided(values)),
-        weights=weights, permuted_lengths_sum=hint,
+        permute=draw(maybe_strided(permute)),
+        lengths=draw(maybe_strided(lengths)),
+        values=draw(maybe_strided(values)),
+        weights=weights,
+        permuted_lengths_sum=hint,
     )
 
 
@@ -181,7 +185,9 @@ def expand_args(draw, small=False):
     permute = rng.integers(0, T, T) if (same and T) else rng.permutation(T)
     inp = np.concatenate([[0], np.cumsum(sizes)]).astype(draw(index_dtypes))
     outp = np.concatenate([[0], np.cumsum(sizes[permute])]).astype(draw(index_dtypes))
-    return dict(permute=permute.astype(draw(index_dtypes)), input_offset=inp, output_offset=outp, output_size=int(outp[-1]))
+    return dict(
+        permute=permute.astype(draw(index_dtypes)), input_offset=inp, output_offset=outp, output_size=int(outp[-1])
+    )
 
 
 @st.composite
@@ -254,52 +260,147 @@ V10 = _a(10, 11, 12, 20, 21, 22, 23, 30, 31, 32)
 BL, BI = _a(2, 0, 3, 1, 2, 1, dtype=I32), _a(5, 1, 9, 4, 13, 7, 20, 3, 6)
 BB = dict(lengths=BL, indices=BI, bucketize_pos=False, sequence=False, block_sizes=_a(4, 5), my_size=3)
 WORKED = [
-    ("permute_2d_sparse_data", dict(permute=_a(2, 0, 1, dtype=I32), lengths=L2D, values=V10, weights=W10),
-     ([[0, 1, 2], [2, 0, 1], [1, 3, 0]], [30, 31, 32, 10, 11, 12, 20, 21, 22, 23], [7.5, 8.5, 9.5, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5])),
-    ("permute_2d_sparse_data", dict(permute=_a(1, 1), lengths=L2D, values=V10, weights=W10),
-     ([[1, 3, 0], [1, 3, 0]], [20, 21, 22, 23, 20, 21, 22, 23], [3.5, 4.5, 5.5, 6.5, 3.5, 4.5, 5.5, 6.5])),
-    ("permute_1d_sparse_data", dict(permute=_a(8, 0, 4, 4), lengths=_a(2, 0, 1, 1, 3, 0, 0, 1, 2), values=V10, weights=W10),
-     ([2, 2, 3, 3], [31, 32, 10, 11, 21, 22, 23, 21, 22, 23], [8.5, 9.5, 0.5, 1.5, 4.5, 5.5, 6.5, 4.5, 5.5, 6.5])),
-    ("block_bucketize_sparse_features", dict(BB, bucketize_pos=True, sequence=True, weights=W9),
-     ([1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0], [1, 3, 1, 0, 4, 2, 1, 1, 6],
-      [1.5, 7.5, 0.5, 3.5, 4.5, 5.5, 8.5, 2.5, 6.5], [1, 1, 0, 1, 2, 0, 0, 0, 0], [2, 0, 7, 3, 4, 5, 8, 1, 6])),
-    ("block_bucketize_sparse_features", dict(BB, keep_orig_idx=True),
-     ([1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0], [1, 3, 5, 4, 13, 7, 6, 9, 20], None, None, None)),
-    ("block_bucketize_sparse_features", dict(BB, keep_orig_idx_per_feature=np.array([True, False])),
-     ([1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0], [1, 3, 5, 4, 13, 2, 1, 9, 6], None, None, None)),
-    ("block_bucketize_sparse_features", dict(BB, block_sizes=_a(0, 0)),
-     ([0, 0, 1, 0, 1, 1, 1, 0, 2, 1, 0, 0, 1, 0, 0, 0, 1, 0], [3, 1, 2, 0, 1, 4, 2, 1, 6], None, None, None)),
-    ("block_bucketize_sparse_features", dict(BB, lengths=_a(3), indices=_a(-1, -8, 2), block_sizes=_a(4)),
-     ([2, 0, 1], [6148914691236517205, 2, 6148914691236517202], None, None, None)),
-    ("block_bucketize_sparse_features", dict(BB, lengths=_a(3), indices=_a(-1, -8, 2, dtype=I32), block_sizes=_a(4)),
-     ([2, 0, 1], [1431655765, 2, 1431655762], None, None, None)),
-    ("block_bucketize_sparse_features",
-     dict(lengths=_a(2, 1, 1, 2, 0, 2), indices=_a(1, 8, 5, 6, 7, 8, 8, 4), bucketize_pos=True, sequence=True,
-          block_sizes=_a(5, 10, 8), my_size=2, batch_size_per_feature=_a(3, 1, 2)),
-     ([1, 0, 0, 2, 0, 1, 1, 1, 1, 0, 0, 1], [1, 7, 8, 4, 3, 0, 1, 0], None, [0, 0, 1, 1, 1, 0, 0, 0], [0, 4, 5, 6, 1, 2, 7, 3])),
-    ("block_bucketize_sparse_features",
-     dict(lengths=_a(0, 3, 2, 0, 1, 5), indices=_a(1, 2, 10, 4, 16, 6, 7, 18, 19, 10, 0), bucketize_pos=False, sequence=False,
-          block_sizes=_a(2, 3, 4), my_size=3, total_num_blocks=_a(6, 6, 6)),
-     ([0, 2, 1, 0, 1, 2, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 2], [1, 2, 4, 6, 7, 0, 2, 2, 4, 2, 3], None, None, None)),
-    ("block_bucketize_sparse_features",
-     dict(lengths=_a(2, 1, 1), indices=_a(1, 9, 20, 3), bucketize_pos=False, sequence=True, block_sizes=_a(5), my_size=2,
-          block_bucketize_pos=[_a(0, 2, 8)]),
-     ([1, 1, 0, 1, 0, 1], [1, 10, 4, 1], None, None, [0, 2, 1, 3])),
-    ("block_bucketize_sparse_features",
-     dict(lengths=_a(4), indices=_a(1, 3, 4, 9), bucketize_pos=False, sequence=False, block_sizes=_a(0), my_size=2,
-          block_bucketize_pos=[_a(0, 2, 8)], total_num_blocks=_a(4)),
-     ([1, 3], [1, 0, 0, 2], None, None, None)),
-    ("keyed_jagged_index_select_dim1",
-     dict(values=np.arange(0, 100, 10), lengths=_a(1, 2, 0, 3, 2, 0, 1, 1), offsets=_a(0, 1, 3, 3, 6, 8, 8, 9, 10),
-          indices=_a(3, 0, 3), batch_size=4),
-     [[30, 40, 50, 0, 30, 40, 50, 90, 60, 70, 90], [3, 1, 3, 1, 2, 1]]),
-    ("expand_into_jagged_permute", dict(permute=_a(2, 0, 1), input_offset=_a(0, 3, 5, 9), output_offset=_a(0, 4, 7, 9), output_size=9),
-     [5, 6, 7, 8, 0, 1, 2, 3, 4]),
+    (
+        "permute_2d_sparse_data",
+        dict(permute=_a(2, 0, 1, dtype=I32), lengths=L2D, values=V10, weights=W10),
+        (
+            [[0, 1, 2], [2, 0, 1], [1, 3, 0]],
+            [30, 31, 32, 10, 11, 12, 20, 21, 22, 23],
+            [7.5, 8.5, 9.5, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5],
+        ),
+    ),
+    (
+        "permute_2d_sparse_data",
+        dict(permute=_a(1, 1), lengths=L2D, values=V10, weights=W10),
+        ([[1, 3, 0], [1, 3, 0]], [20, 21, 22, 23, 20, 21, 22, 23], [3.5, 4.5, 5.5, 6.5, 3.5, 4.5, 5.5, 6.5]),
+    ),
+    (
+        "permute_1d_sparse_data",
+        dict(permute=_a(8, 0, 4, 4), lengths=_a(2, 0, 1, 1, 3, 0, 0, 1, 2), values=V10, weights=W10),
+        ([2, 2, 3, 3], [31, 32, 10, 11, 21, 22, 23, 21, 22, 23], [8.5, 9.5, 0.5, 1.5, 4.5, 5.5, 6.5, 4.5, 5.5, 6.5]),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, bucketize_pos=True, sequence=True, weights=W9),
+        (
+            [1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0],
+            [1, 3, 1, 0, 4, 2, 1, 1, 6],
+            [1.5, 7.5, 0.5, 3.5, 4.5, 5.5, 8.5, 2.5, 6.5],
+            [1, 1, 0, 1, 2, 0, 0, 0, 0],
+            [2, 0, 7, 3, 4, 5, 8, 1, 6],
+        ),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, keep_orig_idx=True),
+        ([1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0], [1, 3, 5, 4, 13, 7, 6, 9, 20], None, None, None),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, keep_orig_idx_per_feature=np.array([True, False])),
+        ([1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0], [1, 3, 5, 4, 13, 2, 1, 9, 6], None, None, None),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, block_sizes=_a(0, 0)),
+        ([0, 0, 1, 0, 1, 1, 1, 0, 2, 1, 0, 0, 1, 0, 0, 0, 1, 0], [3, 1, 2, 0, 1, 4, 2, 1, 6], None, None, None),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, lengths=_a(3), indices=_a(-1, -8, 2), block_sizes=_a(4)),
+        ([2, 0, 1], [6148914691236517205, 2, 6148914691236517202], None, None, None),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, lengths=_a(3), indices=_a(-1, -8, 2, dtype=I32), block_sizes=_a(4)),
+        ([2, 0, 1], [1431655765, 2, 1431655762], None, None, None),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(
+            lengths=_a(2, 1, 1, 2, 0, 2),
+            indices=_a(1, 8, 5, 6, 7, 8, 8, 4),
+            bucketize_pos=True,
+            sequence=True,
+            block_sizes=_a(5, 10, 8),
+            my_size=2,
+            batch_size_per_feature=_a(3, 1, 2),
+        ),
+        (
+            [1, 0, 0, 2, 0, 1, 1, 1, 1, 0, 0, 1],
+            [1, 7, 8, 4, 3, 0, 1, 0],
+            None,
+            [0, 0, 1, 1, 1, 0, 0, 0],
+            [0, 4, 5, 6, 1, 2, 7, 3],
+        ),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(
+            lengths=_a(0, 3, 2, 0, 1, 5),
+            indices=_a(1, 2, 10, 4, 16, 6, 7, 18, 19, 10, 0),
+            bucketize_pos=False,
+            sequence=False,
+            block_sizes=_a(2, 3, 4),
+            my_size=3,
+            total_num_blocks=_a(6, 6, 6),
+        ),
+        ([0, 2, 1, 0, 1, 2, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 2], [1, 2, 4, 6, 7, 0, 2, 2, 4, 2, 3], None, None, None),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(
+            lengths=_a(2, 1, 1),
+            indices=_a(1, 9, 20, 3),
+            bucketize_pos=False,
+            sequence=True,
+            block_sizes=_a(5),
+            my_size=2,
+            block_bucketize_pos=[_a(0, 2, 8)],
+        ),
+        ([1, 1, 0, 1, 0, 1], [1, 10, 4, 1], None, None, [0, 2, 1, 3]),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(
+            lengths=_a(4),
+            indices=_a(1, 3, 4, 9),
+            bucketize_pos=False,
+            sequence=False,
+            block_sizes=_a(0),
+            my_size=2,
+            block_bucketize_pos=[_a(0, 2, 8)],
+            total_num_blocks=_a(4),
+        ),
+        ([1, 3], [1, 0, 0, 2], None, None, None),
+    ),
+    (
+        "keyed_jagged_index_select_dim1",
+        dict(
+            values=np.arange(0, 100, 10),
+            lengths=_a(1, 2, 0, 3, 2, 0, 1, 1),
+            offsets=_a(0, 1, 3, 3, 6, 8, 8, 9, 10),
+            indices=_a(3, 0, 3),
+            batch_size=4,
+        ),
+        [[30, 40, 50, 0, 30, 40, 50, 90, 60, 70, 90], [3, 1, 3, 1, 2, 1]],
+    ),
+    (
+        "expand_into_jagged_permute",
+        dict(permute=_a(2, 0, 1), input_offset=_a(0, 3, 5, 9), output_offset=_a(0, 4, 7, 9), output_size=9),
+        [5, 6, 7, 8, 0, 1, 2, 3, 4],
+    ),
     ("invert_permute", dict(permute=_a(2, 0, 3, 1)), [1, 3, 0, 2]),
-    ("jagged_unique_indices",
-     dict(hash_size_cumsum=_a(0, 0, 10, 15), hash_size_offsets=_a(0, 2, 2, 3), offsets=_a(0, 2, 3, 5, 6, 8, 9),
-          indices=_a(3, 7, 7, 1, 3, 9, 0, 4, 0)),
-     ([1, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5, 6], [1, 3, 7, 9, 0, 4], [1, 2, 2, 0, 1, 3, 4, 5, 4])),
+    (
+        "jagged_unique_indices",
+        dict(
+            hash_size_cumsum=_a(0, 0, 10, 15),
+            hash_size_offsets=_a(0, 2, 2, 3),
+            offsets=_a(0, 2, 3, 5, 6, 8, 9),
+            indices=_a(3, 7, 7, 1, 3, 9, 0, 4, 0),
+        ),
+        ([1, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5, 6], [1, 3, 7, 9, 0, 4], [1, 2, 2, 0, 1, 3, 4, 5, 4]),
+    ),
 ]
 
 
@@ -317,26 +418,53 @@ def test_worked_examples(name, args, want, fast_backend):
 
 
 EDGES = {
-    "bucketize T=0": ("block_bucketize_sparse_features", dict(BB, lengths=_a(), indices=_a(), block_sizes=_a(), sequence=True)),
+    "bucketize T=0": (
+        "block_bucketize_sparse_features",
+        dict(BB, lengths=_a(), indices=_a(), block_sizes=_a(), sequence=True),
+    ),
     "bucketize B=0": ("block_bucketize_sparse_features", dict(BB, lengths=_a(), indices=_a(), bucketize_pos=True)),
-    "bucketize my_size=1": ("block_bucketize_sparse_features", dict(BB, my_size=1, indices=_a(5, -1, 9, 2**62, -(2**63), 3, 20, 3, 6))),
+    "bucketize my_size=1": (
+        "block_bucketize_sparse_features",
+        dict(BB, my_size=1, indices=_a(5, -1, 9, 2**62, -(2**63), 3, 20, 3, 6)),
+    ),
     "bucketize my_size=1 int32 extremes": (
         "block_bucketize_sparse_features",
-        dict(BB, my_size=1, indices=_a(5, -1, 9, 2**31 - 1, -(2**31), 3, 20, 3, 6, dtype=I32), total_num_blocks=_a(1, 1)),
+        dict(
+            BB, my_size=1, indices=_a(5, -1, 9, 2**31 - 1, -(2**31), 3, 20, 3, 6, dtype=I32), total_num_blocks=_a(1, 1)
+        ),
     ),
     "bucketize largest block size": (
-        "block_bucketize_sparse_features", dict(BB, block_sizes=_a((2**31 - 1) // 3, 1), indices=BI.astype(I32)),
+        "block_bucketize_sparse_features",
+        dict(BB, block_sizes=_a((2**31 - 1) // 3, 1), indices=BI.astype(I32)),
     ),
     "bucketize boundaries wrap at 64 bits": (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(4), indices=_a(-1, -5, 7, 2**62), block_sizes=_a(0), block_bucketize_pos=[_a(0, 2**40, 2**41, 2**62)]),
+        dict(
+            BB,
+            lengths=_a(4),
+            indices=_a(-1, -5, 7, 2**62),
+            block_sizes=_a(0),
+            block_bucketize_pos=[_a(0, 2**40, 2**41, 2**62)],
+        ),
     ),
     "permute_2d T=0": ("permute_2d_sparse_data", dict(permute=_a(), lengths=np.zeros((0, 3), I64), values=_a())),
-    "permute_2d B=0": ("permute_2d_sparse_data", dict(permute=_a(1, 0, 1), lengths=np.zeros((2, 0), I32), values=np.zeros(0, np.float16))),
-    "select n=0": ("keyed_jagged_index_select_dim1", dict(values=_a(1, 2), lengths=_a(1, 1), offsets=_a(0, 1, 2), indices=_a(), batch_size=2)),
-    "expand T=0": ("expand_into_jagged_permute", dict(permute=_a(), input_offset=_a(0), output_offset=_a(0), output_size=0)),
+    "permute_2d B=0": (
+        "permute_2d_sparse_data",
+        dict(permute=_a(1, 0, 1), lengths=np.zeros((2, 0), I32), values=np.zeros(0, np.float16)),
+    ),
+    "select n=0": (
+        "keyed_jagged_index_select_dim1",
+        dict(values=_a(1, 2), lengths=_a(1, 1), offsets=_a(0, 1, 2), indices=_a(), batch_size=2),
+    ),
+    "expand T=0": (
+        "expand_into_jagged_permute",
+        dict(permute=_a(), input_offset=_a(0), output_offset=_a(0), output_size=0),
+    ),
     "invert n=0": ("invert_permute", dict(permute=_a(dtype=I32))),
-    "unique B=0": ("jagged_unique_indices", dict(hash_size_cumsum=_a(0, 4), hash_size_offsets=_a(0, 1), offsets=_a(0), indices=_a())),
+    "unique B=0": (
+        "jagged_unique_indices",
+        dict(hash_size_cumsum=_a(0, 4), hash_size_offsets=_a(0, 1), offsets=_a(0), indices=_a()),
+    ),
 }
 
 
@@ -351,7 +479,12 @@ P2 = dict(permute=_a(2, 0, 1), lengths=L2D, values=V10)
 P1 = dict(permute=_a(1, 0), lengths=_a(2, 3), values=_a(1, 2, 3, 4, 5))
 KS = dict(values=_a(1, 2, 3), lengths=_a(1, 2), offsets=_a(0, 1, 3), indices=_a(1, 0), batch_size=2)
 EX = dict(permute=_a(1, 0), input_offset=_a(0, 2, 3), output_offset=_a(0, 1, 3), output_size=3)
-UQ = dict(hash_size_cumsum=_a(0, 0, 10, 15), hash_size_offsets=_a(0, 2, 2, 3), offsets=_a(0, 2, 3, 5, 6, 8, 9), indices=_a(3, 7, 7, 1, 3, 9, 0, 4, 0))
+UQ = dict(
+    hash_size_cumsum=_a(0, 0, 10, 15),
+    hash_size_offsets=_a(0, 2, 2, 3),
+    offsets=_a(0, 2, 3, 5, 6, 8, 9),
+    indices=_a(3, 7, 7, 1, 3, 9, 0, 4, 0),
+)
 BAD = [
     ("permute_2d_sparse_data", dict(P2, permute=_a(0, 3)), IndexError, ("permute[1] = 3",)),
     ("permute_2d_sparse_data", dict(P2, permute=_a(-1)), IndexError, ("permute[0] = -1",)),
@@ -380,19 +513,79 @@ BAD = [
     ("block_bucketize_sparse_features", dict(BB, weights=W10), ValueError, ("weights",)),
     ("block_bucketize_sparse_features", dict(BB, weights=BI), TypeError, ("weights",)),
     ("block_bucketize_sparse_features", dict(BB, indices=BI.astype(np.uint32)), TypeError, ("indices", "uint32")),
-    ("block_bucketize_sparse_features", dict(BB, batch_size_per_feature=_a(3, 4)), ValueError, ("batch_size_per_feature", "7")),
-    ("block_bucketize_sparse_features", dict(BB, batch_size_per_feature=_a(7, -1)), ValueError, ("batch_size_per_feature", "-1")),
-    ("block_bucketize_sparse_features", dict(BB, batch_size_per_feature=_a(6)), ValueError, ("batch_size_per_feature", "2")),
-    ("block_bucketize_sparse_features", dict(BB, total_num_blocks=_a(3, 4)), ValueError, ("total_num_blocks[1] = 4", "multiple")),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, batch_size_per_feature=_a(3, 4)),
+        ValueError,
+        ("batch_size_per_feature", "7"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, batch_size_per_feature=_a(7, -1)),
+        ValueError,
+        ("batch_size_per_feature", "-1"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, batch_size_per_feature=_a(6)),
+        ValueError,
+        ("batch_size_per_feature", "2"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, total_num_blocks=_a(3, 4)),
+        ValueError,
+        ("total_num_blocks[1] = 4", "multiple"),
+    ),
     ("block_bucketize_sparse_features", dict(BB, total_num_blocks=_a(3, 0)), ValueError, ("total_num_blocks[1] = 0",)),
-    ("block_bucketize_sparse_features", dict(BB, total_num_blocks=_a(3)), ValueError, ("total_num_blocks", "2 entries")),
-    ("block_bucketize_sparse_features", dict(BB, block_bucketize_pos=[_a(0, 1, 2, 3)]), ValueError, ("block_bucketize_pos", "2 arrays")),
-    ("block_bucketize_sparse_features", dict(BB, block_bucketize_pos=[_a(0, 1, 2, 3), _a(0, 1, 2)]), ValueError, ("block_bucketize_pos[1]", "4 entries")),
-    ("block_bucketize_sparse_features", dict(BB, block_bucketize_pos=[_a(1, 2, 3, 4)] * 2), ValueError, ("block_bucketize_pos[0][0]",)),
-    ("block_bucketize_sparse_features", dict(BB, block_bucketize_pos=[_a(0, 3, 2, 4)] * 2), ValueError, ("block_bucketize_pos[0]", "non-decreasing")),
-    ("block_bucketize_sparse_features", dict(BB, block_bucketize_pos=_a(0, 1, 2, 3)), ValueError, ("block_bucketize_pos", "list")),
-    ("block_bucketize_sparse_features", dict(BB, keep_orig_idx_per_feature=_a(1, 0)), TypeError, ("keep_orig_idx_per_feature", "bool")),
-    ("block_bucketize_sparse_features", dict(BB, keep_orig_idx_per_feature=np.array([True])), ValueError, ("keep_orig_idx_per_feature",)),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, total_num_blocks=_a(3)),
+        ValueError,
+        ("total_num_blocks", "2 entries"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, block_bucketize_pos=[_a(0, 1, 2, 3)]),
+        ValueError,
+        ("block_bucketize_pos", "2 arrays"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, block_bucketize_pos=[_a(0, 1, 2, 3), _a(0, 1, 2)]),
+        ValueError,
+        ("block_bucketize_pos[1]", "4 entries"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, block_bucketize_pos=[_a(1, 2, 3, 4)] * 2),
+        ValueError,
+        ("block_bucketize_pos[0][0]",),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, block_bucketize_pos=[_a(0, 3, 2, 4)] * 2),
+        ValueError,
+        ("block_bucketize_pos[0]", "non-decreasing"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, block_bucketize_pos=_a(0, 1, 2, 3)),
+        ValueError,
+        ("block_bucketize_pos", "list"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, keep_orig_idx_per_feature=_a(1, 0)),
+        TypeError,
+        ("keep_orig_idx_per_feature", "bool"),
+    ),
+    (
+        "block_bucketize_sparse_features",
+        dict(BB, keep_orig_idx_per_feature=np.array([True])),
+        ValueError,
+        ("keep_orig_idx_per_feature",),
+    ),
     ("block_bucketize_sparse_features", dict(BB, block_sizes=_a()), ValueError, ("block_sizes", "T = 0")),
     ("keyed_jagged_index_select_dim1", dict(KS, indices=_a(2)), IndexError, ("indices[0] = 2",)),
     ("keyed_jagged_index_select_dim1", dict(KS, offsets=_a(0, 2, 3)), ValueError, ("offsets",)),
@@ -404,7 +597,12 @@ BAD = [
     ("keyed_jagged_index_select_dim1", dict(KS, lengths=_a(-1, 4), offsets=_a(0, -1, 3)), ValueError, ("lengths",)),
     ("expand_into_jagged_permute", dict(EX, output_size=4), ValueError, ("output_size = 4",)),
     ("expand_into_jagged_permute", dict(EX, permute=_a(1, 2)), IndexError, ("permute[1] = 2",)),
-    ("expand_into_jagged_permute", dict(EX, output_offset=_a(0, 2, 3)), ValueError, ("output_offset segment 0", "size 2")),
+    (
+        "expand_into_jagged_permute",
+        dict(EX, output_offset=_a(0, 2, 3)),
+        ValueError,
+        ("output_offset segment 0", "size 2"),
+    ),
     ("expand_into_jagged_permute", dict(EX, input_offset=_a(1, 2, 3)), ValueError, ("input_offset[0]",)),
     ("expand_into_jagged_permute", dict(EX, input_offset=_a(0, 3)), ValueError, ("input_offset", "3 entries")),
     ("invert_permute", dict(permute=_a(0, 0, 1)), ValueError, ("permute", "0 appears 2 times")),
@@ -412,7 +610,12 @@ BAD = [
     ("invert_permute", dict(permute=_a(0, 1).reshape(1, 2)), ValueError, ("permute", "1-D")),
     ("jagged_unique_indices", dict(UQ, indices=_a(3, 7, 7, 1, 3, 10, 0, 4, 0)), IndexError, ("indices", "10")),
     ("jagged_unique_indices", dict(UQ, indices=_a(3, 7, -7, 1, 3, 9, 0, 4, 0)), IndexError, ("indices[2] = -7",)),
-    ("jagged_unique_indices", dict(UQ, hash_size_cumsum=_a(0, 2, 10, 15)), ValueError, ("hash_size_cumsum", "one table")),
+    (
+        "jagged_unique_indices",
+        dict(UQ, hash_size_cumsum=_a(0, 2, 10, 15)),
+        ValueError,
+        ("hash_size_cumsum", "one table"),
+    ),
     ("jagged_unique_indices", dict(UQ, hash_size_offsets=_a(0, 2, 2, 2)), ValueError, ("hash_size_offsets[-1]",)),
     ("jagged_unique_indices", dict(UQ, offsets=_a(0, 2, 3, 5, 6, 9)), ValueError, ("len(offsets) - 1 = 5",)),
     ("jagged_unique_indices", dict(UQ, offsets=_a(0, 2, 3, 5, 6, 8, 8)), ValueError, ("offsets[-1] = 8",)),
@@ -501,7 +704,9 @@ def test_fbgemm_permute_2d(args):
     fb = _fbgemm()
     args = _fb_values(args)
     M = int(np.asarray(args["lengths"])[args["permute"].astype(I64)].sum())
-    want = fb.permute_2D_sparse_data(_t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M)
+    want = fb.permute_2D_sparse_data(
+        _t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M
+    )
     for backend in ("ref", "cpu"):
         got = embnum.permute_2d_sparse_data(**args, backend=backend)
         for g, w in zip(got, want):
@@ -516,7 +721,9 @@ def test_fbgemm_permute_1d(args):
     fb = _fbgemm()
     args = _fb_values(args)
     M = int(args["lengths"][args["permute"].astype(I64)].sum())
-    want = fb.permute_1D_sparse_data(_t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M)
+    want = fb.permute_1D_sparse_data(
+        _t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M
+    )
     for backend in ("ref", "cpu"):
         got = embnum.permute_1d_sparse_data(**args, backend=backend)
         for g, w in zip(got, want):
@@ -545,10 +752,17 @@ def test_fbgemm_block_bucketize(args):
     pos = args["block_bucketize_pos"]
     keep_per = args["keep_orig_idx_per_feature"]
     want = fb.block_bucketize_sparse_features(
-        _t(lengths), _t(args["indices"]), args["bucketize_pos"], args["sequence"], _t(args["block_sizes"].astype(idt)),
-        args["my_size"], _t(args["weights"]),
-        None if batch is None else _t(batch.astype(lengths.dtype)), args["max_B"],
-        None if pos is None else [_t(p.astype(idt)) for p in pos], args["keep_orig_idx"],
+        _t(lengths),
+        _t(args["indices"]),
+        args["bucketize_pos"],
+        args["sequence"],
+        _t(args["block_sizes"].astype(idt)),
+        args["my_size"],
+        _t(args["weights"]),
+        None if batch is None else _t(batch.astype(lengths.dtype)),
+        args["max_B"],
+        None if pos is None else [_t(p.astype(idt)) for p in pos],
+        args["keep_orig_idx"],
         None if args["total_num_blocks"] is None else _t(args["total_num_blocks"].astype(idt)),
         None if keep_per is None else _t(keep_per),
     )
@@ -568,7 +782,9 @@ def test_fbgemm_expand_and_invert(args):
     if args["permute"].size == 0:
         return  # fbgemm raises for an empty permute (kjt.md section 5)
     conv = {k: args[k].astype(I64) for k in ("permute", "input_offset", "output_offset")}
-    want = fb.expand_into_jagged_permute(_t(conv["permute"]), _t(conv["input_offset"]), _t(conv["output_offset"]), args["output_size"])
+    want = fb.expand_into_jagged_permute(
+        _t(conv["permute"]), _t(conv["input_offset"]), _t(conv["output_offset"]), args["output_size"]
+    )
     p = np.random.default_rng(args["output_size"]).permutation(len(args["permute"])).astype(args["permute"].dtype)
     for backend in ("ref", "cpu"):
         _same(embnum.expand_into_jagged_permute(**conv, output_size=args["output_size"], backend=backend), want)
@@ -668,4 +884,6 @@ def test_cpu_bucketize_does_not_depend_on_the_thread_count():
     for r in results[1:]:
         for a, b in zip(results[0], r):
             np.testing.assert_array_equal(a, b)
-    assert embnum.get_op("block_bucketize_sparse_features").check_fn(results[0], embnum.block_bucketize_sparse_features(*args, backend="ref"), {})[1]
+    assert embnum.get_op("block_bucketize_sparse_features").check_fn(
+        results[0], embnum.block_bucketize_sparse_features(*args, backend="ref"), {}
+    )[1]

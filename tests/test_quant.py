@@ -1,6 +1,7 @@
 """The quant family (shared/spec/quant.md): every backend against the oracle
 byte for byte, the spec's worked examples, the round-trip error bounds, bad
 input, the bit conversions of embnum._half, and (optional tier) fbgemm_gpu."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -112,9 +113,13 @@ STRATEGIES = {
     "float_to_fused_nbit_rowwise": qn_args(),
     "fused_nbit_rowwise_to_float": qn_decode_args(),
     "float_to_bfloat16": f32_any(bits=True).map(lambda x: {"input": x}),
-    "bfloat16_to_float": st.builds(lambda s: {"input": s}, st.deferred(lambda: hnp.arrays(np.uint16, st.sampled_from([(), (0,), (7,), (2, 3)])))),
+    "bfloat16_to_float": st.builds(
+        lambda s: {"input": s}, st.deferred(lambda: hnp.arrays(np.uint16, st.sampled_from([(), (0,), (7,), (2, 3)])))
+    ),
     "float_to_fp16": st.builds(lambda x, s: {"input": x, "saturate": s}, f32_any(bits=True), st.booleans()),
-    "fp16_to_float": st.deferred(lambda: hnp.arrays(np.uint16, st.sampled_from([(), (0,), (7,), (2, 3)])).map(lambda u: {"input": u.view(F16)})),
+    "fp16_to_float": st.deferred(
+        lambda: hnp.arrays(np.uint16, st.sampled_from([(), (0,), (7,), (2, 3)])).map(lambda u: {"input": u.view(F16)})
+    ),
     "float_to_hfp8": hfp8_args(),
     "hfp8_to_float": hfp8_decode_args(),
 }
@@ -135,30 +140,57 @@ def _row(*xs, dtype=F32):
 
 
 EDGES = {
-    "constant rows 8-bit": ("float_to_fused_8bit_rowwise", dict(input=np.array([[3.3] * 4, [0.0] * 4, [-7.0] * 4], F32))),
-    "constant rows 4-bit": ("float_to_fused_nbit_rowwise", dict(input=np.array([[3.3] * 4, [0.0] * 4, [-7.0] * 4], F32), bit_rate=4)),
+    "constant rows 8-bit": (
+        "float_to_fused_8bit_rowwise",
+        dict(input=np.array([[3.3] * 4, [0.0] * 4, [-7.0] * 4], F32)),
+    ),
+    "constant rows 4-bit": (
+        "float_to_fused_nbit_rowwise",
+        dict(input=np.array([[3.3] * 4, [0.0] * 4, [-7.0] * 4], F32), bit_rate=4),
+    ),
     "inf row 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_row(1.0, np.inf, -2.0, 0.0))),
     "-inf and inf 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_row(-np.inf, np.inf, 1.0, np.nan))),
     "nan row 2-bit": ("float_to_fused_nbit_rowwise", dict(input=_row(np.nan, 1, 2, 3, 4, 5, 6, 7), bit_rate=2)),
     "inf row 4-bit": ("float_to_fused_nbit_rowwise", dict(input=_row(-np.inf, 1, 2, 3), bit_rate=4)),
     "largest finite 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_row(3.4028235e38, -3.4028235e38, 0.0))),
-    "largest finite 4-bit": ("float_to_fused_nbit_rowwise", dict(input=_row(3.4028235e38, -3.4028235e38, 0, 1), bit_rate=4)),
+    "largest finite 4-bit": (
+        "float_to_fused_nbit_rowwise",
+        dict(input=_row(3.4028235e38, -3.4028235e38, 0, 1), bit_rate=4),
+    ),
     "beyond float16 4-bit": ("float_to_fused_nbit_rowwise", dict(input=_row(7e4, 1, 2, 3), bit_rate=4)),
     "smallest subnormals 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_row(1e-45, -1e-45, 0.0))),
     "float16 subnormal range 8-bit rate": ("float_to_fused_nbit_rowwise", dict(input=_row(1e-45, 3e-45), bit_rate=8)),
     "D=1": ("float_to_fused_8bit_rowwise", dict(input=np.array([[2.5], [-1.0]], F32))),
     "float16 input 8-bit": ("float_to_fused_8bit_rowwise", dict(input=np.array([[65504, -65504, 1e-7]], F16))),
-    "float16 input 2-bit": ("float_to_fused_nbit_rowwise", dict(input=np.linspace(-3, 5, 16).astype(F16).reshape(2, 8), bit_rate=2)),
+    "float16 input 2-bit": (
+        "float_to_fused_nbit_rowwise",
+        dict(input=np.linspace(-3, 5, 16).astype(F16).reshape(2, 8), bit_rate=2),
+    ),
     "empty rows 8-bit": ("float_to_fused_8bit_rowwise", dict(input=np.zeros((0, 5), F32))),
     "empty rows 4-bit": ("float_to_fused_nbit_rowwise", dict(input=np.zeros((0, 4), F16), bit_rate=4)),
     "3-D input 8-bit": ("float_to_fused_8bit_rowwise", dict(input=np.arange(24, dtype=F32).reshape(2, 3, 4))),
     "decode empty rows": ("fused_8bit_rowwise_to_float", dict(input=np.zeros((3, 8), np.uint8))),
-    "decode 4-bit odd width": ("fused_nbit_rowwise_to_float", dict(input=np.arange(21, dtype=np.uint8).reshape(3, 7), bit_rate=4)),
-    "bf16 NaNs fbgemm would lose": ("bfloat16_to_float", dict(input=np.array([0x7FC0, 0xFFC0, 0x7F80, 0x8000], np.uint16))),
-    "bf16 nan payloads": ("float_to_bfloat16", dict(input=np.array([0x7FFFFFFF, 0x7F800001, 0xFFC00000, 0x7F7F8000], np.uint32).view(F32))),
+    "decode 4-bit odd width": (
+        "fused_nbit_rowwise_to_float",
+        dict(input=np.arange(21, dtype=np.uint8).reshape(3, 7), bit_rate=4),
+    ),
+    "bf16 NaNs fbgemm would lose": (
+        "bfloat16_to_float",
+        dict(input=np.array([0x7FC0, 0xFFC0, 0x7F80, 0x8000], np.uint16)),
+    ),
+    "bf16 nan payloads": (
+        "float_to_bfloat16",
+        dict(input=np.array([0x7FFFFFFF, 0x7F800001, 0xFFC00000, 0x7F7F8000], np.uint32).view(F32)),
+    ),
     "fp16 saturate": ("float_to_fp16", dict(input=np.array([65519, 65520, 1e6, -np.inf, np.nan, 6e-8, 2.9e-8], F32))),
-    "fp16 no saturate": ("float_to_fp16", dict(input=np.array([65519, 65520, 1e6, -np.inf, np.nan], F32), saturate=False)),
-    "hfp8 nan and inf": ("float_to_hfp8", dict(input=np.array([np.nan, -np.nan, np.inf, -np.inf, 1e-30], F32), ebits=4, exponent_bias=7, max_pos=480.0)),
+    "fp16 no saturate": (
+        "float_to_fp16",
+        dict(input=np.array([65519, 65520, 1e6, -np.inf, np.nan], F32), saturate=False),
+    ),
+    "hfp8 nan and inf": (
+        "float_to_hfp8",
+        dict(input=np.array([np.nan, -np.nan, np.inf, -np.inf, 1e-30], F32), ebits=4, exponent_bias=7, max_pos=480.0),
+    ),
     "hfp8 every code": ("hfp8_to_float", dict(input=np.arange(256, dtype=np.uint8), ebits=5, exponent_bias=15)),
 }
 
@@ -173,17 +205,53 @@ def test_edges(case, fast_backend):
 X8 = np.array([[0, 1, 2, 3.5], [-1, -1, -1, -1]], F32)
 XN = np.array([[0, 1, 2, 3.5, -0.5, 0.25, 7, 1]], F32)
 WORKED = [
-    ("float_to_fused_8bit_rowwise", dict(input=X8), [[0, 73, 146, 255, 225, 224, 96, 60, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 191]]),
-    ("fused_8bit_rowwise_to_float", dict(input=np.array([[0, 73, 146, 255, 225, 224, 96, 60, 0, 0, 0, 0]], np.uint8)), [[0, 1.0019608, 2.0039215, 3.5]]),
+    (
+        "float_to_fused_8bit_rowwise",
+        dict(input=X8),
+        [[0, 73, 146, 255, 225, 224, 96, 60, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 191]],
+    ),
+    (
+        "fused_8bit_rowwise_to_float",
+        dict(input=np.array([[0, 73, 146, 255, 225, 224, 96, 60, 0, 0, 0, 0]], np.uint8)),
+        [[0, 1.0019608, 2.0039215, 3.5]],
+    ),
     ("float_to_fused_nbit_rowwise", dict(input=XN, bit_rate=4), [[49, 133, 32, 63, 0, 56, 0, 184]]),
-    ("fused_nbit_rowwise_to_float", dict(input=np.array([[49, 133, 32, 63, 0, 56, 0, 184]], np.uint8), bit_rate=4), [[0, 1, 2, 3.5, -0.5, 0.5, 7, 1]]),
+    (
+        "fused_nbit_rowwise_to_float",
+        dict(input=np.array([[49, 133, 32, 63, 0, 56, 0, 184]], np.uint8), bit_rate=4),
+        [[0, 1, 2, 3.5, -0.5, 0.5, 7, 1]],
+    ),
     ("float_to_fused_nbit_rowwise", dict(input=XN, bit_rate=2), [[148, 112, 0, 65, 0, 184]]),
-    ("fused_nbit_rowwise_to_float", dict(input=np.array([[148, 112, 0, 65, 0, 184]], np.uint8), bit_rate=2), [[-0.5, 2, 2, 4.5, -0.5, -0.5, 7, 2]]),
-    ("float_to_fused_nbit_rowwise", dict(input=np.full((1, 8), 3.3, F32), bit_rate=4), [[255, 255, 255, 255, 106, 131, 154, 66]]),
-    ("float_to_bfloat16", dict(input=np.array([1.0, 1.00390625, 1.01171875, -2.5e-3, 3.0e38, np.inf], F32)), [0x3F80, 0x3F81, 0x3F82, 0xBB24, 0x7F62, 0x7F80]),
-    ("float_to_bfloat16", dict(input=np.array([0x7FC00000, 0xFFC00000, 0x7FFFFFFF, 0x7F800001], np.uint32).view(F32)), [0x7FC0, 0xFFC0, 0x7FFF, 0x7FC0]),
-    ("float_to_hfp8", dict(input=np.array([0, 1, -1, 0.3, 100, 1000, 1e-4, -3e-3], F32), ebits=4, exponent_bias=7, max_pos=480), [0, 56, 184, 42, 108, 127, 0, 130]),
-    ("hfp8_to_float", dict(input=np.array([0, 56, 184, 42, 108, 127, 0, 130], np.uint8), ebits=4, exponent_bias=7), [0, 1, -1, 0.3125, 96, 480, 0, -0.00390625]),
+    (
+        "fused_nbit_rowwise_to_float",
+        dict(input=np.array([[148, 112, 0, 65, 0, 184]], np.uint8), bit_rate=2),
+        [[-0.5, 2, 2, 4.5, -0.5, -0.5, 7, 2]],
+    ),
+    (
+        "float_to_fused_nbit_rowwise",
+        dict(input=np.full((1, 8), 3.3, F32), bit_rate=4),
+        [[255, 255, 255, 255, 106, 131, 154, 66]],
+    ),
+    (
+        "float_to_bfloat16",
+        dict(input=np.array([1.0, 1.00390625, 1.01171875, -2.5e-3, 3.0e38, np.inf], F32)),
+        [0x3F80, 0x3F81, 0x3F82, 0xBB24, 0x7F62, 0x7F80],
+    ),
+    (
+        "float_to_bfloat16",
+        dict(input=np.array([0x7FC00000, 0xFFC00000, 0x7FFFFFFF, 0x7F800001], np.uint32).view(F32)),
+        [0x7FC0, 0xFFC0, 0x7FFF, 0x7FC0],
+    ),
+    (
+        "float_to_hfp8",
+        dict(input=np.array([0, 1, -1, 0.3, 100, 1000, 1e-4, -3e-3], F32), ebits=4, exponent_bias=7, max_pos=480),
+        [0, 56, 184, 42, 108, 127, 0, 130],
+    ),
+    (
+        "hfp8_to_float",
+        dict(input=np.array([0, 56, 184, 42, 108, 127, 0, 130], np.uint8), ebits=4, exponent_bias=7),
+        [0, 1, -1, 0.3125, 96, 480, 0, -0.00390625],
+    ),
     ("float_to_fp16", dict(input=np.array([np.inf, -1e5, 1.0], F32)), [65504, -65504, 1.0]),
 ]
 
@@ -240,7 +308,7 @@ def test_nbit_round_trip_bound(args, data):
 
 
 @settings(max_examples=40)
-@given(x=hnp.arrays(F32, 20, elements=st.floats(-3.0000000054977558e+38, 3.0000000054977558e+38, width=32)))
+@given(x=hnp.arrays(F32, 20, elements=st.floats(-3.0000000054977558e38, 3.0000000054977558e38, width=32)))
 def test_bfloat16_round_trip_bound(x):
     """Relative error <= 2**-8 (normal range), absolute <= 2**-134 (subnormals)."""
     back = embnum.bfloat16_to_float(embnum.float_to_bfloat16(x)).astype(np.float64)
@@ -298,7 +366,12 @@ BAD = [
     ("float_to_fused_nbit_rowwise", dict(input=np.ones((2, 3), F32), bit_rate=8), ValueError, ("multiple of 2",)),
     ("float_to_fused_nbit_rowwise", dict(input=np.ones((2, 2, 4), F32), bit_rate=4), ValueError, ("input", "2-D")),
     ("float_to_fused_nbit_rowwise", dict(input=np.ones((2, 4), np.float64), bit_rate=4), TypeError, ("float64",)),
-    ("fused_nbit_rowwise_to_float", dict(input=np.zeros((2, 3), np.uint8), bit_rate=4), ValueError, ("at least 4 bytes",)),
+    (
+        "fused_nbit_rowwise_to_float",
+        dict(input=np.zeros((2, 3), np.uint8), bit_rate=4),
+        ValueError,
+        ("at least 4 bytes",),
+    ),
     ("fused_nbit_rowwise_to_float", dict(input=np.zeros((2, 6), np.uint8), bit_rate=5), ValueError, ("bit_rate", "5")),
     ("fused_nbit_rowwise_to_float", dict(input=np.zeros((2, 6), F32), bit_rate=4), TypeError, ("input", "float32")),
     ("float_to_bfloat16", dict(input=np.ones(3, F16)), TypeError, ("input", "float16")),
@@ -309,11 +382,26 @@ BAD = [
     ("fp16_to_float", dict(input=np.ones(3, F32)), TypeError, ("input", "float32")),
     ("float_to_hfp8", dict(input=np.ones(3, F32), ebits=0, exponent_bias=7, max_pos=1.0), ValueError, ("ebits", "0")),
     ("float_to_hfp8", dict(input=np.ones(3, F32), ebits=8, exponent_bias=7, max_pos=1.0), ValueError, ("ebits",)),
-    ("float_to_hfp8", dict(input=np.ones(3, F32), ebits=4, exponent_bias=200, max_pos=1e-40), ValueError, ("exponent_bias = 200",)),
-    ("float_to_hfp8", dict(input=np.ones(3, F32), ebits=4, exponent_bias=7, max_pos=481.0), ValueError, ("max_pos", "480")),
+    (
+        "float_to_hfp8",
+        dict(input=np.ones(3, F32), ebits=4, exponent_bias=200, max_pos=1e-40),
+        ValueError,
+        ("exponent_bias = 200",),
+    ),
+    (
+        "float_to_hfp8",
+        dict(input=np.ones(3, F32), ebits=4, exponent_bias=7, max_pos=481.0),
+        ValueError,
+        ("max_pos", "480"),
+    ),
     ("float_to_hfp8", dict(input=np.ones(3, F32), ebits=4, exponent_bias=7, max_pos=-1.0), ValueError, ("max_pos",)),
     ("float_to_hfp8", dict(input=np.ones(3, F32), ebits=4, exponent_bias=7, max_pos=np.nan), ValueError, ("max_pos",)),
-    ("float_to_hfp8", dict(input=np.ones(3, F32), ebits=4, exponent_bias=7.5, max_pos=1.0), TypeError, ("exponent_bias",)),
+    (
+        "float_to_hfp8",
+        dict(input=np.ones(3, F32), ebits=4, exponent_bias=7.5, max_pos=1.0),
+        TypeError,
+        ("exponent_bias",),
+    ),
     ("float_to_hfp8", dict(input=np.ones(3), ebits=4, exponent_bias=7, max_pos=1.0), TypeError, ("input", "float64")),
     ("hfp8_to_float", dict(input=np.ones(3, np.int8), ebits=4, exponent_bias=7), TypeError, ("input", "int8")),
     ("hfp8_to_float", dict(input=np.ones(3, np.uint8), ebits=7, exponent_bias=-1), ValueError, ("exponent_bias = -1",)),
@@ -352,12 +440,14 @@ def test_bfloat16_dtype_named_bfloat16_is_read_as_bits():
 @pytest.fixture(scope="module")
 def float32_samples():
     rng = np.random.default_rng(0)
-    u = np.concatenate([
-        rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32),
-        np.arange(2**16, dtype=np.uint32) << 16,  # every exponent and sign, top mantissa bits
-        (np.arange(2**16, dtype=np.uint32) << 13) + np.uint32(0x38000000),  # float16 grid and its midpoints
-        np.array([0x477FF000, 0x477FEFFF, 0x33000000, 0x33000001, 0x32FFFFFF, 0x7F800000, 0xFF800000], np.uint32),
-    ])
+    u = np.concatenate(
+        [
+            rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32),
+            np.arange(2**16, dtype=np.uint32) << 16,  # every exponent and sign, top mantissa bits
+            (np.arange(2**16, dtype=np.uint32) << 13) + np.uint32(0x38000000),  # float16 grid and its midpoints
+            np.array([0x477FF000, 0x477FEFFF, 0x33000000, 0x33000001, 0x32FFFFFF, 0x7F800000, 0xFF800000], np.uint32),
+        ]
+    )
     return u
 
 
@@ -393,7 +483,9 @@ def test_half_conversions_match_numpy(float32_samples):
     assert np.array_equal(np.signbit(back), np.signbit(h.view(F16)))
 
 
-@pytest.mark.parametrize("x,want", [(0.5, 0), (1.5, 2), (2.5, 2), (3.49, 3), (3.5, 4), (-1.5, -2), (-2.5, -2), (1e10 + 0.5, 1e10)])
+@pytest.mark.parametrize(
+    "x,want", [(0.5, 0), (1.5, 2), (2.5, 2), (3.49, 3), (3.5, 4), (-1.5, -2), (-2.5, -2), (1e10 + 0.5, 1e10)]
+)
 def test_rne_ties_to_even(x, want):
     assert _half.rne(x) == want
 
@@ -423,7 +515,11 @@ def _same_but_zero_bias_sign(got, want, bias_at, width):
 
 @pytest.mark.fbgemm
 @settings(max_examples=40)
-@given(x=st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20)).flatmap(lambda s: float_rows(F32, shape=s, special=False)))
+@given(
+    x=st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20)).flatmap(
+        lambda s: float_rows(F32, shape=s, special=False)
+    )
+)
 def test_fbgemm_8bit(x):
     torch, fb = _fbgemm()
     t = torch.from_numpy(np.ascontiguousarray(x))
@@ -439,7 +535,11 @@ def test_fbgemm_8bit(x):
 
 @pytest.mark.fbgemm
 @settings(max_examples=30)
-@given(x=st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20)).flatmap(lambda s: float_rows(F16, shape=s, special=False)))
+@given(
+    x=st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20)).flatmap(
+        lambda s: float_rows(F16, shape=s, special=False)
+    )
+)
 def test_fbgemm_8bit_float16_input(x):
     """float16 rows: fbgemm's FloatOrHalfToFused8BitRowwiseQuantized (its plain FloatTo... misreads them)."""
     torch, fb = _fbgemm()
@@ -458,7 +558,9 @@ def test_fbgemm_nbit(args):
     got = embnum.float_to_fused_nbit_rowwise(x, args["bit_rate"])
     assert _same_but_zero_bias_sign(got, want, got.shape[1] - 2, 2)
     back = fb.FusedNBitRowwiseQuantizedSBHalfToFloat(torch.from_numpy(got), args["bit_rate"]).numpy()
-    err, ok = embnum.get_op("fused_nbit_rowwise_to_float").check_fn(embnum.fused_nbit_rowwise_to_float(got, args["bit_rate"]), back, {})
+    err, ok = embnum.get_op("fused_nbit_rowwise_to_float").check_fn(
+        embnum.fused_nbit_rowwise_to_float(got, args["bit_rate"]), back, {}
+    )
     assert ok, err
 
 
@@ -491,7 +593,9 @@ def test_fbgemm_fp16(x):
 @settings(max_examples=40)
 # fbgemm 1.8.0 disagrees with the spec for every negative exponent bias (encoder and, for
 # ebits=1, decoder; checked over all formats): the spec wins there, so this tier draws bias >= 0.
-@given(params=hfp8_params().filter(lambda p: p[1] >= 0), x=hnp.arrays(F32, (2, 9), elements=st.floats(-1e4, 1e4, width=32)))
+@given(
+    params=hfp8_params().filter(lambda p: p[1] >= 0), x=hnp.arrays(F32, (2, 9), elements=st.floats(-1e4, 1e4, width=32))
+)
 def test_fbgemm_hfp8(params, x):
     torch, fb = _fbgemm()
     ebits, bias, max_pos = params
@@ -532,7 +636,14 @@ def test_bridge_ops_have_no_gradient():
 def _codecs():
     from embnum.torch_bridge.codecs import BF16Codec, FP16Codec, HFP8Codec, Int8RowwiseCodec
 
-    return [FP16Codec(), FP16Codec(saturate=True), BF16Codec(), HFP8Codec(), HFP8Codec(ebits=4, exponent_bias=7, max_pos=480.0), Int8RowwiseCodec()]
+    return [
+        FP16Codec(),
+        FP16Codec(saturate=True),
+        BF16Codec(),
+        HFP8Codec(),
+        HFP8Codec(ebits=4, exponent_bias=7, max_pos=480.0),
+        Int8RowwiseCodec(),
+    ]
 
 
 @pytest.mark.parametrize("i", range(6))
@@ -585,6 +696,8 @@ def test_codecs_around_a_gloo_all_to_all():
     here = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    proc = subprocess.run([sys.executable, str(here / "gloo_all_to_all.py")], env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(here / "gloo_all_to_all.py")], env=env, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ok:" in proc.stdout

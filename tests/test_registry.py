@@ -1,4 +1,5 @@
 """The registry and the backends: generated functions, backend choice, out=, enumeration."""
+
 import inspect
 import subprocess
 import sys

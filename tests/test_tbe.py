@@ -1,5 +1,6 @@
 """TBE family: every fast backend against the oracle on drawn inputs, the spec's worked
 examples, bounds-check modes, validation, fused optimizers and a toy training loop."""
+
 import warnings
 
 import numpy as np
@@ -51,7 +52,11 @@ def tbe_batch(draw, *, pooling=None, psw=None, bad_ids=False, max_B=4, dims=DIMS
     for t in range(T):
         a, e = int(offsets[t * B]), int(offsets[(t + 1) * B])
         k = int(E[t])
-        indices[a:e] = draw(st.integers(0, k - 1)) if hot else draw(st.lists(st.integers(0, k - 1), min_size=e - a, max_size=e - a))
+        indices[a:e] = (
+            draw(st.integers(0, k - 1))
+            if hot
+            else draw(st.lists(st.integers(0, k - 1), min_size=e - a, max_size=e - a))
+        )
     indices[:lead] = draw(st.integers(-5, 10**6))  # outside every bag: never read
     if bad_ids and N > lead:
         for _ in range(draw(st.integers(1, 3))):
@@ -84,7 +89,9 @@ def forward_args(draw):
     bad = draw(st.booleans())
     args = draw(tbe_batch(bad_ids=bad))
     args["output_dtype"] = draw(st.sampled_from(["float32", "float16", np.float32]))
-    args["bounds_check_mode"] = draw(st.sampled_from(["warning", "ignore", 2])) if bad else draw(st.sampled_from(["fatal", "none", 1]))
+    args["bounds_check_mode"] = (
+        draw(st.sampled_from(["warning", "ignore", 2])) if bad else draw(st.sampled_from(["fatal", "none", 1]))
+    )
     return args
 
 
@@ -128,17 +135,24 @@ def update_args(draw):
     # divides by a tiny accumulated norm sees the same gradient on every backend
     args = draw(backward_args(pooling=draw(st.sampled_from(["sum", "none"]))))
     opt = draw(st.sampled_from(OPTIMIZERS))
-    return dict(args, optimizer=opt, **state_for(opt, args["weights"], args["hash_size_cumsum"], np.random.default_rng(draw(st.integers(0, 9)))))
+    return dict(
+        args,
+        optimizer=opt,
+        **state_for(opt, args["weights"], args["hash_size_cumsum"], np.random.default_rng(draw(st.integers(0, 9)))),
+    )
 
 
 # -- every fast backend against the oracle -------------------------------------
-@pytest.mark.parametrize("name,strategy", [
-    ("tbe_forward", forward_args()),
-    ("tbe_backward", backward_args()),
-    ("tbe_backward_sparse", backward_args()),
-    ("tbe_grad_per_sample_weights", psw_grad_args()),
-    ("tbe_backward_update", update_args()),
-])
+@pytest.mark.parametrize(
+    "name,strategy",
+    [
+        ("tbe_forward", forward_args()),
+        ("tbe_backward", backward_args()),
+        ("tbe_backward_sparse", backward_args()),
+        ("tbe_grad_per_sample_weights", psw_grad_args()),
+        ("tbe_backward_update", update_args()),
+    ],
+)
 def test_matches_ref(name, strategy, fast_backend):
     matches_ref(name, strategy, fast_backend)
 
@@ -148,17 +162,22 @@ def test_matches_ref(name, strategy, fast_backend):
 def test_forward_every_dim(D, pooling, fast_backend):
     rng = np.random.default_rng(D)
     lay = tbe_layout([7, 5], [D, D], [0, 0, 1])
-    B = 3
     offsets = np.array([0, 4, 4, 9, 9, 10, 16, 16, 16, 20])  # empty bags, a 6-long bag of one id
     indices = np.array([1, 1, 1, 6, 0, 0, 2, 2, 0, 5, 3, 3, 3, 3, 3, 3, 4, 0, 4, 4], dtype=np.int32)
-    args = dict(weights=rng.standard_normal(lay.num_weights).astype(np.float32), weights_offsets=lay.weights_offsets,
-                D_offsets=lay.D_offsets, hash_size_cumsum=lay.hash_size_cumsum, indices=indices, offsets=offsets,
-                pooling_mode=pooling)
+    args = dict(
+        weights=rng.standard_normal(lay.num_weights).astype(np.float32),
+        weights_offsets=lay.weights_offsets,
+        D_offsets=lay.D_offsets,
+        hash_size_cumsum=lay.hash_size_cumsum,
+        indices=indices,
+        offsets=offsets,
+        pooling_mode=pooling,
+    )
     if pooling == "sum":
         args["per_sample_weights"] = rng.standard_normal(20).astype(np.float32)
     want = check_matches_ref("tbe_forward", args, fast_backend)
     if pooling == "mean":
-        assert not want[0, D:2 * D].any()  # MEAN of an empty bag is 0
+        assert not want[0, D : 2 * D].any()  # MEAN of an empty bag is 0
     g = rng.standard_normal(want.shape).astype(np.float32)
     for name in ("tbe_backward", "tbe_backward_sparse"):
         check_matches_ref(name, dict(args, grad_output=g), fast_backend)
@@ -175,9 +194,15 @@ def test_forward_mixed_dims_specialised_and_generic(pooling, dtype, fast_backend
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     rows = np.repeat([7, 7, 5, 4], B)
     indices = np.concatenate([rng.integers(0, r, n) for r, n in zip(rows, lengths)]).astype(np.int64)
-    args = dict(weights=rng.standard_normal(lay.num_weights).astype(dtype), weights_offsets=lay.weights_offsets,
-                D_offsets=lay.D_offsets, hash_size_cumsum=lay.hash_size_cumsum, indices=indices, offsets=offsets,
-                pooling_mode=pooling)
+    args = dict(
+        weights=rng.standard_normal(lay.num_weights).astype(dtype),
+        weights_offsets=lay.weights_offsets,
+        D_offsets=lay.D_offsets,
+        hash_size_cumsum=lay.hash_size_cumsum,
+        indices=indices,
+        offsets=offsets,
+        pooling_mode=pooling,
+    )
     if pooling == "sum":
         args["per_sample_weights"] = rng.standard_normal(indices.shape[0]).astype(np.float32)
     check_matches_ref("tbe_forward", args, fast_backend)
@@ -185,11 +210,19 @@ def test_forward_mixed_dims_specialised_and_generic(pooling, dtype, fast_backend
 
 def test_batch_zero_and_one_feature(fast_backend):
     lay = tbe_layout([4], [3])
-    args = dict(weights=np.ones(12, np.float32), weights_offsets=lay.weights_offsets, D_offsets=lay.D_offsets,
-                hash_size_cumsum=lay.hash_size_cumsum, indices=np.zeros(0, np.int64), offsets=np.zeros(1, np.int64))
+    args = dict(
+        weights=np.ones(12, np.float32),
+        weights_offsets=lay.weights_offsets,
+        D_offsets=lay.D_offsets,
+        hash_size_cumsum=lay.hash_size_cumsum,
+        indices=np.zeros(0, np.int64),
+        offsets=np.zeros(1, np.int64),
+    )
     out = check_matches_ref("tbe_forward", args, fast_backend)
     assert out.shape == (0, 3)
-    sparse = check_matches_ref("tbe_backward_sparse", dict(args, grad_output=np.zeros((0, 3), np.float32)), fast_backend)
+    sparse = check_matches_ref(
+        "tbe_backward_sparse", dict(args, grad_output=np.zeros((0, 3), np.float32)), fast_backend
+    )
     assert sparse.linear_ids.shape == (0,) and sparse.value_offsets.tolist() == [0]
 
 
@@ -235,26 +268,47 @@ def test_forward_examples(backend):
 def test_backward_examples(backend):
     b = lambda *a: embnum.tbe_backward(GRAD, *BASE, *a, backend=backend)  # noqa: E731
     np.testing.assert_allclose(b(), [1, 2, 0, 0, 2, 4, 1, 1, 1, 1.5, 0.5, -0.5])
-    np.testing.assert_allclose(b("mean"), [1 / 3, 2 / 3, 0, 0, 2 / 3, 4 / 3, 1 / 3, 1 / 3, 1 / 3, 7 / 6, 1 / 6, -5 / 6], rtol=1e-6)
+    np.testing.assert_allclose(
+        b("mean"), [1 / 3, 2 / 3, 0, 0, 2 / 3, 4 / 3, 1 / 3, 1 / 3, 1 / 3, 7 / 6, 1 / 6, -5 / 6], rtol=1e-6
+    )
     np.testing.assert_allclose(b("sum", PSW), [1, 2, 0, 0, 2.5, 5, 0, 0, 0, 2.5, 1.5, 0.5])
     s = embnum.tbe_backward_sparse(GRAD, *BASE, backend=backend)
     assert s.linear_ids.tolist() == [0, 2, 3, 4] and s.value_offsets.tolist() == [0, 2, 4, 7, 10]
     assert s.linear_ids.dtype == np.int64 and s.values.dtype == np.float32
     np.testing.assert_allclose(s.values, [1, 2, 2, 4, 1, 1, 1, 1.5, 0.5, -0.5])
-    np.testing.assert_allclose(embnum.tbe_grad_per_sample_weights(GRAD, *BASE, backend=backend), [14, 2, 14, -2, 10.5, 10.5, 15])
+    np.testing.assert_allclose(
+        embnum.tbe_grad_per_sample_weights(GRAD, *BASE, backend=backend), [14, 2, 14, -2, 10.5, 10.5, 15]
+    )
 
 
-@pytest.mark.parametrize("opt,weights,state", [
-    (TBEOptimizer("sgd", 0.1), [-0.1, 0.8, 2, 3, 3.8, 4.6, 5.9, 6.9, 7.9, 8.85, 9.95, 11.05], None),
-    (TBEOptimizer("adagrad", 0.1), [-0.1, 0.9, 2, 3, 3.9, 4.9, 5.9, 6.9, 7.9, 8.9, 9.9, 11.1], [1, 4, 0, 0, 4, 16, 1, 1, 1, 2.25, 0.25, 0.25]),
-    (TBEOptimizer("rowwise_adagrad", 0.1), [-0.063246, 0.873509, 2, 3, 3.936754, 4.873509, 5.9, 6.9, 7.9, 8.843330, 9.947777, 11.052223], [2.5, 0, 10, 1, 0.916667]),
-    (TBEOptimizer("rowwise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="decoupled"),
-     [-0.063246, 0.872509, 2, 3, 3.932755, 4.868509, 5.894, 6.893, 7.892, 8.834331, 9.937777, 11.041224], [2.5, 0, 10, 1, 0.916667]),
-])
+@pytest.mark.parametrize(
+    "opt,weights,state",
+    [
+        (TBEOptimizer("sgd", 0.1), [-0.1, 0.8, 2, 3, 3.8, 4.6, 5.9, 6.9, 7.9, 8.85, 9.95, 11.05], None),
+        (
+            TBEOptimizer("adagrad", 0.1),
+            [-0.1, 0.9, 2, 3, 3.9, 4.9, 5.9, 6.9, 7.9, 8.9, 9.9, 11.1],
+            [1, 4, 0, 0, 4, 16, 1, 1, 1, 2.25, 0.25, 0.25],
+        ),
+        (
+            TBEOptimizer("rowwise_adagrad", 0.1),
+            [-0.063246, 0.873509, 2, 3, 3.936754, 4.873509, 5.9, 6.9, 7.9, 8.843330, 9.947777, 11.052223],
+            [2.5, 0, 10, 1, 0.916667],
+        ),
+        (
+            TBEOptimizer("rowwise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="decoupled"),
+            [-0.063246, 0.872509, 2, 3, 3.932755, 4.868509, 5.894, 6.893, 7.892, 8.834331, 9.937777, 11.041224],
+            [2.5, 0, 10, 1, 0.916667],
+        ),
+    ],
+)
 def test_optimizer_examples(opt, weights, state, backend):
     w = W12.copy()
     m = None if state is None else np.zeros(len(state), np.float32)
-    assert embnum.tbe_backward_update(GRAD, w, *LAY.arrays(), IND, OFF, optimizer=opt, momentum1=m, backend=backend) is None
+    assert (
+        embnum.tbe_backward_update(GRAD, w, *LAY.arrays(), IND, OFF, optimizer=opt, momentum1=m, backend=backend)
+        is None
+    )
     np.testing.assert_allclose(w, weights, rtol=1e-5, atol=1e-6)
     if state is not None:
         np.testing.assert_allclose(m, state, rtol=1e-5)
@@ -262,14 +316,36 @@ def test_optimizer_examples(opt, weights, state, backend):
 
 def test_adam_example(backend):
     w, m1, m2 = W12.copy(), np.zeros(12, np.float32), np.zeros(12, np.float32)
-    embnum.tbe_backward_update(GRAD, w, *LAY.arrays(), IND, OFF, optimizer=TBEOptimizer("adam", 0.1), momentum1=m1,
-                               momentum2=m2, step=1, backend=backend)
+    embnum.tbe_backward_update(
+        GRAD,
+        w,
+        *LAY.arrays(),
+        IND,
+        OFF,
+        optimizer=TBEOptimizer("adam", 0.1),
+        momentum1=m1,
+        momentum2=m2,
+        step=1,
+        backend=backend,
+    )
     np.testing.assert_allclose(w, [-0.1, 0.9, 2, 3, 3.9, 4.9, 5.9, 6.9, 7.9, 8.9, 9.9, 11.1], rtol=1e-6)
     opt = TBEOptimizer("adam", 0.1, weight_decay=0.01, weight_decay_mode="decoupled")
     g2 = np.array([[-1, 1, 2, 2, 2], [0, 0, 1, -1, 0]], np.float32)
-    embnum.tbe_backward_update(g2, w, *LAY.arrays(), np.array([1, 0, 1]), np.array([0, 1, 2, 2, 3]), optimizer=opt,
-                               momentum1=m1, momentum2=m2, step=2, backend=backend)
-    np.testing.assert_allclose(w, [-0.1669056, 0.8320944, 2.072413, 2.922587, 3.9, 4.9, 5.9, 6.9, 7.9, 8.794065, 9.92671, 11.15591], rtol=1e-5)
+    embnum.tbe_backward_update(
+        g2,
+        w,
+        *LAY.arrays(),
+        np.array([1, 0, 1]),
+        np.array([0, 1, 2, 2, 3]),
+        optimizer=opt,
+        momentum1=m1,
+        momentum2=m2,
+        step=2,
+        backend=backend,
+    )
+    np.testing.assert_allclose(
+        w, [-0.1669056, 0.8320944, 2.072413, 2.922587, 3.9, 4.9, 5.9, 6.9, 7.9, 8.794065, 9.92671, 11.15591], rtol=1e-5
+    )
     np.testing.assert_allclose(m1, [0.09, 0.18, -0.1, 0.1, 0.2, 0.4, 0.1, 0.1, 0.1, 0.235, -0.055, -0.045], rtol=1e-5)
     np.testing.assert_allclose(m2[[0, 2, 9, 11]], [0.0009989871, 0.0009999871, 0.003247708, 0.0002497468], rtol=1e-5)
 
@@ -283,29 +359,64 @@ REPAIRED = [[8, 10, 12, 14, 0, 0, 0, 0], [4, 5, 6, 7, 12, 13, 14, 15]]
 
 
 def _bargs(indices=BAD, offsets=BOFF, **kw):
-    return dict(weights=BW, weights_offsets=BLAY.weights_offsets, D_offsets=BLAY.D_offsets,
-                hash_size_cumsum=BLAY.hash_size_cumsum, indices=indices, offsets=offsets, **kw)
+    return dict(
+        weights=BW,
+        weights_offsets=BLAY.weights_offsets,
+        D_offsets=BLAY.D_offsets,
+        hash_size_cumsum=BLAY.hash_size_cumsum,
+        indices=indices,
+        offsets=offsets,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("mode", ["fatal", "none", 0, 3])
 def test_fatal_names_feature_bag_and_id(mode, fast_backend):
-    check_rejects("tbe_forward", _bargs(bounds_check_mode=mode), IndexError, ("indices[1] = 7", "feature 0", "sample 0", "3 rows"), fast_backend)
+    check_rejects(
+        "tbe_forward",
+        _bargs(bounds_check_mode=mode),
+        IndexError,
+        ("indices[1] = 7", "feature 0", "sample 0", "3 rows"),
+        fast_backend,
+    )
     g = np.ones((2, 8), np.float32)
     for name in ("tbe_backward", "tbe_backward_sparse", "tbe_grad_per_sample_weights"):
-        check_rejects(name, _bargs(grad_output=g, bounds_check_mode=mode), IndexError, ("indices[1] = 7",), fast_backend)
+        check_rejects(
+            name, _bargs(grad_output=g, bounds_check_mode=mode), IndexError, ("indices[1] = 7",), fast_backend
+        )
     m = np.zeros(5, np.float32)
-    check_rejects("tbe_backward_update", _bargs(grad_output=g, bounds_check_mode=mode, optimizer=TBEOptimizer("rowwise_adagrad", 0.1), momentum1=m),
-                  IndexError, ("indices[1] = 7",), fast_backend)
-    check_rejects("tbe_forward", _bargs(indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 2, 3, 3, 9]), bounds_check_mode=mode),
-                  ValueError, ("offsets[-1]", "9"), fast_backend)
-    check_rejects("tbe_forward", _bargs(indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 3, 2, 3, 4]), bounds_check_mode=mode),
-                  ValueError, ("offsets[2] = 2",), fast_backend)
+    check_rejects(
+        "tbe_backward_update",
+        _bargs(grad_output=g, bounds_check_mode=mode, optimizer=TBEOptimizer("rowwise_adagrad", 0.1), momentum1=m),
+        IndexError,
+        ("indices[1] = 7",),
+        fast_backend,
+    )
+    check_rejects(
+        "tbe_forward",
+        _bargs(indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 2, 3, 3, 9]), bounds_check_mode=mode),
+        ValueError,
+        ("offsets[-1]", "9"),
+        fast_backend,
+    )
+    check_rejects(
+        "tbe_forward",
+        _bargs(indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 3, 2, 3, 4]), bounds_check_mode=mode),
+        ValueError,
+        ("offsets[2] = 2",),
+        fast_backend,
+    )
 
 
 @pytest.mark.parametrize("mode", ["fatal", "warning", "ignore", "none"])
 def test_minus_one_is_rejected_in_every_mode(mode, fast_backend):
-    check_rejects("tbe_forward", _bargs(indices=np.array([2, -1, 1, 0]), bounds_check_mode=mode), IndexError,
-                  ("indices[1] = -1", "pruned"), fast_backend)
+    check_rejects(
+        "tbe_forward",
+        _bargs(indices=np.array([2, -1, 1, 0]), bounds_check_mode=mode),
+        IndexError,
+        ("indices[1] = -1", "pruned"),
+        fast_backend,
+    )
 
 
 @pytest.mark.parametrize("mode", ["warning", "ignore", 1, 2])
@@ -315,7 +426,10 @@ def test_repair_modes(mode, backend):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = embnum.tbe_forward(**args, backend=backend)
-        out2 = embnum.tbe_forward(**_bargs(indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 2, 3, 3, 9]), bounds_check_mode=mode), backend=backend)
+        out2 = embnum.tbe_forward(
+            **_bargs(indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 2, 3, 3, 9]), bounds_check_mode=mode),
+            backend=backend,
+        )
     np.testing.assert_array_equal(out, REPAIRED)
     np.testing.assert_array_equal(out2, REPAIRED)
     np.testing.assert_array_equal(BAD, before)  # never mutates the caller's indices
@@ -344,38 +458,55 @@ def test_offsets_repair_is_fbgemms_sequential_rule():
 
 # -- validation ------------------------------------------------------------------
 def _vargs(**kw):
-    a = dict(weights=W12, weights_offsets=LAY.weights_offsets, D_offsets=LAY.D_offsets, hash_size_cumsum=LAY.hash_size_cumsum,
-             indices=IND, offsets=OFF)
+    a = dict(
+        weights=W12,
+        weights_offsets=LAY.weights_offsets,
+        D_offsets=LAY.D_offsets,
+        hash_size_cumsum=LAY.hash_size_cumsum,
+        indices=IND,
+        offsets=OFF,
+    )
     a.update(kw)
     return a
 
 
-@pytest.mark.parametrize("kw,exc,words", [
-    (dict(pooling_mode="mean", per_sample_weights=PSW), ValueError, ("mean", "per_sample_weights")),
-    (dict(pooling_mode="none"), ValueError, ("one embedding dim",)),
-    (dict(pooling_mode="max"), ValueError, ("pooling_mode", "max")),
-    (dict(bounds_check_mode="strict"), ValueError, ("bounds_check_mode", "strict")),
-    (dict(output_dtype="bfloat16"), TypeError, ("bfloat16",)),
-    (dict(output_dtype="float64"), TypeError, ("output_dtype",)),
-    (dict(weights=W12.astype(np.float64)), TypeError, ("weights", "float64")),
-    (dict(indices=IND.astype(np.float32)), TypeError, ("indices",)),
-    (dict(per_sample_weights=PSW.astype(np.float16)), TypeError, ("per_sample_weights", "float16")),
-    (dict(per_sample_weights=PSW[:3]), ValueError, ("per_sample_weights", "7")),
-    (dict(offsets=OFF[:-1]), ValueError, ("multiple of T",)),
-    (dict(weights=W12[:11]), ValueError, ("weights_offsets[1]", "11")),
-    (dict(hash_size_cumsum=np.array([0, 3, 3])), ValueError, ("hash_size_cumsum[2] = 3",)),
-    (dict(hash_size_cumsum=np.array([0, 4, 3])), ValueError, ("non-decreasing",)),
-    (dict(D_offsets=np.array([1, 2, 5])), ValueError, ("D_offsets[0]",)),
-    (dict(D_offsets=np.array([0, 2])), ValueError, ("D_offsets", "3 entries")),
-    (dict(weights_offsets=np.array([0, 4])), ValueError, ("overlap",)),
-])
+@pytest.mark.parametrize(
+    "kw,exc,words",
+    [
+        (dict(pooling_mode="mean", per_sample_weights=PSW), ValueError, ("mean", "per_sample_weights")),
+        (dict(pooling_mode="none"), ValueError, ("one embedding dim",)),
+        (dict(pooling_mode="max"), ValueError, ("pooling_mode", "max")),
+        (dict(bounds_check_mode="strict"), ValueError, ("bounds_check_mode", "strict")),
+        (dict(output_dtype="bfloat16"), TypeError, ("bfloat16",)),
+        (dict(output_dtype="float64"), TypeError, ("output_dtype",)),
+        (dict(weights=W12.astype(np.float64)), TypeError, ("weights", "float64")),
+        (dict(indices=IND.astype(np.float32)), TypeError, ("indices",)),
+        (dict(per_sample_weights=PSW.astype(np.float16)), TypeError, ("per_sample_weights", "float16")),
+        (dict(per_sample_weights=PSW[:3]), ValueError, ("per_sample_weights", "7")),
+        (dict(offsets=OFF[:-1]), ValueError, ("multiple of T",)),
+        (dict(weights=W12[:11]), ValueError, ("weights_offsets[1]", "11")),
+        (dict(hash_size_cumsum=np.array([0, 3, 3])), ValueError, ("hash_size_cumsum[2] = 3",)),
+        (dict(hash_size_cumsum=np.array([0, 4, 3])), ValueError, ("non-decreasing",)),
+        (dict(D_offsets=np.array([1, 2, 5])), ValueError, ("D_offsets[0]",)),
+        (dict(D_offsets=np.array([0, 2])), ValueError, ("D_offsets", "3 entries")),
+        (dict(weights_offsets=np.array([0, 4])), ValueError, ("overlap",)),
+    ],
+)
 def test_forward_rejects(kw, exc, words, fast_backend):
     check_rejects("tbe_forward", _vargs(**kw), exc, words, fast_backend)
 
 
 def test_backward_rejects(fast_backend):
-    check_rejects("tbe_backward", _vargs(grad_output=np.ones((2, 4), np.float32)), ValueError, ("grad_output", "(2, 5)"), fast_backend)
-    check_rejects("tbe_backward", _vargs(grad_output=np.ones((2, 5))), TypeError, ("grad_output", "float64"), fast_backend)
+    check_rejects(
+        "tbe_backward",
+        _vargs(grad_output=np.ones((2, 4), np.float32)),
+        ValueError,
+        ("grad_output", "(2, 5)"),
+        fast_backend,
+    )
+    check_rejects(
+        "tbe_backward", _vargs(grad_output=np.ones((2, 5))), TypeError, ("grad_output", "float64"), fast_backend
+    )
 
 
 def _uargs(optimizer, **kw):
@@ -384,16 +515,43 @@ def _uargs(optimizer, **kw):
     return a
 
 
-@pytest.mark.parametrize("kw,exc,words", [
-    (dict(optimizer=TBEOptimizer("rowwise_adagrad", 0.1)), ValueError, ("momentum1", "required")),
-    (dict(optimizer=TBEOptimizer("rowwise_adagrad", 0.1), momentum1=np.zeros(12, np.float32)), ValueError, ("momentum1", "5 entries")),
-    (dict(optimizer=TBEOptimizer("adagrad", 0.1), momentum1=np.zeros(12, np.float64)), TypeError, ("momentum1", "float32")),
-    (dict(optimizer=TBEOptimizer("sgd", 0.1), momentum1=np.zeros(12, np.float32)), ValueError, ("momentum1", "None")),
-    (dict(optimizer=TBEOptimizer("adam", 0.1), momentum1=np.zeros(12, np.float32), momentum2=np.zeros(12, np.float32)), ValueError, ("step",)),
-    (dict(optimizer=TBEOptimizer("sgd", 0.1), step=1), ValueError, ("step", "None")),
-    (dict(optimizer="sgd"), TypeError, ("TBEOptimizer",)),
-    (dict(optimizer=TBEOptimizer("sgd", 0.1), weights=np.arange(24, dtype=np.float32)[::2]), ValueError, ("weights", "contiguous")),
-])
+@pytest.mark.parametrize(
+    "kw,exc,words",
+    [
+        (dict(optimizer=TBEOptimizer("rowwise_adagrad", 0.1)), ValueError, ("momentum1", "required")),
+        (
+            dict(optimizer=TBEOptimizer("rowwise_adagrad", 0.1), momentum1=np.zeros(12, np.float32)),
+            ValueError,
+            ("momentum1", "5 entries"),
+        ),
+        (
+            dict(optimizer=TBEOptimizer("adagrad", 0.1), momentum1=np.zeros(12, np.float64)),
+            TypeError,
+            ("momentum1", "float32"),
+        ),
+        (
+            dict(optimizer=TBEOptimizer("sgd", 0.1), momentum1=np.zeros(12, np.float32)),
+            ValueError,
+            ("momentum1", "None"),
+        ),
+        (
+            dict(
+                optimizer=TBEOptimizer("adam", 0.1),
+                momentum1=np.zeros(12, np.float32),
+                momentum2=np.zeros(12, np.float32),
+            ),
+            ValueError,
+            ("step",),
+        ),
+        (dict(optimizer=TBEOptimizer("sgd", 0.1), step=1), ValueError, ("step", "None")),
+        (dict(optimizer="sgd"), TypeError, ("TBEOptimizer",)),
+        (
+            dict(optimizer=TBEOptimizer("sgd", 0.1), weights=np.arange(24, dtype=np.float32)[::2]),
+            ValueError,
+            ("weights", "contiguous"),
+        ),
+    ],
+)
 def test_update_rejects_and_writes_nothing(kw, exc, words, fast_backend):
     check_rejects("tbe_backward_update", _uargs(**kw), exc, words, fast_backend)
 
@@ -411,17 +569,20 @@ def test_update_rejects_shared_state_and_read_only():
         embnum.tbe_backward_update(**_uargs(TBEOptimizer("sgd", 0.1), weights=ro))
 
 
-@pytest.mark.parametrize("kw,words", [
-    (dict(kind="lamb"), "kind"),
-    (dict(kind="sgd", weight_decay=0.1, weight_decay_mode="l2"), "no weight decay"),
-    (dict(kind="rowwise_adagrad", weight_decay=0.1), "needs weight_decay_mode"),
-    (dict(kind="adam", weight_decay=0.1, weight_decay_mode="l2"), "decoupled"),
-    (dict(kind="adam", beta1=1.0), "beta1"),
-    (dict(kind="sgd", learning_rate=float("nan")), "learning_rate"),
-    (dict(kind="sgd", eps=-1.0), "eps"),
-    (dict(kind="sgd", max_gradient=0.0), "max_gradient"),
-    (dict(kind="rowwise_adagrad", weight_decay_mode="counter"), "weight_decay_mode"),
-])
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        (dict(kind="lamb"), "kind"),
+        (dict(kind="sgd", weight_decay=0.1, weight_decay_mode="l2"), "no weight decay"),
+        (dict(kind="rowwise_adagrad", weight_decay=0.1), "needs weight_decay_mode"),
+        (dict(kind="adam", weight_decay=0.1, weight_decay_mode="l2"), "decoupled"),
+        (dict(kind="adam", beta1=1.0), "beta1"),
+        (dict(kind="sgd", learning_rate=float("nan")), "learning_rate"),
+        (dict(kind="sgd", eps=-1.0), "eps"),
+        (dict(kind="sgd", max_gradient=0.0), "max_gradient"),
+        (dict(kind="rowwise_adagrad", weight_decay_mode="counter"), "weight_decay_mode"),
+    ],
+)
 def test_optimizer_validation(kw, words):
     kw.setdefault("learning_rate", 0.1)
     with pytest.raises(ValueError, match=words):
@@ -439,14 +600,23 @@ def test_each_row_updated_once_however_often_looked_up(backend):
     offsets = np.array([0, 5, 7])
     indices = np.array([1, 1, 1, 1, 1, 1, 0])
     g = np.array([[1.0], [2.0]], np.float32)
-    embnum.tbe_backward_update(g, w, *lay.arrays(), indices, offsets, optimizer=TBEOptimizer("rowwise_adagrad", 1.0, eps=0.0),
-                               momentum1=np.zeros(2, np.float32), backend=backend)
+    embnum.tbe_backward_update(
+        g,
+        w,
+        *lay.arrays(),
+        indices,
+        offsets,
+        optimizer=TBEOptimizer("rowwise_adagrad", 1.0, eps=0.0),
+        momentum1=np.zeros(2, np.float32),
+        backend=backend,
+    )
     # row 1: g = 5 + 2 = 7, m = 49, step = 1 * 7 / 7 = 1; row 0: g = 2, step 1
     np.testing.assert_allclose(w, [-1, -1])
 
 
-@pytest.mark.parametrize("E, ids", [(0, []), (5, []), (5, [4, 4, 4]), (4, [3, 0, 2, 1, 1]), (1, [0]),
-                                     (6, [5, 0, 5, 0])])
+@pytest.mark.parametrize(
+    "E, ids", [(0, []), (5, []), (5, [4, 4, 4]), (4, [3, 0, 2, 1, 1]), (1, [0]), (6, [5, 0, 5, 0])]
+)
 def test_cpu_touched_rows_branch_free_edges(E, ids):
     """The cpu backward's touched-row list (written branch-free, one slot past the last
     touched row) on edges: no lookups, an empty table, only the last row, every row."""
@@ -477,14 +647,26 @@ def _toy_loss_curve(backend, opt, steps=50):
         lengths = rng.integers(0, 6, 4 * B)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         E = [40, 30, 30, 20]
-        indices = np.concatenate([rng.integers(0, E[t], lengths[t * B:(t + 1) * B].sum()) for t in range(4)]).astype(np.int32)
+        indices = np.concatenate([rng.integers(0, E[t], lengths[t * B : (t + 1) * B].sum()) for t in range(4)]).astype(
+            np.int32
+        )
         pooled = embnum.tbe_forward(w, *lay.arrays(), indices, offsets, "mean", backend=backend)
         diff = pooled - target
         losses.append(float((diff**2).mean()))
         grad = (2 * diff / B).astype(np.float32)
-        embnum.tbe_backward_update(grad, w, *lay.arrays(), indices, offsets, "mean", optimizer=opt,
-                                   momentum1=state["momentum1"], momentum2=state["momentum2"],
-                                   step=step if opt.kind == "adam" else None, backend=backend)
+        embnum.tbe_backward_update(
+            grad,
+            w,
+            *lay.arrays(),
+            indices,
+            offsets,
+            "mean",
+            optimizer=opt,
+            momentum1=state["momentum1"],
+            momentum2=state["momentum2"],
+            step=step if opt.kind == "adam" else None,
+            backend=backend,
+        )
     return np.array(losses)
 
 
@@ -515,10 +697,14 @@ def test_bridge_gradcheck_weights_and_per_sample_weights():
     psw = torch.randn(9, dtype=torch.float32, requires_grad=True)
 
     def f(w, psw):
-        return tb.tbe_forward(w, T(lay.weights_offsets), T(lay.D_offsets), T(lay.hash_size_cumsum), indices, offsets, "sum", psw)
+        return tb.tbe_forward(
+            w, T(lay.weights_offsets), T(lay.D_offsets), T(lay.hash_size_cumsum), indices, offsets, "sum", psw
+        )
 
     assert torch.autograd.gradcheck(f, (w, psw), eps=1e-2, atol=1e-3, rtol=1e-3)
-    g = lambda w: tb.tbe_forward(w, T(lay.weights_offsets), T(lay.D_offsets), T(lay.hash_size_cumsum), indices, offsets, "mean")  # noqa: E731
+    g = lambda w: tb.tbe_forward(
+        w, T(lay.weights_offsets), T(lay.D_offsets), T(lay.hash_size_cumsum), indices, offsets, "mean"
+    )  # noqa: E731
     assert torch.autograd.gradcheck(g, (w,), eps=1e-2, atol=1e-3, rtol=1e-3)
 
 
@@ -559,7 +745,9 @@ def test_fused_module_matches_tbe_backward_update(opt):
 
     mod = FusedTBE([20, 10], [4, 2], [0, 1, 1], optimizer=opt, pooling_mode="sum")
     w = mod.weights.detach().numpy().copy()
-    state = {k: (None if getattr(mod, k) is None else getattr(mod, k).numpy().copy()) for k in ("momentum1", "momentum2")}
+    state = {
+        k: (None if getattr(mod, k) is None else getattr(mod, k).numpy().copy()) for k in ("momentum1", "momentum2")
+    }
     rng = np.random.default_rng(1)
     for step, (indices, offsets) in enumerate(_torch_batches(torch, 3, 3, 5, 10), start=1):
         psw = torch.tensor(rng.standard_normal(len(indices)).astype(np.float32), requires_grad=True)
@@ -567,11 +755,26 @@ def test_fused_module_matches_tbe_backward_update(opt):
         g = torch.tensor(rng.standard_normal(tuple(out.shape)).astype(np.float32))
         out.backward(g)
         assert mod.weights.grad is None and mod.step == step
-        want_psw = embnum.tbe_grad_per_sample_weights(np.clip(g.numpy(), -(opt.max_gradient or np.inf), opt.max_gradient or np.inf),
-                                                      w, *[b.numpy() for b in mod.layout()], indices.numpy(), offsets.numpy())
+        want_psw = embnum.tbe_grad_per_sample_weights(
+            np.clip(g.numpy(), -(opt.max_gradient or np.inf), opt.max_gradient or np.inf),
+            w,
+            *[b.numpy() for b in mod.layout()],
+            indices.numpy(),
+            offsets.numpy(),
+        )
         np.testing.assert_allclose(psw.grad.numpy(), want_psw, rtol=1e-5, atol=1e-6)
-        embnum.tbe_backward_update(g.numpy(), w, *[b.numpy() for b in mod.layout()], indices.numpy(), offsets.numpy(), "sum",
-                                   psw.detach().numpy(), optimizer=opt, step=step if opt.kind == "adam" else None, **state)
+        embnum.tbe_backward_update(
+            g.numpy(),
+            w,
+            *[b.numpy() for b in mod.layout()],
+            indices.numpy(),
+            offsets.numpy(),
+            "sum",
+            psw.detach().numpy(),
+            optimizer=opt,
+            step=step if opt.kind == "adam" else None,
+            **state,
+        )
         np.testing.assert_allclose(mod.weights.detach().numpy(), w, rtol=1e-6, atol=1e-7)
         for k, v in state.items():
             if v is not None:
@@ -605,12 +808,16 @@ def _fbgemm_module(rows, dims, ftm, kind, pooling, lr):
         )
     except Exception:  # noqa: BLE001
         pytest.skip("fbgemm_gpu is not importable")
-    optim = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ADAGRAD,
-             "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD}[kind]
+    optim = {
+        "sgd": EmbOptimType.EXACT_SGD,
+        "adagrad": EmbOptimType.EXACT_ADAGRAD,
+        "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+    }[kind]
     mode = {"sum": PoolingMode.SUM, "mean": PoolingMode.MEAN}[pooling]
     specs = [(r, d, EmbeddingLocation.HOST, ComputeDevice.CPU) for r, d in zip(rows, dims)]
-    return torch, SplitTableBatchedEmbeddingBagsCodegen(specs, feature_table_map=ftm, optimizer=optim, learning_rate=lr,
-                                                        eps=1e-8, pooling_mode=mode, device="cpu")
+    return torch, SplitTableBatchedEmbeddingBagsCodegen(
+        specs, feature_table_map=ftm, optimizer=optim, learning_rate=lr, eps=1e-8, pooling_mode=mode, device="cpu"
+    )
 
 
 @pytest.mark.fbgemm
@@ -632,7 +839,7 @@ def test_fbgemm_module_forward_and_training_steps(kind, pooling):
     for _ in range(3):
         lengths = rng.integers(0, 5, len(ftm) * B)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        indices = np.concatenate([rng.integers(0, E[t], lengths[t * B:(t + 1) * B].sum()) for t in range(len(ftm))])
+        indices = np.concatenate([rng.integers(0, E[t], lengths[t * B : (t + 1) * B].sum()) for t in range(len(ftm))])
         out = fb(torch.from_numpy(indices), torch.from_numpy(offsets))
         mine = embnum.tbe_forward(w, *lay.arrays(), indices, offsets, pooling)
         np.testing.assert_allclose(mine, out.detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -655,5 +862,12 @@ def test_fbgemm_cpu_ops_backward_and_per_sample_weights():
     fb = torch.ops.fbgemm
     t = torch.from_numpy
     got = fb.split_embedding_codegen_grad_indice_weights_cpu(
-        t(GRAD), t(W12), t(LAY.weights_offsets), t(LAY.D_offsets.astype(np.int32)), t(IND), t(OFF), t(np.ones(2, np.int32)))
+        t(GRAD),
+        t(W12),
+        t(LAY.weights_offsets),
+        t(LAY.D_offsets.astype(np.int32)),
+        t(IND),
+        t(OFF),
+        t(np.ones(2, np.int32)),
+    )
     np.testing.assert_allclose(embnum.tbe_grad_per_sample_weights(GRAD, *BASE), got.numpy(), rtol=1e-6)

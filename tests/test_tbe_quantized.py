@@ -2,6 +2,7 @@
 packing helper, every backend against the oracle on drawn inputs (all row
 types, pooling modes, pruned rows, bounds repair), the spec's worked example,
 bounds modes, bad input."""
+
 from __future__ import annotations
 
 import warnings
@@ -36,9 +37,14 @@ def lookup_args(draw):
         dims = [_dim(draw, ty) for ty in tys]
     rows = [draw(st.integers(1, 5)) for _ in range(n_tables)]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    tables = [(rng.standard_normal((r, d)) * 10.0 ** rng.uniform(-2, 2, (r, 1))).astype(np.float32) for r, d in zip(rows, dims)]
+    tables = [
+        (rng.standard_normal((r, d)) * 10.0 ** rng.uniform(-2, 2, (r, 1))).astype(np.float32)
+        for r, d in zip(rows, dims)
+    ]
     row_alignment = draw(st.sampled_from([1, 1, 4, 16]))
-    weights, toffs = embnum.tbe_pack_quantized(tables, tys, row_alignment=row_alignment, table_alignment=draw(st.sampled_from([1, 128])))
+    weights, toffs = embnum.tbe_pack_quantized(
+        tables, tys, row_alignment=row_alignment, table_alignment=draw(st.sampled_from([1, 128]))
+    )
     # features: each reads a table; adjacent features may share one
     feature_table = sorted(draw(st.lists(st.integers(0, n_tables - 1), min_size=1, max_size=4)))
     T = len(feature_table)
@@ -63,8 +69,14 @@ def lookup_args(draw):
     args = dict(
         weights=weights,
         weights_offsets=toffs[feature_table],
-        weights_tys=draw(st.sampled_from([[tys[i] for i in feature_table], np.array([TYPE_CODES[tys[i]] for i in feature_table], np.uint8)])),
-        D_offsets=np.concatenate([[0], np.cumsum([dims[i] for i in feature_table])]).astype(draw(st.sampled_from([np.int32, np.int64]))),
+        weights_tys=draw(
+            st.sampled_from(
+                [[tys[i] for i in feature_table], np.array([TYPE_CODES[tys[i]] for i in feature_table], np.uint8)]
+            )
+        ),
+        D_offsets=np.concatenate([[0], np.cumsum([dims[i] for i in feature_table])]).astype(
+            draw(st.sampled_from([np.int32, np.int64]))
+        ),
         rows_per_table=np.array([rows[i] for i in feature_table], I64),
         indices=indices,
         offsets=offsets.astype(draw(st.sampled_from([np.int32, np.int64]))),
@@ -87,7 +99,36 @@ def test_matches_ref(fast_backend):
 # -- the spec's worked example (fbgemm's numbers) ------------------------------------
 T0 = np.array([[0, 1, 2, 3], [-1, 0.5, 0, 1]], np.float32)
 T1 = np.array([[1, -1, 0, 2], [0.25, 4, 1, -2]], np.float32)
-PACKED = [102, 50, 0, 0, 80, 250, 68, 48, 0, 188, 176, 248, 6, 34, 0, 188, 170, 0, 85, 255, 6, 38, 0, 192, 96, 255, 128, 0]
+PACKED = [
+    102,
+    50,
+    0,
+    0,
+    80,
+    250,
+    68,
+    48,
+    0,
+    188,
+    176,
+    248,
+    6,
+    34,
+    0,
+    188,
+    170,
+    0,
+    85,
+    255,
+    6,
+    38,
+    0,
+    192,
+    96,
+    255,
+    128,
+    0,
+]
 
 
 def test_pack_worked_example():
@@ -97,16 +138,25 @@ def test_pack_worked_example():
 
 def _worked_args(**kw):
     w, o = embnum.tbe_pack_quantized([T0, T1], ["int4", "int8"])
-    args = dict(weights=w, weights_offsets=o, weights_tys=["int4", "int8"], D_offsets=np.array([0, 4, 8]),
-                rows_per_table=np.array([2, 2]), indices=np.array([1, 0, 1, 1, 0]), offsets=np.array([0, 2, 3, 3, 5]))
+    args = dict(
+        weights=w,
+        weights_offsets=o,
+        weights_tys=["int4", "int8"],
+        D_offsets=np.array([0, 4, 8]),
+        rows_per_table=np.array([2, 2]),
+        indices=np.array([1, 0, 1, 1, 0]),
+        offsets=np.array([0, 2, 3, 3, 5]),
+    )
     args.update(kw)
     return args
 
 
 def test_lookup_worked_example(fast_backend):
     got = check_matches_ref("tbe_forward_quantized", _worked_args(), fast_backend)
-    want = [[-1, 1.466064, 2.065918, 3.998779, 0, 0, 0, 0],
-            [-1, 0.466309, 0.066406, 0.999512, 1.258759, 2.999908, 1.011703, -4.577637e-05]]
+    want = [
+        [-1, 1.466064, 2.065918, 3.998779, 0, 0, 0, 0],
+        [-1, 0.466309, 0.066406, 0.999512, 1.258759, 2.999908, 1.011703, -4.577637e-05],
+    ]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -131,11 +181,19 @@ def _fp32_tables():
     t0 = np.arange(12, dtype=np.float32).reshape(3, 4)
     t1 = np.arange(12, 20, dtype=np.float32).reshape(2, 4)
     w, o = embnum.tbe_pack_quantized([t0, t1], ["fp32", "fp32"])
-    return dict(weights=w, weights_offsets=o, weights_tys=["fp32", "fp32"], D_offsets=np.array([0, 4, 8]), rows_per_table=np.array([3, 2]))
+    return dict(
+        weights=w,
+        weights_offsets=o,
+        weights_tys=["fp32", "fp32"],
+        D_offsets=np.array([0, 4, 8]),
+        rows_per_table=np.array([3, 2]),
+    )
 
 
 def test_pruned_rows_count_in_the_mean(fast_backend):
-    args = dict(_fp32_tables(), indices=np.array([0, -1, 2, -1, -1]), offsets=np.array([0, 3, 3, 3, 5]), pooling_mode="mean")
+    args = dict(
+        _fp32_tables(), indices=np.array([0, -1, 2, -1, -1]), offsets=np.array([0, 3, 3, 3, 5]), pooling_mode="mean"
+    )
     for mode in ("fatal", "warning", "ignore", "none"):
         got = check_matches_ref("tbe_forward_quantized", dict(args, bounds_check_mode=mode), fast_backend)
         np.testing.assert_allclose(got, [[8 / 3, 10 / 3, 4, 14 / 3, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]], rtol=1e-6)
@@ -145,8 +203,13 @@ def test_bounds_modes(fast_backend):
     base = dict(_fp32_tables(), indices=np.array([2, 7, 1, 0]), offsets=np.array([0, 2, 3, 3, 4]))
     want = [[8, 10, 12, 14, 0, 0, 0, 0], [4, 5, 6, 7, 12, 13, 14, 15]]
     for mode in ("fatal", "none"):
-        check_rejects("tbe_forward_quantized", dict(base, bounds_check_mode=mode), IndexError,
-                      ("indices[1] = 7", "feature 0", "3 rows"), fast_backend)
+        check_rejects(
+            "tbe_forward_quantized",
+            dict(base, bounds_check_mode=mode),
+            IndexError,
+            ("indices[1] = 7", "feature 0", "3 rows"),
+            fast_backend,
+        )
     with pytest.warns(RuntimeWarning, match="repaired"):
         got = check_matches_ref("tbe_forward_quantized", dict(base, bounds_check_mode="warning"), fast_backend)
     np.testing.assert_array_equal(got, want)
@@ -159,14 +222,22 @@ def test_bounds_modes(fast_backend):
         warnings.simplefilter("ignore", RuntimeWarning)
         got = check_matches_ref("tbe_forward_quantized", dict(bad_end, bounds_check_mode="warning"), fast_backend)
     np.testing.assert_array_equal(got, want)
-    check_rejects("tbe_forward_quantized", dict(bad_end, bounds_check_mode="fatal"), ValueError, ("offsets[4] = 9", "4"), fast_backend)
+    check_rejects(
+        "tbe_forward_quantized",
+        dict(bad_end, bounds_check_mode="fatal"),
+        ValueError,
+        ("offsets[4] = 9", "4"),
+        fast_backend,
+    )
 
 
 def test_bounds_mode_codes_and_offset_clamp(fast_backend):
     """fbgemm's BoundsCheckMode codes 0..3 name the modes too; an offset past N is clamped by the repair."""
     bad = dict(_fp32_tables(), indices=np.array([2, 0, 1, 0]), offsets=np.array([0, 2, 7, 3, 4]))
     for code in (0, 3):
-        check_rejects("tbe_forward_quantized", dict(bad, bounds_check_mode=code), ValueError, ("offsets[2] = 7",), fast_backend)
+        check_rejects(
+            "tbe_forward_quantized", dict(bad, bounds_check_mode=code), ValueError, ("offsets[2] = 7",), fast_backend
+        )
     want = [[8, 10, 12, 14, 0, 0, 0, 0], [4, 6, 8, 10, 0, 0, 0, 0]]  # offsets repaired to [0, 2, 4, 4, 4]
     with pytest.warns(RuntimeWarning, match="repaired"):
         got = check_matches_ref("tbe_forward_quantized", dict(bad, bounds_check_mode=1), fast_backend)
@@ -178,7 +249,9 @@ def test_bounds_mode_codes_and_offset_clamp(fast_backend):
 
 
 def test_none_pooling_zero_rows_outside_bags(fast_backend):
-    args = dict(_fp32_tables(), indices=np.array([1, 2, -1, 1, 0]), offsets=np.array([1, 2, 3, 3, 5]), pooling_mode="none")
+    args = dict(
+        _fp32_tables(), indices=np.array([1, 2, -1, 1, 0]), offsets=np.array([1, 2, 3, 3, 5]), pooling_mode="none"
+    )
     got = check_matches_ref("tbe_forward_quantized", args, fast_backend)
     np.testing.assert_array_equal(got, [[0] * 4, [8, 9, 10, 11], [0] * 4, [16, 17, 18, 19], [12, 13, 14, 15]])
 
@@ -221,7 +294,9 @@ def test_bad_input(args, exc, words, fast_backend):
 def test_none_pooling_needs_one_dim():
     w, o = embnum.tbe_pack_quantized([T0, T1[:, :2]], ["fp32", "fp32"])
     with pytest.raises(ValueError, match="one D"):
-        embnum.tbe_forward_quantized(w, o, ["fp32", "fp32"], np.array([0, 4, 6]), np.array([2, 2]), np.array([0]), np.array([0, 1, 1]), "none")
+        embnum.tbe_forward_quantized(
+            w, o, ["fp32", "fp32"], np.array([0, 4, 6]), np.array([2, 2]), np.array([0]), np.array([0, 1, 1]), "none"
+        )
 
 
 def test_pack_bad_input():
@@ -258,11 +333,20 @@ def test_fbgemm_int_nbit_module(data):
     rows = [draw(st.integers(1, 6)) for _ in range(T)]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     tables = [rng.standard_normal((r, d)).astype(np.float32) for r, d in zip(rows, dims)]
-    kinds = {"fp32": SparseType.FP32, "fp16": SparseType.FP16, "int8": SparseType.INT8, "int4": SparseType.INT4, "int2": SparseType.INT2}
+    kinds = {
+        "fp32": SparseType.FP32,
+        "fp16": SparseType.FP16,
+        "int8": SparseType.INT8,
+        "int4": SparseType.INT4,
+        "int2": SparseType.INT2,
+    }
     pooling = draw(st.sampled_from(["sum", "mean"]))
     module = IntNBitTableBatchedEmbeddingBagsCodegen(
-        [("", r, d, kinds[t], EmbeddingLocation.HOST) for r, d, t in zip(rows, dims, tys)], device="cpu",
-        pooling_mode=PoolingMode.SUM if pooling == "sum" else PoolingMode.MEAN, output_dtype=SparseType.FP32, cacheline_alignment=False,
+        [("", r, d, kinds[t], EmbeddingLocation.HOST) for r, d, t in zip(rows, dims, tys)],
+        device="cpu",
+        pooling_mode=PoolingMode.SUM if pooling == "sum" else PoolingMode.MEAN,
+        output_dtype=SparseType.FP32,
+        cacheline_alignment=False,
     )
     module.fill_random_weights()  # allocates the module's buffers (overwritten below)
     weights, woffs = embnum.tbe_pack_quantized(tables, tys, row_alignment=module.row_alignment)
@@ -273,10 +357,22 @@ def test_fbgemm_int_nbit_module(data):
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     indices = np.concatenate([rng.integers(-1, rows[t], int(lengths[t * B : (t + 1) * B].sum())) for t in range(T)])
     psw = rng.standard_normal(len(indices)).astype(np.float32) if draw(st.booleans()) else None
-    want = module(torch.from_numpy(indices.astype(np.int32)), torch.from_numpy(offsets.astype(np.int32)),
-                  None if psw is None else torch.from_numpy(psw)).numpy()
-    args = dict(weights=weights, weights_offsets=woffs, weights_tys=tys, D_offsets=np.concatenate([[0], np.cumsum(dims)]),
-                rows_per_table=np.array(rows), indices=indices, offsets=offsets, pooling_mode=pooling, per_sample_weights=psw)
+    want = module(
+        torch.from_numpy(indices.astype(np.int32)),
+        torch.from_numpy(offsets.astype(np.int32)),
+        None if psw is None else torch.from_numpy(psw),
+    ).numpy()
+    args = dict(
+        weights=weights,
+        weights_offsets=woffs,
+        weights_tys=tys,
+        D_offsets=np.concatenate([[0], np.cumsum(dims)]),
+        rows_per_table=np.array(rows),
+        indices=indices,
+        offsets=offsets,
+        pooling_mode=pooling,
+        per_sample_weights=psw,
+    )
     got = embnum.tbe_forward_quantized(**args)
     err, ok = embnum.get_op("tbe_forward_quantized").check_fn(got, want.astype(np.float32), args)
     assert ok, err

@@ -1,5 +1,6 @@
 """The torch bridge machinery, over every bridged op: zero copies, opcheck,
 torch.compile(fullgraph=True), and bridge == NumPy op."""
+
 import numpy as np
 import pytest
 
@@ -125,7 +126,14 @@ def test_bridge_equals_numpy_op(name):
     np_args = op.example_fn(np.random.default_rng(1), "small").args
     ref_args = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in np_args.items()}
     want = _result(name, ref_args, op.public(**ref_args, backend="ref"))
-    t_args = {k: torch.tensor(v) if isinstance(v, np.ndarray) else [torch.tensor(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray) else v for k, v in np_args.items()}
+    t_args = {
+        k: torch.tensor(v)
+        if isinstance(v, np.ndarray)
+        else [torch.tensor(x) for x in v]
+        if isinstance(v, list) and v and isinstance(v[0], np.ndarray)
+        else v
+        for k, v in np_args.items()
+    }
     got = _result(name, t_args, getattr(tb, name)(**t_args))
     err, ok = op.check_fn(_numpy(got), want, np_args)
     assert ok, err
@@ -139,16 +147,24 @@ def test_compile_fullgraph_aot_eager(name):
     op = embnum.get_op(name)
     eager_args, compiled_args = _clone_mutated(name, args), _clone_mutated(name, args)
     eager = _result(name, eager_args, fn(**eager_args))
-    compiled = _result(name, compiled_args, torch.compile(lambda kw: fn(**kw), backend="aot_eager", fullgraph=True)(compiled_args))
+    compiled = _result(
+        name, compiled_args, torch.compile(lambda kw: fn(**kw), backend="aot_eager", fullgraph=True)(compiled_args)
+    )
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
     diff = [
-        k for k in op.differentiable
-        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (args[k] if isinstance(args[k], list) else [args[k]]))
+        k
+        for k in op.differentiable
+        if any(
+            isinstance(t, torch.Tensor) and t.requires_grad
+            for t in (args[k] if isinstance(args[k], list) else [args[k]])
+        )
     ]
     if diff:
         leaves = [t for k in diff for t in (args[k] if isinstance(args[k], list) else [args[k]])]
         g_eager = torch.autograd.grad(_loss(eager), leaves)
-        g_comp = torch.autograd.grad(torch.compile(lambda kw: _loss(fn(**kw)), backend="aot_eager", fullgraph=True)(args), leaves)
+        g_comp = torch.autograd.grad(
+            torch.compile(lambda kw: _loss(fn(**kw)), backend="aot_eager", fullgraph=True)(args), leaves
+        )
         for a, b in zip(g_eager, g_comp):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 

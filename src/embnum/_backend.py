@@ -1,0 +1,218 @@
+"""Backends: which arrays belong to whom, how to allocate, how to move data.
+
+Three backends share one small interface (:class:`Backend`):
+
+* ``ref``  - the NumPy oracle (``embnum.ref``), host arrays;
+* ``cpu``  - Numba host kernels (``embnum.cpu``), host arrays;
+* ``cuda`` - Numba-CUDA kernels (``embnum.cuda``), CuPy arrays on a GPU, or
+  NumPy arrays under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+
+Nothing here imports CuPy, torch or Numba-CUDA at import time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import os
+
+import numpy as np
+
+
+def is_numpy(a) -> bool:
+    return isinstance(a, np.ndarray)
+
+
+def is_cupy(a) -> bool:
+    return type(a).__module__.startswith("cupy") and hasattr(a, "__cuda_array_interface__")
+
+
+def is_array(a) -> bool:
+    return is_numpy(a) or is_cupy(a)
+
+
+def cuda_simulated() -> bool:
+    """True when Numba's CUDA simulator is switched on for this process."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+@functools.cache
+def gpu_present() -> bool:
+    """True when the CUDA driver reports at least one device (probed without CuPy/Numba)."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return False
+    return count.value > 0
+
+
+@functools.cache
+def _module_available(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - any import failure means "not usable here"
+        return False
+    return True
+
+
+class Backend:
+    """The interface every backend implements."""
+
+    name: str = ""
+    host: bool = True  # works on NumPy arrays
+
+    def available(self) -> bool:
+        raise NotImplementedError
+
+    def owns(self, a) -> bool:
+        """Whether ``a`` is an array this backend computes on directly."""
+        raise NotImplementedError
+
+    @property
+    def xp(self):
+        """The array module (numpy or cupy) of this backend's arrays."""
+        return np
+
+    def empty(self, shape, dtype):
+        return self.xp.empty(shape, dtype=dtype)
+
+    def zeros(self, shape, dtype):
+        return self.xp.zeros(shape, dtype=dtype)
+
+    def from_host(self, a: np.ndarray):
+        return a
+
+    def to_host(self, a) -> np.ndarray:
+        return np.asarray(a)
+
+    def synchronize(self) -> None:
+        pass
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    def __repr__(self) -> str:
+        return f"<embnum backend {self.name!r} on {self.device}>"
+
+
+class RefBackend(Backend):
+    name = "ref"
+
+    def available(self) -> bool:
+        return True
+
+    def owns(self, a) -> bool:
+        return is_numpy(a)
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def available(self) -> bool:
+        return _module_available("numba")
+
+    def owns(self, a) -> bool:
+        return is_numpy(a)
+
+    @property
+    def device(self) -> str:
+        import numba
+
+        return f"cpu ({numba.config.NUMBA_NUM_THREADS} threads)"
+
+
+class CudaBackend(Backend):
+    """CuPy arrays on a GPU; NumPy arrays when the simulator is on."""
+
+    name = "cuda"
+
+    @property
+    def simulated(self) -> bool:
+        return cuda_simulated()
+
+    def available(self) -> bool:
+        if self.simulated:
+            return _module_available("numba.cuda")
+        return gpu_present() and _module_available("cupy") and _module_available("numba.cuda")
+
+    def owns(self, a) -> bool:
+        return is_numpy(a) if self.simulated else is_cupy(a)
+
+    @property
+    def xp(self):
+        if self.simulated:
+            return np
+        import cupy
+
+        return cupy
+
+    def from_host(self, a):
+        return np.asarray(a) if self.simulated else self.xp.asarray(a)
+
+    def to_host(self, a) -> np.ndarray:
+        return np.asarray(a) if is_numpy(a) else a.get()
+
+    def synchronize(self) -> None:
+        if not self.simulated:
+            self.xp.cuda.get_current_stream().synchronize()
+
+    @property
+    def device(self) -> str:
+        if self.simulated:
+            return "cuda (simulated)"
+        import cupy
+
+        dev = cupy.cuda.Device()
+        return f"cuda:{dev.id} ({cupy.cuda.runtime.getDeviceProperties(dev.id)['name'].decode()})"
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (RefBackend(), CpuBackend(), CudaBackend())}
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"backend must be one of {sorted(BACKENDS)} or None, got {name!r}") from None
+
+
+def available_backends() -> list[str]:
+    """Names of the backends that can run in this process, in ref, cpu, cuda order."""
+    return [name for name, b in BACKENDS.items() if b.available()]
+
+
+def _describe(a) -> str:
+    return f"{type(a).__module__}.{type(a).__name__}"
+
+
+def select_backend(arrays: dict[str, object], backend: str | None) -> Backend:
+    """Pick the backend for a call from its array arguments and ``backend=``.
+
+    ``arrays`` maps an argument name (``"offsets[1]"`` for list items) to the
+    array passed there. Host (NumPy) and device (CuPy) arrays may not be mixed.
+    """
+    if backend is None and all(type(a) is np.ndarray for a in arrays.values()):
+        return BACKENDS["cpu"]  # the common case, decided without the checks below
+    host = {k: a for k, a in arrays.items() if is_numpy(a)}
+    device = {k: a for k, a in arrays.items() if is_cupy(a)}
+    if host and device:
+        h, d = next(iter(host)), next(iter(device))
+        raise TypeError(f"cannot mix host and device arrays: {h!r} is a NumPy array but {d!r} is a CuPy array")
+    if backend is None:
+        chosen = get_backend("cuda" if device else "cpu")
+    else:
+        chosen = get_backend(backend)
+    for k, a in {**host, **device}.items():
+        if not chosen.owns(a):
+            hint = ""
+            if chosen.name == "cuda" and is_numpy(a):
+                hint = " (NumPy arrays run on backend='cuda' only under NUMBA_ENABLE_CUDASIM=1)"
+            raise TypeError(f"backend {chosen.name!r} cannot take {k!r}, a {_describe(a)}{hint}")
+    if not chosen.available():
+        raise RuntimeError(f"backend {chosen.name!r} is not available in this process")
+    return chosen

@@ -1,0 +1,315 @@
+"""Declare an op once; generate its public function and enumerate it.
+
+An op declaration is a function decorated with :func:`op`. Its parameters
+are the op's public parameters; its body validates them (through
+``embnum._validate``) and returns a :class:`Plan`: the normalised arguments
+that every implementation receives, and the shape and dtype of each output.
+
+The implementations are found by convention, never listed by hand:
+
+* ``embnum.ref.<family>.<name>(**plan.args)`` returns the result (NumPy);
+* ``embnum.cpu.<family>.<name>(**plan.args, out=...)`` and
+  ``embnum.cuda.<family>.<name>(**plan.args, out=...)`` fill ``out``, which
+  arrives uninitialised (every element must be written).
+
+From the declaration the registry builds ``embnum.<name>(..., out=None,
+backend=None)``: bind the arguments, pick the backend from the arrays (see
+``embnum._backend.select_backend``), validate once, check or allocate
+``out``, run one implementation. Tests, benchmarks, the tour and the docs
+iterate over :func:`ops`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _validate
+from ._backend import BACKENDS, is_array, select_backend
+
+
+@dataclasses.dataclass(frozen=True)
+class Out:
+    """Shape and dtype of one output array."""
+
+    shape: tuple
+    dtype: np.dtype
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a validated call will do.
+
+    ``args``: keyword arguments for the implementations (validated and
+    normalised: ints are Python ints, lists are lists). ``out``: one
+    :class:`Out` (the op returns an array), a list of them (it returns a
+    list), or ``None`` (it returns a small non-array result and takes no
+    ``out=``).
+    """
+
+    args: dict[str, Any]
+    out: Out | list[Out] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """A realistic input for the tour and the benchmarks: ``args`` for the
+    public function, made on the host (NumPy)."""
+
+    args: dict[str, Any]
+    label: str
+
+
+class Op:
+    """One registered op (see the module docstring)."""
+
+    def __init__(
+        self,
+        declaration: Callable,
+        family: str,
+        *,
+        differentiable: tuple[str, ...],
+        takes_out: bool,
+        same_as: str | None,
+        mutates: tuple[str, ...] = (),
+    ):
+        self.declaration = declaration
+        self.name = declaration.__name__
+        self.family = family
+        self.kernel_name = same_as or self.name
+        self.differentiable = differentiable
+        self.takes_out = takes_out
+        self.mutates = tuple(mutates)
+        self.signature = inspect.signature(declaration)
+        self.example_fn: Callable | None = None
+        self._implementations: dict[str, Callable] = {}
+        self.check_fn: Callable = exact_match
+        self.public = self._make_public()
+
+    # -- implementations -------------------------------------------------
+    def implementation(self, backend: str) -> Callable:
+        """The implementation of this op for ``backend`` (imported on first use)."""
+        impl = self._implementations.get(backend)
+        if impl is None:
+            module = importlib.import_module(f"embnum.{backend}.{self.family}")
+            try:
+                impl = self._implementations[backend] = getattr(module, self.kernel_name)
+            except AttributeError:
+                raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
+        return impl
+
+    # -- the call --------------------------------------------------------
+    def bind(self, args, kwargs) -> dict[str, Any]:
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def __call__(self, *args, out=None, backend=None, **kwargs):
+        return self.call(self.bind(args, kwargs), out, backend)
+
+    def call(self, arguments: dict[str, Any], out, backend):
+        """Run the op on bound ``arguments`` (every parameter by name)."""
+        arrays = _arrays_in(arguments)
+        chosen = select_backend(arrays, backend)
+        plan = self.declaration(**arguments)
+        if plan.out is None:
+            if out is not None:
+                raise TypeError(f"{self.name} takes no out=")
+            return self.implementation(chosen.name)(**plan.args)
+        single = isinstance(plan.out, Out)
+        as_tuple = isinstance(plan.out, tuple)
+        specs = [plan.out] if single else list(plan.out)
+        shapes = [None if s is None else (s.shape, s.dtype) for s in specs]
+        outs = None
+        if out is not None:
+            if single and isinstance(out, (list, tuple)):
+                raise TypeError("out must be one array for this op, got a list")
+            if not single and not isinstance(out, (list, tuple)):
+                raise TypeError("out must be a list of arrays for this op")
+            outs = _validate.out_arrays(out, shapes, arrays, chosen.owns)
+        if chosen.name == "ref":
+            result = self.implementation("ref")(**plan.args)
+            results = [result] if single else list(result)
+            _check_oracle(self.name, results, shapes)
+            if outs is None:
+                return result
+            for o, r in zip(outs, results):
+                if o is not None:
+                    o[...] = r
+        else:
+            if outs is None:
+                outs = [None if s is None else chosen.empty(*s) for s in shapes]
+            self.implementation(chosen.name)(**plan.args, out=outs[0] if single else tuple(outs) if as_tuple else outs)
+        if out is not None:
+            return out
+        return outs[0] if single else tuple(outs) if as_tuple else outs
+
+    def _make_public(self) -> Callable:
+        """Generate ``def <name>(<params>, *, out=None, backend=None)`` from the declaration.
+
+        The function is written out (not a ``*args`` wrapper) so that its
+        signature is the op's and a call costs no argument binding."""
+        params = list(self.signature.parameters.values())
+        defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        positional = [p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        keyword = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]  # stay keyword-only
+        head = ", ".join(p.name if p.name not in defaults else f"{p.name}=_defaults[{p.name!r}]" for p in positional)
+        tail = "out=None, backend=None" if self.takes_out else "backend=None"
+        tail = ", ".join(
+            [f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name for p in keyword] + [tail]
+        )
+        args = ", ".join(f"{p.name!r}: {p.name}" for p in params)
+        out = "out" if self.takes_out else "None"
+        src = (
+            f"def {self.name}({head + ', ' if head else ''}"
+            f"*, {tail}):\n    return _op.call({{{args}}}, {out}, backend)\n"
+        )
+        namespace = {"_op": self, "_defaults": defaults}
+        exec(compile(src, f"<embnum op {self.name}>", "exec"), namespace)
+        public = namespace[self.name]
+        public.__doc__ = self.declaration.__doc__
+        public.__module__ = "embnum"
+        public.op = self
+        return public
+
+    def __repr__(self) -> str:
+        return f"<embnum op {self.family}.{self.name}>"
+
+
+def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
+    found = {}
+    for k, v in arguments.items():
+        if is_array(v):
+            found[k] = v
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                if is_array(item):
+                    found[f"{k}[{i}]"] = item
+    return found
+
+
+def _check_oracle(name, results, shapes):
+    if len(results) != len(shapes):
+        raise AssertionError(f"embnum.ref {name} returned {len(results)} results, expected {len(shapes)}")
+    for r, spec in zip(results, shapes):
+        if spec is None or r is None:
+            if spec is not None or r is not None:
+                raise AssertionError(f"embnum.ref {name} returned {r!r} where the plan expects {spec}")
+            continue
+        shape, dtype = spec
+        if tuple(r.shape) != tuple(shape) or r.dtype != dtype:
+            raise AssertionError(
+                f"embnum.ref {name} returned {r.dtype}{tuple(r.shape)}, expected {dtype}{tuple(shape)}"
+            )
+
+
+def exact_match(got, want, args) -> tuple[float, bool]:
+    """Default oracle comparison: bit-identical arrays (same shape, dtype, bytes).
+
+    Returns ``(max abs error, ok)``; lists/tuples of arrays are compared
+    pairwise, and a ``None`` entry matches only ``None``.
+    """
+    gots = got if isinstance(got, (list, tuple)) else [got]
+    wants = want if isinstance(want, (list, tuple)) else [want]
+    if len(gots) != len(wants):
+        return float("inf"), False
+    err, ok = 0.0, True
+    for g, w in zip(gots, wants):
+        if g is None or w is None:
+            if g is not None or w is not None:
+                return float("inf"), False
+            continue
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return float("inf"), False
+        if g.size:
+            ok &= g.tobytes() == w.tobytes()
+            with np.errstate(invalid="ignore", over="ignore"):
+                diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
+            finite = diff[np.isfinite(diff)]
+            err = max(err, float(finite.max()) if finite.size else 0.0)
+    return err, ok
+
+
+_OPS: dict[str, Op] = {}
+
+
+def op(
+    family: str,
+    *,
+    differentiable: tuple[str, ...] = (),
+    takes_out: bool = True,
+    same_as: str | None = None,
+    mutates: tuple[str, ...] = (),
+):
+    """Register the decorated declaration as ``embnum.<name>``; return the public function.
+
+    ``differentiable`` names the array arguments the torch bridge gives a
+    gradient. ``same_as`` names another op of the family whose
+    implementations serve this one (the declaration then returns that op's
+    plan arguments: a special case written as a call of the general op).
+    ``mutates`` names the array arguments an in-place op writes (it then
+    returns ``None`` and takes no ``out=``; its plan passes those arrays
+    through unchanged so that the implementation writes the caller's memory).
+    Parameters may be keyword-only (after ``*``); they stay keyword-only.
+    """
+
+    def register(declaration: Callable) -> Callable:
+        o = Op(
+            declaration, family, differentiable=differentiable, takes_out=takes_out, same_as=same_as, mutates=mutates
+        )
+        if o.name in _OPS:
+            raise ValueError(f"op {o.name!r} declared twice")
+        _OPS[o.name] = o
+        return o.public
+
+    return register
+
+
+def example(public: Callable):
+    """Attach ``fn(rng, size) -> Example`` as the tour/benchmark input of ``public``'s op."""
+
+    def attach(fn):
+        public.op.example_fn = fn
+        return fn
+
+    return attach
+
+
+def check(public: Callable):
+    """Attach ``fn(got, want, args) -> (max_err, ok)`` as the op's oracle comparison."""
+
+    def attach(fn):
+        public.op.check_fn = fn
+        return fn
+
+    return attach
+
+
+def ops(family: str | None = None) -> list[Op]:
+    """Every registered op (of ``family`` when given), in declaration order."""
+    from . import ops as _families  # noqa: F401 - importing registers every family
+
+    return [o for o in _OPS.values() if family is None or o.family == family]
+
+
+def get(name: str) -> Op:
+    ops()
+    try:
+        return _OPS[name]
+    except KeyError:
+        raise ValueError(f"no op named {name!r}; known: {sorted(_OPS)}") from None
+
+
+def backends() -> list[str]:
+    """Every backend name, available here or not."""
+    return list(BACKENDS)

@@ -1,0 +1,214 @@
+"""TBE helpers that are not ops (``shared/spec/tbe.md``): the layout builder, the
+optimizer description and the sparse-gradient result type.
+
+``embnum`` re-exports ``tbe_layout``, ``TBELayout``, ``TBEOptimizer`` and
+``TBESparseGrad`` (see ``embnum.ops.tbe.HELPERS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import NamedTuple
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TBELayout:
+    """Where each feature's table lives in the flat weights buffer (spec 1).
+
+    weights_offsets: int64 ``[T]`` element offsets; D_offsets: int64 ``[T+1]``
+    cumulative dims; hash_size_cumsum: int64 ``[T+1]`` first linear row id of
+    each feature's table; num_weights: length of the flat buffer.
+    """
+
+    weights_offsets: np.ndarray
+    D_offsets: np.ndarray
+    hash_size_cumsum: np.ndarray
+    num_weights: int
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(weights_offsets, D_offsets, hash_size_cumsum)``, the order the ops take them."""
+        return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
+
+
+def _positive_ints(name, values):
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{name} must be a non-empty list of ints, got {values!r}")
+    out = []
+    for i, x in enumerate(values):
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or int(x) < 1:
+            raise ValueError(f"{name}[{i}] must be an int >= 1, got {x!r}")
+        out.append(int(x))
+    return out
+
+
+def tbe_layout(rows, dims, feature_table_map=None) -> TBELayout:
+    """Lay out physical tables back to back, as fbgemm's training module does.
+
+    rows[i], dims[i]: rows and embedding dim of table ``i`` (ints >= 1).
+    feature_table_map[t]: the table feature ``t`` reads (default: one feature per
+    table); non-decreasing and using every table (``ValueError`` otherwise).
+    Example: ``rows=[3, 2], dims=[2, 3]`` -> ``weights_offsets=[0, 6]``,
+    ``D_offsets=[0, 2, 5]``, ``hash_size_cumsum=[0, 3, 5]``, ``num_weights=12``.
+    """
+    rows = _positive_ints("rows", rows)
+    dims = _positive_ints("dims", dims)
+    if len(rows) != len(dims):
+        raise ValueError(f"rows and dims must have the same length, got {len(rows)} and {len(dims)}")
+    n = len(rows)
+    if feature_table_map is None:
+        ftm = list(range(n))
+    else:
+        if isinstance(feature_table_map, np.ndarray):
+            feature_table_map = feature_table_map.tolist()
+        if not isinstance(feature_table_map, (list, tuple)) or not feature_table_map:
+            raise ValueError(f"feature_table_map must be a non-empty list of table numbers, got {feature_table_map!r}")
+        ftm = []
+        for t, x in enumerate(feature_table_map):
+            if isinstance(x, bool) or not isinstance(x, numbers.Integral) or not 0 <= int(x) < n:
+                raise ValueError(f"feature_table_map[{t}] must be a table number in [0, {n}), got {x!r}")
+            if ftm and int(x) < ftm[-1]:
+                raise ValueError(
+                    f"feature_table_map must be non-decreasing (features sharing a table adjacent), "
+                    f"but feature_table_map[{t}] = {x} < {ftm[-1]}"
+                )
+            ftm.append(int(x))
+        missing = sorted(set(range(n)) - set(ftm))
+        if missing:
+            raise ValueError(f"feature_table_map does not use table {missing[0]}")
+    table_offset = np.concatenate([[0], np.cumsum([r * d for r, d in zip(rows, dims)])]).astype(np.int64)
+    row_start = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    weights_offsets = table_offset[ftm]
+    D_offsets = np.concatenate([[0], np.cumsum([dims[i] for i in ftm])]).astype(np.int64)
+    hash_size_cumsum = np.concatenate([row_start[ftm], [row_start[-1]]]).astype(np.int64)
+    return TBELayout(weights_offsets, D_offsets, hash_size_cumsum, int(table_offset[-1]))
+
+
+_KINDS = {
+    "sgd": "sgd",
+    "exact_sgd": "sgd",
+    "adagrad": "adagrad",
+    "exact_adagrad": "adagrad",
+    "rowwise_adagrad": "rowwise_adagrad",
+    "exact_row_wise_adagrad": "rowwise_adagrad",
+    "adam": "adam",
+}
+_DECAY_MODES = ("none", "l2", "decoupled")
+
+
+def _finite(name, x, *, minimum=None, strict=False):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
+        raise ValueError(f"{name} must be a finite number, got {x!r}")
+    if minimum is not None and (float(x) < minimum or (strict and float(x) == minimum)):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}, got {x!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TBEOptimizer:
+    """The fused optimizer of ``tbe_backward_update`` (spec 3.5): its kind and hyper-parameters.
+
+    kind: ``"sgd"``, ``"adagrad"``, ``"rowwise_adagrad"`` or ``"adam"`` (fbgemm's
+    ``"exact_*"`` names are accepted and normalised). Hyper-parameters are used as
+    float32 values (fbgemm passes C floats). ``weight_decay`` needs
+    ``weight_decay_mode`` ``"l2"``/``"decoupled"`` (rowwise Adagrad) or
+    ``"decoupled"`` (Adam); SGD and Adagrad take none. ``max_gradient``: clip the
+    output gradient elementwise to ``[-max_gradient, max_gradient]`` first.
+    """
+
+    kind: str
+    learning_rate: float
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    weight_decay_mode: str = "none"
+    beta1: float = 0.9
+    beta2: float = 0.999
+    max_gradient: float | None = None
+
+    def __post_init__(self):
+        kind = self.kind.lower() if isinstance(self.kind, str) else self.kind
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {self.kind!r}")
+        object.__setattr__(self, "kind", _KINDS[kind])
+        mode = self.weight_decay_mode.lower() if isinstance(self.weight_decay_mode, str) else self.weight_decay_mode
+        if mode not in _DECAY_MODES:
+            raise ValueError(f"weight_decay_mode must be one of {_DECAY_MODES}, got {self.weight_decay_mode!r}")
+        object.__setattr__(self, "weight_decay_mode", mode)
+        _finite("learning_rate", self.learning_rate)
+        _finite("eps", self.eps, minimum=0.0)
+        _finite("weight_decay", self.weight_decay, minimum=0.0)
+        for name in ("beta1", "beta2"):
+            _finite(name, getattr(self, name), minimum=0.0)
+            if float(getattr(self, name)) >= 1:
+                raise ValueError(f"{name} must be < 1, got {getattr(self, name)!r}")
+        if self.max_gradient is not None:
+            _finite("max_gradient", self.max_gradient, minimum=0.0, strict=True)
+        decay = float(self.weight_decay) > 0
+        if self.kind in ("sgd", "adagrad") and (decay or mode != "none"):
+            raise ValueError(
+                f"{self.kind} takes no weight decay, got weight_decay={self.weight_decay!r}, mode {mode!r}"
+            )
+        if self.kind == "rowwise_adagrad" and decay and mode == "none":
+            raise ValueError("rowwise_adagrad with weight_decay > 0 needs weight_decay_mode 'l2' or 'decoupled'")
+        if self.kind == "adam" and (mode == "l2" or (decay and mode != "decoupled")):
+            raise ValueError(f"adam supports only weight_decay_mode 'decoupled', got {mode!r}")
+
+    def float32(self) -> dict:
+        """Every hyper-parameter rounded to float32 (as fbgemm's C floats)."""
+        f = np.float32
+        return dict(
+            lr=f(self.learning_rate),
+            eps=f(self.eps),
+            wd=f(self.weight_decay),
+            beta1=f(self.beta1),
+            beta2=f(self.beta2),
+            max_gradient=None if self.max_gradient is None else f(self.max_gradient),
+        )
+
+    def kernel_parameters(self, step=None) -> tuple:
+        """``(lr, eps, wd, beta1, beta2, 1 - beta1**step, 1 - beta2**step)`` as float32
+        (the bias corrections are 1 unless Adam)."""
+        hp = self.float32()
+        one = np.float32(1)
+        bc1 = bc2 = one
+        if self.kind == "adam":
+            bc1 = one - hp["beta1"] ** np.float32(step)
+            bc2 = one - hp["beta2"] ** np.float32(step)
+        return (hp["lr"], hp["eps"], hp["wd"], hp["beta1"], hp["beta2"], np.float32(bc1), np.float32(bc2))
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        """State arrays this kind uses: ``()``, ``("momentum1",)`` or both moments."""
+        return {
+            "sgd": (),
+            "adagrad": ("momentum1",),
+            "rowwise_adagrad": ("momentum1",),
+            "adam": ("momentum1", "momentum2"),
+        }[self.kind]
+
+    def encode(self) -> str:
+        """A string form (for the torch schema); :meth:`decode` inverts it."""
+        return repr(dataclasses.astuple(self))
+
+    @classmethod
+    def decode(cls, s: str) -> TBEOptimizer:
+        import ast
+
+        return cls(*ast.literal_eval(s))
+
+
+KIND_CODES = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+DECAY_CODES = {"none": 0, "l2": 1, "decoupled": 2}
+
+
+class TBESparseGrad(NamedTuple):
+    """Row-wise gradient of ``tbe_backward_sparse``: ``linear_ids`` int64 ``[U]`` strictly
+    increasing, ``values`` float32 ``[value_offsets[U]]``, ``value_offsets`` int64 ``[U+1]``."""
+
+    linear_ids: np.ndarray
+    values: np.ndarray
+    value_offsets: np.ndarray

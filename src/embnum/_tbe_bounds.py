@@ -1,0 +1,147 @@
+"""Bounds checking of TBE ``indices`` / ``offsets`` (``shared/spec/tbe.md`` section 4).
+
+One place for the rule, shared by every TBE op (training and quantized
+lookup) and every backend. Works on NumPy and CuPy arrays alike (``xp`` is
+the array's module); never modifies its inputs: a repair returns a copy.
+
+Modes: ``fatal`` (bad offsets -> ``ValueError``, bad index -> ``IndexError``),
+``warning`` (repair a copy, one ``RuntimeWarning`` per call), ``ignore``
+(repair a copy silently), ``none`` (same outcome as ``fatal``).
+Repair: offsets are clamped into ``[0, N]`` and made non-decreasing with the
+last one set to ``N`` (fbgemm's sequential algorithm, which equals a running
+maximum of the clamped offsets); an index outside ``[0, E_t)`` other than
+``-1`` reads row 0. ``-1`` (fbgemm's pruned row) is left alone by the repair;
+``pruned_ok=False`` (training ops) rejects it with ``IndexError`` in every mode.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+
+from ._validate import xp_of
+
+MODES = ("fatal", "warning", "ignore", "none")
+
+
+def bounds_mode(value) -> str:
+    """Normalise ``bounds_check_mode``: a name (any case) or fbgemm's ``BoundsCheckMode`` int 0..3."""
+    if isinstance(value, str) and value.lower() in MODES:
+        return value.lower()
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= int(value) < len(MODES):
+        return MODES[int(value)]
+    raise ValueError(f"bounds_check_mode must be one of {MODES} or 0..3, got {value!r}")
+
+
+def rows_per_feature(hash_size_cumsum: np.ndarray) -> np.ndarray:
+    """``E_t`` of every feature (host int64 ``[T]``): next strictly larger ``hash_size_cumsum``
+    entry minus this one (features sharing a table have equal entries)."""
+    h = np.asarray(hash_size_cumsum, dtype=np.int64)
+    T = h.shape[0] - 1
+    rows = np.empty(T, dtype=np.int64)
+    nxt = h[T]
+    for t in range(T - 1, -1, -1):
+        if h[t + 1] > h[t]:
+            nxt = h[t + 1]
+        rows[t] = nxt - h[t]
+    return rows
+
+
+def check_offsets(offsets, n_indices: int, mode: str):
+    """``(offsets, repaired)``: ``offsets`` itself when valid; a repaired copy in the repair
+    modes; ``ValueError`` naming the position and value in ``fatal``/``none``."""
+    xp = xp_of(offsets)
+    N = n_indices
+    last = int(offsets[-1])
+    bad_range = (offsets < 0) | (offsets > N)
+    drop = offsets[1:] < offsets[:-1]
+    if last == N and not bool(bad_range.any()) and not bool(drop.any()):
+        return offsets, False
+    if mode in ("fatal", "none"):
+        if last != N:
+            raise ValueError(f"offsets[-1] must equal len(indices) = {N}, got offsets[{offsets.shape[0] - 1}] = {last}")
+        if bool(bad_range.any()):
+            k = int(xp.argmax(bad_range))
+            raise ValueError(f"offsets[{k}] = {int(offsets[k])} is outside [0, len(indices) = {N}]")
+        k = int(xp.argmax(drop)) + 1
+        raise ValueError(
+            f"offsets must be non-decreasing, but offsets[{k}] = {int(offsets[k])}"
+            f" < offsets[{k - 1}] = {int(offsets[k - 1])}"
+        )
+    fixed = xp.clip(offsets.astype(xp.int64), 0, N)
+    fixed[-1] = N
+    fixed = xp.maximum.accumulate(fixed) if xp is np else _running_max(xp, fixed)
+    return fixed.astype(offsets.dtype), True
+
+
+def _running_max(xp, a):
+    import cupy  # noqa: F401 - CuPy has no ufunc.accumulate for maximum
+
+    return xp.asarray(np.maximum.accumulate(a.get()))
+
+
+def check_indices(indices, offsets, B: int, rows: np.ndarray, mode: str, *, pruned_ok: bool = False):
+    """``(indices, repaired)`` after checking every index inside a bag against its feature's
+    row count ``rows[t]``; ``offsets`` must already be valid (see :func:`check_offsets`).
+
+    ``fatal``/``none``: ``IndexError`` naming position, feature, bag, value and row count.
+    Repair modes: a copy with bad indices replaced by 0. ``-1`` is an ``IndexError`` in every
+    mode unless ``pruned_ok``.
+    """
+    xp = xp_of(indices)
+    T = rows.shape[0]
+    fixed = None
+    for t in range(T):
+        a, b = int(offsets[t * B]), int(offsets[(t + 1) * B])
+        if a == b:
+            continue
+        seg = indices[a:b]
+        E = int(rows[t])
+        unsigned = seg.view(np.uint32 if seg.dtype == np.int32 else np.uint64)
+        if not bool((unsigned >= E).any()):  # one pass: negatives are huge as unsigned
+            continue
+        bad = (seg < 0) | (seg >= E)
+        if pruned_ok:
+            bad &= seg != -1
+        else:
+            pruned = seg == -1
+            if bool(pruned.any()):
+                _raise(indices, offsets, B, t, a + int(xp.argmax(pruned)), E, every_mode=True)
+        if not bool(bad.any()):
+            continue
+        if mode in ("fatal", "none"):
+            _raise(indices, offsets, B, t, a + int(xp.argmax(bad)), E)
+        if fixed is None:
+            fixed = indices.copy()
+        fixed[a:b][bad] = 0
+    return (indices, False) if fixed is None else (fixed, True)
+
+
+def _raise(indices, offsets, B, t, p, E, every_mode=False):
+    lo = offsets[t * B : (t + 1) * B + 1]
+    bag = int(np.searchsorted(np.asarray(lo.get() if hasattr(lo, "get") else lo), p, side="right")) - 1
+    what = "-1 (a pruned row) is not valid in training ops in any bounds_check_mode" if every_mode else "out of range"
+    raise IndexError(
+        f"indices[{p}] = {int(indices[p])} in the bag of feature {t}, sample {bag} is {what}: "
+        f"the feature's table has {E} rows"
+    )
+
+
+def check(indices, offsets, B: int, rows: np.ndarray, mode: str, *, pruned_ok: bool = False):
+    """Both checks; returns the (possibly repaired) ``(indices, offsets)``. Emits one
+    ``RuntimeWarning`` per call in ``warning`` mode when anything was repaired."""
+    offsets, fixed_offsets = check_offsets(offsets, int(indices.shape[0]), mode)
+    indices, fixed_indices = check_indices(indices, offsets, B, rows, mode, pruned_ok=pruned_ok)
+    warn_if_repaired(mode, fixed_offsets, fixed_indices)
+    return indices, offsets
+
+
+def warn_if_repaired(mode: str, offsets_repaired: bool, indices_repaired: bool) -> None:
+    """The single ``RuntimeWarning`` of ``warning`` mode (for callers that run the two checks apart)."""
+    if mode == "warning" and (offsets_repaired or indices_repaired):
+        what = " and ".join(w for w, f in (("offsets", offsets_repaired), ("indices", indices_repaired)) if f)
+        warnings.warn(
+            f"TBE bounds check repaired out-of-range {what} (bad indices read row 0)", RuntimeWarning, stacklevel=3
+        )

@@ -1,0 +1,209 @@
+"""Argument checks shared by every op and backend.
+
+Each check raises ``TypeError`` (wrong kind or dtype), ``ValueError`` (wrong
+shape or content) or ``IndexError`` (an index out of range), with a message
+that names the argument and the offending value. Checks work on NumPy and
+CuPy arrays alike (``xp`` is the array's module); they never modify inputs.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+from ._backend import is_array, is_cupy
+
+INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+VALUE_DTYPES = FLOAT_DTYPES + INDEX_DTYPES
+INT32_MAX = 2**31 - 1
+
+
+def xp_of(a):
+    if is_cupy(a):
+        import cupy
+
+        return cupy
+    return np
+
+
+def _names(dtypes) -> str:
+    return "/".join(str(d) for d in dtypes)
+
+
+def array(name: str, a, *, ndim=None, dtypes=None):
+    """Check that ``a`` is a NumPy/CuPy array of an allowed ndim and dtype."""
+    if not is_array(a):
+        raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if a.ndim not in allowed:
+            want = " or ".join(f"{n}-D" for n in allowed)
+            raise ValueError(f"{name} must be {want}, got shape {tuple(a.shape)}")
+    if dtypes is not None and a.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {_names(dtypes)}, got {a.dtype}")
+    return a
+
+
+def index_array(name: str, a, *, ndim=1):
+    """An int32/int64 index, length or offset array."""
+    return array(name, a, ndim=ndim, dtypes=INDEX_DTYPES)
+
+
+def array_list(name: str, arrays, *, min_len=0, max_len=None):
+    """A Python list or tuple of arrays (a bare array is a ``TypeError``)."""
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(f"{name} must be a list or tuple of arrays, got {type(arrays).__name__}")
+    n = len(arrays)
+    if n < min_len or (max_len is not None and n > max_len):
+        bounds = f"between {min_len} and {max_len}" if max_len is not None else f"at least {min_len}"
+        raise ValueError(f"{name} must hold {bounds} arrays, got {n}")
+    for i, a in enumerate(arrays):
+        array(f"{name}[{i}]", a)
+    return list(arrays)
+
+
+def size(name: str, v) -> int:
+    """A non-negative Python/NumPy integer (``bool`` is rejected)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be a non-negative int, got {v!r}")
+    v = operator.index(v)
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return v
+
+
+def int_list(name: str, v, *, length=None) -> list[int]:
+    """A list/tuple (or 1-D integer NumPy array) of non-negative ints."""
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu":
+        v = v.tolist()
+    if not isinstance(v, (list, tuple)):
+        raise TypeError(f"{name} must be a list or tuple of ints, got {type(v).__name__}")
+    out = [size(f"{name}[{i}]", x) for i, x in enumerate(v)]
+    if length is not None and len(out) != length:
+        raise ValueError(f"{name} must have {length} entries, got {len(out)}")
+    return out
+
+
+def _first(xp, mask) -> int:
+    return int(xp.argmax(mask))
+
+
+def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None):
+    """Valid offsets: 1-D int32/int64, ``len >= 1``, ``offs[0] >= 0``, non-decreasing,
+    ``offs[-1] <= n_values`` (when given)."""
+    index_array(name, offs)
+    if offs.shape[0] < 1:
+        raise ValueError(f"{name} must have at least 1 entry, got 0")
+    xp = xp_of(offs)
+    first = int(offs[0])
+    if first < 0 or (first_zero and first != 0):
+        want = "0" if first_zero else ">= 0"
+        raise ValueError(f"{name}[0] must be {want}, got {first}")
+    if offs.shape[0] > 1:
+        drop = offs[1:] < offs[:-1]
+        if bool(drop.any()):
+            i = _first(xp, drop) + 1
+            raise ValueError(
+                f"{name} must be non-decreasing, but {name}[{i}] = {int(offs[i])} "
+                f"< {name}[{i - 1}] = {int(offs[i - 1])}"
+            )
+    last = int(offs[-1])
+    if n_values is not None and last > n_values:
+        raise ValueError(f"{name}[-1] = {last} exceeds the {n_values} available rows")
+    if last_equals is not None and last != last_equals:
+        raise ValueError(f"{name}[-1] must equal {last_equals}, got {last}")
+    return offs
+
+
+def scalar_for(name: str, value, dtype: np.dtype):
+    """Convert a padding-like Python/NumPy number to ``dtype``.
+
+    Floats round by IEEE rules (overflow gives inf); integer dtypes need an
+    integral value that fits. A NumPy scalar already of ``dtype`` is kept
+    bit for bit (NaN payloads included).
+    """
+    dtype = np.dtype(dtype)
+    if isinstance(value, np.generic) and value.dtype == dtype:
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    if dtype.kind == "f":
+        with np.errstate(over="ignore"):
+            return dtype.type(float(value))
+    if isinstance(value, numbers.Integral):
+        ivalue = int(value)
+    else:
+        fvalue = float(value)
+        if not np.isfinite(fvalue) or fvalue != int(fvalue):
+            raise ValueError(f"{name} must be integral for {dtype} values, got {value!r}")
+        ivalue = int(fvalue)
+    info = np.iinfo(dtype)
+    if not info.min <= ivalue <= info.max:
+        raise ValueError(f"{name} = {value!r} does not fit {dtype}")
+    return dtype.type(ivalue)
+
+
+def _byte_span(a) -> tuple[int, int]:
+    """[first byte, one past the last byte] that ``a`` can touch."""
+    if a.size == 0:
+        return (0, 0)
+    if is_cupy(a):
+        start = a.data.ptr
+    else:
+        start = a.__array_interface__["data"][0]
+    lo = hi = start
+    for n, st in zip(a.shape, a.strides):
+        if st >= 0:
+            hi += (n - 1) * st
+        else:
+            lo += (n - 1) * st
+    return (lo, hi + a.itemsize)
+
+
+def overlaps(a, b) -> bool:
+    (a0, a1), (b0, b1) = _byte_span(a), _byte_span(b)
+    return a0 < b1 and b0 < a1
+
+
+def out_arrays(out, specs, inputs: dict, owns) -> list:
+    """Check a user-given ``out`` against the expected ``specs``.
+
+    ``specs`` is a list of ``(shape, dtype)``, or ``None`` for a slot that
+    must hold ``None`` (an output that was not requested); ``out`` is one
+    array when there is one spec and ``single`` output, else a list or tuple.
+    ``owns(a)`` tells whether the chosen backend can write ``a``. Returns
+    ``out`` as a list.
+    """
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    if len(outs) != len(specs):
+        raise ValueError(f"out must hold {len(specs)} arrays, got {len(outs)}")
+    for i, (o, spec) in enumerate(zip(outs, specs)):
+        name = "out" if len(specs) == 1 and not isinstance(out, (list, tuple)) else f"out[{i}]"
+        if spec is None or o is None:
+            if spec is not None or o is not None:
+                want = "None (that output is not requested)" if spec is None else "an array, not None"
+                raise ValueError(f"{name} must be {want}")
+            continue
+        shape, dtype = spec
+        if not is_array(o):
+            raise TypeError(f"{name} must be an array, got {type(o).__name__}")
+        if not owns(o):
+            raise TypeError(f"{name} lives on the wrong device for this call ({type(o).__module__})")
+        if tuple(o.shape) != tuple(shape):
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(o.shape)}")
+        if o.dtype != np.dtype(dtype):
+            raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {o.dtype}")
+        if not o.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous")
+        if not o.flags.writeable:
+            raise ValueError(f"{name} is read-only")
+        for k, a in inputs.items():
+            if overlaps(o, a):
+                raise ValueError(f"{name} shares memory with the input {k!r}")
+        for j in range(i):
+            if outs[j] is not None and overlaps(o, outs[j]):
+                raise ValueError(f"{name} shares memory with out[{j}]")
+    return list(outs)

@@ -1,0 +1,176 @@
+"""Numba host kernels of the keyed_tensor family.
+
+Every permute is planned on the host as a short table of row segments with
+byte addresses (:mod:`embnum._permute_plan`), so that inputs and outputs of
+any number, shape and stride are reached without concatenating anything and
+with one compiled kernel per direction:
+
+* forward: for each block of batch rows, each segment is one ``memcpy`` per
+  row (or a zero fill for output columns no row covers);
+* backward: each elementary input slot (a key, for ``kt_regroup_arguments``
+  rows) is written once per row: the first contribution is ``0 + g`` and the
+  later ones (the duplicates, in permutes row order) are added in the value
+  dtype while the row segment is in L1, so no gradient array is read back
+  from memory and the result is the same on every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .. import _permute_plan as plan
+from .._half import float_to_half_bits
+from ._common import half_to_float
+
+ROWS_PER_TASK = 32  # batch rows per parallel task
+
+half_bits_jit = njit(cache=True, inline="always")(float_to_half_bits)
+
+
+@intrinsic
+def _memcpy(typingctx, dst, src, nbytes):
+    sig = types.void(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        d, s, n = args
+        cgutils.raw_memcpy(builder, builder.inttoptr(d, i8p), builder.inttoptr(s, i8p), n, 1)
+
+    return sig, codegen
+
+
+@intrinsic
+def _memzero(typingctx, dst, nbytes):
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        d, n = args
+        cgutils.memset(builder, builder.inttoptr(d, i8p), n, 0)
+
+    return sig, codegen
+
+
+@intrinsic
+def _at(typingctx, addr, like):
+    """``addr`` as a pointer to elements of ``like``'s dtype (indexable)."""
+    ptr = types.CPointer(like.dtype)
+    sig = ptr(types.int64, like)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptr))
+
+    return sig, codegen
+
+
+# -- forward: segment copies -------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _copy(segs, B):
+    """segs ``[S, 5]``: (src address or 0 for zeros, src row stride, dst address, dst row
+    stride, bytes); row ``b`` of segment ``s`` goes from ``src + b*src_stride`` to
+    ``dst + b*dst_stride``."""
+    S = segs.shape[0]
+    for task in prange((B + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        b0 = np.int64(task) * ROWS_PER_TASK
+        b1 = min(B, b0 + ROWS_PER_TASK)
+        for b in range(b0, b1):
+            for s in range(S):
+                src, ss, dst, ds, nb = segs[s, 0], segs[s, 1], segs[s, 2], segs[s, 3], segs[s, 4]
+                if src == 0:
+                    _memzero(dst + b * ds, nb)
+                else:
+                    _memcpy(dst + b * ds, src + b * ss, nb)
+
+
+def _run_copy(segs, B):
+    if B and segs.shape[0]:
+        _copy(segs, B)
+
+
+def _forward(inputs, rows, out):
+    keep = []  # strided inputs' contiguous copies live here until the kernel is done
+    _run_copy(
+        plan.copy_segments(plan.forward_indexed(rows, [o.shape[1] for o in out]), inputs, out, keep), inputs[0].shape[0]
+    )
+
+
+def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list, out):
+    segs = plan.pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, out.shape[1])
+    keep = []
+    _run_copy(plan.copy_segments(segs, [pooled_embs], [out], keep), pooled_embs.shape[0])
+
+
+def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_lengths, out):
+    _forward(pooled_embs, plan.host_rows(permutes), out)
+
+
+def regroup_keyed_tensor(pooled_embs, keys, lengths, groups, out):
+    _forward(pooled_embs, plan.regroup_rows(keys, lengths, groups), out)
+
+
+def kt_regroup_arguments(embs, keys, lengths, groups):
+    return plan.regroup_arguments(keys, lengths, groups)
+
+
+# -- backward: one write per gradient element --------------------------------------
+@njit(cache=True, parallel=True)
+def _accumulate(slots, srcs, B, like):
+    """slots ``[E, 5]``: (dst address, dst row stride, elements, first source, end source);
+    srcs ``[K, 2]``: (address, row stride). ``dst = 0 + src_first + ... + src_last`` in the
+    dtype of ``like`` (a zero array of one element), added left to right. Row by row, slots
+    in destination order, so each gradient row is written front to back."""
+    zero = like[0]
+    for task in prange((B + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        b0 = np.int64(task) * ROWS_PER_TASK
+        b1 = min(B, b0 + ROWS_PER_TASK)
+        for b in range(b0, b1):
+            for e in range(slots.shape[0]):
+                dst0, ds, n, k0, k1 = slots[e, 0], slots[e, 1], slots[e, 2], slots[e, 3], slots[e, 4]
+                d = _at(dst0 + b * ds, like)
+                if k0 == k1:
+                    for x in range(n):
+                        d[x] = zero
+                    continue
+                s = _at(srcs[k0, 0] + b * srcs[k0, 1], like)
+                for x in range(n):
+                    d[x] = zero + s[x]
+                for k in range(k0 + 1, k1):
+                    s = _at(srcs[k, 0] + b * srcs[k, 1], like)
+                    for x in range(n):
+                        d[x] += s[x]
+
+
+@njit(cache=True, parallel=True)
+def _accumulate_half(slots, srcs, B, like):
+    """:func:`_accumulate` for float16 carried as uint16: every addition is exact in
+    float64 and rounded once to float16 (as NumPy's float16 addition)."""
+    for task in prange((B + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        b0 = np.int64(task) * ROWS_PER_TASK
+        b1 = min(B, b0 + ROWS_PER_TASK)
+        for e in range(slots.shape[0]):
+            dst0, ds, n, k0, k1 = slots[e, 0], slots[e, 1], slots[e, 2], slots[e, 3], slots[e, 4]
+            for b in range(b0, b1):
+                d = _at(dst0 + b * ds, like)
+                for x in range(n):
+                    acc = np.uint16(0)
+                    for k in range(k0, k1):
+                        s = _at(srcs[k, 0] + b * srcs[k, 1], like)
+                        acc = np.uint16(half_bits_jit(half_to_float(acc) + half_to_float(s[x])))
+                    d[x] = acc
+
+
+def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shapes, in_lengths, out):
+    B = grad_outputs[0].shape[0]
+    keep = []
+    slots, srcs = plan.backward_slots(grad_outputs, plan.host_rows(permutes), out, keep)
+    if B == 0 or slots.shape[0] == 0:
+        return
+    dtype = out[0].dtype
+    if dtype == np.float16:
+        _accumulate_half(slots, srcs, B, np.zeros(1, np.uint16))
+    else:
+        _accumulate(slots, srcs, B, np.zeros(1, dtype))

@@ -1,0 +1,309 @@
+"""Numba host kernels of the KeyedJaggedTensor family.
+
+Each function takes the validated arguments of its op (``embnum.ops.kjt``)
+plus ``out`` (a tuple/list of uninitialised arrays, ``None`` where an output
+is not requested) and fills every requested output. Values and weights are
+moved as unsigned integers of their width (``bits``): bit-exact and few
+compiled specialisations. Block bucketize is count -> scan -> scatter over
+chunks of whole bags, each bag walked in input order by one thread, so the
+order inside a (bucket, bag) group is the input order and the result does
+not depend on the thread count.
+
+Performance notes (benchmarks/RESULTS.md): parallel loops run with a small
+``numba.parallel_chunksize`` (dynamic scheduling), because on a shared
+machine a statically scheduled half-loop waits for a descheduled thread
+(bucketize 14-19 ms static, 8 ms dynamic); inner copy loops index bounded
+local views (``a[lo:hi]``), which LLVM keeps in registers and vectorises,
+where a prange body's by-reference array arguments are reloaded on every
+store; per-key constants are loaded once per bag into scalars for the same
+reason.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from .. import _bucketize
+from ._common import bits, int64s
+
+bucket_of = njit(cache=True, inline="always")(_bucketize.bucket_of)
+uniform_new_id = njit(cache=True, inline="always")(_bucketize.uniform_new_id)
+
+
+# -- segment gather (both permutes, keyed index select) ------------------------
+@njit(cache=True)
+def _exclusive_into(sizes, offs):
+    """``offs[0] = 0``, ``offs[k+1] = sizes[0] + ... + sizes[k]`` (int64)."""
+    acc = np.int64(0)
+    offs[0] = 0
+    for k in range(sizes.shape[0]):
+        acc += sizes[k]
+        offs[k + 1] = acc
+
+
+@njit(cache=True)
+def _exclusive_in_place(a):
+    """``a[k] = a[0] + ... + a[k-1]`` (the old values), in place."""
+    acc = np.int64(0)
+    for k in range(a.shape[0]):
+        v = a[k]
+        a[k] = acc
+        acc += v
+
+
+@njit(cache=True)
+def _gather(src, src_offs, seg, dst_offs, dst):
+    """Output segment ``j`` = source segment ``seg[j]``. Serial: a few big segments
+    (whole keys) move at about a plain copy's speed, and many small ones (bags)
+    are bound by the latency of random reads; a parallel version with dynamic
+    scheduling was slower in both cases on the shared 2-core machine (bags: 4.9
+    vs 3.6 ms, timed interleaved)."""
+    for j in range(seg.shape[0]):
+        lo, hi = dst_offs[j], dst_offs[j + 1]
+        start = src_offs[seg[j]]
+        d = dst[lo:hi]  # bounded views: the copy loop vectorises
+        s = src[start : start + (hi - lo)]
+        for e in range(hi - lo):
+            d[e] = s[e]
+
+
+def _gather_segments(data, src_offs, seg, dst_offs, dst):
+    if dst.shape[0]:
+        _gather(bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
+
+
+def _offsets_of(sizes):
+    offs = np.empty(sizes.shape[0] + 1, np.int64)
+    _exclusive_into(np.ascontiguousarray(sizes, dtype=np.int64), offs)
+    return offs
+
+
+def _permute(permute, values, weights, sizes, out):
+    seg = int64s(permute)
+    src_offs = _offsets_of(sizes)
+    dst_offs = _offsets_of(sizes[seg])
+    _gather_segments(values, src_offs, seg, dst_offs, out[1])
+    if weights is not None:
+        _gather_segments(weights, src_offs, seg, dst_offs, out[2])
+
+
+def permute_2d_sparse_data(permute, lengths, values, weights, total, out):
+    np.take(lengths, permute, axis=0, out=out[0])
+    _permute(permute, values, weights, lengths.sum(axis=1, dtype=np.int64), out)
+
+
+def permute_1d_sparse_data(permute, lengths, values, weights, total, out):
+    np.take(lengths, permute, out=out[0])
+    _permute(permute, values, weights, int64s(lengths), out)
+
+
+def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size, weights, total, out):
+    T = lengths.shape[0] // batch_size
+    seg = (np.arange(T, dtype=np.int64)[:, None] * batch_size + int64s(indices)[None, :]).reshape(-1)
+    np.take(lengths, seg, out=out[1])
+    src_offs = int64s(offsets)
+    dst_offs = _offsets_of(out[1])
+    _gather_segments(values, src_offs, seg, dst_offs, out[0])
+    if weights is not None:
+        _gather_segments(weights, src_offs, seg, dst_offs, out[2])
+
+
+# -- block bucketize -------------------------------------------------------------
+BAG_CHUNK = 512  # bags per parallel work item (one scratch array per item)
+
+
+@njit(cache=True, parallel=True)
+def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, bucket, counts):
+    """Pass 1: ``bucket[i]`` of every id and ``counts[p * n_bags + k]`` = ids of bag ``k`` in bucket ``p``."""
+    n_bags = bag_key.shape[0]
+    m = np.int64(mu)
+    for c in prange((n_bags + BAG_CHUNK - 1) // BAG_CHUNK):
+        local = np.zeros(m, np.int64)
+        k0 = np.int64(c) * BAG_CHUNK
+        k1 = min(k0 + BAG_CHUNK, n_bags)
+        off, keys, ids, bk, cnt = offs[:], bag_key[:], uidx[:], bucket[:], counts[:]
+        kcl, posl = kc[:], pos[:]
+        for k in range(k0, k1):
+            t = keys[k]
+            bs, G, lb, width, limit = kcl[5 * t], kcl[5 * t + 1], kcl[5 * t + 2], kcl[5 * t + 3], kcl[5 * t + 4]
+            local[:] = 0
+            for i in range(off[k], off[k + 1]):
+                b, _ = bucket_of(np.uint64(ids[i]), bs, G, lb, width, limit, t, mu, posl, has_pos, mask)
+                bk[i] = b
+                local[b] += 1
+            for p in range(m):
+                cnt[p * n_bags + k] = local[p]
+
+
+@njit(cache=True, parallel=True)
+def _bucket_scatter(
+    offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, bucket, slots, new_idx, want_pos, new_pos, want_dst, dst
+):
+    """Pass 2: every id to its slot (``slots`` = bucket-major exclusive offsets), in input order."""
+    n_bags = bag_key.shape[0]
+    m = np.int64(mu)
+    for c in prange((n_bags + BAG_CHUNK - 1) // BAG_CHUNK):
+        cursor = np.empty(m, np.int64)
+        k0 = np.int64(c) * BAG_CHUNK
+        k1 = min(k0 + BAG_CHUNK, n_bags)
+        off, keys, ids, bk, sl, kp = offs[:], bag_key[:], uidx[:], bucket[:], slots[:], keep[:]
+        kcl, posl = kc[:], pos[:]
+        out_idx, out_pos, out_dst = new_idx[:], new_pos[:], dst[:]
+        for k in range(k0, k1):
+            t = keys[k]
+            bs, G, lb, width, limit = kcl[5 * t], kcl[5 * t + 1], kcl[5 * t + 2], kcl[5 * t + 3], kcl[5 * t + 4]
+            for p in range(m):
+                cursor[p] = sl[p * n_bags + k]
+            start = off[k]
+            kept = kp[t]
+            for i in range(start, off[k + 1]):
+                u = np.uint64(ids[i])
+                b = bk[i]
+                slot = cursor[b]
+                cursor[b] = slot + 1
+                if kept:
+                    out_idx[slot] = u
+                elif has_pos:
+                    out_idx[slot] = bucket_of(u, bs, G, lb, width, limit, t, mu, posl, has_pos, mask)[1]
+                else:
+                    out_idx[slot] = uniform_new_id(u, b, G, width, limit)
+                if want_pos:
+                    out_pos[slot] = i - start
+                if want_dst:
+                    out_dst[i] = slot
+
+
+@njit(cache=True, parallel=True)
+def _scatter_to(src, dst_index, dst):
+    for i in prange(src.shape[0]):
+        dst[dst_index[i]] = src[i]
+
+
+def block_bucketize_sparse_features(
+    lengths, indices, weights, block_sizes, my_size, batch, total_num_blocks, pos, keep, bucketize_pos, sequence, out
+):
+    new_lengths, new_indices, new_weights, new_pos, unbucketize = out
+    n_bags, N = lengths.shape[0], indices.shape[0]
+    if n_bags == 0:
+        return
+    offs = _offsets_of(lengths)
+    bag_key = np.repeat(np.arange(batch.shape[0], dtype=np.int64), batch)
+    uidx = bits(indices)
+    params = (
+        _bucketize.key_constants(block_sizes, total_num_blocks, my_size).reshape(-1),
+        np.uint64(my_size),
+        np.zeros(0, np.uint64) if pos is None else pos.reshape(-1).astype(np.uint64),
+        pos is not None,
+        np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
+    )
+    bucket = np.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
+    counts = np.empty(my_size * n_bags, np.int64)
+    with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
+        _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
+    new_lengths[...] = counts
+    _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
+    slots = counts
+    want_dst = sequence or weights is not None
+    dst = unbucketize if sequence else np.empty(N if want_dst else 0, np.int64)  # int64: N may pass int32
+    pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
+    with numba.parallel_chunksize(2):
+        _bucket_scatter(
+            offs,
+            uidx,
+            bag_key,
+            *params,
+            keep,
+            bucket,
+            slots,
+            new_indices.view(uidx.dtype),
+            bucketize_pos,
+            pos_out,
+            want_dst,
+            dst,
+        )
+    if weights is not None and N:
+        with numba.parallel_chunksize(1 << 16):
+            _scatter_to(bits(weights), dst, new_weights.view(bits(new_weights).dtype))
+
+
+# -- small permutation ops ---------------------------------------------------------
+@njit(cache=True)
+def _expand(permute, io, oo, out):
+    """Serial for the same reason as :func:`_gather`."""
+    for t in range(permute.shape[0]):
+        base = io[permute[t]]
+        seg = out[oo[t] : oo[t + 1]]
+        for e in range(seg.shape[0]):
+            seg[e] = base + e
+
+
+def expand_into_jagged_permute(permute, input_offset, output_offset, out):
+    if permute.shape[0]:
+        _expand(int64s(permute), int64s(input_offset), int64s(output_offset), out)
+
+
+@njit(cache=True, parallel=True)
+def _invert(permute, out):
+    for i in prange(permute.shape[0]):
+        out[permute[i]] = i
+
+
+def invert_permute(permute, out):
+    with numba.parallel_chunksize(1 << 16):
+        _invert(np.ascontiguousarray(permute), out)
+
+
+# -- unique ids per table -----------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _count_distinct(ids, bounds, order, counts):
+    """Distinct ids per table ``g`` (sorted positions ``bounds[g]:bounds[g+1]`` of ``order``)."""
+    for g in prange(bounds.shape[0] - 1):
+        lo, hi = bounds[g], bounds[g + 1]
+        o = order[lo:hi]
+        c = 0
+        for r in range(hi - lo):
+            if r == 0 or ids[o[r]] != ids[o[r - 1]]:
+                c += 1
+        counts[g] = c
+
+
+@njit(cache=True, parallel=True)
+def _emit_unique(ids, bounds, order, base, unique, reverse):
+    for g in prange(bounds.shape[0] - 1):
+        lo, hi = bounds[g], bounds[g + 1]
+        o = order[lo:hi]
+        uq = unique[base[g] : base[g + 1]]  # bounded views (see the module docstring)
+        rv = reverse[0 : reverse.shape[0]]
+        rank = -1
+        for r in range(hi - lo):
+            i = o[r]
+            if r == 0 or ids[i] != ids[o[r - 1]]:
+                rank += 1
+                uq[rank] = ids[i]
+            rv[i] = base[g] + rank
+
+
+def jagged_unique_indices(tables, B, offsets, indices, out):
+    out_lengths, out_offsets, unique, reverse = out
+    offs = int64s(offsets)
+    ids = np.ascontiguousarray(indices)
+    bounds = np.array([offs[a * B] for a, _ in tables] + [offs[tables[-1][1] * B]], np.int64)
+    # NumPy's sort (SIMD) as the building block, like CuPy's on the device; any order among equal ids will do
+    order = np.concatenate(
+        [lo + np.argsort(ids[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])] + [np.zeros(0, np.int64)]
+    )
+    counts = np.empty(len(tables), np.int64)
+    with numba.parallel_chunksize(1):  # tables differ in size: hand them out one by one
+        _count_distinct(ids, bounds, order, counts)
+    base = _offsets_of(counts)
+    with numba.parallel_chunksize(1):
+        _emit_unique(ids, bounds, order, base, unique, reverse)
+    lengths = np.zeros(offs.shape[0] - 1, np.int64)
+    for g, (a, b) in enumerate(tables):
+        n, c = (b - a) * B, int(counts[g])
+        if n:
+            lengths[a * B : b * B] = c // n + (np.arange(n) < c % n)
+    out_lengths[...] = lengths
+    out_offsets[...] = _offsets_of(lengths)

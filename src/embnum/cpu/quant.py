@@ -1,0 +1,383 @@
+"""Numba host kernels of the quant family.
+
+Each public function takes the validated arguments of its op (see
+``embnum.ops.quant``) plus ``out``, an uninitialised C-contiguous array that
+it fills completely. Row quantizers run one row per ``prange`` iteration in
+float32 arithmetic, exactly as the spec writes it (Numba keeps float32 op
+float32 in float32 and never contracts to a fused multiply-add without
+fastmath). Float16 has no Numba type on the CPU: float16 data is read and
+written as uint16 bit patterns through ``embnum._half``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .. import _half, _qrow
+
+_jit = njit(cache=True, inline="always")
+half_bits_to_float = _jit(_half.half_bits_to_float)
+float32_bits_to_half_bits = _jit(_half.float32_bits_to_half_bits)
+bits_to_float32 = _jit(_half.bits_to_float32)
+rne = _jit(_half.rne)
+_put_u32 = _jit(_qrow.put_u32)
+
+
+@_jit
+def _half_to_float32_bits(h):
+    """float16 bit pattern -> float32 bit pattern (exact; NaN payload kept), integers only."""
+    h = np.int64(h)
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 31:
+        return sign | 0x7F800000 | (m << 13)
+    if e == 0:
+        if m == 0:
+            return sign
+        shift = 0
+        while m < 0x400:  # normalise the subnormal
+            m <<= 1
+            shift += 1
+        return sign | ((113 - shift) << 23) | ((m & 0x3FF) << 13)
+    return sign | ((e + 112) << 23) | (m << 13)
+
+
+F32 = np.float32
+_MAGIC = np.float32(8388608.0)  # 2**23: x + 2**23 - 2**23 rounds 0 <= x < 2**23 to an integer, ties to even
+
+
+def _float32_rows(a, D):
+    """``a`` as a C-contiguous float32 ``[R, D]`` array (float16 widened exactly)."""
+    return np.ascontiguousarray(a, dtype=np.float32).reshape(-1, D)
+
+
+@_jit
+def _key(u):
+    """An int32 whose order is the float order of the float32 with bits ``u`` (int32):
+    -NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN."""
+    return np.int32(u ^ ((u >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+
+
+@_jit
+def _first_zero(row, fallback):
+    for c in range(row.shape[0]):
+        if row[c] == 0:
+            return row[c]
+    return fallback
+
+
+@_jit
+def _min_max(row):
+    """Row minimum and maximum (float32): the first minimal/maximal element (which matters
+    only among signed zeros: fbgemm's choice); both NaN when the row holds a NaN.
+
+    The reduction runs on integer keys of the bit patterns, which the compiler
+    vectorizes (a float min/max reduction it does not, without fast-math)."""
+    bits = row.view(np.int32)
+    kmin = np.int32(0x7FFFFFFF)
+    kmax = np.int32(-0x80000000)
+    for c in range(bits.shape[0]):
+        k = _key(bits[c])
+        kmin = k if k < kmin else kmin
+        kmax = k if k > kmax else kmax
+    if kmax > np.int32(0x7F800000) or kmin < np.int32(-0x7F800001):  # outside [-inf, +inf]: a NaN
+        nan = np.float32(np.nan)
+        return nan, nan
+    mn = _key(kmin).view(np.float32)
+    mx = _key(kmax).view(np.float32)
+    if mn == 0:
+        mn = _first_zero(row, mn)
+    if mx == 0:
+        mx = _first_zero(row, mx)
+    return mn, mx
+
+
+@_jit
+def _qf(p, Q):
+    """``clamp(rne(p), 0, Q)`` as a float32 (NaN -> 0): codes combine into a byte exactly in float32."""
+    p = p if p > np.float32(0) else np.float32(0)
+    p = p if p < Q else Q
+    return (p + _MAGIC) - _MAGIC
+
+
+@_jit
+def _code(p, Q):
+    """``clamp(rne(p), 0, Q)`` as a uint8; NaN -> 0 (``p`` float32)."""
+    return np.uint8(_qf(p, Q))
+
+
+@_jit
+def _bits(v):
+    """float32 bit pattern of ``v`` (int64); NaN -> 0x7FC00000."""
+    if v != v:
+        return np.int64(0x7FC00000)
+    return np.int64(np.float32(v).view(np.uint32))
+
+
+@_jit
+def _get_f32(row, at):
+    """The little-endian float32 stored in ``row[at:at+4]``, as a float64."""
+    u = (
+        np.uint32(row[at])
+        | (np.uint32(row[at + 1]) << 8)
+        | (np.uint32(row[at + 2]) << 16)
+        | (np.uint32(row[at + 3]) << 24)
+    )
+    return np.float64(np.uint32(u).view(np.float32))
+
+
+@_jit
+def _f16(h):
+    """The float32 value of the float16 bit pattern ``h`` (exact, through the float32 bits)."""
+    return np.uint32(_half_to_float32_bits(h)).view(np.float32)
+
+
+# -- 1. fused 8-bit row-wise ----------------------------------------------------
+@njit(cache=True, parallel=True)
+def _quantize_8bit(x, out):
+    R, D = x.shape
+    Q = np.float32(255.0)
+    for r in prange(R):
+        row = x[r]
+        o = out[r]
+        mn, mx = _min_max(row)
+        rng = np.float32(mx - mn)
+        scale = np.float32(rng / Q)
+        inv = np.float32(Q / np.float32(rng + np.float32(1e-8)))
+        if math.isfinite(rng):  # then 0 <= (x - mn) * inv <= 255 * (1 + 2 eps): no clamp needed
+            for c in range(D):
+                o[c] = np.uint8(np.rint(np.float32(np.float32(row[c] - mn) * inv)))
+        else:  # inf or NaN in the row
+            for c in range(D):
+                o[c] = _code(np.float32(np.float32(row[c] - mn) * inv), Q)
+        _put_u32(o, D, _bits(scale))
+        _put_u32(o, D + 4, _bits(mn))
+
+
+def float_to_fused_8bit_rowwise(input, out):
+    D = input.shape[-1]
+    if input.size == 0:
+        return
+    _quantize_8bit(_float32_rows(input, D), out.reshape(-1, D + 8))
+
+
+@njit(cache=True, parallel=True)
+def _dequantize_8bit(q, out):
+    R, D = out.shape
+    for r in prange(R):
+        row = q[r]
+        scale = _get_f32(row, D)
+        bias = _get_f32(row, D + 4)
+        o = out[r]
+        for c in range(D):
+            o[c] = np.float32(row[c] * scale + bias)  # float64: exact product, one rounding, then to float32
+
+
+def _float_then(out, output_dtype, fill):
+    """Run ``fill(float32 out)``; a float16 ``out`` is filled from a float32 scratch (rounded by NumPy)."""
+    if output_dtype == np.float32:
+        fill(out)
+    else:
+        tmp = np.empty(out.shape, np.float32)
+        fill(tmp)
+        with np.errstate(over="ignore"):
+            out[...] = tmp
+
+
+def fused_8bit_rowwise_to_float(input, output_dtype, out):
+    C = input.shape[-1]
+    R = int(np.prod(input.shape[:-1]))
+    q = np.ascontiguousarray(input).reshape(R, C)
+    _float_then(out, output_dtype, lambda o: _dequantize_8bit(q, o.reshape(R, C - 8)))
+
+
+# -- 2. fused N-bit row-wise ----------------------------------------------------
+@njit(cache=True, parallel=True)
+def _quantize_nbit(x, bit_rate, out):
+    R, D = x.shape
+    k = 8 // bit_rate
+    nbytes = D // k
+    Q = np.float32(2**bit_rate - 1)
+    for r in prange(R):
+        row = x[r]
+        o = out[r]
+        mn, mx = _min_max(row)
+        bias16 = float32_bits_to_half_bits(np.float32(mn).view(np.uint32))
+        b = _f16(bias16)
+        rng = np.float32(mx - b)
+        scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
+        scale16 = float32_bits_to_half_bits(np.float32(scale).view(np.uint32))
+        s = _f16(scale16)
+        if s == 0:  # float16 underflow
+            scale16 = np.int64(0x3C00)
+            s = np.float32(1.0)
+        inv = np.float32(np.float32(1.0) / s)
+        # codes stay float32 (exact small integers) and are combined into a byte arithmetically:
+        # one simple loop per rate, which the compiler vectorizes
+        if k == 1:
+            for j in range(nbytes):
+                o[j] = np.uint8(_qf(np.float32(np.float32(row[j] - b) * inv), Q))
+        elif k == 2:
+            for j in range(nbytes):
+                lo = _qf(np.float32(np.float32(row[2 * j] - b) * inv), Q)
+                hi = _qf(np.float32(np.float32(row[2 * j + 1] - b) * inv), Q)
+                o[j] = np.uint8(lo + hi * np.float32(16.0))
+        else:
+            for j in range(nbytes):
+                c0 = _qf(np.float32(np.float32(row[4 * j] - b) * inv), Q)
+                c1 = _qf(np.float32(np.float32(row[4 * j + 1] - b) * inv), Q)
+                c2 = _qf(np.float32(np.float32(row[4 * j + 2] - b) * inv), Q)
+                c3 = _qf(np.float32(np.float32(row[4 * j + 3] - b) * inv), Q)
+                o[j] = np.uint8((c0 + c1 * np.float32(4.0)) + (c2 * np.float32(16.0) + c3 * np.float32(64.0)))
+        o[nbytes] = np.uint8(scale16 & 0xFF)
+        o[nbytes + 1] = np.uint8(scale16 >> 8)
+        o[nbytes + 2] = np.uint8(bias16 & 0xFF)
+        o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
+
+
+def float_to_fused_nbit_rowwise(input, bit_rate, out):
+    _quantize_nbit(_float32_rows(input, input.shape[1]), bit_rate, out)
+
+
+@njit(cache=True, parallel=True)
+def _dequantize_nbit(q, bit_rate, out):
+    R, C = q.shape
+    nbytes = C - 4
+    for r in prange(R):
+        row = q[r]
+        scale = np.float64(_f16(np.int64(row[nbytes]) | (np.int64(row[nbytes + 1]) << 8)))
+        bias = np.float64(_f16(np.int64(row[nbytes + 2]) | (np.int64(row[nbytes + 3]) << 8)))
+        o = out[r]
+        # float64: exact product, one rounding, then to float32; one loop per rate keeps it vectorizable
+        if bit_rate == 8:
+            for j in range(nbytes):
+                o[j] = np.float32(row[j] * scale + bias)
+        elif bit_rate == 4:
+            for j in range(nbytes):
+                byte = np.int32(row[j])
+                o[2 * j] = np.float32((byte & 15) * scale + bias)
+                o[2 * j + 1] = np.float32((byte >> 4) * scale + bias)
+        else:
+            for j in range(nbytes):
+                byte = np.int32(row[j])
+                o[4 * j] = np.float32((byte & 3) * scale + bias)
+                o[4 * j + 1] = np.float32(((byte >> 2) & 3) * scale + bias)
+                o[4 * j + 2] = np.float32(((byte >> 4) & 3) * scale + bias)
+                o[4 * j + 3] = np.float32((byte >> 6) * scale + bias)
+
+
+def fused_nbit_rowwise_to_float(input, bit_rate, output_dtype, out):
+    q = np.ascontiguousarray(input)
+    _float_then(out, output_dtype, lambda o: _dequantize_nbit(q, bit_rate, o))
+
+
+# -- 3. bfloat16 ------------------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _to_bfloat16(u, out):
+    for i in prange(u.shape[0]):
+        x = u[i]
+        if (x & 0x7FFFFFFF) > 0x7F800000:  # NaN: keep it a NaN
+            out[i] = np.uint16((x >> 16) | 0x0040)
+        else:
+            out[i] = np.uint16((x + 0x8000) >> 16)  # ties away from zero (fbgemm)
+
+
+def float_to_bfloat16(input, out):
+    _to_bfloat16(np.ascontiguousarray(input).reshape(-1).view(np.uint32), out.reshape(-1))
+
+
+@njit(cache=True, parallel=True)
+def _from_bfloat16(h, out):
+    for i in prange(h.shape[0]):
+        out[i] = np.uint32(h[i]) << 16
+
+
+def bfloat16_to_float(input, out):
+    _from_bfloat16(np.ascontiguousarray(input).reshape(-1), out.reshape(-1).view(np.uint32))
+
+
+# -- 4. float16 -------------------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _to_fp16(u, saturate, out):
+    for i in prange(u.shape[0]):
+        x = np.int64(u[i])
+        if saturate and 0x477FE000 < (x & 0x7FFFFFFF) <= 0x7F800000:  # beyond 65504, not NaN
+            x = (x & 0x80000000) | 0x477FE000
+        out[i] = np.uint16(float32_bits_to_half_bits(x))
+
+
+def float_to_fp16(input, saturate, out):
+    _to_fp16(np.ascontiguousarray(input).reshape(-1).view(np.uint32), saturate, out.reshape(-1).view(np.uint16))
+
+
+@njit(cache=True)
+def _half_table():
+    t = np.empty(65536, np.float32)
+    for h in range(65536):
+        t[h] = half_bits_to_float(h)
+    return t
+
+
+_HALF_TABLE = []
+
+
+@njit(cache=True, parallel=True)
+def _gather(table, codes, out):
+    for i in prange(codes.shape[0]):
+        out[i] = table[codes[i]]
+
+
+def fp16_to_float(input, out):
+    if not _HALF_TABLE:
+        _HALF_TABLE.append(_half_table())
+    _gather(_HALF_TABLE[0], np.ascontiguousarray(input).reshape(-1).view(np.uint16), out.reshape(-1))
+
+
+# -- 5. HFP8 ----------------------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _to_hfp8(u, m, bias, max_bits, out):
+    min_normal = np.int64(1 - bias + 127) << 23  # bits of 2**(1 - bias)
+    shift = 23 - m
+    rebias = np.int64(127 - bias) << m
+    sub_scale = 2.0 ** (bias + m - 1)
+    for i in prange(u.shape[0]):
+        x = np.int64(u[i])
+        sign = (x >> 24) & 0x80
+        a = x & 0x7FFFFFFF
+        a = a if a < max_bits else max_bits  # fminf: inf and NaN (larger bit patterns) saturate too
+        if a >= min_normal:  # round the float32 mantissa to m bits; a carry moves into the exponent
+            r = (a + ((np.int64(1) << (shift - 1)) - 1) + ((a >> shift) & 1)) >> shift
+            code = r - rebias
+        else:
+            code = np.int64(rne(bits_to_float32(a) * sub_scale))
+        out[i] = np.uint8(sign | code)
+
+
+def float_to_hfp8(input, ebits, exponent_bias, max_pos, out):
+    max_bits = np.int64(np.array(max_pos, np.float32).view(np.uint32))
+    _to_hfp8(
+        np.ascontiguousarray(input).reshape(-1).view(np.uint32), 7 - ebits, exponent_bias, max_bits, out.reshape(-1)
+    )
+
+
+@njit(cache=True)
+def _hfp8_table(ebits, bias):
+    m = 7 - ebits
+    t = np.empty(256, np.float32)
+    for c in range(256):
+        E = (c >> m) & ((1 << ebits) - 1)
+        M = c & ((1 << m) - 1)
+        if E > 0:
+            v = 2.0 ** (E - bias) * (1.0 + M / 2.0**m)
+        else:
+            v = 2.0 ** (1 - bias) * (M / 2.0**m)
+        t[c] = -v if c & 0x80 else v
+    return t
+
+
+def hfp8_to_float(input, ebits, exponent_bias, out):
+    _gather(_hfp8_table(ebits, exponent_bias), np.ascontiguousarray(input).reshape(-1), out.reshape(-1))

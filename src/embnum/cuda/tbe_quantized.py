@@ -1,0 +1,82 @@
+"""Numba-CUDA kernel of the quantized TBE lookup.
+
+Same contract as ``embnum.cpu.tbe_quantized``. One thread per (bag, output
+column) for the pooled modes (each sums its bag in index order, in float32,
+so results are the same on every run), one per (index, column) for
+``"none"``. The ops layer has bounds-checked every index already, so no
+thread can read outside ``weights``. A float16 output is computed in float32
+and then rounded by ``embnum.cuda.quant``'s conversion kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .. import _qrow
+from ._common import TPB, blocks, contiguous, int64s, xp
+from .quant import bits_to_float32, float_to_fp16, half_bits_to_float
+
+_element = cuda.jit(device=True)(_qrow.make_tbe_element(half_bits_to_float, bits_to_float32))
+
+
+@cuda.jit
+def _pooled(weights, layout, feature_of_col, indices, offsets, B, mean, psw, has_psw, out):
+    total_D = out.shape[1]
+    for e in range(cuda.grid(1), B * total_D, cuda.gridsize(1)):
+        b = e // total_D
+        col = e - b * total_D
+        t = feature_of_col[col]
+        start, code, c = layout[t, 0], layout[t, 1], col - layout[t, 2]
+        R = layout[t, 4]
+        bag = t * B + b
+        lo, hi = offsets[bag], offsets[bag + 1]
+        acc = np.float32(0.0)
+        for p in range(lo, hi):
+            i = np.int64(indices[p])
+            if i != -1:
+                w = psw[p] if has_psw else np.float32(1.0)
+                acc += np.float32(w * _element(weights, start + i * R, code, c))
+        if mean and hi > lo:
+            acc = np.float32(acc / np.float32(hi - lo))
+        out[b, col] = acc
+
+
+@cuda.jit
+def _rows(weights, layout, feature_of_pos, indices, out):
+    N, D = out.shape
+    for e in range(cuda.grid(1), N * D, cuda.gridsize(1)):
+        p = e // D
+        c = e - p * D
+        t = feature_of_pos[p]
+        i = np.int64(indices[p])
+        if t < 0 or i == -1:
+            out[p, c] = np.float32(0.0)
+        else:
+            out[p, c] = _element(weights, layout[t, 0] + i * layout[t, 4], layout[t, 1], c)
+
+
+def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sample_weights, output_dtype, out):
+    m = xp()
+    target = out if output_dtype == np.float32 else m.empty(out.shape, np.float32)
+    lay = int64s(layout)
+    offs = int64s(offsets)
+    T = int(lay.shape[0])
+    if target.size:
+        if pooling == 2:
+            N = int(indices.shape[0])
+            pos = m.arange(N)
+            k = m.searchsorted(offs, pos, side="right") - 1  # the bag holding each position
+            inside = (pos >= offs[0]) & (pos < offs[T * B]) if B else m.zeros(N, bool)
+            feature = m.where(inside, k // max(B, 1), -1).astype(np.int64)
+            _rows[blocks(target.size, TPB), TPB](contiguous(weights), lay, feature, contiguous(indices), target)
+        else:
+            dims = layout[:, 3] if isinstance(layout, np.ndarray) else layout[:, 3].get()
+            feature_of_col = m.asarray(np.repeat(np.arange(T, dtype=np.int64), dims))
+            has = per_sample_weights is not None
+            psw = contiguous(per_sample_weights) if has else m.zeros(1, np.float32)
+            _pooled[blocks(target.size, TPB), TPB](
+                contiguous(weights), lay, feature_of_col, contiguous(indices), offs, B, pooling == 1, psw, has, target
+            )
+    if target is not out:
+        float_to_fp16(target, False, out)

@@ -1,0 +1,355 @@
+"""Declarations of the jagged family (``shared/spec/jagged.md``).
+
+Each function below states an op's public signature and validates its
+arguments; the registry turns it into ``embnum.<name>`` and finds the
+implementations in ``embnum.{ref,cpu,cuda}.jagged``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validate as v
+from .._registry import Example, Out, Plan, check, example, op
+
+MAX_JAGGED_DIMS = 5
+
+
+# -- shared checks ---------------------------------------------------------
+def _cumsum_fits_int32(name, lengths, *, drop_last):
+    """ValueError when an int32 prefix sum (the output) would leave int32."""
+    if lengths.dtype != np.int32 or lengths.size == 0:
+        return
+    xp = v.xp_of(lengths)
+    bound = max(-int(lengths.min()), int(lengths.max())) * lengths.shape[-1]
+    if bound <= v.INT32_MAX:  # no prefix of a row can reach past int32
+        return
+    prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)
+    if drop_last:
+        prefix = prefix[..., :-1]
+    if prefix.size and (int(prefix.max()) > v.INT32_MAX or int(prefix.min()) < -(2**31)):
+        raise ValueError(f"prefix sum of {name} overflows int32; use int64 lengths")
+
+
+def _jagged_offsets(offsets, n_values):
+    """Validate a list of J offsets arrays (1 <= J <= 5) over ``n_values`` rows."""
+    offsets = v.array_list("offsets", offsets, min_len=1, max_len=MAX_JAGGED_DIMS)
+    for k, o in enumerate(offsets):
+        name = f"offsets[{k}]"
+        v.offsets(name, o, n_values=n_values if k == len(offsets) - 1 else None)
+        if k >= 1:
+            want = int(offsets[k - 1][-1]) + 1
+            if o.shape[0] != want:
+                raise ValueError(f"{name} must have offsets[{k - 1}][-1] + 1 = {want} entries, got {o.shape[0]}")
+    return offsets
+
+
+def _value_array(name, a, ndim):
+    return v.array(name, a, ndim=ndim, dtypes=v.VALUE_DTYPES)
+
+
+# -- 1. cumulative sums ----------------------------------------------------
+@op("jagged")
+def complete_cumsum(lengths):
+    """Offsets from lengths: ``[N] -> [N+1]`` with a leading 0; ``[R, N] -> [R, N+1]`` row by row.
+
+    lengths: int32/int64, 1-D or 2-D. Output: the dtype of ``lengths``.
+    An int32 result that would overflow is a ``ValueError``.
+    """
+    v.index_array("lengths", lengths, ndim=(1, 2))
+    _cumsum_fits_int32("lengths", lengths, drop_last=False)
+    shape = tuple(lengths.shape[:-1]) + (lengths.shape[-1] + 1,)
+    return Plan(dict(lengths=lengths), Out(shape, lengths.dtype))
+
+
+def _same_length_scan(lengths, *, drop_last):
+    v.index_array("lengths", lengths, ndim=1)
+    _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
+    return Plan(dict(lengths=lengths), Out(lengths.shape, lengths.dtype))
+
+
+@op("jagged")
+def exclusive_cumsum(lengths):
+    """``[N] -> [N]``: ``out[i] = lengths[0] + ... + lengths[i-1]`` (``out[0] = 0``).
+
+    lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
+    """
+    return _same_length_scan(lengths, drop_last=True)  # the grand total is not an output
+
+
+@op("jagged")
+def inclusive_cumsum(lengths):
+    """``[N] -> [N]``: ``out[i] = lengths[0] + ... + lengths[i]``.
+
+    lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
+    """
+    return _same_length_scan(lengths, drop_last=False)
+
+
+# -- 2. offsets_range ------------------------------------------------------
+@op("jagged")
+def offsets_range(offsets, range_size):
+    """Position of each element inside its segment: ``[range_size]``, dtype of ``offsets``.
+
+    ``out[j] = j - max{offsets[k] : offsets[k] <= j}``. ``offsets`` (int32/int64,
+    1-D) holds segment starts: the exclusive form ``[N]`` or the complete form
+    ``[N+1]`` ending in ``range_size``. It must start at 0, be non-decreasing and
+    stay within ``[0, range_size]``.
+    """
+    v.index_array("offsets", offsets)
+    range_size = v.size("range_size", range_size)
+    if offsets.dtype == np.int32 and range_size > v.INT32_MAX:
+        raise ValueError(f"range_size = {range_size} does not fit the int32 offsets")
+    if offsets.shape[0] == 0:
+        if range_size != 0:
+            raise ValueError(f"offsets is empty but range_size = {range_size} (must be 0)")
+    else:
+        v.offsets("offsets", offsets, n_values=range_size, first_zero=True)
+    return Plan(dict(offsets=offsets, range_size=range_size), Out((range_size,), offsets.dtype))
+
+
+# -- 3. segment_sum_csr ----------------------------------------------------
+def _csr_runs(batch_size, csr_seg, n_values, values_name):
+    batch_size = v.size("batch_size", batch_size)
+    v.offsets("csr_seg", csr_seg)
+    end = int(csr_seg[-1]) * batch_size
+    if end > n_values:
+        raise ValueError(
+            f"csr_seg[-1] * batch_size = {int(csr_seg[-1])} * {batch_size} = {end} exceeds "
+            f"len({values_name}) = {n_values}"
+        )
+    return batch_size
+
+
+@op("jagged", differentiable=("values",))
+def segment_sum_csr(batch_size, csr_seg, values):
+    """Sums of runs of ``values``: ``out[i] = sum(values[csr_seg[i]*batch_size : csr_seg[i+1]*batch_size])``.
+
+    batch_size: int >= 0. csr_seg: int32/int64 ``[S+1]``, non-decreasing, ``>= 0``.
+    values: 1-D float16/float32/float64/int32/int64. Output ``[S]``, dtype of
+    ``values``; float16 is accumulated in float32 or wider and rounded once,
+    integers wrap.
+    """
+    _value_array("values", values, 1)
+    batch_size = _csr_runs(batch_size, csr_seg, values.shape[0], "values")
+    return Plan(
+        dict(batch_size=batch_size, csr_seg=csr_seg, values=values),
+        Out((csr_seg.shape[0] - 1,), values.dtype),
+    )
+
+
+@op("jagged")
+def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values):
+    """Adjoint of :func:`segment_sum_csr`: ``[num_values]``, ``grad_output[i]`` on every element
+    of run ``i`` and 0 on elements in no run.
+
+    grad_output: 1-D ``[S]`` (``S = len(csr_seg) - 1``), any value dtype;
+    num_values: int ``>= csr_seg[-1] * batch_size``.
+    """
+    _value_array("grad_output", grad_output, 1)
+    num_values = v.size("num_values", num_values)
+    batch_size = _csr_runs(batch_size, csr_seg, num_values, "values (num_values)")
+    if grad_output.shape[0] != csr_seg.shape[0] - 1:
+        raise ValueError(
+            f"grad_output must have len(csr_seg) - 1 = {csr_seg.shape[0] - 1} entries, got {grad_output.shape[0]}"
+        )
+    return Plan(
+        dict(batch_size=batch_size, csr_seg=csr_seg, grad_output=grad_output, num_values=num_values),
+        Out((num_values,), grad_output.dtype),
+    )
+
+
+# -- 4. jagged_to_padded_dense ---------------------------------------------
+@op("jagged", differentiable=("values",))
+def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
+    """Scatter a jagged tensor with ``J`` jagged dims into a padded dense array.
+
+    values: ``[N, D]`` or ``[N]``, float16/32/64 or int32/64. offsets: list of
+    ``J`` (1..5) int32/int64 arrays, ``offsets[0]`` of length ``B+1``,
+    ``offsets[k]`` of length ``offsets[k-1][-1] + 1``. max_lengths: ``J`` ints
+    ``>= 0``. Output ``[B, *max_lengths, D]`` (no ``D`` for 1-D values), dtype of
+    ``values``; positions past a segment's end hold ``padding_value``, segments
+    longer than the maximum are truncated.
+    """
+    _value_array("values", values, (1, 2))
+    offsets = _jagged_offsets(offsets, values.shape[0])
+    max_lengths = v.int_list("max_lengths", max_lengths)
+    if len(max_lengths) != len(offsets):
+        raise ValueError(f"max_lengths must have len(offsets) = {len(offsets)} entries, got {len(max_lengths)}")
+    pad = v.scalar_for("padding_value", padding_value, values.dtype)
+    B = offsets[0].shape[0] - 1
+    shape = (B, *max_lengths) + tuple(values.shape[1:])
+    return Plan(
+        dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), Out(shape, values.dtype)
+    )
+
+
+@op("jagged", differentiable=("values",), same_as="jagged_to_padded_dense")
+def jagged_1d_to_dense(values, offsets, max_sequence_length, padding_value=0):
+    """``jagged_to_padded_dense(values, [offsets], [max_sequence_length], padding_value)``
+    for exactly 1-D ``values``: output ``[B, max_sequence_length]``."""
+    _value_array("values", values, 1)
+    v.index_array("offsets", offsets)
+    L = v.size("max_sequence_length", max_sequence_length)
+    return jagged_to_padded_dense.op.declaration(values, [offsets], [L], padding_value)
+
+
+@op("jagged", differentiable=("values",), same_as="jagged_to_padded_dense")
+def jagged_2d_to_dense(values, offsets, max_sequence_length):
+    """``jagged_to_padded_dense(values, [offsets], [max_sequence_length], 0.0)`` for exactly
+    2-D ``values [N, D]``: output ``[B, max_sequence_length, D]``."""
+    _value_array("values", values, 2)
+    v.index_array("offsets", offsets)
+    L = v.size("max_sequence_length", max_sequence_length)
+    return jagged_to_padded_dense.op.declaration(values, [offsets], [L], 0.0)
+
+
+# -- 5. dense_to_jagged ----------------------------------------------------
+@op("jagged", differentiable=("dense",))
+def dense_to_jagged(dense, offsets, total_L=None):
+    """Gather the valid positions of ``dense [B, M_1..M_J, D]`` into jagged values ``[total_L, D]``.
+
+    offsets: as in :func:`jagged_to_padded_dense`, ``len(offsets[0]) == B + 1``.
+    total_L: output rows, ``None`` for ``offsets[-1][-1]``; extra rows are 0, and
+    so is every row no dense position reaches (truncated tails included).
+    Returns the values only (fbgemm also returns the offsets).
+    """
+    v.array("dense", dense, dtypes=v.VALUE_DTYPES)
+    offsets = v.array_list("offsets", offsets, min_len=1, max_len=MAX_JAGGED_DIMS)
+    J = len(offsets)
+    if dense.ndim != J + 2:
+        raise ValueError(
+            f"dense must have len(offsets) + 2 = {J + 2} dims [B, M_1..M_{J}, D], got shape {tuple(dense.shape)}"
+        )
+    B = dense.shape[0]
+    if offsets[0].ndim == 1 and offsets[0].shape[0] != B + 1:
+        raise ValueError(f"offsets[0] must have dense.shape[0] + 1 = {B + 1} entries, got {offsets[0].shape[0]}")
+    offsets = _jagged_offsets(offsets, None)
+    needed = int(offsets[-1][-1])
+    total_L = needed if total_L is None else v.size("total_L", total_L)
+    if total_L < needed:
+        raise ValueError(f"total_L = {total_L} is smaller than offsets[-1][-1] = {needed}")
+    return Plan(dict(dense=dense, offsets=offsets, total_L=total_L), Out((total_L, dense.shape[-1]), dense.dtype))
+
+
+# -- oracle comparisons ----------------------------------------------------
+@check(segment_sum_csr)
+def _segment_sum_close(got, want, args):
+    """Per-run error bound of the spec: ``rtol * sum(|v|)`` (float), exact (int)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return float("inf"), False
+    if got.dtype.kind != "f":
+        return float(np.abs(got.astype(np.int64) - want.astype(np.int64)).max(initial=0)), bool(
+            np.array_equal(got, want)
+        )
+    csr = np.asarray(args["csr_seg"]).astype(np.int64) * args["batch_size"]
+    vals = np.abs(np.asarray(args["values"]).astype(np.float64))
+    scale = np.array([vals[a:b].sum() for a, b in zip(csr[:-1], csr[1:])])
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    if got.dtype == np.float16:
+        # one float16 ulp of the result (plus float32 accumulation error)
+        tol = np.spacing(np.abs(want)).astype(np.float64) + 1e-6 * scale
+    else:
+        tol = (1e-12 if got.dtype == np.float64 else 1e-5) * scale + 1e-30
+    same_nan = np.isnan(got) == np.isnan(want)
+    ok = bool(np.all(same_nan & ((err <= tol) | np.isnan(want) | (got == want))))
+    return float(np.nanmax(err, initial=0.0)), ok
+
+
+# -- realistic inputs for the tour and the benchmarks ----------------------
+def _lengths(rng, B, max_len):
+    return rng.integers(0, max_len + 1, size=B)
+
+
+def _offsets(lengths, dtype=np.int64):
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(dtype)
+
+
+_SIZES = {"small": dict(B=24, L=6, D=5, N=100), "large": dict(B=4096, L=64, D=128, N=26 * 4096)}
+
+
+@example(complete_cumsum)
+def _(rng, size):
+    N = _SIZES[size]["N"]
+    return Example(dict(lengths=_lengths(rng, N, 64).astype(np.int32)), f"[{N}] int32")
+
+
+@example(exclusive_cumsum)
+def _(rng, size):
+    N = _SIZES[size]["N"]
+    return Example(dict(lengths=_lengths(rng, N, 64)), f"[{N}] int64")
+
+
+@example(inclusive_cumsum)
+def _(rng, size):
+    N = _SIZES[size]["N"]
+    return Example(dict(lengths=_lengths(rng, N, 64)), f"[{N}] int64")
+
+
+@example(offsets_range)
+def _(rng, size):
+    s = _SIZES[size]
+    offs = _offsets(_lengths(rng, s["B"] * 26, s["L"] // 2))
+    return Example(dict(offsets=offs[:-1], range_size=int(offs[-1])), f"{len(offs) - 1} segments, {offs[-1]} elements")
+
+
+@example(segment_sum_csr)
+def _(rng, size):
+    s = _SIZES[size]
+    bs = s["B"]
+    csr = _offsets(_lengths(rng, 26, 8))
+    vals = rng.standard_normal(int(csr[-1]) * bs).astype(np.float32)
+    return Example(dict(batch_size=bs, csr_seg=csr, values=vals), f"26 runs, {vals.size} float32")
+
+
+@example(segment_sum_csr_backward)
+def _(rng, size):
+    s = _SIZES[size]
+    bs = s["B"]
+    csr = _offsets(_lengths(rng, 26, 8))
+    grad = rng.standard_normal(26).astype(np.float32)
+    return Example(
+        dict(batch_size=bs, csr_seg=csr, grad_output=grad, num_values=int(csr[-1]) * bs),
+        f"26 runs -> {int(csr[-1]) * bs}",
+    )
+
+
+def _jagged_2d(rng, size, dtype=np.float32):
+    s = _SIZES[size]
+    offs = _offsets(_lengths(rng, s["B"], s["L"]))
+    vals = rng.standard_normal((int(offs[-1]), s["D"])).astype(dtype)
+    return s, vals, offs
+
+
+@example(jagged_to_padded_dense)
+def _(rng, size):
+    s, vals, offs = _jagged_2d(rng, size)
+    return Example(
+        dict(values=vals, offsets=[offs], max_lengths=[s["L"]], padding_value=0.0),
+        f"B={s['B']}, L<={s['L']}, D={s['D']} float32",
+    )
+
+
+@example(jagged_1d_to_dense)
+def _(rng, size):
+    s = _SIZES[size]
+    offs = _offsets(_lengths(rng, s["B"] * 8, s["L"]))
+    ids = rng.integers(0, 10**6, size=int(offs[-1]))
+    return Example(
+        dict(values=ids, offsets=offs, max_sequence_length=s["L"] // 2, padding_value=-1), f"B={s['B'] * 8} int64 ids"
+    )
+
+
+@example(jagged_2d_to_dense)
+def _(rng, size):
+    s, vals, offs = _jagged_2d(rng, size, np.float16)
+    return Example(dict(values=vals, offsets=offs, max_sequence_length=s["L"]), f"B={s['B']}, D={s['D']} float16")
+
+
+@example(dense_to_jagged)
+def _(rng, size):
+    s = _SIZES[size]
+    offs = _offsets(_lengths(rng, s["B"], s["L"]))
+    dense = rng.standard_normal((s["B"], s["L"], s["D"])).astype(np.float32)
+    return Example(dict(dense=dense, offsets=[offs]), f"B={s['B']}, L<={s['L']}, D={s['D']} float32")

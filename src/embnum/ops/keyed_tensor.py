@@ -1,0 +1,441 @@
+"""Declarations of the keyed_tensor family (``shared/spec/keyed_tensor.md``).
+
+Pooled-embedding permutes: a full permutation of the column groups of one
+``[B, D]`` array (``permute_pooled_embs``), and regrouping the column groups
+of several KeyedTensors into new ones, keys used any number of times
+(``kt_regroup_arguments``, ``permute_multi_embedding`` and its backward,
+``regroup_keyed_tensor``). Every index argument is checked here, on the host,
+before any kernel runs.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _validate as v
+from .._backend import is_cupy
+from .._registry import Example, Out, Plan, check, example, op
+
+# permutes columns
+IN_TENSOR, OUT_TENSOR, IN_OFFSET, OUT_OFFSET, LENGTH, NEXT = range(6)
+_COLUMNS = ("in_tensor", "out_tensor", "in_offset", "out_offset", "length", "next")
+
+
+def host(a) -> np.ndarray:
+    """A small index array as a host int64 NumPy array (a copy from the device for CuPy)."""
+    return np.asarray(a.get() if is_cupy(a) else a, dtype=np.int64)
+
+
+# -- shared checks ---------------------------------------------------------
+def _float_list(name, arrays):
+    """Non-empty list of 2-D float16/32/64 arrays of one dtype and one B; returns (list, B, dtype)."""
+    arrays = v.array_list(name, arrays, min_len=1)
+    for i, a in enumerate(arrays):
+        v.array(f"{name}[{i}]", a, ndim=2, dtypes=v.FLOAT_DTYPES)
+    dtype, B = arrays[0].dtype, arrays[0].shape[0]
+    for i, a in enumerate(arrays[1:], 1):
+        if a.dtype != dtype:
+            raise TypeError(f"{name}[{i}] has dtype {a.dtype} but {name}[0] has {dtype}: one dtype per call")
+        if a.shape[0] != B:
+            raise ValueError(f"{name}[{i}] has {a.shape[0]} rows but {name}[0] has {B}: one B per call")
+    return arrays, B, dtype
+
+
+def _shapes(name, shapes, want, want_name):
+    """``shapes``: 1-D int32/int64 array equal to the list ``want``."""
+    v.index_array(name, shapes)
+    got = host(shapes).tolist()
+    if len(got) != len(want):
+        raise ValueError(f"{name} must have {len(want)} entries ({want_name}), got {len(got)}")
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            raise ValueError(f"{name}[{k}] = {g} but {want_name} gives {w}")
+
+
+_VALID: dict = {}  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
+_MAX_VALID = 256
+
+
+def _rows(permutes, in_widths, out_widths, in_name, out_name):
+    """Validate the ``[P, 6]`` permutes against the input and output widths (the same
+    rules for the forward and the backward); return it as host int64."""
+    v.index_array("permutes", permutes, ndim=2)
+    if permutes.shape[1] != 6:
+        raise ValueError(f"permutes must have shape [P, 6], got {tuple(permutes.shape)}")
+    rows = host(permutes)
+    key = (rows.tobytes(), tuple(in_widths), tuple(out_widths))
+    if key in _VALID:
+        return rows
+    _check_rows(rows, in_widths, out_widths, in_name, out_name)
+    if len(_VALID) >= _MAX_VALID:
+        _VALID.pop(next(iter(_VALID)))
+    _VALID[key] = True
+    return rows
+
+
+def _check_rows(rows, in_widths, out_widths, in_name, out_name):
+    P = rows.shape[0]
+    if P == 0:
+        return rows
+    _in_range(rows, IN_TENSOR, 0, len(in_widths), in_name)
+    _in_range(rows, OUT_TENSOR, 0, len(out_widths), out_name)
+    _in_range(rows, LENGTH, 0, None, None)
+    _in_range(rows, NEXT, -P, P, None)
+    for side, t_col, o_col, widths in (
+        ("in", IN_TENSOR, IN_OFFSET, in_widths),
+        ("out", OUT_TENSOR, OUT_OFFSET, out_widths),
+    ):
+        _in_range(rows, o_col, 0, None, None)
+        limit = np.asarray(widths, dtype=np.int64)[rows[:, t_col]]
+        bad = rows[:, o_col] + rows[:, LENGTH] > limit
+        if bad.any():
+            r = int(np.argmax(bad))
+            raise ValueError(
+                f"permutes[{r}]: {_COLUMNS[o_col]} + length = {rows[r, o_col]} + {rows[r, LENGTH]} "
+                f"exceeds the width {limit[r]} of {side}put {rows[r, t_col]}"
+            )
+    _no_overlap(rows, OUT_TENSOR, OUT_OFFSET, "output")
+
+
+def _in_range(rows, col, lo, hi, what):
+    x = rows[:, col]
+    bad = (x < lo) | ((x >= hi) if hi is not None else False)
+    if bad.any():
+        r = int(np.argmax(bad))
+        want = f">= {lo}" if hi is None else f"in [{lo}, {hi})" + (f" (len({what}))" if what else "")
+        raise ValueError(f"permutes[{r}, {col}] ({_COLUMNS[col]}) = {x[r]} must be {want}")
+
+
+def _no_overlap(rows, t_col, o_col, what):
+    """No two rows with length > 0 write overlapping columns of one output."""
+    live = np.flatnonzero(rows[:, LENGTH] > 0)
+    if live.size < 2:
+        return
+    order = live[np.lexsort((rows[live, o_col], rows[live, t_col]))]
+    t, start, end = rows[order, t_col], rows[order, o_col], rows[order, o_col] + rows[order, LENGTH]
+    clash = (t[1:] == t[:-1]) & (start[1:] < end[:-1])
+    if clash.any():
+        k = int(np.argmax(clash))
+        a, b = sorted((int(order[k]), int(order[k + 1])))
+        raise ValueError(f"permutes rows {a} and {b} write overlapping columns of {what} {t[k]}")
+
+
+# -- 1. permute_pooled_embs ------------------------------------------------
+def _cumsum_list(name, offs, D=None):
+    v.index_array(name, offs)
+    o = host(offs)
+    if o.shape[0] < 1:
+        raise ValueError(f"{name} must have at least 1 entry, got 0")
+    if o[0] != 0:
+        raise ValueError(f"{name}[0] must be 0, got {o[0]}")
+    drop = np.flatnonzero(o[1:] < o[:-1])
+    if drop.size:
+        i = int(drop[0]) + 1
+        raise ValueError(f"{name} must be non-decreasing, but {name}[{i}] = {o[i]} < {name}[{i - 1}] = {o[i - 1]}")
+    if D is not None and o[-1] != D:
+        raise ValueError(f"{name}[-1] must equal pooled_embs.shape[1] = {D}, got {o[-1]}")
+    return o
+
+
+@op("keyed_tensor", differentiable=("pooled_embs",))
+def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list):
+    """Permute the ``T`` column groups of ``pooled_embs [B, D]``: output group ``t`` is input group
+    ``permute_list[t]``, placed at column ``inv_offset_dim_list[t]``.
+
+    pooled_embs: exactly 2-D, float16/32/64 or int32/64. The four lists: 1-D int32/int64,
+    ``offset_dim_list [T+1]`` the cumsum of the group widths (ending at ``D``),
+    ``permute_list [T]`` a permutation, ``inv_permute_list [T]`` its inverse,
+    ``inv_offset_dim_list [T+1]`` the cumsum of the permuted widths. All four are validated.
+    Output ``[B, D]``, dtype of ``pooled_embs`` (exact copies).
+    """
+    v.array("pooled_embs", pooled_embs, ndim=2, dtypes=v.VALUE_DTYPES)
+    D = pooled_embs.shape[1]
+    offs = _cumsum_list("offset_dim_list", offset_dim_list, D)
+    T = offs.shape[0] - 1
+    v.index_array("permute_list", permute_list)
+    perm = host(permute_list)
+    if perm.shape[0] != T:
+        raise ValueError(f"permute_list must have len(offset_dim_list) - 1 = {T} entries, got {perm.shape[0]}")
+    bad = np.flatnonzero((perm < 0) | (perm >= T))
+    if bad.size:
+        raise ValueError(f"permute_list[{bad[0]}] = {perm[bad[0]]} is not in [0, {T})")
+    seen = np.full(T, -1, dtype=np.int64)
+    for t, p in enumerate(perm.tolist()):
+        if seen[p] >= 0:
+            raise ValueError(f"permute_list[{t}] = {p} repeats permute_list[{seen[p]}]: it must be a permutation")
+        seen[p] = t
+    v.index_array("inv_permute_list", inv_permute_list)
+    inv = host(inv_permute_list)
+    if inv.shape[0] != T:
+        raise ValueError(f"inv_permute_list must have {T} entries, got {inv.shape[0]}")
+    wrong = np.flatnonzero(inv != seen)
+    if wrong.size:
+        p = int(wrong[0])
+        raise ValueError(f"inv_permute_list[{p}] = {inv[p]} but permute_list[{seen[p]}] = {p}: not the inverse")
+    inv_offs = _cumsum_list("inv_offset_dim_list", inv_offset_dim_list)
+    want = np.concatenate([[0], np.cumsum(np.diff(offs)[perm])]).astype(np.int64)
+    if inv_offs.shape[0] != T + 1:
+        raise ValueError(f"inv_offset_dim_list must have {T + 1} entries, got {inv_offs.shape[0]}")
+    wrong = np.flatnonzero(inv_offs != want)
+    if wrong.size:
+        k = int(wrong[0])
+        raise ValueError(f"inv_offset_dim_list[{k}] = {inv_offs[k]} but the permuted widths give {want[k]}")
+    return Plan(
+        dict(
+            pooled_embs=pooled_embs,
+            offset_dim_list=offset_dim_list,
+            permute_list=permute_list,
+            inv_offset_dim_list=inv_offset_dim_list,
+            inv_permute_list=inv_permute_list,
+        ),
+        Out(pooled_embs.shape, pooled_embs.dtype),
+    )
+
+
+# -- 2. kt_regroup_arguments -----------------------------------------------
+def _str_lists(name, x):
+    if not isinstance(x, (list, tuple)):
+        raise TypeError(f"{name} must be a list of lists of str, got {type(x).__name__}")
+    for i, inner in enumerate(x):
+        if not isinstance(inner, (list, tuple)):
+            raise TypeError(f"{name}[{i}] must be a list of str, got {type(inner).__name__}")
+        for j, k in enumerate(inner):
+            if not isinstance(k, str):
+                raise TypeError(f"{name}[{i}][{j}] must be a str, got {k!r}")
+    return [list(inner) for inner in x]
+
+
+def regroup_keys(keys, lengths, groups):
+    """Validate ``keys``/``lengths``/``groups``; return them normalised (lists of lists, ints)."""
+    keys = _str_lists("keys", keys)
+    groups = _str_lists("groups", groups)
+    if not isinstance(lengths, (list, tuple)):
+        raise TypeError(f"lengths must be a list of lists of ints, got {type(lengths).__name__}")
+    if len(lengths) != len(keys):
+        raise ValueError(f"lengths must have len(keys) = {len(keys)} lists, got {len(lengths)}")
+    norm, where = [], {}
+    for i, (ks, ls) in enumerate(zip(keys, lengths)):
+        if not isinstance(ls, (list, tuple)):
+            raise TypeError(f"lengths[{i}] must be a list of ints, got {type(ls).__name__}")
+        if len(ls) != len(ks):
+            raise ValueError(f"lengths[{i}] must have len(keys[{i}]) = {len(ks)} entries, got {len(ls)}")
+        row = []
+        for j, n in enumerate(ls):
+            if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
+                raise TypeError(f"lengths[{i}][{j}] must be an int, got {n!r}")
+            if n < 0:
+                raise ValueError(f"lengths[{i}][{j}] = {n} must be >= 0")
+            row.append(int(n))
+            k = ks[j]
+            if k in where:
+                raise ValueError(f"key {k!r} appears twice in keys: keys{list(where[k])} and keys[{i}][{j}]")
+            where[k] = (i, j)
+        if sum(row) > v.INT32_MAX:
+            raise ValueError(f"input {i} is {sum(row)} columns wide, above 2**31 - 1")
+        norm.append(row)
+    for j, g in enumerate(groups):
+        for m, k in enumerate(g):
+            if k not in where:
+                raise ValueError(f"groups[{j}][{m}] = {k!r} is not a key of any input")
+        width = sum(norm[where[k][0]][where[k][1]] for k in g)
+        if width > v.INT32_MAX:
+            raise ValueError(f"output {j} is {width} columns wide, above 2**31 - 1")
+    return keys, norm, groups
+
+
+@op("keyed_tensor", takes_out=False)
+def kt_regroup_arguments(embs, keys, lengths, groups):
+    """Build ``(permutes, in_shapes, out_shapes, out_lengths)`` for :func:`permute_multi_embedding`.
+
+    embs: a NumPy/CuPy array or None; only its kind matters (the three arrays come back as
+    NumPy for NumPy/None, CuPy for CuPy). keys: ``n_in`` lists of str; lengths: the widths,
+    same nesting; groups: ``n_out`` lists of str. Returns int32 ``permutes [P, 6]`` (one row
+    ``(in_tensor, out_tensor, in_offset, out_offset, length, next)`` per entry of the
+    flattened groups), int32 ``in_shapes [n_in]``, int32 ``out_shapes [n_out]`` and the
+    Python list ``out_lengths``. ``next`` links the rows of a key used several times
+    (spec section 2).
+    """
+    if embs is not None:
+        v.array("embs", embs)
+    keys, lengths, groups = regroup_keys(keys, lengths, groups)
+    return Plan(dict(embs=embs, keys=keys, lengths=lengths, groups=groups), None)
+
+
+# -- 3. permute_multi_embedding --------------------------------------------
+@op("keyed_tensor", differentiable=("pooled_embs",))
+def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_lengths):
+    """Copy column slices of several ``[B, D_i]`` arrays into several ``[B, E_j]`` outputs.
+
+    pooled_embs: non-empty list of 2-D float16/32/64 arrays, one dtype, one ``B``.
+    permutes: int32/int64 ``[P, 6]``: for each row ``(i, j, a, c, n, next)``,
+    ``out[j][:, c:c+n] = pooled_embs[i][:, a:a+n]``. in_shapes/out_shapes: int32/int64
+    ``[n_in]``/``[n_out]`` equal to the input widths / ``out_lengths``. out_lengths:
+    ints ``>= 0``. Returns ``n_out`` arrays ``[B, out_lengths[j]]``; columns no row covers
+    are 0. Every row is validated (ranges, widths, no overlapping writes).
+    """
+    pooled_embs, B, dtype = _float_list("pooled_embs", pooled_embs)
+    in_widths = [int(a.shape[1]) for a in pooled_embs]
+    _shapes("in_shapes", in_shapes, in_widths, "the widths of pooled_embs")
+    out_lengths = v.int_list("out_lengths", out_lengths)
+    _shapes("out_shapes", out_shapes, out_lengths, "out_lengths")
+    _rows(permutes, in_widths, out_lengths, "pooled_embs", "out_lengths")
+    return Plan(
+        dict(
+            pooled_embs=pooled_embs,
+            permutes=permutes,
+            in_shapes=in_shapes,
+            out_shapes=out_shapes,
+            out_lengths=out_lengths,
+        ),
+        [Out((B, w), dtype) for w in out_lengths],
+    )
+
+
+@op("keyed_tensor")
+def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shapes, in_lengths):
+    """Adjoint of :func:`permute_multi_embedding`: ``n_in`` arrays ``[B, in_lengths[i]]``.
+
+    Starting from zeros, for each row ``(i, j, a, c, n, next)`` in ascending row order,
+    ``grad[i][:, a:a+n] += grad_outputs[j][:, c:c+n]`` rounded to the dtype after every
+    addition (float16 included). Duplicated keys are summed in row order; columns no
+    row covers (unused keys) are 0. ``next`` is range-checked, never followed.
+    grad_outputs: non-empty list of ``[B, out_shapes[j]]`` float16/32/64 arrays;
+    in_lengths: ints, equal to ``in_shapes``.
+    """
+    grad_outputs, B, dtype = _float_list("grad_outputs", grad_outputs)
+    out_widths = [int(g.shape[1]) for g in grad_outputs]
+    _shapes("out_shapes", out_shapes, out_widths, "the widths of grad_outputs")
+    in_lengths = v.int_list("in_lengths", in_lengths)
+    _shapes("in_shapes", in_shapes, in_lengths, "in_lengths")
+    _rows(permutes, in_lengths, out_widths, "in_lengths", "grad_outputs")
+    return Plan(
+        dict(
+            grad_outputs=grad_outputs,
+            permutes=permutes,
+            in_shapes=in_shapes,
+            out_shapes=out_shapes,
+            in_lengths=in_lengths,
+        ),
+        [Out((B, w), dtype) for w in in_lengths],
+    )
+
+
+# -- 4. regroup_keyed_tensor -----------------------------------------------
+@op("keyed_tensor", differentiable=("pooled_embs",))
+def regroup_keyed_tensor(pooled_embs, keys, lengths, groups):
+    """``permute_multi_embedding(pooled_embs, *kt_regroup_arguments(pooled_embs[0], keys, lengths, groups))``.
+
+    pooled_embs: ``len(keys)`` 2-D float16/32/64 arrays, ``pooled_embs[i].shape[1] ==
+    sum(lengths[i])``. Returns one ``[B, width]`` array per group.
+    """
+    pooled_embs, B, dtype = _float_list("pooled_embs", pooled_embs)
+    keys, lengths, groups = regroup_keys(keys, lengths, groups)
+    if len(pooled_embs) != len(keys):
+        raise ValueError(f"pooled_embs must hold len(keys) = {len(keys)} arrays, got {len(pooled_embs)}")
+    for i, (a, ls) in enumerate(zip(pooled_embs, lengths)):
+        if a.shape[1] != sum(ls):
+            raise ValueError(f"pooled_embs[{i}] has {a.shape[1]} columns but sum(lengths[{i}]) = {sum(ls)}")
+    width = {k: n for ks, ls in zip(keys, lengths) for k, n in zip(ks, ls)}
+    return Plan(
+        dict(pooled_embs=pooled_embs, keys=keys, lengths=lengths, groups=groups),
+        [Out((B, sum(width[k] for k in g)), dtype) for g in groups],
+    )
+
+
+# -- oracle comparison for the backward --------------------------------------
+@check(permute_multi_embedding_backward)
+def _same_or_both_nan(got, want, args):
+    """Bit-identical, except that NaNs match any NaN (payloads of NaN sums are not specified)."""
+    if len(got) != len(want):
+        return float("inf"), False
+    err, ok = 0.0, True
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return float("inf"), False
+        nan = np.isnan(g) & np.isnan(w)
+        ok &= bool(np.all(nan | (g.view(f"u{g.itemsize}") == w.view(f"u{w.itemsize}"))))
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.abs(g.astype(np.float64) - w.astype(np.float64))
+        d = d[np.isfinite(d)]
+        err = max(err, float(d.max()) if d.size else 0.0)
+    return err, ok
+
+
+# -- realistic inputs for the tour and the benchmarks ----------------------
+CLASSIC_KEYS = [["f1", "f2"], ["f3", "f4", "f5"], ["f6"]]
+CLASSIC_LENGTHS = [[96, 256], [512, 128, 768], [1024]]
+CLASSIC_GROUPS = [["f1", "f3"], ["f2"], ["f4", "f1", "f6"], ["f1", "f5"]]
+_SMALL_LENGTHS = [[3, 4], [5, 6, 7], [8]]
+
+
+def classic_case(rng, B, *, small=False, dtype=np.float32):
+    """The classic TorchRec case (spec section 5): ``(pooled_embs, keys, lengths, groups)``."""
+    lengths = _SMALL_LENGTHS if small else CLASSIC_LENGTHS
+    embs = [rng.standard_normal((B, sum(ls))).astype(dtype) for ls in lengths]
+    return embs, CLASSIC_KEYS, lengths, CLASSIC_GROUPS
+
+
+def _B(size):
+    return 6 if size == "small" else 2048
+
+
+@example(permute_pooled_embs)
+def _(rng, size):
+    B = _B(size)
+    dims = rng.integers(1, 9 if size == "small" else 257, size=8)
+    perm = rng.permutation(8)
+    offs = np.concatenate([[0], np.cumsum(dims)])
+    inv_offs = np.concatenate([[0], np.cumsum(dims[perm])])
+    x = rng.standard_normal((B, int(offs[-1]))).astype(np.float32)
+    return Example(
+        dict(
+            pooled_embs=x,
+            offset_dim_list=offs,
+            permute_list=perm,
+            inv_offset_dim_list=inv_offs,
+            inv_permute_list=np.argsort(perm),
+        ),
+        f"B={B}, 8 groups, D={int(offs[-1])} float32",
+    )
+
+
+@example(kt_regroup_arguments)
+def _(rng, size):
+    return Example(
+        dict(embs=None, keys=CLASSIC_KEYS, lengths=CLASSIC_LENGTHS, groups=CLASSIC_GROUPS), "classic case, 8 rows"
+    )
+
+
+def _classic_args(rng, size):
+    embs, keys, lengths, groups = classic_case(rng, _B(size), small=size == "small")
+    return embs, kt_regroup_arguments(None, keys, lengths, groups), (keys, lengths, groups)
+
+
+@example(permute_multi_embedding)
+def _(rng, size):
+    embs, (perm, ins, outs, out_lengths), _ = _classic_args(rng, size)
+    return Example(
+        dict(pooled_embs=embs, permutes=perm, in_shapes=ins, out_shapes=outs, out_lengths=out_lengths),
+        f"classic case, B={_B(size)} float32",
+    )
+
+
+@example(permute_multi_embedding_backward)
+def _(rng, size):
+    embs, (perm, ins, outs, out_lengths), _ = _classic_args(rng, size)
+    grads = [rng.standard_normal((_B(size), w)).astype(np.float32) for w in out_lengths]
+    return Example(
+        dict(grad_outputs=grads, permutes=perm, in_shapes=ins, out_shapes=outs, in_lengths=ins.tolist()),
+        f"classic case, B={_B(size)} float32",
+    )
+
+
+@example(regroup_keyed_tensor)
+def _(rng, size):
+    embs, _, (keys, lengths, groups) = _classic_args(rng, size)
+    return Example(
+        dict(pooled_embs=embs, keys=keys, lengths=lengths, groups=groups), f"classic case, B={_B(size)} float32"
+    )

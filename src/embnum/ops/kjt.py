@@ -1,0 +1,526 @@
+"""Declarations of the KeyedJaggedTensor family (``shared/spec/kjt.md``).
+
+Sparse-feature ops that move ids between keys and between ranks before a
+sharded embedding lookup. Each function validates its arguments and returns
+a :class:`Plan`; the implementations live in ``embnum.{ref,cpu,cuda}.kjt``.
+Every output is a new C-contiguous array; optional outputs that were not
+requested are ``None`` slots of the result tuple.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _validate as v
+from .._registry import Example, Out, Plan, example, op
+
+W_DTYPES = v.FLOAT_DTYPES
+
+
+# -- shared checks ---------------------------------------------------------
+def _host(a):
+    return a.get() if v.xp_of(a) is not np else a
+
+
+def _nonneg(name, a):
+    """``a >= 0`` everywhere (ValueError naming the first negative entry)."""
+    if a.size and int(a.min()) < 0:
+        flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()
+        i = int(v.xp_of(a).argmax(flat < 0))
+        raise ValueError(f"{name} must be >= 0, but entry {i} is {int(flat[i])}")
+
+
+def _lengths(name, a, ndim=1):
+    v.index_array(name, a, ndim=ndim)
+    _nonneg(name, a)
+    return int(a.sum(dtype=np.int64)) if a.size else 0
+
+
+def _values(name, a, n):
+    v.array(name, a, ndim=1, dtypes=v.VALUE_DTYPES)
+    if a.shape[0] != n:
+        raise ValueError(f"len({name}) = {a.shape[0]} must equal the sum of the lengths = {n}")
+    return a
+
+
+def _weights(w, n, name="weights"):
+    if w is None:
+        return None
+    v.array(name, w, ndim=1, dtypes=W_DTYPES)
+    if w.shape[0] != n:
+        raise ValueError(f"len({name}) = {w.shape[0]} must equal the number of values {n}")
+    return w
+
+
+def _in_range(name, a, n):
+    """Entries of the 1-D index array ``a`` lie in ``[0, n)`` (IndexError otherwise)."""
+    v.index_array(name, a)
+    if a.size:
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi >= n:
+            xp = v.xp_of(a)
+            i = int(xp.argmax((a < 0) | (a >= n)))
+            raise IndexError(f"{name}[{i}] = {int(a[i])} is out of range [0, {n})")
+    return a
+
+
+def _hint(name, hint, actual):
+    if hint is None:
+        return
+    hint = _int(name, hint)
+    if hint != actual:
+        raise ValueError(f"{name} = {hint} does not match the actual total {actual}")
+
+
+def _int(name, x):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {x!r}")
+    return int(x)
+
+
+def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_sizes):
+    """Common part of the two permutes: ``seg_sizes`` are the int64 segment sizes."""
+    n_seg = seg_sizes.shape[0]
+    _in_range("permute", permute, n_seg)
+    M = int(seg_sizes[permute].sum()) if permute.size else 0
+    _hint("permuted_lengths_sum", permuted_lengths_sum, M)
+    w = weights
+    shape = (permute.shape[0],) + tuple(lengths.shape[1:])
+    outs = (Out(shape, lengths.dtype), Out((M,), values.dtype), None if w is None else Out((M,), w.dtype))
+    return Plan(dict(permute=permute, lengths=lengths, values=values, weights=w, total=M), outs)
+
+
+# -- 1. permute_2d_sparse_data ------------------------------------------------
+@op("kjt", differentiable=("values", "weights"))
+def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_lengths_sum=None):
+    """Reorder, repeat or drop the keys of a fixed-batch KJT.
+
+    permute ``[T_out]`` int32/int64 in ``[0, T)``; lengths ``[T, B]`` int32/int64
+    ``>= 0``; values ``[N]`` (int32/int64/float16/32/64), ``N = lengths.sum()``;
+    weights ``None`` or ``[N]`` float16/32/64. Returns ``(lengths[permute]
+    [T_out, B], values of keys permute[0], permute[1], ... [M], weights likewise
+    or None)``. ``permuted_lengths_sum`` (optional) must equal ``M``.
+    """
+    N = _lengths("lengths", lengths, ndim=2)
+    _values("values", values, N)
+    _weights(weights, N)
+    v.index_array("permute", permute)
+    sizes = lengths.sum(axis=1, dtype=np.int64)
+    return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, sizes)
+
+
+# -- 2. permute_1d_sparse_data ------------------------------------------------
+@op("kjt", differentiable=("values", "weights"))
+def permute_1d_sparse_data(permute, lengths, values, weights=None, permuted_lengths_sum=None):
+    """The gather of :func:`permute_2d_sparse_data` on a flat list of ``S`` segments.
+
+    permute ``[S_out]`` in ``[0, S)``; lengths ``[S]``; values/weights ``[N]``.
+    Returns ``(lengths[permute] [S_out], segments permute[0], ... [M], weights or None)``.
+    """
+    N = _lengths("lengths", lengths)
+    _values("values", values, N)
+    _weights(weights, N)
+    v.index_array("permute", permute)
+    return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, lengths.astype(np.int64))
+
+
+# -- 3. block_bucketize_sparse_features ----------------------------------------
+def _per_key(name, a, T):
+    if a is None:
+        return None
+    v.index_array(name, a)
+    if a.shape[0] != T:
+        raise ValueError(f"{name} must have len(block_sizes) = {T} entries, got {a.shape[0]}")
+    return np.asarray(_host(a), dtype=np.int64)
+
+
+def _boundaries(pos, T, my_size, imax):
+    if pos is None or (isinstance(pos, (list, tuple)) and len(pos) == 0):
+        return None
+    if not isinstance(pos, (list, tuple)):
+        raise ValueError(f"block_bucketize_pos must be a list of {T} arrays, got {type(pos).__name__}")
+    if len(pos) != T:
+        raise ValueError(f"block_bucketize_pos must hold len(block_sizes) = {T} arrays, got {len(pos)}")
+    flat = np.empty((T, my_size + 1), dtype=np.int64)
+    for t, p in enumerate(pos):
+        name = f"block_bucketize_pos[{t}]"
+        v.index_array(name, p)
+        if p.shape[0] != my_size + 1:
+            raise ValueError(f"{name} must have my_size + 1 = {my_size + 1} entries, got {p.shape[0]}")
+        h = np.asarray(_host(p), dtype=np.int64)
+        if h[0] != 0:
+            raise ValueError(f"{name}[0] must be 0, got {int(h[0])}")
+        if np.any(h[1:] < h[:-1]):
+            i = int(np.argmax(h[1:] < h[:-1])) + 1
+            raise ValueError(f"{name} must be non-decreasing, but {name}[{i}] = {int(h[i])} < {int(h[i - 1])}")
+        if int(h.max()) > imax:
+            raise ValueError(f"{name} has entry {int(h.max())} above the largest index value {imax}")
+        flat[t] = h
+    return flat
+
+
+@op("kjt")
+def block_bucketize_sparse_features(
+    lengths,
+    indices,
+    bucketize_pos,
+    sequence,
+    block_sizes,
+    my_size,
+    weights=None,
+    batch_size_per_feature=None,
+    max_B=-1,
+    block_bucketize_pos=None,
+    keep_orig_idx=False,
+    total_num_blocks=None,
+    keep_orig_idx_per_feature=None,
+):
+    """Split every bag into ``my_size`` buckets (row-wise sharding) and rewrite ids locally.
+
+    lengths ``[N_bags]`` int32/int64 ``>= 0``; indices ``[N]`` int32/int64 (read as
+    unsigned: negative ids go modulo); block_sizes ``[T]`` ``>= 0``; my_size ``>= 1``.
+    Returns ``(new_lengths [my_size * N_bags] (lengths dtype, bucket-major),
+    new_indices [N], new_weights [N] or None, new_pos [N] or None,
+    unbucketize_permute [N] or None)``, ids/pos/permute in the indices dtype.
+    Inside each (bucket, bag) group ids keep their input order on every backend.
+    ``max_B`` is accepted and ignored. See ``shared/spec/kjt.md`` section 3.
+    """
+    N = _lengths("lengths", lengths)
+    v.index_array("indices", indices)
+    if indices.shape[0] != N:
+        raise ValueError(f"len(indices) = {indices.shape[0]} must equal the sum of lengths = {N}")
+    v.index_array("block_sizes", block_sizes)
+    my_size = _int("my_size", my_size)
+    _int("max_B", max_B)
+    if my_size < 1:
+        raise ValueError(f"my_size must be >= 1, got {my_size}")
+    T, n_bags = block_sizes.shape[0], lengths.shape[0]
+    _weights(weights, N)
+    bs = np.asarray(_host(block_sizes), dtype=np.int64)
+    if T and int(bs.min()) < 0:
+        raise ValueError(f"block_sizes must be >= 0, got {int(bs.min())} at {int(np.argmax(bs < 0))}")
+    if T == 0:
+        if n_bags:
+            raise ValueError(f"block_sizes is empty (T = 0) but lengths has {n_bags} entries")
+        batch = np.zeros(0, np.int64)
+    elif batch_size_per_feature is None:
+        if n_bags % T:
+            raise ValueError(f"len(lengths) = {n_bags} is not a multiple of len(block_sizes) = {T}")
+        batch = np.full(T, n_bags // T, np.int64)
+    else:
+        batch = _per_key("batch_size_per_feature", batch_size_per_feature, T)
+        _nonneg("batch_size_per_feature", batch)
+        if int(batch.sum()) != n_bags:
+            raise ValueError(f"batch_size_per_feature sums to {int(batch.sum())}, not len(lengths) = {n_bags}")
+    imax = int(np.iinfo(indices.dtype).max)
+    G = _per_key("total_num_blocks", total_num_blocks, T)
+    if G is None:
+        G = np.full(T, my_size, np.int64)
+    elif T and (int(G.min()) <= 0 or np.any(G % my_size)):
+        t = int(np.argmax((G <= 0) | (G % my_size != 0)))
+        raise ValueError(f"total_num_blocks[{t}] = {int(G[t])} must be a positive multiple of my_size = {my_size}")
+    over = [t for t in range(T) if int(bs[t]) * int(G[t]) > imax]
+    if over:
+        t = over[0]
+        raise ValueError(
+            f"block_sizes[{t}] * blocks = {int(bs[t])} * {int(G[t])} exceeds the largest {indices.dtype} id {imax}"
+        )
+    pos = _boundaries(block_bucketize_pos, T, my_size, imax)
+    if keep_orig_idx_per_feature is not None:
+        v.array("keep_orig_idx_per_feature", keep_orig_idx_per_feature, ndim=1)
+        if keep_orig_idx_per_feature.dtype != np.bool_:
+            raise TypeError(f"keep_orig_idx_per_feature must be bool, got {keep_orig_idx_per_feature.dtype}")
+        if keep_orig_idx_per_feature.shape[0] != T:
+            raise ValueError(
+                f"keep_orig_idx_per_feature must have {T} entries, got {keep_orig_idx_per_feature.shape[0]}"
+            )
+        keep = np.asarray(_host(keep_orig_idx_per_feature), dtype=np.bool_)
+    else:
+        keep = np.full(T, bool(keep_orig_idx), np.bool_)
+    bucketize_pos, sequence = bool(bucketize_pos), bool(sequence)
+    if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
+        raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
+    idx = indices.dtype
+    outs = (
+        Out((my_size * n_bags,), lengths.dtype),
+        Out((N,), idx),
+        None if weights is None else Out((N,), weights.dtype),
+        Out((N,), idx) if bucketize_pos else None,
+        Out((N,), idx) if sequence else None,
+    )
+    args = dict(
+        lengths=lengths,
+        indices=indices,
+        weights=weights,
+        block_sizes=bs,
+        my_size=my_size,
+        batch=batch,
+        total_num_blocks=G,
+        pos=pos,
+        keep=keep,
+        bucketize_pos=bucketize_pos,
+        sequence=sequence,
+    )
+    return Plan(args, outs)
+
+
+# -- 4. keyed_jagged_index_select_dim1 ---------------------------------------------
+@op("kjt", differentiable=("values", "weights"))
+def keyed_jagged_index_select_dim1(
+    values, lengths, offsets, indices, batch_size, weights=None, selected_lengths_sum=None
+):
+    """Select batch rows ``indices`` from every key of a fixed-batch KJT.
+
+    values ``[N]``; lengths ``[T * batch_size]``; offsets ``[T * batch_size + 1]``,
+    the complete cumsum of lengths; indices ``[n]`` in ``[0, batch_size)``.
+    Returns the list ``[values_out [M], lengths_out [T * n]]`` plus
+    ``weights_out [M]`` when weights are given (output bag ``t*n + j`` is input
+    bag ``t*batch_size + indices[j]``).
+    """
+    batch_size = _int("batch_size", batch_size)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    N = _lengths("lengths", lengths)
+    nl = lengths.shape[0]
+    if nl % batch_size:
+        raise ValueError(f"len(lengths) = {nl} is not a multiple of batch_size = {batch_size}")
+    v.index_array("offsets", offsets)
+    if offsets.shape[0] != nl + 1:
+        raise ValueError(f"offsets must have len(lengths) + 1 = {nl + 1} entries, got {offsets.shape[0]}")
+    if int(offsets[0]) != 0 or (nl and bool((offsets[1:].astype(np.int64) - offsets[:-1] != lengths).any())):
+        raise ValueError("offsets must be the complete cumsum of lengths (start at 0, steps equal to lengths)")
+    _values("values", values, N)
+    _weights(weights, N)
+    _in_range("indices", indices, batch_size)
+    T, n = nl // batch_size, indices.shape[0]
+    sel = lengths.reshape(T, batch_size)[:, indices] if T and n else lengths[:0]
+    M = int(sel.sum(dtype=np.int64)) if sel.size else 0
+    _hint("selected_lengths_sum", selected_lengths_sum, M)
+    outs = [Out((M,), values.dtype), Out((T * n,), lengths.dtype)]
+    if weights is not None:
+        outs.append(Out((M,), weights.dtype))
+    args = dict(
+        values=values,
+        lengths=lengths,
+        offsets=offsets,
+        indices=indices,
+        batch_size=batch_size,
+        weights=weights,
+        total=M,
+    )
+    return Plan(args, outs)
+
+
+# -- 5. expand_into_jagged_permute ----------------------------------------------------
+@op("kjt")
+def expand_into_jagged_permute(permute, input_offset, output_offset, output_size):
+    """Turn a permute of ``T`` segments into a permute of their elements.
+
+    permute ``[T]`` in ``[0, T)``; input_offset/output_offset ``[T + 1]``
+    complete cumsums of the segment sizes (output segment ``t`` has the size of
+    input segment ``permute[t]``); output_size ``== output_offset[-1]``. Returns
+    ``[output_size]`` in the dtype of ``input_offset``:
+    ``out[output_offset[t] + i] = input_offset[permute[t]] + i``.
+    """
+    v.index_array("permute", permute)
+    T = permute.shape[0]
+    for name, o in (("input_offset", input_offset), ("output_offset", output_offset)):
+        v.index_array(name, o)
+        if o.shape[0] != T + 1:
+            raise ValueError(f"{name} must have len(permute) + 1 = {T + 1} entries, got {o.shape[0]}")
+        v.offsets(name, o, first_zero=True)
+    output_size = v.size("output_size", output_size)
+    if output_size != int(output_offset[-1]):
+        raise ValueError(f"output_size = {output_size} must equal output_offset[-1] = {int(output_offset[-1])}")
+    _in_range("permute", permute, T)
+    if T:
+        ins = input_offset[1:].astype(np.int64) - input_offset[:-1]
+        outs = output_offset[1:].astype(np.int64) - output_offset[:-1]
+        bad = outs != ins[permute]
+        if bool(bad.any()):
+            t = int(v.xp_of(bad).argmax(bad))
+            raise ValueError(
+                f"output_offset segment {t} has size {int(outs[t])} but input segment permute[{t}] = "
+                f"{int(permute[t])} has size {int(ins[permute[t]])}"
+            )
+    return Plan(
+        dict(permute=permute, input_offset=input_offset, output_offset=output_offset),
+        Out((output_size,), input_offset.dtype),
+    )
+
+
+# -- 6. invert_permute --------------------------------------------------------------
+@op("kjt")
+def invert_permute(permute):
+    """``result[permute[i]] = i``: permute ``[n]`` int32/int64, a permutation of ``0..n-1``;
+    result ``[n]``, same dtype."""
+    v.index_array("permute", permute)
+    n = permute.shape[0]
+    _in_range("permute", permute, n)
+    if n:
+        xp = v.xp_of(permute)
+        seen = xp.bincount(permute.astype(np.int64), minlength=n)
+        if int(seen.max()) > 1:
+            r = int(xp.argmax(seen > 1))
+            raise ValueError(f"permute is not a permutation: {r} appears {int(seen[r])} times")
+    return Plan(dict(permute=permute), Out((n,), permute.dtype))
+
+
+# -- 7. jagged_unique_indices ----------------------------------------------------------
+@op("kjt")
+def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices):
+    """De-duplicate the ids of a KJT per embedding table.
+
+    hash_size_cumsum ``[T + 1]``; hash_size_offsets ``[T + 1]`` (feature ranges of the
+    tables); offsets ``[T * B + 1]`` complete cumsum of bag lengths; indices ``[N]``
+    ``>= 0``. Returns ``(output_lengths [T*B], output_offsets [T*B + 1]`` (offsets
+    dtype), ``unique_indices [K]`` (indices dtype), ``reverse_index [N]`` int64).
+    """
+    for name, a in (
+        ("hash_size_cumsum", hash_size_cumsum),
+        ("hash_size_offsets", hash_size_offsets),
+        ("offsets", offsets),
+    ):
+        v.offsets(name, a, first_zero=True)
+    T = hash_size_cumsum.shape[0] - 1
+    if T < 1:
+        raise ValueError("hash_size_cumsum must have at least 2 entries (T >= 1)")
+    if hash_size_offsets.shape[0] != T + 1:
+        raise ValueError(
+            f"hash_size_offsets must have len(hash_size_cumsum) = {T + 1} entries, got {hash_size_offsets.shape[0]}"
+        )
+    hso = np.asarray(_host(hash_size_offsets), dtype=np.int64)
+    hsc = np.asarray(_host(hash_size_cumsum), dtype=np.int64)
+    if int(hso[-1]) != T:
+        raise ValueError(f"hash_size_offsets[-1] must be T = {T}, got {int(hso[-1])}")
+    nb = offsets.shape[0] - 1
+    if nb % T:
+        raise ValueError(f"len(offsets) - 1 = {nb} is not a multiple of T = {T}")
+    v.index_array("indices", indices)
+    N = indices.shape[0]
+    if int(offsets[-1]) != N:
+        raise ValueError(f"offsets[-1] = {int(offsets[-1])} must equal len(indices) = {N}")
+    tables = [(int(a), int(b)) for a, b in zip(hso[:-1], hso[1:]) if a < b]
+    for a, b in tables:
+        if np.any(hsc[a:b] != hsc[a]):
+            raise ValueError(
+                f"hash_size_cumsum must be equal across the features {a}..{b - 1} of one table, got {hsc[a:b].tolist()}"
+            )
+    _nonneg_ids(indices)
+    B = nb // T
+    offs = np.asarray(_host(offsets), dtype=np.int64)
+    for g, (a, b) in enumerate(tables[:-1]):
+        H = int(hsc[b] - hsc[a])
+        ids = indices[int(offs[a * B]) : int(offs[b * B])]
+        if ids.size and int(ids.max()) >= H:
+            raise IndexError(
+                f"indices of table {g} (features {a}..{b - 1}) must be < its hash size {H}, got {int(ids.max())}"
+            )
+    # the output size: tables own contiguous runs of ids, and their keys do not interleave
+    xp = v.xp_of(indices)
+    K = sum(_distinct(xp, indices[int(offs[a * B]) : int(offs[b * B])]) for a, b in tables)
+    args = dict(tables=tables, B=B, offsets=offsets, indices=indices)
+    outs = (Out((nb,), offsets.dtype), Out((nb + 1,), offsets.dtype), Out((K,), indices.dtype), Out((N,), np.int64))
+    return Plan(args, outs)
+
+
+def _distinct(xp, ids):
+    """Number of distinct entries (a sort: NumPy 2's hashing ``unique`` is several times slower here)."""
+    if ids.shape[0] == 0:
+        return 0
+    s = xp.sort(ids)
+    return 1 + int(xp.count_nonzero(s[1:] != s[:-1]))
+
+
+def _nonneg_ids(indices):
+    if indices.size and int(indices.min()) < 0:
+        i = int(v.xp_of(indices).argmax(indices < 0))
+        raise IndexError(f"indices must be >= 0, but indices[{i}] = {int(indices[i])}")
+
+
+# -- examples (tour, benchmarks) ---------------------------------------------------
+def _kjt(rng, T, B, mean_len, dtype=np.int64, id_range=10_000, lengths_dtype=np.int32):
+    lengths = rng.poisson(mean_len, T * B).astype(lengths_dtype)
+    n = int(lengths.sum())
+    return lengths, rng.integers(0, id_range, n).astype(dtype)
+
+
+def _size(size, small, large):
+    return small if size == "small" else large
+
+
+@example(permute_2d_sparse_data)
+def _(rng, size):
+    T, B = _size(size, (4, 3), (26, 4096))
+    lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
+    w = rng.random(values.shape[0], dtype=np.float32)
+    return Example(
+        dict(permute=rng.permutation(T), lengths=lengths.reshape(T, B), values=values, weights=w),
+        f"T={T} B={B} weights",
+    )
+
+
+@example(permute_1d_sparse_data)
+def _(rng, size):
+    T, B = _size(size, (3, 3), (26, 4096))
+    lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
+    w = rng.random(values.shape[0], dtype=np.float32)
+    return Example(
+        dict(permute=rng.permutation(T * B), lengths=lengths, values=values, weights=w), f"S={T * B} weights"
+    )
+
+
+@example(block_bucketize_sparse_features)
+def _(rng, size):
+    T, B, my_size = _size(size, (3, 4, 3), (26, 4096, 8))
+    lengths, ids = _kjt(rng, T, B, _size(size, 3, 20), id_range=_size(size, 40, 1_200_000))
+    bs = rng.integers(_size(size, 5, 100_000), _size(size, 12, 150_000), T).astype(np.int64)
+    w = rng.random(ids.shape[0], dtype=np.float32)
+    args = dict(
+        lengths=lengths, indices=ids, bucketize_pos=True, sequence=True, block_sizes=bs, my_size=my_size, weights=w
+    )
+    return Example(args, f"T={T} B={B} my_size={my_size} seq")
+
+
+@example(keyed_jagged_index_select_dim1)
+def _(rng, size):
+    T, B = _size(size, (3, 4), (26, 1024))
+    lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    indices = rng.integers(0, B, _size(size, 3, 512))
+    w = rng.random(values.shape[0], dtype=np.float32)
+    args = dict(
+        values=values, lengths=lengths.astype(np.int64), offsets=offsets, indices=indices, batch_size=B, weights=w
+    )
+    return Example(args, f"T={T} B={B} n={indices.shape[0]}")
+
+
+@example(expand_into_jagged_permute)
+def _(rng, size):
+    T = _size(size, 6, 26 * 4096)
+    sizes = rng.poisson(_size(size, 2, 20), T)
+    perm = rng.permutation(T)
+    inp = np.concatenate([[0], np.cumsum(sizes)])
+    outp = np.concatenate([[0], np.cumsum(sizes[perm])])
+    return Example(dict(permute=perm, input_offset=inp, output_offset=outp, output_size=int(outp[-1])), f"T={T}")
+
+
+@example(invert_permute)
+def _(rng, size):
+    n = _size(size, 10, 1_000_000)
+    return Example(dict(permute=rng.permutation(n)), f"n={n}")
+
+
+@example(jagged_unique_indices)
+def _(rng, size):
+    T, B = _size(size, (3, 2), (26, 4096))
+    hs = rng.integers(_size(size, 5, 1000), _size(size, 10, 100_000), T)
+    hsc = np.concatenate([[0], np.cumsum(hs)])
+    lengths = rng.poisson(_size(size, 2, 20), T * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    feat = np.repeat(np.repeat(np.arange(T), B), lengths)
+    ids = (rng.random(feat.shape[0]) * hs[feat]).astype(np.int64)
+    args = dict(hash_size_cumsum=hsc, hash_size_offsets=np.arange(T + 1), offsets=offsets, indices=ids)
+    return Example(args, f"T={T} B={B}")

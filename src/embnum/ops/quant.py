@@ -1,0 +1,341 @@
+"""Declarations of the quant family (``shared/spec/quant.md``): row-wise
+quantization formats and element-wise communication codecs.
+
+Each function below states an op's public signature and validates its
+arguments; the registry turns it into ``embnum.<name>`` and finds the
+implementations in ``embnum.{ref,cpu,cuda}.quant``. Encoders are bit-exact on
+every backend; decoders too, except that a fused multiply-add may move a
+dequantized value by 1 float32 ulp (spec section 1), which the checks allow.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _validate as v
+from .._registry import Example, Out, Plan, check, example, op
+
+F16, F32, U8, U16 = (np.dtype(t) for t in (np.float16, np.float32, np.uint8, np.uint16))
+HALF_OR_FLOAT = (F16, F32)
+BIT_RATES = (2, 4, 8)
+
+
+# -- shared checks ---------------------------------------------------------
+def _rows_input(name, a, *, dtypes, exactly_2d=False):
+    v.array(name, a, dtypes=dtypes)
+    if exactly_2d and a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [rows, columns], got shape {tuple(a.shape)}")
+    if a.ndim < 2:
+        raise ValueError(f"{name} must have at least 2 dims (rows along the last one), got shape {tuple(a.shape)}")
+    return a
+
+
+def _bit_rate(bit_rate):
+    if isinstance(bit_rate, (bool, np.bool_)) or not isinstance(bit_rate, numbers.Integral):
+        raise TypeError(f"bit_rate must be an int (2, 4 or 8), got {bit_rate!r}")
+    if int(bit_rate) not in BIT_RATES:
+        raise ValueError(f"bit_rate must be 2, 4 or 8, got {bit_rate}")
+    return int(bit_rate)
+
+
+def _output_dtype(output_dtype):
+    """'float32'/'float16' (or the NumPy dtypes) -> np.dtype; anything else is a TypeError."""
+    try:
+        dt = np.dtype(output_dtype)
+    except TypeError:
+        dt = None
+    if dt not in HALF_OR_FLOAT:
+        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {output_dtype!r}")
+    return dt
+
+
+def _int_param(name, x):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {x!r}")
+    return int(x)
+
+
+def hfp8_format(ebits, exponent_bias):
+    """Validated ``(ebits, exponent_bias, m)`` of an HFP8 format (spec section 5)."""
+    ebits = _int_param("ebits", ebits)
+    exponent_bias = _int_param("exponent_bias", exponent_bias)
+    if not 1 <= ebits <= 7:
+        raise ValueError(f"ebits must be in 1..7, got {ebits}")
+    m = 7 - ebits
+    lo, hi = 1 - exponent_bias - m, 2**ebits - 1 - exponent_bias
+    if lo < -126 or hi > 127:
+        raise ValueError(
+            f"exponent_bias = {exponent_bias} with ebits = {ebits} gives codes from 2**{lo} to 2**{hi}, "
+            "outside the normal float32 range 2**-126 .. 2**127"
+        )
+    return ebits, exponent_bias, m
+
+
+def hfp8_largest(ebits, exponent_bias):
+    """The largest value an HFP8 format encodes: ``(2 - 2**-m) * 2**(2**ebits - 1 - bias)``."""
+    m = 7 - ebits
+    return (2 - 2.0**-m) * 2.0 ** (2**ebits - 1 - exponent_bias)
+
+
+def hfp8_usual_max_pos(ebits, exponent_bias):
+    """The customary ``max_pos`` (TorchRec, fbgemm tests): the top exponent code left unused."""
+    m = 7 - ebits
+    return (2 - 2.0**-m) * 2.0 ** (2**ebits - 2 - exponent_bias)
+
+
+def _bfloat16_bits(name, a):
+    """A uint16 array, or an ``ml_dtypes.bfloat16`` array read as uint16."""
+    v.array(name, a)
+    if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:
+        return a.view(U16)
+    if a.dtype != U16:
+        raise TypeError(f"{name} must have dtype uint16 (bfloat16 bit patterns) or bfloat16, got {a.dtype}")
+    return a
+
+
+# -- 1. fused 8-bit row-wise ------------------------------------------------
+@op("quant")
+def float_to_fused_8bit_rowwise(input):
+    """Quantize each row (last axis) to 8-bit codes with a float32 scale and bias.
+
+    input: float32 or float16 ``[..., D]``, ``ndim >= 2``, ``D >= 1``, any strides.
+    Output: uint8 ``[..., D + 8]``: D codes, then scale and bias as
+    little-endian float32. Rows holding inf/NaN (unspecified by the spec): every
+    backend gives the same bytes; a NaN scale or bias is stored as
+    ``0x7FC00000`` and a NaN code product gives code 0. ``min``/``max`` are the
+    first minimal/maximal element of the row (so the sign of a zero bias is fbgemm's).
+    """
+    _rows_input("input", input, dtypes=HALF_OR_FLOAT)
+    D = input.shape[-1]
+    if D < 1:
+        raise ValueError(f"input's last dim D must be >= 1, got shape {tuple(input.shape)}")
+    return Plan(dict(input=input), Out((*input.shape[:-1], D + 8), U8))
+
+
+@op("quant")
+def fused_8bit_rowwise_to_float(input, *, output_dtype="float32"):
+    """Dequantize fused 8-bit rows: ``out[c] = fl32(q[c] * scale + bias)`` (float64 arithmetic).
+
+    input: uint8 ``[..., C]``, ``ndim >= 2``, ``C >= 8``. Output ``[..., C - 8]`` in
+    ``output_dtype`` (``"float32"`` or ``"float16"``: the float32 result rounded
+    to nearest-even).
+    """
+    _rows_input("input", input, dtypes=(U8,))
+    C = input.shape[-1]
+    if C < 8:
+        raise ValueError(f"input rows must hold at least 8 bytes (scale and bias), got {C}")
+    dt = _output_dtype(output_dtype)
+    return Plan(dict(input=input, output_dtype=dt), Out((*input.shape[:-1], C - 8), dt))
+
+
+# -- 2. fused N-bit row-wise ------------------------------------------------
+@op("quant")
+def float_to_fused_nbit_rowwise(input, bit_rate):
+    """Quantize each row to ``bit_rate``-bit codes (2, 4 or 8) with a float16 scale and bias.
+
+    input: float32 or float16 ``[R, D]``, ``D`` a positive multiple of
+    ``2 * (8 // bit_rate)``. Output: uint8 ``[R, D // k + 4]`` with
+    ``k = 8 // bit_rate`` codes per byte (the first element in the lowest bits),
+    then scale and bias as little-endian float16.
+    """
+    bit_rate = _bit_rate(bit_rate)
+    _rows_input("input", input, dtypes=HALF_OR_FLOAT, exactly_2d=True)
+    k = 8 // bit_rate
+    D = input.shape[1]
+    if D < 1 or D % (2 * k):
+        raise ValueError(f"input's row width D must be a positive multiple of {2 * k} for bit_rate {bit_rate}, got {D}")
+    return Plan(dict(input=input, bit_rate=bit_rate), Out((input.shape[0], D // k + 4), U8))
+
+
+@op("quant")
+def fused_nbit_rowwise_to_float(input, bit_rate, *, output_dtype="float32"):
+    """Dequantize fused N-bit rows: ``out[c] = fl32(float64(scale) * q[c] + float64(bias))``.
+
+    input: uint8 ``[R, C]``, ``C >= 4``; bit_rate 2, 4 or 8. Output
+    ``[R, (C - 4) * (8 // bit_rate)]`` in ``output_dtype`` (``"float32"``/``"float16"``).
+    """
+    bit_rate = _bit_rate(bit_rate)
+    _rows_input("input", input, dtypes=(U8,), exactly_2d=True)
+    C = input.shape[1]
+    if C < 4:
+        raise ValueError(f"input rows must hold at least 4 bytes (scale and bias), got {C}")
+    dt = _output_dtype(output_dtype)
+    return Plan(
+        dict(input=input, bit_rate=bit_rate, output_dtype=dt), Out((input.shape[0], (C - 4) * (8 // bit_rate)), dt)
+    )
+
+
+# -- 3. bfloat16 --------------------------------------------------------------
+@op("quant")
+def float_to_bfloat16(input):
+    """float32 (any shape) -> bfloat16 bit patterns (uint16, same shape).
+
+    ``(u + 0x8000) >> 16``: nearest, ties away from zero (fbgemm's rounding);
+    NaN stays NaN: ``(u >> 16) | 0x0040``.
+    """
+    v.array("input", input, dtypes=(F32,))
+    return Plan(dict(input=input), Out(input.shape, U16))
+
+
+@op("quant")
+def bfloat16_to_float(input):
+    """bfloat16 bit patterns (uint16, or an ``ml_dtypes.bfloat16`` array) -> float32, exact."""
+    bits = _bfloat16_bits("input", input)
+    return Plan(dict(input=bits), Out(bits.shape, F32))
+
+
+# -- 4. float16 ---------------------------------------------------------------
+@op("quant")
+def float_to_fp16(input, *, saturate=True):
+    """float32 (any shape) -> float16, nearest-even.
+
+    ``saturate=True`` (TorchRec's FP16 codec): clamp to ``[-65504, 65504]`` first,
+    so inf becomes the largest finite value; NaN stays NaN. ``saturate=False``:
+    plain IEEE conversion (overflow gives inf).
+    """
+    v.array("input", input, dtypes=(F32,))
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate must be a bool, got {saturate!r}")
+    return Plan(dict(input=input, saturate=bool(saturate)), Out(input.shape, F16))
+
+
+@op("quant")
+def fp16_to_float(input):
+    """float16 (any shape) -> float32, exact."""
+    v.array("input", input, dtypes=(F16,))
+    return Plan(dict(input=input), Out(input.shape, F32))
+
+
+# -- 5. HFP8 ------------------------------------------------------------------
+@op("quant")
+def float_to_hfp8(input, ebits, exponent_bias, max_pos):
+    """float32 (any shape) -> HFP8 codes (uint8, same shape): 1 sign bit, ``ebits``
+    exponent bits, ``7 - ebits`` mantissa bits, nearest-even; magnitudes (and
+    NaN) saturate to ``max_pos``.
+
+    ``max_pos``: finite, ``> 0`` and at most the format's largest value.
+    """
+    ebits, exponent_bias, _ = hfp8_format(ebits, exponent_bias)
+    v.array("input", input, dtypes=(F32,))
+    if isinstance(max_pos, (bool, np.bool_)) or not isinstance(max_pos, numbers.Real):
+        raise TypeError(f"max_pos must be a real number, got {max_pos!r}")
+    with np.errstate(over="ignore"):
+        mp = np.float32(max_pos)
+    largest = hfp8_largest(ebits, exponent_bias)
+    if not (math.isfinite(mp) and 0 < mp <= largest):
+        raise ValueError(
+            f"max_pos must be finite, > 0 and at most {largest} (the largest value of this format), got {max_pos!r}"
+        )
+    return Plan(dict(input=input, ebits=ebits, exponent_bias=exponent_bias, max_pos=mp), Out(input.shape, U8))
+
+
+@op("quant")
+def hfp8_to_float(input, ebits, exponent_bias):
+    """HFP8 codes (uint8, any shape) -> float32, exact."""
+    ebits, exponent_bias, _ = hfp8_format(ebits, exponent_bias)
+    v.array("input", input, dtypes=(U8,))
+    return Plan(dict(input=input, ebits=ebits, exponent_bias=exponent_bias), Out(input.shape, F32))
+
+
+# -- oracle comparisons -------------------------------------------------------
+def same_or_both_nan(got, want, args, ulps=0) -> tuple[float, bool]:
+    """Equal bytes, except that NaN matches any NaN and floats may differ by ``ulps`` units."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return float("inf"), False
+    if got.dtype.kind != "f" or got.size == 0:
+        return (0.0, True) if got.tobytes() == want.tobytes() else (float("inf"), False)
+    with np.errstate(invalid="ignore", over="ignore"):
+        g, w = got.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(g) & np.isnan(w)
+    same = (got.view(f"u{got.itemsize}") == want.view(f"u{want.itemsize}")) | both_nan
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(both_nan | same, 0.0, np.abs(g - w))
+        close = np.abs(g - w) <= ulps * np.spacing(np.abs(w).astype(got.dtype)).astype(np.float64)
+    finite = err[np.isfinite(err)]
+    return float(finite.max()) if finite.size else 0.0, bool(np.all(same | (close & np.isfinite(g))))
+
+
+for _decoder in (fused_8bit_rowwise_to_float, fused_nbit_rowwise_to_float):
+    check(_decoder)(lambda got, want, args: same_or_both_nan(got, want, args, ulps=1))
+for _codec in (fp16_to_float, float_to_fp16, bfloat16_to_float, hfp8_to_float):
+    check(_codec)(same_or_both_nan)
+
+
+# -- tour / benchmark examples ------------------------------------------------
+_ROWS = {"small": (6, 16), "large": (4096, 128)}
+
+
+def embedding_rows(rng, R, D, dtype=np.float32):
+    """Rows like a trained embedding table: per-row scale varies over decades."""
+    scale = 10.0 ** rng.uniform(-3, 1, size=(R, 1))
+    return (rng.standard_normal((R, D)) * scale).astype(dtype)
+
+
+@example(float_to_fused_8bit_rowwise)
+def _(rng, size):
+    R, D = _ROWS[size]
+    return Example(dict(input=embedding_rows(rng, R, D)), f"[{R}, {D}] float32")
+
+
+@example(fused_8bit_rowwise_to_float)
+def _(rng, size):
+    R, D = _ROWS[size]
+    q = float_to_fused_8bit_rowwise(embedding_rows(rng, R, D), backend="ref")
+    return Example(dict(input=q), f"[{R}, {D + 8}] uint8")
+
+
+@example(float_to_fused_nbit_rowwise)
+def _(rng, size):
+    R, D = _ROWS[size]
+    return Example(dict(input=embedding_rows(rng, R, D), bit_rate=4), f"[{R}, {D}] float32, 4-bit")
+
+
+@example(fused_nbit_rowwise_to_float)
+def _(rng, size):
+    R, D = _ROWS[size]
+    q = float_to_fused_nbit_rowwise(embedding_rows(rng, R, D), 4, backend="ref")
+    return Example(dict(input=q, bit_rate=4), f"[{R}, {q.shape[1]}] uint8, 4-bit")
+
+
+@example(float_to_bfloat16)
+def _(rng, size):
+    R, D = _ROWS[size]
+    return Example(dict(input=embedding_rows(rng, R, D)), f"[{R}, {D}] float32")
+
+
+@example(bfloat16_to_float)
+def _(rng, size):
+    R, D = _ROWS[size]
+    return Example(dict(input=float_to_bfloat16(embedding_rows(rng, R, D), backend="ref")), f"[{R}, {D}] bfloat16 bits")
+
+
+@example(float_to_fp16)
+def _(rng, size):
+    R, D = _ROWS[size]
+    return Example(dict(input=embedding_rows(rng, R, D)), f"[{R}, {D}] float32")
+
+
+@example(fp16_to_float)
+def _(rng, size):
+    R, D = _ROWS[size]
+    return Example(dict(input=embedding_rows(rng, R, D, np.float16)), f"[{R}, {D}] float16")
+
+
+_HFP8 = dict(ebits=4, exponent_bias=7, max_pos=480.0)
+
+
+@example(float_to_hfp8)
+def _(rng, size):
+    R, D = _ROWS[size]
+    return Example(dict(input=embedding_rows(rng, R, D), **_HFP8), f"[{R}, {D}] float32, e4 bias 7")
+
+
+@example(hfp8_to_float)
+def _(rng, size):
+    R, D = _ROWS[size]
+    codes = rng.integers(0, 256, size=(R, D)).astype(np.uint8)
+    return Example(dict(input=codes, ebits=4, exponent_bias=7), f"[{R}, {D}] uint8, e4 bias 7")

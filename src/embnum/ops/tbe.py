@@ -1,0 +1,555 @@
+"""Declarations of the TBE family: table-batched embedding bags (``shared/spec/tbe.md``).
+
+Every op takes the flat layout (``weights``, ``weights_offsets``, ``D_offsets``,
+``hash_size_cumsum``), ``indices`` and ``offsets``. The declarations validate
+the layout, and check the offsets and indices with ``embnum._tbe_bounds``
+(``fatal``/``none``: raise; ``warning``/``ignore``: repair a copy), so every
+implementation receives lookups it can read without further checks.
+
+Implementations receive host int64 copies of the three layout arrays, the
+rows of each feature's table (``rows``), the batch size ``B`` and ``pooling``
+(0 sum, 1 mean, 2 none).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .. import _tbe_bounds as bounds
+from .. import _validate as v
+from .._registry import Example, Out, Plan, check, example, op
+from .._tbe import TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
+
+HELPERS = ("tbe_layout", "TBELayout", "TBEOptimizer", "TBESparseGrad")
+
+WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+F32 = (np.dtype(np.float32),)
+SUM, MEAN, NONE = 0, 1, 2
+_POOLING = {"sum": SUM, "mean": MEAN, "none": NONE}
+
+
+# -- shared checks ---------------------------------------------------------
+def pooling_code(value) -> int:
+    """``"sum"``/``"mean"``/``"none"`` (any case) or fbgemm's ``PoolingMode`` 0/1/2 -> 0/1/2."""
+    if isinstance(value, str) and value.lower() in _POOLING:
+        return _POOLING[value.lower()]
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) <= 2:
+        return int(value)
+    raise ValueError(f"pooling_mode must be 'sum', 'mean', 'none' or 0..2, got {value!r}")
+
+
+def output_dtype_of(value) -> np.dtype:
+    if isinstance(value, str) and value.lower() == "bfloat16":
+        raise TypeError("output_dtype bfloat16 is not supported (NumPy has no bfloat16)")
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {value!r}") from None
+    if dt not in WEIGHT_DTYPES:
+        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {value!r}")
+    return dt
+
+
+def _host(a) -> np.ndarray:
+    return np.asarray(a.get() if hasattr(a, "get") else a).astype(np.int64)
+
+
+def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
+    """Validate the flat layout (spec 1); return host int64 copies and the rows of each feature."""
+    v.array("weights", weights, ndim=1, dtypes=WEIGHT_DTYPES)
+    for name, a in (
+        ("weights_offsets", weights_offsets),
+        ("D_offsets", D_offsets),
+        ("hash_size_cumsum", hash_size_cumsum),
+    ):
+        v.index_array(name, a)
+    T = weights_offsets.shape[0]
+    if T < 1:
+        raise ValueError("weights_offsets must have at least 1 entry (T >= 1), got 0")
+    for name, a in (("D_offsets", D_offsets), ("hash_size_cumsum", hash_size_cumsum)):
+        if a.shape[0] != T + 1:
+            raise ValueError(f"{name} must have len(weights_offsets) + 1 = {T + 1} entries, got {a.shape[0]}")
+    woff, doff, hcs = _host(weights_offsets), _host(D_offsets), _host(hash_size_cumsum)
+    if doff[0] != 0:
+        raise ValueError(f"D_offsets[0] must be 0, got {doff[0]}")
+    dims = np.diff(doff)
+    if (dims < 1).any():
+        t = int(np.argmax(dims < 1))
+        raise ValueError(
+            f"D_offsets must grow by >= 1 per feature, but D_offsets[{t + 1}] = {doff[t + 1]}"
+            f" <= D_offsets[{t}] = {doff[t]}"
+        )
+    if hcs[0] != 0:
+        raise ValueError(f"hash_size_cumsum[0] must be 0, got {hcs[0]}")
+    if (np.diff(hcs) < 0).any():
+        t = int(np.argmax(np.diff(hcs) < 0)) + 1
+        raise ValueError(
+            f"hash_size_cumsum must be non-decreasing, but hash_size_cumsum[{t}] = {hcs[t]}"
+            f" < hash_size_cumsum[{t - 1}] = {hcs[t - 1]}"
+        )
+    if hcs[T] <= hcs[T - 1]:
+        raise ValueError(
+            f"hash_size_cumsum[{T}] = {hcs[T]} must exceed hash_size_cumsum[{T - 1}] = {hcs[T - 1]}"
+            " (every table has >= 1 row)"
+        )
+    rows = bounds.rows_per_feature(hcs)
+    W = weights.shape[0]
+    spans = {}
+    for t in range(T):
+        if woff[t] < 0 or woff[t] + rows[t] * dims[t] > W:
+            raise ValueError(
+                f"weights_offsets[{t}] = {woff[t]}: table of feature {t} ({rows[t]} rows x {dims[t]}) "
+                f"does not fit in weights of length {W}"
+            )
+        key = int(hcs[t])
+        if key in spans:
+            t0 = spans[key]
+            if woff[t] != woff[t0] or dims[t] != dims[t0]:
+                raise ValueError(
+                    f"features {t0} and {t} share a table (hash_size_cumsum {key}) but have different "
+                    f"weights_offsets ({woff[t0]}, {woff[t]}) or dims ({dims[t0]}, {dims[t]})"
+                )
+        else:
+            spans[key] = t
+    firsts = sorted(spans.values(), key=lambda t: woff[t])
+    for a, b in zip(firsts[:-1], firsts[1:]):
+        if woff[a] + rows[a] * dims[a] > woff[b]:
+            raise ValueError(
+                f"the tables of features {a} and {b} overlap in weights (weights_offsets {woff[a]}, {woff[b]})"
+            )
+    return woff, doff, hcs, rows
+
+
+def lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode):
+    """Validate ``indices``/``offsets``/``per_sample_weights`` and the pooling rules; check (or
+    repair a copy of) the offsets and the indices. Returns ``(indices, offsets, B, mode)``."""
+    T = rows.shape[0]
+    v.index_array("indices", indices)
+    v.index_array("offsets", offsets)
+    mode = bounds.bounds_mode(bounds_check_mode)
+    n_bags = offsets.shape[0] - 1
+    if offsets.shape[0] < 1 or n_bags % T:
+        raise ValueError(f"len(offsets) - 1 = {n_bags} must be a non-negative multiple of T = {T}")
+    B = n_bags // T
+    N = indices.shape[0]
+    if per_sample_weights is not None:
+        v.array("per_sample_weights", per_sample_weights, ndim=1, dtypes=F32)
+        if per_sample_weights.shape[0] != N:
+            raise ValueError(
+                f"per_sample_weights must have len(indices) = {N} entries, got {per_sample_weights.shape[0]}"
+            )
+        if pooling == MEAN:
+            raise ValueError(
+                "pooling_mode 'mean' with per_sample_weights is not supported (fbgemm has no consistent meaning for it)"
+            )
+        if pooling == NONE:
+            raise ValueError("pooling_mode 'none' takes no per_sample_weights")
+    if pooling == NONE and (np.diff(doff) != doff[1]).any():
+        raise ValueError(
+            f"pooling_mode 'none' needs one embedding dim for every feature, got dims {np.diff(doff).tolist()}"
+        )
+    indices, offsets = bounds.check(indices, offsets, B, rows, mode)
+    return indices, offsets, B, mode
+
+
+def _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, psw):
+    return dict(
+        weights=weights,
+        weights_offsets=woff,
+        D_offsets=doff,
+        hash_size_cumsum=hcs,
+        rows=rows,
+        indices=indices,
+        offsets=offsets,
+        B=B,
+        pooling=pooling,
+        per_sample_weights=psw,
+    )
+
+
+def _grad_output(grad_output, pooling, B, N, doff):
+    v.array("grad_output", grad_output, ndim=2, dtypes=WEIGHT_DTYPES)
+    want = (N, int(doff[1])) if pooling == NONE else (B, int(doff[-1]))
+    if tuple(grad_output.shape) != want:
+        raise ValueError(f"grad_output must have shape {want}, got {tuple(grad_output.shape)}")
+
+
+# -- 3.1 forward -----------------------------------------------------------
+@op("tbe", differentiable=("weights", "per_sample_weights"))
+def tbe_forward(
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    indices,
+    offsets,
+    pooling_mode="sum",
+    per_sample_weights=None,
+    *,
+    output_dtype="float32",
+    bounds_check_mode="fatal",
+):
+    """Look up and pool ``T`` features at once from the flat ``weights`` buffer.
+
+    weights: float32/float16 ``[W]``; weights_offsets ``[T]``, D_offsets ``[T+1]``,
+    hash_size_cumsum ``[T+1]``: the layout (see :func:`embnum.tbe_layout`);
+    indices ``[N]`` and offsets ``[T*B+1]`` int32/int64 (bag ``(t, b)`` is
+    ``indices[offsets[t*B+b]:offsets[t*B+b+1]]``); per_sample_weights float32 ``[N]``
+    (``"sum"`` only). Output ``[B, total_D]`` (``"sum"``/``"mean"``, an empty bag gives
+    0) or ``[N, D]`` (``"none"``; positions outside every bag give 0), in
+    ``output_dtype`` (float32 or float16), accumulated in float32.
+    """
+    woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
+    pooling = pooling_code(pooling_mode)
+    indices, offsets, B, mode = lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode)
+    dt = output_dtype_of(output_dtype)
+    shape = (indices.shape[0], int(doff[1])) if pooling == NONE else (B, int(doff[-1]))
+    args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights)
+    return Plan(dict(args, output_dtype=dt), Out(shape, dt))
+
+
+# -- 3.2 / 3.3 backward ----------------------------------------------------
+def _backward_plan(
+    grad_output,
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    indices,
+    offsets,
+    pooling_mode,
+    per_sample_weights,
+    bounds_check_mode,
+):
+    woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
+    pooling = pooling_code(pooling_mode)
+    indices, offsets, B, mode = lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode)
+    _grad_output(grad_output, pooling, B, indices.shape[0], doff)  # after the bounds check: B may come from offsets
+    args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights)
+    return dict(args, grad_output=grad_output)
+
+
+@op("tbe")
+def tbe_backward(
+    grad_output,
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    indices,
+    offsets,
+    pooling_mode="sum",
+    per_sample_weights=None,
+    *,
+    bounds_check_mode="fatal",
+):
+    """Dense gradient of ``sum(grad_output * tbe_forward(...))`` with respect to ``weights``.
+
+    grad_output: float32/float16 ``[B, total_D]`` (pooled) or ``[N, D]`` (``"none"``).
+    Output float32 ``[W]``, zero outside looked-up rows; every contribution to a
+    physical row is summed (duplicates, bags, features sharing the table).
+    """
+    args = _backward_plan(
+        grad_output,
+        weights,
+        weights_offsets,
+        D_offsets,
+        hash_size_cumsum,
+        indices,
+        offsets,
+        pooling_mode,
+        per_sample_weights,
+        bounds_check_mode,
+    )
+    return Plan(args, Out((weights.shape[0],), np.float32))
+
+
+@op("tbe", takes_out=False)
+def tbe_backward_sparse(
+    grad_output,
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    indices,
+    offsets,
+    pooling_mode="sum",
+    per_sample_weights=None,
+    *,
+    bounds_check_mode="fatal",
+):
+    """Row-wise gradient of the touched rows: ``TBESparseGrad(linear_ids int64 [U] strictly
+    increasing, values float32 [value_offsets[U]], value_offsets int64 [U+1])``.
+
+    ``linear_ids[u] = hash_size_cumsum[t] + row``; row ``u``'s summed gradient is
+    ``values[value_offsets[u]:value_offsets[u+1]]``. Deterministic (fixed summation order).
+    """
+    return Plan(
+        _backward_plan(
+            grad_output,
+            weights,
+            weights_offsets,
+            D_offsets,
+            hash_size_cumsum,
+            indices,
+            offsets,
+            pooling_mode,
+            per_sample_weights,
+            bounds_check_mode,
+        ),
+        None,
+    )
+
+
+@op("tbe")
+def tbe_grad_per_sample_weights(
+    grad_output, weights, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, *, bounds_check_mode="fatal"
+):
+    """Gradient of the ``"sum"``-pooled forward w.r.t. ``per_sample_weights``: float32 ``[N]``,
+    ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag."""
+    args = _backward_plan(
+        grad_output,
+        weights,
+        weights_offsets,
+        D_offsets,
+        hash_size_cumsum,
+        indices,
+        offsets,
+        "sum",
+        None,
+        bounds_check_mode,
+    )
+    return Plan(args, Out((indices.shape[0],), np.float32))
+
+
+# -- 3.5 fused optimizers ----------------------------------------------------
+def _state(name, a, kind_uses, weights, numel):
+    if not kind_uses:
+        if a is not None:
+            raise ValueError(f"{name} must be None for this optimizer kind, got an array")
+        return
+    if a is None:
+        raise ValueError(f"{name} is required for this optimizer kind")
+    v.array(name, a, ndim=1)
+    if a.shape[0] != numel:
+        raise ValueError(f"{name} must have {numel} entries, got {a.shape[0]}")
+    if a.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
+    _writable(name, a)
+    if v.overlaps(a, weights):
+        raise ValueError(f"{name} shares memory with weights")
+
+
+def _writable(name, a):
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (it is updated in place)")
+    if not a.flags.writeable:
+        raise ValueError(f"{name} is read-only (it is updated in place)")
+
+
+@op("tbe", takes_out=False, mutates=("weights", "momentum1", "momentum2"))
+def tbe_backward_update(
+    grad_output,
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    indices,
+    offsets,
+    pooling_mode="sum",
+    per_sample_weights=None,
+    *,
+    optimizer,
+    momentum1=None,
+    momentum2=None,
+    step=None,
+    bounds_check_mode="fatal",
+):
+    """Fused backward + optimizer step: update ``weights`` (and the state) in place; returns None.
+
+    optimizer: a :class:`embnum.TBEOptimizer`. State (float32): ``"adagrad"``
+    momentum1 ``[W]``; ``"rowwise_adagrad"`` momentum1 ``[hash_size_cumsum[T]]`` (one
+    per physical row, at its linear id); ``"adam"`` momentum1 and momentum2 ``[W]``
+    and ``step`` (int >= 1, this step's 1-based number). Each touched row is
+    updated once from its summed gradient; untouched rows are not read or written.
+    Everything is validated before anything is written.
+    """
+    if not isinstance(optimizer, TBEOptimizer):
+        raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
+    args = _backward_plan(
+        grad_output,
+        weights,
+        weights_offsets,
+        D_offsets,
+        hash_size_cumsum,
+        indices,
+        offsets,
+        pooling_mode,
+        per_sample_weights,
+        bounds_check_mode,
+    )
+    _writable("weights", weights)
+    uses = optimizer.states
+    m1_numel = int(args["hash_size_cumsum"][-1]) if optimizer.kind == "rowwise_adagrad" else weights.shape[0]
+    _state("momentum1", momentum1, "momentum1" in uses, weights, m1_numel)
+    _state("momentum2", momentum2, "momentum2" in uses, weights, weights.shape[0])
+    if momentum1 is not None and momentum2 is not None and v.overlaps(momentum1, momentum2):
+        raise ValueError("momentum1 shares memory with momentum2")
+    if optimizer.kind == "adam":
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
+            raise ValueError(f"step must be an int >= 1 for adam, got {step!r}")
+        step = int(step)
+    elif step is not None:
+        raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
+    return Plan(dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)
+
+
+# -- oracle comparisons ----------------------------------------------------
+def _quiet(fn, *a, **k):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **k)
+
+
+def _close(got, want, tol) -> tuple[float, bool]:
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return float("inf"), False
+    if got.size == 0:
+        return 0.0, True
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(g - w)
+    same = (g == w) | (np.isnan(g) & np.isnan(w))
+    ok = bool(np.all(same | (err <= tol)))
+    finite = err[np.isfinite(err)]
+    return float(finite.max()) if finite.size else 0.0, ok
+
+
+def _abs_args(args, *names):
+    return {k: (np.abs(a) if k in names and isinstance(a, np.ndarray) else a) for k, a in args.items()}
+
+
+@check(tbe_forward)
+def _forward_close(got, want, args):
+    """float32: ``1e-5 * sum_p |w_p| |row_p|`` per element; float16: plus one float16 ulp."""
+    bound = _quiet(tbe_forward, **_abs_args(args, "weights", "per_sample_weights"), backend="ref")
+    tol = 1e-5 * bound.astype(np.float64) + 1e-30
+    if want.dtype == np.float16:
+        tol = tol + np.spacing(np.abs(want)).astype(np.float64)
+    return _close(got, want, tol)
+
+
+def _grad_bound(args, op_public):
+    a = _abs_args(args, "grad_output", "per_sample_weights", "weights")
+    return _quiet(op_public, **a, backend="ref")
+
+
+@check(tbe_backward)
+def _backward_close(got, want, args):
+    return _close(got, want, 1e-5 * _grad_bound(args, tbe_backward).astype(np.float64) + 1e-30)
+
+
+@check(tbe_grad_per_sample_weights)
+def _psw_close(got, want, args):
+    return _close(got, want, 1e-5 * _grad_bound(args, tbe_grad_per_sample_weights).astype(np.float64) + 1e-30)
+
+
+@check(tbe_backward_sparse)
+def _sparse_close(got, want, args):
+    g_ids, g_vals, g_offs = (np.asarray(x) for x in got)
+    w_ids, w_vals, w_offs = (np.asarray(x) for x in want)
+    for g, w in ((g_ids, w_ids), (g_offs, w_offs)):
+        if g.dtype != w.dtype or not np.array_equal(g, w):
+            return float("inf"), False
+    bound = _grad_bound(args, tbe_backward_sparse).values
+    return _close(g_vals, w_vals, 1e-5 * bound.astype(np.float64) + 1e-30)
+
+
+@check(tbe_backward_update)
+def _update_close(got, want, args):
+    """Weights and state after one step: relative 2e-5 (float32) plus 1e-6 of
+    ``max(1, largest value)``; float16 weights: one float16 ulp more."""
+    err, ok = 0.0, True
+    for g, w in zip(got, want):
+        w64 = np.asarray(w).astype(np.float64)
+        tol = 2e-5 * np.abs(w64) + 1e-6 * max(1.0, np.abs(w64).max(initial=0.0))
+        if np.asarray(w).dtype == np.float16:
+            tol = tol + np.spacing(np.abs(w)).astype(np.float64)
+        e, o = _close(g, w, tol)
+        err, ok = max(err, e), ok and o
+    return err, ok
+
+
+# -- realistic inputs for the tour and the benchmarks ----------------------
+_SIZES = {
+    "small": dict(T=3, rows=50, D=8, B=6, L=4),
+    "large": dict(T=8, rows=20_000, D=128, B=512, L=20),  # the benchmark's shape, scaled down
+}
+
+
+def make_batch(rng, T, rows, D, B, L, *, dtype=np.float32, index_dtype=np.int64, feature_table_map=None):
+    """A TBE batch like a recsys model's: ``T`` tables of ``rows x D``, bag lengths around ``L``
+    (Poisson), ids skewed towards small rows (so duplicates occur). Returns a dict of the
+    forward's arguments (``pooling_mode`` left out)."""
+    n_tables = T if feature_table_map is None else max(feature_table_map) + 1
+    lay = tbe_layout([rows] * n_tables, [D] * n_tables, feature_table_map)
+    Tf = lay.weights_offsets.shape[0]
+    lengths = rng.poisson(L, size=Tf * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(index_dtype)
+    u = rng.random(int(offsets[-1]))
+    indices = np.minimum((u**2 * rows).astype(np.int64), rows - 1).astype(index_dtype)
+    weights = (rng.standard_normal(lay.num_weights, dtype=np.float32) * 0.1).astype(dtype)
+    return dict(
+        weights=weights,
+        weights_offsets=lay.weights_offsets,
+        D_offsets=lay.D_offsets,
+        hash_size_cumsum=lay.hash_size_cumsum,
+        indices=indices,
+        offsets=offsets,
+    )
+
+
+def _label(s, extra=""):
+    return f"T={s['T']} {s['rows']}x{s['D']} B={s['B']} L~{s['L']}{extra}"
+
+
+@example(tbe_forward)
+def _(rng, size):
+    s = _SIZES[size]
+    return Example(dict(make_batch(rng, **s), pooling_mode="sum"), _label(s, " sum"))
+
+
+def _with_grad(rng, size):
+    s = _SIZES[size]
+    a = make_batch(rng, **s)
+    a["grad_output"] = rng.standard_normal((s["B"], s["T"] * s["D"]), dtype=np.float32)
+    return s, a
+
+
+@example(tbe_backward)
+def _(rng, size):
+    s, a = _with_grad(rng, size)
+    return Example(dict(a, pooling_mode="mean"), _label(s, " mean"))
+
+
+@example(tbe_backward_sparse)
+def _(rng, size):
+    s, a = _with_grad(rng, size)
+    return Example(dict(a, pooling_mode="sum"), _label(s, " sum"))
+
+
+@example(tbe_grad_per_sample_weights)
+def _(rng, size):
+    s, a = _with_grad(rng, size)
+    return Example(a, _label(s))
+
+
+@example(tbe_backward_update)
+def _(rng, size):
+    s, a = _with_grad(rng, size)
+    m1 = np.zeros(int(a["hash_size_cumsum"][-1]), dtype=np.float32)
+    opt = TBEOptimizer("rowwise_adagrad", learning_rate=0.05, weight_decay=1e-4, weight_decay_mode="decoupled")
+    return Example(dict(a, pooling_mode="sum", optimizer=opt, momentum1=m1), _label(s, " rowwise adagrad"))

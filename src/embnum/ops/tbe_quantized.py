@@ -1,0 +1,327 @@
+"""Declarations of the quantized TBE inference lookup (``shared/spec/tbe.md`` sections 4-6).
+
+``tbe_pack_quantized`` is a host helper (NumPy in, NumPy out, no backend);
+``tbe_forward_quantized`` is an op on every backend. Bounds checking is done
+here, once, before any kernel runs, by ``embnum._tbe_bounds`` (section 4 with
+the quantized lookup's own rule: ``-1`` is a pruned row in every mode,
+``pruned_ok=True``): ``fatal``/``none`` raise,
+``warning``/``ignore`` repair private copies of ``offsets`` and ``indices``,
+so the kernels only ever see readable indices (or ``-1``).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _tbe_bounds as tbe_bounds
+from .. import _validate as v
+from .._registry import Example, Out, Plan, check, example, op
+from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
+
+# fbgemm SparseType codes of the row types of section 5.1
+TYPE_CODES = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3, "int2": 4}
+_TYPE_NAMES = {c: n for n, c in TYPE_CODES.items()}
+POOLING = {"sum": 0, "mean": 1, "none": 2}
+HELPERS = ("tbe_pack_quantized",)
+
+
+def raw_row_bytes(code: int, D: int) -> int:
+    """Bytes of one row of type ``code`` and dim ``D`` before alignment (section 5.1)."""
+    return (4 * D, 2 * D, D + 4, D // 2 + 4, D // 4 + 4)[code]
+
+
+def _round_up(n, a):
+    return -(-n // a) * a
+
+
+def _positive_int(name, x):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be a positive int, got {x!r}")
+    if int(x) < 1:
+        raise ValueError(f"{name} must be a positive int, got {x}")
+    return int(x)
+
+
+def _type_codes(weights_tys, T=None):
+    """Type strings or fbgemm codes -> a list of codes 0..4."""
+    if v.is_array(weights_tys):
+        if weights_tys.ndim != 1 or weights_tys.dtype.kind not in "iu":
+            raise TypeError(
+                f"weights_tys must be a sequence of type names or a 1-D integer array,"
+                f" got {weights_tys.dtype}{tuple(weights_tys.shape)}"
+            )
+        items = (
+            [int(c) for c in v.xp_of(weights_tys).asnumpy(weights_tys)]
+            if not isinstance(weights_tys, np.ndarray)
+            else weights_tys.tolist()
+        )
+    elif isinstance(weights_tys, (list, tuple)):
+        items = list(weights_tys)
+    else:
+        raise TypeError(
+            f"weights_tys must be a sequence of type names or a 1-D integer array, got {type(weights_tys).__name__}"
+        )
+    if T is not None and len(items) != T:
+        raise ValueError(f"weights_tys must have {T} entries (one per feature), got {len(items)}")
+    codes = []
+    for i, ty in enumerate(items):
+        if isinstance(ty, str):
+            if ty.lower() not in TYPE_CODES:
+                raise ValueError(f"weights_tys[{i}] = {ty!r} is not one of {sorted(TYPE_CODES)} (others are future)")
+            codes.append(TYPE_CODES[ty.lower()])
+        elif isinstance(ty, numbers.Integral) and not isinstance(ty, (bool, np.bool_)):
+            if int(ty) not in _TYPE_NAMES:
+                raise ValueError(
+                    f"weights_tys[{i}] = {int(ty)} is not a supported SparseType code 0..4 (others are future)"
+                )
+            codes.append(int(ty))
+        else:
+            raise TypeError(f"weights_tys[{i}] must be a type name or an int code, got {ty!r}")
+    return codes
+
+
+def _check_dim(name, code, D):
+    if code == TYPE_CODES["int4"] and D % 2:
+        raise ValueError(f"{name}: int4 rows need an even D, got {D}")
+    if code == TYPE_CODES["int2"] and D % 4:
+        raise ValueError(f"{name}: int2 rows need D % 4 == 0, got {D}")
+
+
+def _mode(name, value, table):
+    if isinstance(value, str) and value.lower() in table:
+        return table[value.lower()]
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and int(value) in table.values():
+        return int(value)
+    raise ValueError(f"{name} must be one of {sorted(table)} or {sorted(table.values())}, got {value!r}")
+
+
+# -- 5.2 the packing helper -------------------------------------------------------
+def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=1):
+    """Pack float tables into a quantized TBE buffer (fbgemm's inference layout, CPU).
+
+    tables: list of 2-D float32/float16 NumPy arrays ``[rows_i >= 1, D_i >= 1]``;
+    weights_tys: one type per table (``"fp32"``, ``"fp16"``, ``"int8"``,
+    ``"int4"``, ``"int2"`` or fbgemm's codes 0..4). Returns ``(weights uint8[W],
+    weights_offsets int64[len(tables)])``: table ``i`` starts at the end of table
+    ``i - 1`` rounded up to ``table_alignment``; each row is padded (with zeros)
+    to a multiple of ``row_alignment`` bytes; scale and bias come first (float16).
+    int8 rows are ``float_to_fused_8bit_rowwise`` codes with its float32 scale and
+    bias rounded to float16; int4/int2 rows are ``float_to_fused_nbit_rowwise`` with
+    its trailing scale and bias moved to the front. Works for any ``D`` allowed by
+    the row type (fbgemm's ``quantize_embs(INT8)`` needs ``D % 4 == 0``).
+    """
+    tables = v.array_list("tables", tables, min_len=1)
+    codes = _type_codes(weights_tys, len(tables))
+    row_alignment = _positive_int("row_alignment", row_alignment)
+    table_alignment = _positive_int("table_alignment", table_alignment)
+    blocks, offsets, end = [], [], 0
+    for i, (t, code) in enumerate(zip(tables, codes)):
+        name = f"tables[{i}]"
+        v.array(name, t, ndim=2, dtypes=(np.dtype(np.float16), np.dtype(np.float32)))
+        if not isinstance(t, np.ndarray):
+            raise TypeError(f"{name} must be a NumPy array (tbe_pack_quantized is a host helper)")
+        rows, D = t.shape
+        if rows < 1 or D < 1:
+            raise ValueError(f"{name} must have at least one row and one column, got shape {t.shape}")
+        _check_dim(name, code, D)
+        if code in (3, 4) and D % (16 // (4 if code == 3 else 2)):  # the N-bit codec's own rule (quant.md 2)
+            raise ValueError(
+                f"{name}: packing {_TYPE_NAMES[code]} rows needs D % {16 // (4 if code == 3 else 2)} == 0, got {D}"
+            )
+        raw = raw_row_bytes(code, D)
+        R = _round_up(raw, row_alignment)
+        start = _round_up(end, table_alignment)
+        block = np.zeros((rows, R), np.uint8)
+        block[:, :raw] = _encode_rows(t, code)
+        blocks.append((start, block))
+        offsets.append(start)
+        end = start + rows * R
+    weights = np.zeros(_round_up(end, table_alignment), np.uint8)
+    for start, block in blocks:
+        weights[start : start + block.size] = block.reshape(-1)
+    return weights, np.array(offsets, dtype=np.int64)
+
+
+def _encode_rows(t, code):
+    """uint8 ``[rows, raw]``: the rows of ``t`` in row type ``code``."""
+    x = np.ascontiguousarray(t)
+    if code == 0:
+        return x.astype("<f4").view(np.uint8)
+    if code == 1:
+        with np.errstate(over="ignore"):
+            return x.astype("<f2").view(np.uint8)
+    if code == 2:
+        q = float_to_fused_8bit_rowwise(x)
+        D = x.shape[1]
+        sb = np.ascontiguousarray(q[:, D:]).view("<f4")
+        with np.errstate(over="ignore"):
+            front = sb.astype("<f2").view(np.uint8)
+        return np.concatenate([front, q[:, :D]], axis=1)
+    q = float_to_fused_nbit_rowwise(x, {3: 4, 4: 2}[code])
+    return np.concatenate([q[:, -4:], q[:, :-4]], axis=1)
+
+
+# -- 5.3 the lookup ----------------------------------------------------------------
+def _int_array(name, a, ndim=1):
+    return v.index_array(name, a, ndim=ndim)
+
+
+@op("tbe_quantized")
+def tbe_forward_quantized(
+    weights,
+    weights_offsets,
+    weights_tys,
+    D_offsets,
+    rows_per_table,
+    indices,
+    offsets,
+    pooling_mode="sum",
+    per_sample_weights=None,
+    *,
+    row_alignment=1,
+    output_dtype="float32",
+    bounds_check_mode="fatal",
+):
+    """Pooled lookup of quantized rows (fbgemm's inference TBE on CPU).
+
+    weights: uint8 ``[W]``; weights_offsets: int ``[T]`` byte offsets; weights_tys:
+    ``T`` type names or fbgemm codes (``"fp32"`` 0, ``"fp16"`` 1, ``"int8"`` 2,
+    ``"int4"`` 3, ``"int2"`` 4); D_offsets: int ``[T+1]``; rows_per_table: int
+    ``[T]`` (each ``>= 1``); indices int ``[N]``; offsets int ``[T*B+1]``
+    (feature-major bags). pooling_mode ``"sum"``/``"mean"``/``"none"`` (or 0/1/2);
+    per_sample_weights float32 ``[N]`` or None (``"mean"`` with weights divides
+    the weighted sum by the bag length). Output float32 (or float16:
+    ``output_dtype="float16"``) ``[B, D_offsets[T]]``, or ``[N, D]`` for ``"none"``
+    (one ``D`` for all features; indices outside every bag give zero rows).
+    ``-1`` is a pruned row in every bounds mode: it adds nothing but counts in
+    the ``"mean"`` divisor. Other bad indices/offsets: section 4 (``"fatal"``
+    and ``"none"`` raise, ``"warning"``/``"ignore"`` repair a private copy).
+    Accumulation in float32 (fast paths) or float64 (oracle).
+    """
+    v.array("weights", weights, ndim=1, dtypes=(np.dtype(np.uint8),))
+    _int_array("weights_offsets", weights_offsets)
+    T = int(weights_offsets.shape[0])
+    if T < 1:
+        raise ValueError("weights_offsets must have at least 1 entry (one per feature), got 0")
+    codes = _type_codes(weights_tys, T)
+    _int_array("D_offsets", D_offsets)
+    _int_array("rows_per_table", rows_per_table)
+    _int_array("indices", indices)
+    _int_array("offsets", offsets)
+    if D_offsets.shape[0] != T + 1:
+        raise ValueError(f"D_offsets must have T + 1 = {T + 1} entries, got {D_offsets.shape[0]}")
+    if rows_per_table.shape[0] != T:
+        raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
+    row_alignment = _positive_int("row_alignment", row_alignment)
+    pooling = _mode("pooling_mode", pooling_mode, POOLING)
+    bounds = tbe_bounds.bounds_mode(bounds_check_mode)
+    from .quant import _output_dtype
+
+    out_dtype = _output_dtype(output_dtype)
+    host = lambda a: a.tolist() if isinstance(a, np.ndarray) else a.get().tolist()  # noqa: E731
+    Doffs, rows, woffs = host(D_offsets), host(rows_per_table), host(weights_offsets)
+    if Doffs[0] != 0:
+        raise ValueError(f"D_offsets[0] must be 0, got {Doffs[0]}")
+    row_bytes = []
+    for t in range(T):
+        D = Doffs[t + 1] - Doffs[t]
+        if D < 1:
+            raise ValueError(f"feature {t} has D = D_offsets[{t + 1}] - D_offsets[{t}] = {D}, must be >= 1")
+        _check_dim(f"feature {t}", codes[t], D)
+        if rows[t] < 1:
+            raise ValueError(f"rows_per_table[{t}] must be >= 1, got {rows[t]}")
+        R = _round_up(raw_row_bytes(codes[t], D), row_alignment)
+        if woffs[t] < 0 or woffs[t] + rows[t] * R > weights.shape[0]:
+            raise ValueError(
+                f"table of feature {t} (weights_offsets[{t}] = {woffs[t]}, {rows[t]} rows of {R} bytes) "
+                f"does not fit the {weights.shape[0]} bytes of weights"
+            )
+        row_bytes.append(R)
+    n_offsets = int(offsets.shape[0])
+    if n_offsets < 1 or (n_offsets - 1) % T:
+        raise ValueError(f"offsets must have T * B + 1 entries for T = {T}, got {n_offsets}")
+    B = (n_offsets - 1) // T
+    N = int(indices.shape[0])
+    if per_sample_weights is not None:
+        v.array("per_sample_weights", per_sample_weights, ndim=1, dtypes=(np.dtype(np.float32),))
+        if per_sample_weights.shape[0] != N:
+            raise ValueError(
+                f"per_sample_weights must have len(indices) = {N} entries, got {per_sample_weights.shape[0]}"
+            )
+        if pooling == POOLING["none"]:
+            raise ValueError("per_sample_weights cannot be used with pooling_mode 'none'")
+    if pooling == POOLING["none"]:
+        dims = {Doffs[t + 1] - Doffs[t] for t in range(T)}
+        if len(dims) != 1:
+            raise ValueError(f"pooling_mode 'none' needs one D for all features, got {sorted(dims)}")
+        shape = (N, dims.pop())
+    else:
+        shape = (B, Doffs[T])
+    idx, offs = tbe_bounds.check(indices, offsets, B, np.asarray(rows, np.int64), bounds, pruned_ok=True)
+    xp = v.xp_of(weights)
+    layout = np.array(
+        [[woffs[t], codes[t], Doffs[t], Doffs[t + 1] - Doffs[t], row_bytes[t]] for t in range(T)], np.int64
+    )
+    return Plan(
+        dict(
+            weights=weights,
+            layout=layout if xp is np else xp.asarray(layout),
+            indices=idx,
+            offsets=offs,
+            B=B,
+            pooling=pooling,
+            per_sample_weights=per_sample_weights,
+            output_dtype=out_dtype,
+        ),
+        Out(shape, out_dtype),
+    )
+
+
+@check(tbe_forward_quantized)
+def _close(got, want, args):
+    """tbe.md 5.3: rtol 1e-5 plus ``1e-5 * sum(|w_p| * max|row_p|)`` per bag (float16: plus 1 ulp)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return float("inf"), False
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(g - w)
+    tol = 1e-5 * np.abs(w) + 1e-5 * _bag_scale(args, want.shape)
+    if got.dtype == np.float16:
+        tol = tol + np.spacing(np.abs(want)).astype(np.float64)
+    ok = (err <= tol) | (np.isnan(g) & np.isnan(w)) | (g == w)
+    return float(np.nanmax(err, initial=0.0)), bool(ok.all())
+
+
+def _bag_scale(args, shape):
+    """Per output element: ``sum(|w_p| * max|row_p|)`` over its bag (rows dequantized by the oracle)."""
+    from ..ref.tbe_quantized import bag_magnitudes
+
+    return bag_magnitudes(args, shape)
+
+
+# -- tour example ----------------------------------------------------------------
+@example(tbe_forward_quantized)
+def _(rng, size):
+    T, B, L, rows, D = (3, 4, 3, 20, 8) if size == "small" else (8, 512, 20, 10000, 64)
+    tys = ["int4", "int8", "fp16", "int2", "fp32", "int4", "int8", "int4"][:T]
+    tables = [rng.standard_normal((rows, D)).astype(np.float32) for _ in range(T)]
+    weights, woffs = tbe_pack_quantized(tables, tys)
+    lengths = rng.integers(0, 2 * L + 1, size=T * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = rng.integers(-1, rows, size=int(offsets[-1])).astype(np.int64)  # -1: pruned rows
+    return Example(
+        dict(
+            weights=weights,
+            weights_offsets=woffs,
+            weights_tys=np.array([TYPE_CODES[t] for t in tys], np.uint8),
+            D_offsets=np.arange(T + 1, dtype=np.int64) * D,
+            rows_per_table=np.full(T, rows, np.int64),
+            indices=indices,
+            offsets=offsets,
+            pooling_mode="sum",
+        ),
+        f"T={T} B={B} L~{L} D={D} mixed types",
+    )

@@ -1,0 +1,229 @@
+"""Turn registered embnum ops into torch custom ops, generically.
+
+A family module in this package describes, per op, only what is torch
+specific (:func:`bridge`): the torch type of each parameter, the fake
+(meta) implementation, the autograd formula and how bfloat16 is carried.
+From that and the op's declaration this module builds
+
+* ``torch.ops.embnum.<name>``: a custom op (``torch.library.custom_op``)
+  whose implementation views every tensor as a NumPy or CuPy array through
+  DLPack (no copy), calls ``embnum.<name>`` and views the result back;
+* ``embnum.torch_bridge.<name>``: the Python function users call, with the
+  op's own signature plus ``backend=``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .._registry import get as get_op
+
+BF16_BITS = "bits"  # pure data movement: carry bfloat16 as 16-bit patterns (exact)
+BF16_FLOAT32 = "float32"  # arithmetic: compute in float32, round the result once
+BF16_UINT16 = "uint16"  # bit-level codecs: bfloat16 tensors in are uint16 arrays, uint16 arrays out are bfloat16
+
+
+def to_array(t: torch.Tensor):
+    """A NumPy (CPU) or CuPy (CUDA) view of ``t``: shared memory, no copy."""
+    t = t.detach()
+    if t.device.type == "cpu":
+        return np.from_dlpack(t)
+    if t.device.type == "cuda":
+        import cupy
+
+        return cupy.from_dlpack(t)
+    raise TypeError(f"embnum.torch_bridge takes CPU or CUDA tensors, got one on {t.device}")
+
+
+def to_tensor(a) -> torch.Tensor:
+    """A torch view of a NumPy/CuPy array: shared memory, no copy."""
+    return torch.from_dlpack(a)
+
+
+def _bf16_bits_scalar(x: float) -> np.float16:
+    """The bfloat16 rounding of ``x`` (through float32, as torch and fbgemm do), carried as
+    the float16 with the same bit pattern."""
+    pattern = torch.tensor(float(x), dtype=torch.float32).to(torch.bfloat16).view(torch.int16).item()
+    return np.array(pattern, dtype=np.int16).view(np.float16)[()]
+
+
+@dataclasses.dataclass
+class Bridge:
+    name: str
+    types: dict[str, str]
+    returns: str
+    fake: Callable
+    setup: Callable | None
+    backward: Callable | None
+    bf16: str | None
+    bf16_scalars: tuple[str, ...]
+    codecs: dict[str, tuple[Callable, Callable]] = dataclasses.field(default_factory=dict)
+    grad_dtype: torch.dtype = torch.float64  # float dtype of differentiable inputs in the generic tests
+
+    def encode(self, args: dict) -> dict:
+        """Python values the schema cannot carry (e.g. a frozen dataclass) -> schema values
+        (idempotent: an already encoded value passes unchanged)."""
+        return {k: self.codecs[k][0](a) if k in self.codecs else a for k, a in args.items()}
+
+    def decode(self, args: dict) -> dict:
+        return {k: self.codecs[k][1](a) if k in self.codecs else a for k, a in args.items()}
+
+
+def _schema(op, types: dict[str, str], returns: str) -> str:
+    """The custom op's schema. It declares no defaults: the dispatcher drops
+    trailing arguments equal to their defaults, which would change the input
+    structure autograd sees; the Python wrapper always passes every argument."""
+    params = [
+        f"{_annotate(types[name], op.mutates.index(name)) if name in op.mutates else types[name]} {name}"
+        for name in op.signature.parameters
+    ]
+    params.append("str? backend")
+    return f"({', '.join(params)}) -> {returns}"
+
+
+def _annotate(torch_type: str, k: int) -> str:
+    """``Tensor`` -> ``Tensor(a!)`` (``Tensor?`` -> ``Tensor(a!)?``): an argument the op writes."""
+    alias = f"Tensor({'abcdefgh'[k]}!)"
+    return torch_type.replace("Tensor", alias, 1)
+
+
+def _convert_inputs(args: dict, spec: Bridge):
+    """Tensors (and lists of tensors) to arrays, applying the bfloat16 policy.
+    Returns the converted args and whether bfloat16 was involved."""
+    tensors = [
+        t for a in args.values() for t in (a if isinstance(a, (list, tuple)) else [a]) if isinstance(t, torch.Tensor)
+    ]
+    bf16 = any(t.dtype == torch.bfloat16 for t in tensors)
+    if bf16 and spec.bf16 is None:
+        raise TypeError(f"{spec.name} does not take bfloat16 tensors")
+
+    def one(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        if t.dtype == torch.bfloat16:
+            if spec.bf16 == BF16_UINT16:
+                return to_array(t.view(torch.uint16))
+            t = t.view(torch.float16) if spec.bf16 == BF16_BITS else t.float()
+        return to_array(t)
+
+    out = {}
+    for k, a in args.items():
+        out[k] = [one(t) for t in a] if isinstance(a, (list, tuple)) else one(a)
+        if bf16 and spec.bf16 == BF16_BITS and k in spec.bf16_scalars:
+            out[k] = _bf16_bits_scalar(a)
+    return out, bf16
+
+
+def _convert_output(a, spec: Bridge, bf16: bool) -> torch.Tensor | None:
+    if a is None:
+        return None  # an optional output that was not requested
+    if isinstance(a, list):
+        return a  # a Python list of ints returned beside arrays (schema type int[])
+    t = to_tensor(a)
+    if spec.bf16 == BF16_UINT16 and t.dtype == torch.uint16:
+        return t.view(torch.bfloat16)
+    if bf16 and spec.bf16 == BF16_BITS and t.dtype == torch.float16:
+        return t.view(torch.bfloat16)
+    if bf16 and spec.bf16 == BF16_FLOAT32 and t.dtype == torch.float32:
+        return t.to(torch.bfloat16)
+    return t
+
+
+def build(spec: Bridge) -> Callable:
+    """Register ``torch.ops.embnum.<name>`` and return the user-facing function."""
+    op = get_op(spec.name)
+    params = list(op.signature.parameters.values())
+    params.append(inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None))
+    signature = op.signature.replace(parameters=params)
+
+    names = list(op.signature.parameters)
+
+    def impl(*args):
+        *values, backend = args
+        arrays, bf16 = _convert_inputs(spec.decode(dict(zip(names, values))), spec)
+        result = op.public(**arrays, backend=backend)
+        if result is None:  # an in-place op (it wrote its ``mutates`` arguments)
+            return None
+        if isinstance(result, tuple):
+            return tuple(_convert_output(r, spec, bf16) for r in result)
+        if isinstance(result, list):
+            return [_convert_output(r, spec, bf16) for r in result]
+        return _convert_output(result, spec, bf16)
+
+    custom = torch.library.custom_op(
+        f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=_schema(op, spec.types, spec.returns)
+    )
+    custom.register_fake(spec.fake)
+    if spec.backward is not None:
+        _register_autograd(custom, spec, [p.name for p in params])
+    torch_op = getattr(torch.ops.embnum, spec.name).default
+
+    @functools.wraps(op.declaration)
+    def user_function(*args, backend=None, **kwargs):
+        bound = op.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        call = [list(a) if isinstance(a, tuple) else a for a in spec.encode(bound.arguments).values()]
+        return torch_op(*call, backend)
+
+    del user_function.__wrapped__
+    user_function.__signature__ = signature
+    user_function.__module__ = "embnum.torch_bridge"
+    user_function.torch_op = torch_op
+    return user_function
+
+
+def _register_autograd(custom, spec: Bridge, names: list[str]) -> None:
+    """Adapt the family's ``setup(ctx, args, output)`` / ``backward(ctx, *grads) -> {name: grad}``
+    to torch's positional, structure-matching convention."""
+
+    def setup_context(ctx, inputs, output):
+        ctx.embnum_structure = [
+            len(x) if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor) else None for x in inputs
+        ]
+        spec.setup(ctx, dict(zip(names, inputs)), output)
+
+    def backward(ctx, *grads):
+        by_name = spec.backward(ctx, *grads)
+        return tuple(
+            by_name.get(name, None if n is None else [None] * n) for name, n in zip(names, ctx.embnum_structure)
+        )
+
+    custom.register_autograd(backward, setup_context=setup_context)
+
+
+BRIDGES: dict[str, Bridge] = {}
+
+
+def bridge(
+    name: str,
+    *,
+    types: dict[str, str],
+    returns: str = "Tensor",
+    fake: Callable,
+    setup: Callable | None = None,
+    backward: Callable | None = None,
+    bf16: str | None = None,
+    bf16_scalars: tuple[str, ...] = (),
+    codecs: dict[str, tuple[Callable, Callable]] | None = None,
+    grad_dtype: torch.dtype = torch.float64,
+) -> None:
+    """Describe the torch side of op ``name`` (see the module docstring).
+
+    ``types``: torch schema type per parameter (``"Tensor"``, ``"Tensor[]"``,
+    ``"SymInt"``, ``"SymInt[]"``, ``"float"``, ...). ``fake(*args, backend)``:
+    outputs with the right shapes on the meta device. ``setup(ctx, inputs,
+    output)`` / ``backward(ctx, grad)``: as ``torch.library.register_autograd``.
+    ``bf16``: ``BF16_BITS``, ``BF16_FLOAT32``, ``BF16_UINT16`` or ``None`` (rejected);
+    ``bf16_scalars``: parameters rounded to bfloat16 along with the data.
+    ``codecs``: ``{parameter: (encode, decode)}`` for Python values the schema
+    cannot carry (the user function encodes, the implementation decodes).
+    ``grad_dtype``: the float dtype the generic tests (gradcheck, opcheck) give
+    differentiable inputs; float64 unless the op does not take it.
+    """
+    BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars, codecs or {}, grad_dtype)

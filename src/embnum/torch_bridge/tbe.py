@@ -1,0 +1,307 @@
+"""Torch side of the TBE family: custom ops and two modules.
+
+* ``tbe_forward`` is differentiable in ``weights`` (dense gradient, ``tbe_backward``)
+  and ``per_sample_weights`` (``tbe_grad_per_sample_weights``).
+* :class:`TBE`: the plain autograd module. Its flat weights are an
+  ``nn.Parameter`` that receives a dense gradient; use any torch optimizer.
+* :class:`FusedTBE`: fbgemm's training semantics. The optimizer runs inside the
+  backward pass (``tbe_backward_update``), updating the weights and its state in
+  place; the weights never get a ``.grad``.
+
+Output sizes depend on the values of ``D_offsets`` (and, for the sparse
+gradient, on the ids), so the fake implementations use dynamic sizes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._tbe import TBEOptimizer, tbe_layout
+from ..ops.tbe import output_dtype_of, pooling_code
+from ._library import bridge
+
+_LAYOUT = {
+    "weights": "Tensor",
+    "weights_offsets": "Tensor",
+    "D_offsets": "Tensor",
+    "hash_size_cumsum": "Tensor",
+    "indices": "Tensor",
+    "offsets": "Tensor",
+}
+_POOLING_NAMES = ("sum", "mean", "none")
+_CODECS = {
+    "pooling_mode": (lambda x: _POOLING_NAMES[pooling_code(x)], lambda x: x),
+    "output_dtype": (lambda x: str(output_dtype_of(x)), lambda x: x),
+    "bounds_check_mode": (
+        lambda x: x if isinstance(x, str) else ("fatal", "warning", "ignore", "none")[int(x)],
+        lambda x: x,
+    ),
+}
+
+
+def _op(name):
+    return getattr(torch.ops.embnum, name).default
+
+
+def _dyn():
+    return torch.library.get_ctx().new_dynamic_size()
+
+
+def _batch(offsets, weights_offsets):
+    return (offsets.shape[0] - 1) // weights_offsets.shape[0]
+
+
+# -- forward -----------------------------------------------------------------
+def _forward_fake(
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    indices,
+    offsets,
+    pooling_mode,
+    per_sample_weights,
+    output_dtype,
+    bounds_check_mode,
+    backend=None,
+):
+    dtype = torch.float16 if output_dtype == "float16" else torch.float32
+    if pooling_mode == "none":
+        return weights.new_empty((indices.shape[0], _dyn()), dtype=dtype)
+    return weights.new_empty((_batch(offsets, weights_offsets), _dyn()), dtype=dtype)
+
+
+def _forward_setup(ctx, args, output):
+    psw = args["per_sample_weights"]
+    ctx.save_for_backward(
+        args["weights"],
+        args["weights_offsets"],
+        args["D_offsets"],
+        args["hash_size_cumsum"],
+        args["indices"],
+        args["offsets"],
+        psw,
+    )
+    ctx.pooling, ctx.mode, ctx.backend = args["pooling_mode"], args["bounds_check_mode"], args["backend"]
+    ctx.weights_dtype = args["weights"].dtype
+
+
+def _forward_backward(ctx, grad):
+    w, woff, doff, hcs, idx, offs, psw = ctx.saved_tensors
+    grads = {}
+    g = grad.contiguous()
+    if g.dtype not in (torch.float32, torch.float16):
+        g = g.float()
+    if ctx.needs_input_grad[0]:
+        dense = _op("tbe_backward")(g, w, woff, doff, hcs, idx, offs, ctx.pooling, psw, ctx.mode, ctx.backend)
+        grads["weights"] = dense.to(ctx.weights_dtype)
+    if psw is not None and ctx.needs_input_grad[7]:
+        grads["per_sample_weights"] = _op("tbe_grad_per_sample_weights")(
+            g, w, woff, doff, hcs, idx, offs, ctx.mode, ctx.backend
+        )
+    return grads
+
+
+bridge(
+    "tbe_forward",
+    types={
+        **_LAYOUT,
+        "pooling_mode": "str",
+        "per_sample_weights": "Tensor?",
+        "output_dtype": "str",
+        "bounds_check_mode": "str",
+    },
+    fake=_forward_fake,
+    setup=_forward_setup,
+    backward=_forward_backward,
+    codecs=_CODECS,
+    grad_dtype=torch.float32,  # TBE weights are float32/float16 (the op is linear, so float32 gradchecks hold)
+)
+
+# -- gradients -----------------------------------------------------------------
+_GRAD = {"grad_output": "Tensor", **_LAYOUT}
+bridge(
+    "tbe_backward",
+    types={**_GRAD, "pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"},
+    fake=lambda grad_output, weights, *rest: weights.new_empty(weights.shape, dtype=torch.float32),
+    codecs=_CODECS,
+)
+bridge(
+    "tbe_backward_sparse",
+    types={**_GRAD, "pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"},
+    returns="(Tensor, Tensor, Tensor)",
+    fake=lambda grad_output, weights, woff, doff, hcs, indices, *rest: (
+        indices.new_empty((_dyn(),), dtype=torch.int64),
+        weights.new_empty((_dyn(),), dtype=torch.float32),
+        indices.new_empty((_dyn(),), dtype=torch.int64),
+    ),
+    codecs=_CODECS,
+)
+bridge(
+    "tbe_grad_per_sample_weights",
+    types={**_GRAD, "bounds_check_mode": "str"},
+    fake=lambda grad_output, weights, woff, doff, hcs, indices, *rest: weights.new_empty(
+        indices.shape, dtype=torch.float32
+    ),
+    codecs=_CODECS,
+)
+bridge(
+    "tbe_backward_update",
+    types={
+        **_GRAD,
+        "pooling_mode": "str",
+        "per_sample_weights": "Tensor?",
+        "optimizer": "str",
+        "momentum1": "Tensor?",
+        "momentum2": "Tensor?",
+        "step": "int?",
+        "bounds_check_mode": "str",
+    },
+    returns="()",
+    fake=lambda *args: None,
+    codecs={**_CODECS, "optimizer": (lambda o: o.encode() if isinstance(o, TBEOptimizer) else o, TBEOptimizer.decode)},
+)
+
+
+# -- modules -------------------------------------------------------------------
+class _Tables(torch.nn.Module):
+    """Shared set-up: the layout of ``rows``/``dims``/``feature_table_map`` and the flat weights."""
+
+    def __init__(
+        self,
+        rows,
+        dims,
+        feature_table_map=None,
+        *,
+        pooling_mode="sum",
+        weights_dtype=torch.float32,
+        output_dtype="float32",
+        bounds_check_mode="fatal",
+        init_scale=None,
+        seed=0,
+        backend=None,
+    ):
+        super().__init__()
+        lay = tbe_layout(rows, dims, feature_table_map)
+        for name, a in zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), lay.arrays()):
+            self.register_buffer(name, torch.from_numpy(a.copy()))
+        rng = np.random.default_rng(seed)
+        flat = np.empty(lay.num_weights, dtype=np.float32)
+        start = 0
+        for r, d in zip(rows, dims):  # fbgemm's default init: uniform(+-sqrt(1/rows)) per table
+            bound = init_scale if init_scale is not None else float(np.sqrt(1.0 / r))
+            flat[start : start + r * d] = rng.uniform(-bound, bound, r * d)
+            start += r * d
+        self.weights = torch.nn.Parameter(torch.from_numpy(flat).to(weights_dtype))
+        self.pooling_mode = _POOLING_NAMES[pooling_code(pooling_mode)]
+        self.output_dtype = str(output_dtype_of(output_dtype))
+        self.bounds_check_mode = bounds_check_mode
+        self.backend = backend
+
+    def layout(self):
+        return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
+
+
+class TBE(_Tables):
+    """Table-batched embedding bags with plain autograd: ``forward(indices, offsets,
+    per_sample_weights=None) -> [B, total_D]`` (``[N, D]`` for ``"none"``); ``weights.grad``
+    is the dense float gradient, for any torch optimizer."""
+
+    def forward(self, indices, offsets, per_sample_weights=None):
+        from . import tbe_forward
+
+        return tbe_forward(
+            self.weights,
+            *self.layout(),
+            indices,
+            offsets,
+            self.pooling_mode,
+            per_sample_weights,
+            output_dtype=self.output_dtype,
+            bounds_check_mode=self.bounds_check_mode,
+            backend=self.backend,
+        )
+
+
+class _FusedLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weights, per_sample_weights, module, indices, offsets):
+        from . import tbe_forward
+
+        ctx.module = module
+        ctx.save_for_backward(indices, offsets, per_sample_weights)
+        return tbe_forward(
+            weights.detach(),
+            *module.layout(),
+            indices,
+            offsets,
+            module.pooling_mode,
+            None if per_sample_weights is None else per_sample_weights.detach(),
+            output_dtype=module.output_dtype,
+            bounds_check_mode=module.bounds_check_mode,
+            backend=module.backend,
+        )
+
+    @staticmethod
+    def backward(ctx, grad):
+        from . import tbe_backward_update, tbe_grad_per_sample_weights
+
+        m = ctx.module
+        indices, offsets, psw = ctx.saved_tensors
+        g = grad.contiguous().float()
+        opt = m.optimizer
+        if opt.max_gradient is not None:
+            g = g.clamp(-opt.max_gradient, opt.max_gradient)
+        psw_grad = None
+        if psw is not None and ctx.needs_input_grad[1]:  # before the update, from the clipped gradient (as fbgemm)
+            psw_grad = tbe_grad_per_sample_weights(
+                g,
+                m.weights.detach(),
+                *m.layout(),
+                indices,
+                offsets,
+                bounds_check_mode=m.bounds_check_mode,
+                backend=m.backend,
+            )
+        m.step += 1
+        with torch.no_grad():
+            tbe_backward_update(
+                g,
+                m.weights.detach(),
+                *m.layout(),
+                indices,
+                offsets,
+                m.pooling_mode,
+                None if psw is None else psw.detach(),
+                optimizer=opt,
+                momentum1=m.momentum1,
+                momentum2=m.momentum2,
+                step=m.step if opt.kind == "adam" else None,
+                bounds_check_mode=m.bounds_check_mode,
+                backend=m.backend,
+            )
+        return None, psw_grad, None, None, None
+
+
+class FusedTBE(_Tables):
+    """Table-batched embedding bags trained as fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen``:
+    the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
+    in place. State: ``momentum1``/``momentum2`` buffers laid out as the spec says, and ``step``
+    (incremented before each update, so Adam's first step is 1).
+    """
+
+    def __init__(self, rows, dims, feature_table_map=None, *, optimizer: TBEOptimizer, **kw):
+        super().__init__(rows, dims, feature_table_map, **kw)
+        if not isinstance(optimizer, TBEOptimizer):
+            raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
+        self.optimizer = optimizer
+        W = self.weights.shape[0]
+        n1 = int(self.hash_size_cumsum[-1]) if optimizer.kind == "rowwise_adagrad" else W
+        uses = optimizer.states
+        self.register_buffer("momentum1", torch.zeros(n1) if "momentum1" in uses else None)
+        self.register_buffer("momentum2", torch.zeros(W) if "momentum2" in uses else None)
+        self.step = 0
+
+    def forward(self, indices, offsets, per_sample_weights=None):
+        return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
