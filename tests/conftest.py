@@ -2,7 +2,8 @@
 
 * Without a GPU, the CUDA kernels run under Numba's simulator: it must be
   switched on before anything imports ``numba.cuda``, so it is done here.
-* Hypothesis profiles: ``ci`` (default), ``thorough`` (more examples), chosen
+* Hypothesis profiles: ``ci`` (default), ``thorough`` (more examples), ``dev``
+  (a quick local run), chosen
   with ``HYPOTHESIS_PROFILE``.
 * ``fast_backend``: every backend the oracle is compared with, as a
   :class:`harness.Flavor` (``cpu``, ``cuda`` simulated on NumPy arrays, and
@@ -40,6 +41,7 @@ _common = dict(
 )
 settings.register_profile("ci", max_examples=30, **_common)
 settings.register_profile("thorough", max_examples=300, **_common)
+settings.register_profile("dev", max_examples=8, **_common)  # quick local runs while developing
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
