@@ -20,21 +20,19 @@ import numpy as np
 from .. import _tbe_bounds as bounds
 from .. import _validate as v
 from .._registry import Example, Out, Plan, check, example, op
-from .._tbe import TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
+from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
 HELPERS = ("tbe_layout", "TBELayout", "TBEOptimizer", "TBESparseGrad")
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 F32 = (np.dtype(np.float32),)
-SUM, MEAN, NONE = 0, 1, 2
-_POOLING = {"sum": SUM, "mean": MEAN, "none": NONE}
 
 
 # -- shared checks ---------------------------------------------------------
 def pooling_code(value) -> int:
     """``"sum"``/``"mean"``/``"none"`` (any case) or fbgemm's ``PoolingMode`` 0/1/2 -> 0/1/2."""
-    if isinstance(value, str) and value.lower() in _POOLING:
-        return _POOLING[value.lower()]
+    if isinstance(value, str) and value.lower() in POOLING_CODES:
+        return POOLING_CODES[value.lower()]
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) <= 2:
         return int(value)
     raise ValueError(f"pooling_mode must be 'sum', 'mean', 'none' or 0..2, got {value!r}")
