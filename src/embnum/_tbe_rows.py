@@ -24,9 +24,19 @@ import math
 
 import numpy as np
 
-# kind codes (embnum._tbe.KIND_CODES) and weight-decay modes (DECAY_CODES)
-SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM, LAMB, PARTIAL_ROWWISE_ADAM, PARTIAL_ROWWISE_LAMB, LARS_SGD = range(8)
-DECAY_L2, DECAY_DECOUPLED = 1, 2
+from ._tbe import (  # the kind and decay codes (plain ints: compile-time constants for Numba)
+    ADAGRAD,
+    ADAM,
+    DECAY_DECOUPLED,
+    DECAY_L2,
+    LAMB,
+    LARS_SGD,
+    PARTIAL_ROWWISE_ADAM,
+    PARTIAL_ROWWISE_LAMB,
+    ROWWISE_ADAGRAD,
+    SGD,
+)
+
 # hyper-parameter slots
 LR, EPS, WD, BETA1, BETA2, BC1, BC2, ETA, MOMENTUM, MAX_NORM = range(10)
 HP_SLOTS = 10
