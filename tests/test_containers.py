@@ -503,3 +503,111 @@ def test_keyed_tensor_rejects_bad_input():
         KT.regroup_as_dict([KT(["a"], [2], np.zeros((2, 2)))], [["a"]], ["x", "y"])
     with pytest.raises(ValueError, match="is not a key of any input"):
         KT.regroup([KT(["a"], [2], np.zeros((2, 2)))], [["b"]])
+
+
+# -- differential tier: torchrec's own containers ------------------------------------------------
+def _torchrec():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("fbgemm_gpu")
+    trj = pytest.importorskip("torchrec.sparse.jagged_tensor")
+    return torch, trj
+
+
+def _theirs(trj, m, kjt):
+    return trj.KeyedJaggedTensor(
+        keys=list(m.keys),
+        values=kjt.values(),
+        weights=kjt.weights_or_none(),
+        lengths=kjt.lengths(),
+        stride=None if m.variable else m.fixed_stride(),
+        stride_per_key_per_rank=m.spkpr if m.variable else None,
+    )
+
+
+def _same_kjt(ours, theirs):
+    assert ours.keys() == theirs.keys()
+    if not ours.keys():
+        # torchrec's split makes a keyless part with int32 lengths and empty offsets; embnum keeps the
+        # lengths dtype and its offsets are [0] (a complete cumsum)
+        assert ours.values().shape == theirs.values().shape == (0,) and ours.lengths().shape == (0,)
+        return
+    for name in ("values", "lengths", "weights_or_none", "offsets"):
+        a, b = getattr(ours, name)(), getattr(theirs, name)()
+        if a is None or b is None:
+            assert a is None and b is None, name
+            continue
+        assert a.dtype == b.dtype and a.tolist() == b.tolist(), f"{name}: {a} != {b}"
+    for name in ("stride_per_key", "length_per_key", "offset_per_key", "variable_stride_per_key"):
+        assert getattr(ours, name)() == getattr(theirs, name)(), name
+    if not ours.variable_stride_per_key():
+        assert ours.stride() == theirs.stride()
+
+
+@pytest.mark.torchrec
+def test_kjt_against_torchrec():
+    torch, trj = _torchrec()
+    from torchrec.distributed.embedding_sharding import bucketize_kjt_before_all2all
+
+    torch_kind = Kind("torch", None, 1.0)
+
+    @settings(max_examples=max(3, settings.default.max_examples // 2))
+    @given(m=M.models(max_keys=4), data=st.data())
+    def inner(m, data):
+        T = len(m.keys)
+        assume(T > 0)  # torchrec derives the stride of a KJT without keys differently (always 0)
+        ours = build(m, torch_kind)
+        theirs = _theirs(trj, m, ours)
+        _same_kjt(ours, theirs)
+        assert ours.lengths_offset_per_key() == theirs.lengths_offset_per_key()
+        idx = data.draw(st.lists(st.integers(0, T - 1), min_size=1, max_size=2 * T))
+        _same_kjt(ours.permute(idx), theirs.permute(idx))
+        cut = data.draw(st.integers(0, T))
+        for a, b in zip(ours.split([cut, T - cut]), theirs.split([cut, T - cut])):
+            _same_kjt(a, b)
+        for key in m.keys:
+            a, b = ours[key], theirs[key]
+            for name in ("values", "lengths", "weights_or_none"):
+                x, y = getattr(a, name)(), getattr(b, name)()
+                assert (x is None and y is None) or x.tolist() == y.tolist(), (key, name)
+        _same_kjt(KJT.concat(ours.split([cut, T - cut])), trj.KeyedJaggedTensor.concat(theirs.split([cut, T - cut])))
+        # conversions share the tensors
+        back = embnum.from_torchrec(ours.to_torchrec())
+        _same_kjt(back, theirs)
+        assert back.values() is ours.values()
+        # row-wise bucketize: torchrec's KJT holds the buckets end to end (bucket-major lengths)
+        R = data.draw(st.integers(1, 4))
+        bs = torch.tensor([data.draw(st.integers(1, 20)) for _ in range(T)], dtype=ours.values().dtype)
+        buckets, perm = ours.bucketize(R, bs, output_permute=True)
+        whole, their_perm = bucketize_kjt_before_all2all(theirs, R, bs, output_permute=True)
+        assert torch.equal(perm, their_perm)
+        assert torch.equal(torch.cat([b.lengths() for b in buckets]), whole.lengths().view(-1))
+        assert torch.equal(torch.cat([b.values() for b in buckets]), whole.values())
+        if m.wbags is not None:
+            assert torch.equal(torch.cat([b.weights() for b in buckets]), whole.weights())
+
+    inner()
+
+
+@pytest.mark.torchrec
+def test_kt_against_torchrec():
+    torch, trj = _torchrec()
+
+    @settings(max_examples=max(3, settings.default.max_examples // 2))
+    @given(case=keyed_tensors())
+    def inner(case):
+        kts, groups = case
+        assume(all(groups))  # torchrec's regroup fails on an empty group (torch.cat of no tensors)
+        ours, theirs = [], []
+        for keys, widths, values in kts:
+            t = torch.from_numpy(values)
+            ours.append(KT(keys, widths, t))
+            theirs.append(trj.KeyedTensor(keys, widths, t))
+            assert ours[-1].offset_per_key() == theirs[-1].offset_per_key()
+            for key in keys:
+                assert torch.equal(ours[-1][key], theirs[-1][key])
+        for a, b in zip(KT.regroup(ours, groups), trj.KeyedTensor.regroup(theirs, groups)):
+            assert torch.equal(a, b)
+        back = embnum.from_torchrec(ours[0].to_torchrec())
+        assert back.keys() == ours[0].keys() and back.values() is ours[0].values()
+
+    inner()
