@@ -9,8 +9,6 @@ requested are ``None`` slots of the result tuple.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .. import _validate as v
@@ -20,10 +18,6 @@ W_DTYPES = v.FLOAT_DTYPES
 
 
 # -- shared checks ---------------------------------------------------------
-def _host(a):
-    return a.get() if v.xp_of(a) is not np else a
-
-
 def _nonneg(name, a):
     """``a >= 0`` everywhere (ValueError naming the first negative entry)."""
     if a.size and int(a.min()) < 0:
@@ -69,15 +63,9 @@ def _in_range(name, a, n):
 def _hint(name, hint, actual):
     if hint is None:
         return
-    hint = _int(name, hint)
+    hint = v.integer(name, hint)
     if hint != actual:
         raise ValueError(f"{name} = {hint} does not match the actual total {actual}")
-
-
-def _int(name, x):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {x!r}")
-    return int(x)
 
 
 def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_sizes):
@@ -133,7 +121,7 @@ def _per_key(name, a, T):
     v.index_array(name, a)
     if a.shape[0] != T:
         raise ValueError(f"{name} must have len(block_sizes) = {T} entries, got {a.shape[0]}")
-    return np.asarray(_host(a), dtype=np.int64)
+    return v.to_host(a, np.int64)
 
 
 def _boundaries(pos, T, my_size, imax):
@@ -149,7 +137,7 @@ def _boundaries(pos, T, my_size, imax):
         v.index_array(name, p)
         if p.shape[0] != my_size + 1:
             raise ValueError(f"{name} must have my_size + 1 = {my_size + 1} entries, got {p.shape[0]}")
-        h = np.asarray(_host(p), dtype=np.int64)
+        h = v.to_host(p, np.int64)
         if h[0] != 0:
             raise ValueError(f"{name}[0] must be 0, got {int(h[0])}")
         if np.any(h[1:] < h[:-1]):
@@ -192,13 +180,13 @@ def block_bucketize_sparse_features(
     if indices.shape[0] != N:
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal the sum of lengths = {N}")
     v.index_array("block_sizes", block_sizes)
-    my_size = _int("my_size", my_size)
-    _int("max_B", max_B)
+    my_size = v.integer("my_size", my_size)
+    v.integer("max_B", max_B)
     if my_size < 1:
         raise ValueError(f"my_size must be >= 1, got {my_size}")
     T, n_bags = block_sizes.shape[0], lengths.shape[0]
     _weights(weights, N)
-    bs = np.asarray(_host(block_sizes), dtype=np.int64)
+    bs = v.to_host(block_sizes, np.int64)
     if T and int(bs.min()) < 0:
         raise ValueError(f"block_sizes must be >= 0, got {int(bs.min())} at {int(np.argmax(bs < 0))}")
     if T == 0:
@@ -236,10 +224,10 @@ def block_bucketize_sparse_features(
             raise ValueError(
                 f"keep_orig_idx_per_feature must have {T} entries, got {keep_orig_idx_per_feature.shape[0]}"
             )
-        keep = np.asarray(_host(keep_orig_idx_per_feature), dtype=np.bool_)
+        keep = v.to_host(keep_orig_idx_per_feature)
     else:
-        keep = np.full(T, bool(keep_orig_idx), np.bool_)
-    bucketize_pos, sequence = bool(bucketize_pos), bool(sequence)
+        keep = np.full(T, v.flag("keep_orig_idx", keep_orig_idx), np.bool_)
+    bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
     idx = indices.dtype
@@ -279,7 +267,7 @@ def keyed_jagged_index_select_dim1(
     ``weights_out [M]`` when weights are given (output bag ``t*n + j`` is input
     bag ``t*batch_size + indices[j]``).
     """
-    batch_size = _int("batch_size", batch_size)
+    batch_size = v.integer("batch_size", batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     N = _lengths("lengths", lengths)
@@ -391,8 +379,8 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         raise ValueError(
             f"hash_size_offsets must have len(hash_size_cumsum) = {T + 1} entries, got {hash_size_offsets.shape[0]}"
         )
-    hso = np.asarray(_host(hash_size_offsets), dtype=np.int64)
-    hsc = np.asarray(_host(hash_size_cumsum), dtype=np.int64)
+    hso = v.to_host(hash_size_offsets, np.int64)
+    hsc = v.to_host(hash_size_cumsum, np.int64)
     if int(hso[-1]) != T:
         raise ValueError(f"hash_size_offsets[-1] must be T = {T}, got {int(hso[-1])}")
     nb = offsets.shape[0] - 1
@@ -410,7 +398,7 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
             )
     _nonneg_ids(indices)
     B = nb // T
-    offs = np.asarray(_host(offsets), dtype=np.int64)
+    offs = v.to_host(offsets, np.int64)
     for g, (a, b) in enumerate(tables[:-1]):
         H = int(hsc[b] - hsc[a])
         ids = indices[int(offs[a * B]) : int(offs[b * B])]
