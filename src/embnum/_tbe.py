@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._validate import integer, positive
+
 
 @dataclasses.dataclass(frozen=True)
 class TBELayout:
@@ -39,12 +41,7 @@ def _positive_ints(name, values):
         values = values.tolist()
     if not isinstance(values, (list, tuple)) or not values:
         raise ValueError(f"{name} must be a non-empty list of ints, got {values!r}")
-    out = []
-    for i, x in enumerate(values):
-        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or int(x) < 1:
-            raise ValueError(f"{name}[{i}] must be an int >= 1, got {x!r}")
-        out.append(int(x))
-    return out
+    return [positive(f"{name}[{i}]", x) for i, x in enumerate(values)]
 
 
 def tbe_layout(rows, dims, feature_table_map=None) -> TBELayout:
@@ -70,8 +67,7 @@ def tbe_layout(rows, dims, feature_table_map=None) -> TBELayout:
             raise ValueError(f"feature_table_map must be a non-empty list of table numbers, got {feature_table_map!r}")
         ftm = []
         for t, x in enumerate(feature_table_map):
-            if isinstance(x, bool) or not isinstance(x, numbers.Integral) or not 0 <= int(x) < n:
-                raise ValueError(f"feature_table_map[{t}] must be a table number in [0, {n}), got {x!r}")
+            x = integer(f"feature_table_map[{t}]", x, min=0, max=n - 1, what=f"a table number in [0, {n})")
             if ftm and int(x) < ftm[-1]:
                 raise ValueError(
                     f"feature_table_map must be non-decreasing (features sharing a table adjacent), "

@@ -13,7 +13,7 @@ import operator
 
 import numpy as np
 
-from ._backend import is_array, is_cupy
+from ._backend import is_array, is_cupy, to_host  # noqa: F401 - to_host: checks read device data through it
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -65,17 +65,84 @@ def array_list(name: str, arrays, *, min_len=0, max_len=None):
     return list(arrays)
 
 
+def _is_int(v) -> bool:
+    """The one integer rule: a Python or NumPy integer; ``bool`` and ``np.bool_`` are not integers."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def integer(name: str, v, *, min=None, max=None, what: str = "an int") -> int:
+    """A Python/NumPy integer (``TypeError`` otherwise, ``bool`` included) within
+    ``[min, max]`` where given (``ValueError``); returned as a Python int."""
+    if not _is_int(v):
+        raise TypeError(f"{name} must be {what}, got {v!r}")
+    v = operator.index(v)
+    if (min is not None and v < min) or (max is not None and v > max):
+        bounds = f">= {min}" if max is None else f"<= {max}" if min is None else f"in {min}..{max}"
+        raise ValueError(f"{name} must be {bounds}, got {v}")
+    return v
+
+
 def size(name: str, v, *, limit: int | None = None) -> int:
     """A non-negative Python/NumPy integer (``bool`` is rejected) at most ``limit``
-    (default :data:`MAX_SIZE`), returned as a Python int."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be a non-negative int, got {v!r}")
-    v = operator.index(v)
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0, got {v}")
+    (default :data:`MAX_SIZE`: a larger size cannot be an array), as a Python int."""
+    v = integer(name, v, min=0, what="a non-negative int")
     if v > (MAX_SIZE if limit is None else limit):
         raise ValueError(f"{name} = {v} exceeds {_limit_text(limit)}")
     return v
+
+
+def positive(name: str, v) -> int:
+    """A Python/NumPy integer ``>= 1`` (``bool`` is rejected)."""
+    return integer(name, v, min=1, what="a positive int")
+
+
+def optional_size(name: str, v) -> int | None:
+    """``None`` or a non-negative integer (a size hint)."""
+    return None if v is None else size(name, v)
+
+
+def flag(name: str, v) -> bool:
+    """A Python or NumPy bool (``TypeError`` for anything else, 0 and 1 included)."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {v!r}")
+    return bool(v)
+
+
+def real(name: str, v) -> float:
+    """A Python/NumPy real number (``bool`` is rejected), as a Python float."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {v!r}")
+    return float(v)
+
+
+def choice(name: str, value, table: dict[str, int]) -> int:
+    """A mode given by name (any case) or by its integer code: ``table`` maps the
+    names to the codes (``{"sum": 0, "mean": 1, "none": 2}``); returns the code."""
+    if isinstance(value, str) and value.lower() in table:
+        return table[value.lower()]
+    if _is_int(value) and int(value) in table.values():
+        return int(value)
+    names = ", ".join(repr(k) for k in table)
+    codes = sorted(set(table.values()))
+    raise ValueError(f"{name} must be one of {names} or a code {codes[0]}..{codes[-1]}, got {value!r}")
+
+
+HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def output_dtype(value, allowed=HALF_OR_FLOAT, name: str = "output_dtype") -> np.dtype:
+    """A dtype name or NumPy dtype among ``allowed`` (default float32/float16); ``TypeError`` otherwise
+    (``"bfloat16"`` gets its own message: NumPy has no such dtype)."""
+    want = " or ".join(repr(str(d)) for d in allowed)
+    if isinstance(value, str) and value.lower() == "bfloat16":
+        raise TypeError(f"{name} bfloat16 is not supported (NumPy has no bfloat16); use {want}")
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if dt not in allowed:
+        raise TypeError(f"{name} must be {want}, got {value!r}")
+    return dt
 
 
 def int_list(name: str, v, *, length=None) -> list[int]:
@@ -230,16 +297,6 @@ position computed from sizes below it fits int64 with room to spare."""
 
 def _limit_text(limit) -> str:
     return "the size limit 2**48 (embnum.MAX_SIZE)" if limit is None or limit == MAX_SIZE else f"{limit}"
-
-
-def integer(name: str, v, *, lo: int = -INT64_MAX - 1, hi: int = INT64_MAX) -> int:
-    """A Python/NumPy integer in ``[lo, hi]`` as a Python int (``bool`` is a ``TypeError``)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {v!r}")
-    v = operator.index(v)
-    if v < lo or v > hi:
-        raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
-    return v
 
 
 def shape_fits(shape) -> bool:

@@ -10,12 +10,9 @@ before any kernel runs.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .. import _validate as v
-from .._backend import is_cupy
 from .._cache import BoundedCache
 from .._registry import Example, Out, Plan, check, example, op
 
@@ -26,7 +23,7 @@ _COLUMNS = ("in_tensor", "out_tensor", "in_offset", "out_offset", "length", "nex
 
 def host(a) -> np.ndarray:
     """A small index array as a host int64 NumPy array (a copy from the device for CuPy)."""
-    return np.asarray(a.get() if is_cupy(a) else a, dtype=np.int64)
+    return v.to_host(a, np.int64)
 
 
 # -- shared checks ---------------------------------------------------------
@@ -221,11 +218,7 @@ def regroup_keys(keys, lengths, groups):
             raise ValueError(f"lengths[{i}] must have len(keys[{i}]) = {len(ks)} entries, got {len(ls)}")
         row = []
         for j, n in enumerate(ls):
-            if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
-                raise TypeError(f"lengths[{i}][{j}] must be an int, got {n!r}")
-            if n < 0:
-                raise ValueError(f"lengths[{i}][{j}] = {n} must be >= 0")
-            row.append(int(n))
+            row.append(v.size(f"lengths[{i}][{j}]", n))
             k = ks[j]
             if k in where:
                 raise ValueError(f"key {k!r} appears twice in keys: keys{list(where[k])} and keys[{i}][{j}]")

@@ -18,10 +18,6 @@ W_DTYPES = v.FLOAT_DTYPES
 
 
 # -- shared checks ---------------------------------------------------------
-def _host(a):
-    return a.get() if v.xp_of(a) is not np else a
-
-
 def _nonneg(name, a):
     """``a >= 0`` everywhere (ValueError naming the first negative entry)."""
     if a.size and int(a.min()) < 0:
@@ -126,7 +122,7 @@ def _per_key(name, a, T):
     v.index_array(name, a)
     if a.shape[0] != T:
         raise ValueError(f"{name} must have len(block_sizes) = {T} entries, got {a.shape[0]}")
-    return np.asarray(_host(a), dtype=np.int64)
+    return v.to_host(a, np.int64)
 
 
 def _boundaries(pos, T, my_size, imax):
@@ -142,7 +138,7 @@ def _boundaries(pos, T, my_size, imax):
         v.index_array(name, p)
         if p.shape[0] != my_size + 1:
             raise ValueError(f"{name} must have my_size + 1 = {my_size + 1} entries, got {p.shape[0]}")
-        h = np.asarray(_host(p), dtype=np.int64)
+        h = v.to_host(p, np.int64)
         if h[0] != 0:
             raise ValueError(f"{name}[0] must be 0, got {int(h[0])}")
         if np.any(h[1:] < h[:-1]):
@@ -193,7 +189,7 @@ def block_bucketize_sparse_features(
     if my_size * max(n_bags, 1) > v.MAX_SIZE:
         raise ValueError(f"my_size * len(lengths) = {my_size} * {n_bags} exceeds the size limit 2**48")
     _weights(weights, N)
-    bs = np.asarray(_host(block_sizes), dtype=np.int64)
+    bs = v.to_host(block_sizes, np.int64)
     if T and int(bs.min()) < 0:
         raise ValueError(f"block_sizes must be >= 0, got {int(bs.min())} at {int(np.argmax(bs < 0))}")
     if T == 0:
@@ -232,10 +228,10 @@ def block_bucketize_sparse_features(
             raise ValueError(
                 f"keep_orig_idx_per_feature must have {T} entries, got {keep_orig_idx_per_feature.shape[0]}"
             )
-        keep = np.asarray(_host(keep_orig_idx_per_feature), dtype=np.bool_)
+        keep = v.to_host(keep_orig_idx_per_feature)
     else:
-        keep = np.full(T, bool(keep_orig_idx), np.bool_)
-    bucketize_pos, sequence = bool(bucketize_pos), bool(sequence)
+        keep = np.full(T, v.flag("keep_orig_idx", keep_orig_idx), np.bool_)
+    bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
     idx = indices.dtype
@@ -388,8 +384,8 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         raise ValueError(
             f"hash_size_offsets must have len(hash_size_cumsum) = {T + 1} entries, got {hash_size_offsets.shape[0]}"
         )
-    hso = np.asarray(_host(hash_size_offsets), dtype=np.int64)
-    hsc = np.asarray(_host(hash_size_cumsum), dtype=np.int64)
+    hso = v.to_host(hash_size_offsets, np.int64)
+    hsc = v.to_host(hash_size_cumsum, np.int64)
     if int(hso[-1]) != T:
         raise ValueError(f"hash_size_offsets[-1] must be T = {T}, got {int(hso[-1])}")
     nb = offsets.shape[0] - 1
@@ -407,7 +403,7 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
             )
     _nonneg_ids(indices)
     B = nb // T
-    offs = np.asarray(_host(offsets), dtype=np.int64)
+    offs = v.to_host(offsets, np.int64)
     for g, (a, b) in enumerate(tables):
         # the last table's ids are unbounded above (spec), but its keys hash_size_cumsum[a] + id must not wrap
         last = g == len(tables) - 1

@@ -33,27 +33,16 @@ _POOLING = {"sum": SUM, "mean": MEAN, "none": NONE}
 # -- shared checks ---------------------------------------------------------
 def pooling_code(value) -> int:
     """``"sum"``/``"mean"``/``"none"`` (any case) or fbgemm's ``PoolingMode`` 0/1/2 -> 0/1/2."""
-    if isinstance(value, str) and value.lower() in _POOLING:
-        return _POOLING[value.lower()]
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) <= 2:
-        return int(value)
-    raise ValueError(f"pooling_mode must be 'sum', 'mean', 'none' or 0..2, got {value!r}")
+    return v.choice("pooling_mode", value, _POOLING)
 
 
 def output_dtype_of(value) -> np.dtype:
-    if isinstance(value, str) and value.lower() == "bfloat16":
-        raise TypeError("output_dtype bfloat16 is not supported (NumPy has no bfloat16)")
-    try:
-        dt = np.dtype(value)
-    except TypeError:
-        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {value!r}") from None
-    if dt not in WEIGHT_DTYPES:
-        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {value!r}")
-    return dt
+    """``"float32"``/``"float16"`` (or the NumPy dtypes) -> np.dtype (``TypeError`` otherwise)."""
+    return v.output_dtype(value, WEIGHT_DTYPES)
 
 
 def _host(a) -> np.ndarray:
-    return np.asarray(a.get() if hasattr(a, "get") else a).astype(np.int64)
+    return v.to_host(a).astype(np.int64)
 
 
 def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
@@ -399,13 +388,9 @@ def tbe_backward_update(
     _state("momentum1", momentum1, "momentum1" in uses, weights, m1_numel)
     _state("momentum2", momentum2, "momentum2" in uses, weights, weights.shape[0])
     if optimizer.kind == "adam":
-        if (
-            isinstance(step, (bool, np.bool_))
-            or not isinstance(step, (int, np.integer))
-            or not 1 <= step <= v.INT64_MAX
-        ):
-            raise ValueError(f"step must be an int in [1, 2**63 - 1] for adam, got {step!r}")
-        step = int(step)
+        if step is None:
+            raise ValueError("step is required for adam (an int >= 1)")
+        step = v.integer("step", step, min=1, max=v.INT64_MAX, what="an int >= 1 for adam")
     elif step is not None:
         raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
     return Plan(dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)

@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 
+from .._validate import to_host
+
 
 def dequantize_row(weights, start, code, D):
     """Row of ``D`` float32 values starting at byte ``start`` (tbe.md 5.1)."""
@@ -80,7 +82,7 @@ def bag_magnitudes(args, shape):
         warnings.simplefilter("ignore")
         plan = op.declaration(**op.bind((), dict(args)))
     a = plan.args
-    host = lambda x: x if x is None or isinstance(x, np.ndarray) else x.get()  # noqa: E731
+    host = lambda x: None if x is None else to_host(x)  # noqa: E731
     weights, layout, indices, offsets = (host(a[k]) for k in ("weights", "layout", "indices", "offsets"))
     psw = host(a["per_sample_weights"])
     T = layout.shape[0]
