@@ -20,20 +20,18 @@ import numpy as np
 from .. import _tbe_bounds as bounds
 from .. import _validate as v
 from .._registry import Example, Out, Plan, check, example, op
-from .._tbe import TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
+from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
 HELPERS = ("tbe_layout", "TBELayout", "TBEOptimizer", "TBESparseGrad")
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 F32 = (np.dtype(np.float32),)
-SUM, MEAN, NONE = 0, 1, 2
-_POOLING = {"sum": SUM, "mean": MEAN, "none": NONE}
 
 
 # -- shared checks ---------------------------------------------------------
 def pooling_code(value) -> int:
     """``"sum"``/``"mean"``/``"none"`` (any case) or fbgemm's ``PoolingMode`` 0/1/2 -> 0/1/2."""
-    return v.choice("pooling_mode", value, _POOLING)
+    return v.choice("pooling_mode", value, POOLING_CODES)
 
 
 def output_dtype_of(value) -> np.dtype:
