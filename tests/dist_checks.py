@@ -11,7 +11,7 @@ concatenated global batch) itself and compare its own rows. Phases:
    sizes (one rank empty in one step), forward output and, at the end, the
    weights and optimizer state equal to the reference (exact for table-,
    column-wise and data-parallel, float rounding for the row-wise types);
-3. checkpoints: WORLD=2 trains 2 steps and saves its shards under CKPT_DIR;
+3. checkpoints (row-wise Adagrad: a per-row state): WORLD=2 trains 2 steps and saves its shards under CKPT_DIR;
    WORLD=3 loads them under another plan, trains 2 more steps, compares
    with 4 unsharded steps;
 4. faults: one rank (1 at WORLD=2; 0, the store's host, at WORLD=3) raises
@@ -280,7 +280,10 @@ def check_sharded(rank, W, optimizer):
 
 def check_checkpoint(rank, W, ckpt, optimizer):
     if W == 2:
-        model = ShardedEmbeddingBagCollection(TABLES, plans(2)["mixed"], optimizer=optimizer)
+        kinds = [ROW_WISE, TABLE_WISE, DATA_PARALLEL, TABLE_ROW_WISE, TABLE_WISE, ROW_WISE]
+        ranks = [None, (1,), None, (0, 1), (0,), None]
+        plan = {t.name: ParameterSharding(k, r) for t, k, r in zip(TABLES, kinds, ranks)}
+        model = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)
         train(model, None, W, rank, 2, True, "ckpt")
         torch.save(model.state_dict(gather=False), os.path.join(ckpt, f"rank{rank}.pt"))
         return
@@ -325,7 +328,7 @@ def worker(rank, W, ckpt):
     adam = embnum.TBEOptimizer("adam", learning_rate=0.05)
     check_collectives(rank, W)
     check_sharded(rank, W, adagrad if W == 2 else adam)
-    check_checkpoint(rank, W, ckpt, adagrad)
+    check_checkpoint(rank, W, ckpt, embnum.TBEOptimizer("rowwise_adagrad", learning_rate=0.1))  # a row state
     return check_fault(rank, W, adagrad, failing=1 if W == 2 else 0)  # the group is unusable afterwards
 
 

@@ -91,6 +91,9 @@ def _cumsum0(x):
     return torch.cat([c.new_zeros(1), c])
 
 
+_ELEMENTWISE = ("sgd", "adagrad", "adam")  # optimizers without per-row state or norms
+
+
 class _Holder:
     """Carries the gathered output gradient of replicated tables from the output node to their lookups."""
 
@@ -165,8 +168,9 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
     ``feature_names``, ``pooling`` ``"sum"``/``"mean"``), in the EBC's order.
     plan: ``{table name: ParameterSharding}`` or ``None`` (:func:`plan_tables`, printed on rank 0
     when ``verbose``). optimizer: the fused :class:`embnum.TBEOptimizer` (default SGD, lr 0.01);
-    column-wise sharding with ``rowwise_adagrad`` is refused (each column shard would keep its own
-    row state, so training would differ from the unsharded EBC). qcomm: a
+    column-wise sharding takes only the element-wise optimizers (SGD, Adagrad, Adam): with a per-row
+    state or norm (row-wise Adagrad, LAMB, LARS, partial row-wise Adam) each column shard would keep
+    its own, so training would differ from the unsharded EBC. qcomm: a
     :class:`~embnum.distributed.comm.QCommsConfig` for the pooled collectives. is_weighted: the
     KJTs carry per-id weights (every rank must agree). Initial weights: each table drawn whole from
     ``uniform(+-sqrt(1/rows))`` with a generator seeded by ``(seed, table index)`` and cut, so they do
@@ -205,12 +209,13 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                 print(plan.table(tables))
         self.plan = plan if isinstance(plan, ShardingPlan) else ShardingPlan(plan, self.world_size)
         self.layout: Layout = build_layout(tables, self.plan, self.world_size)
-        if self.optimizer.kind == "rowwise_adagrad":
+        if self.optimizer.kind not in _ELEMENTWISE:
             cw = [t.name for t in tables if self.plan[t.name].sharding_type == COLUMN_WISE]
             if cw:
                 raise ValueError(
-                    f"table {cw[0]!r}: column_wise sharding with rowwise_adagrad would keep a row state per "
-                    "column shard (training would differ from the unsharded EBC); use adagrad, sgd or adam"
+                    f"table {cw[0]!r}: column_wise sharding with {self.optimizer.kind} would compute its per-row "
+                    "state or norms per column shard (training would differ from the unsharded EBC); "
+                    f"use one of {_ELEMENTWISE}"
                 )
         if qcomm is not None and not isinstance(qcomm, comm.QCommsConfig):
             raise TypeError(f"qcomm must be a QCommsConfig or None, got {type(qcomm).__name__}")
@@ -249,13 +254,9 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         tbe = self.tbes[g]
         R, D = sh.nrows, sh.width
         out = {"weight": tbe.weights.detach()[eoff : eoff + R * D].view(R, D)}
-        if tbe.momentum1 is not None:
-            if self.optimizer.kind == "rowwise_adagrad":
-                out["momentum1"] = tbe.momentum1[roff : roff + R].view(R, 1)
-            else:
-                out["momentum1"] = tbe.momentum1[eoff : eoff + R * D].view(R, D)
-        if tbe.momentum2 is not None:
-            out["momentum2"] = tbe.momentum2[eoff : eoff + R * D].view(R, D)
+        for name, kind in self.optimizer.state_layout.items():
+            state = getattr(tbe, name)
+            out[name] = state[roff : roff + R].view(R, 1) if kind == "row" else state[eoff : eoff + R * D].view(R, D)
         return out
 
     def _my_shards(self):
@@ -446,14 +447,14 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _state_names(self):
-        return ["weight"] + [n for n in ("momentum1", "momentum2") if n in self.optimizer.states]
+        return ["weight"] + list(self.optimizer.states)
 
     def _key(self, table, name):
         return f"embedding_bags.{table}.weight" if name == "weight" else f"embedding_bags.{table}.{name}"
 
     def _state_shape(self, t, name):
         R, D = int(t.num_embeddings), int(t.embedding_dim)
-        return (R,) if name == "momentum1" and self.optimizer.kind == "rowwise_adagrad" else (R, D)
+        return (R,) if self.optimizer.state_layout.get(name) == "row" else (R, D)
 
     def _owns(self, si):
         """Whether this rank writes shard ``si`` (a replica is written by its first rank only)."""
