@@ -1042,7 +1042,7 @@ disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(8, 0)) 
 from numba import cuda, types
 from embnum.cuda import tbe
 f32, i64 = types.Array(types.float32, 1, "C"), types.Array(types.int64, 1, "C")
-sig = (types.int64, types.int64, f32, f32, i64, i64, i64, f32, f32, f32)
+sig = (types.int64, types.int64, f32, i64, f32, i64, i64, i64, f32, f32, f32)
 ptx, _ = cuda.compile_ptx(tbe._apply_rows.py_func, sig, cc=(8, 0))
 open(sys.argv[1], "w").write(ptx)
 """
