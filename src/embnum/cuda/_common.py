@@ -1,4 +1,6 @@
-"""Helpers shared by the Numba-CUDA kernels: launch shapes, array module, offset walks.
+"""Helpers shared by the Numba-CUDA kernels: launch shapes, array module, offset walks,
+half precision (``embnum._half`` compiled as device functions, one float16 table per
+device, float32 accumulation rounded once: :func:`float32_result`, :func:`round_once`).
 
 On a GPU the kernels take CuPy arrays; under the simulator
 (``NUMBA_ENABLE_CUDASIM=1``) they take NumPy arrays, and blocks are kept
@@ -10,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .. import _offsets_walk
+from .. import _half, _offsets_walk
 from .._backend import cuda_simulated, to_host  # noqa: F401 - to_host: the one device-to-host copy
 
 SIMULATED = cuda_simulated()
@@ -61,3 +63,38 @@ def pack_offsets(offsets):
 
 leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)
 slab_of_segment = cuda.jit(device=True)(_offsets_walk.slab_of_segment)
+
+
+# -- half precision (embnum._half, compiled as device functions) ----------------------
+_dev = cuda.jit(device=True)
+half_bits_to_float = _dev(_half.half_bits_to_float)
+float_to_half_bits = _dev(_half.float_to_half_bits)
+float32_bits_to_half_bits = _dev(_half.float32_bits_to_half_bits)
+float32_to_bits = _dev(_half.float32_to_bits)
+bits_to_float32 = _dev(_half.bits_to_float32)
+rne = _dev(_half.rne)
+round_once = _half.round_once
+
+_HALF_TABLES: dict = {}
+
+
+def half_table():
+    """The float32 value of every float16 bit pattern, on the current device (copied once
+    per device and kept; under the simulator one writable host copy, because the simulator
+    copies kernel arguments back into the arrays they came from)."""
+    if SIMULATED:
+        dev, to_device = "simulator", np.array
+    else:
+        import cupy
+
+        dev, to_device = cupy.cuda.Device().id, cupy.asarray
+    table = _HALF_TABLES.get(dev)
+    if table is None:
+        table = _HALF_TABLES[dev] = to_device(_half.float32_table())
+    return table
+
+
+def float32_result(out):
+    """Where a kernel accumulates a result for ``out``: ``out`` itself when it is float32,
+    else a float32 scratch of its shape (then :func:`round_once` writes ``out``)."""
+    return out if out.dtype == np.float32 else xp().empty(out.shape, np.float32)

@@ -127,7 +127,7 @@ def segment_sum_csr(batch_size, csr_seg, values):
 
     batch_size: int >= 0. csr_seg: int32/int64 ``[S+1]``, non-decreasing, ``>= 0``.
     values: 1-D float16/float32/float64/int32/int64. Output ``[S]``, dtype of
-    ``values``; float16 is accumulated in float32 or wider and rounded once,
+    ``values``; float16 is accumulated in float32 and rounded once (``embnum._half``; the oracle sums wider),
     integers wrap.
     """
     _value_array("values", values, 1)
