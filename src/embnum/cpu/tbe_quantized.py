@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _qrow
+from .._tbe import MEAN, NONE
 from ._common import bits_to_float32, float32_result, half_bits_to_float32, round_once
 
 _element = njit(inline="always")(_qrow.make_tbe_element(half_bits_to_float32, bits_to_float32))  # float32 element c
@@ -67,12 +68,12 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
     w = np.ascontiguousarray(weights)
     idx = np.ascontiguousarray(indices)
     offs = np.ascontiguousarray(offsets, dtype=np.int64)
-    if pooling == 2:
+    if pooling == NONE:
         if target.size:
             _rows(w, layout, idx, offs, B, target)
     else:
         has = per_sample_weights is not None
         psw = np.ascontiguousarray(per_sample_weights) if has else np.zeros(0, np.float32)
         if target.size:
-            _pooled(w, layout, idx, offs, B, pooling == 1, psw, has, target)
+            _pooled(w, layout, idx, offs, B, pooling == MEAN, psw, has, target)
     round_once(target, out)

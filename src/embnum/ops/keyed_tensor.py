@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as v
+from .._cache import BoundedCache
 from .._registry import Example, Out, Plan, check, example, op
 
 # permutes columns
@@ -51,8 +52,7 @@ def _shapes(name, shapes, want, want_name):
             raise ValueError(f"{name}[{k}] = {g} but {want_name} gives {w}")
 
 
-_VALID: dict = {}  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
-_MAX_VALID = 256
+_VALID = BoundedCache(256)  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
 
 
 def _rows(permutes, in_widths, out_widths, in_name, out_name):
@@ -63,12 +63,10 @@ def _rows(permutes, in_widths, out_widths, in_name, out_name):
         raise ValueError(f"permutes must have shape [P, 6], got {tuple(permutes.shape)}")
     rows = host(permutes)
     key = (rows.tobytes(), tuple(in_widths), tuple(out_widths))
-    if key in _VALID:
+    if _VALID.get(key):
         return rows
     _check_rows(rows, in_widths, out_widths, in_name, out_name)
-    if len(_VALID) >= _MAX_VALID:
-        _VALID.pop(next(iter(_VALID)))
-    _VALID[key] = True
+    _VALID.put(key, True)
     return rows
 
 
@@ -86,7 +84,7 @@ def _check_rows(rows, in_widths, out_widths, in_name, out_name):
     ):
         _in_range(rows, o_col, 0, None, None)
         limit = np.asarray(widths, dtype=np.int64)[rows[:, t_col]]
-        bad = rows[:, o_col] + rows[:, LENGTH] > limit
+        bad = v.spans_exceed(rows[:, o_col], rows[:, LENGTH], limit)  # offset + length would wrap
         if bad.any():
             r = int(np.argmax(bad))
             raise ValueError(

@@ -27,9 +27,10 @@ def _nonneg(name, a):
 
 
 def _lengths(name, a, ndim=1):
+    """Non-negative lengths; their exact total (``ValueError`` past MAX_SIZE: it never wraps)."""
     v.index_array(name, a, ndim=ndim)
     _nonneg(name, a)
-    return int(a.sum(dtype=np.int64)) if a.size else 0
+    return v.checked_sum(name, a)
 
 
 def _values(name, a, n):
@@ -72,7 +73,7 @@ def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_s
     """Common part of the two permutes: ``seg_sizes`` are the int64 segment sizes."""
     n_seg = seg_sizes.shape[0]
     _in_range("permute", permute, n_seg)
-    M = int(seg_sizes[permute].sum()) if permute.size else 0
+    M = v.checked_sum("the segments permute selects", seg_sizes[permute], what="the total size of")
     _hint("permuted_lengths_sum", permuted_lengths_sum, M)
     w = weights
     shape = (permute.shape[0],) + tuple(lengths.shape[1:])
@@ -180,11 +181,13 @@ def block_bucketize_sparse_features(
     if indices.shape[0] != N:
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal the sum of lengths = {N}")
     v.index_array("block_sizes", block_sizes)
-    my_size = v.integer("my_size", my_size)
+    my_size = v.size("my_size", my_size)
     v.integer("max_B", max_B)
     if my_size < 1:
         raise ValueError(f"my_size must be >= 1, got {my_size}")
     T, n_bags = block_sizes.shape[0], lengths.shape[0]
+    if my_size * max(n_bags, 1) > v.MAX_SIZE:
+        raise ValueError(f"my_size * len(lengths) = {my_size} * {n_bags} exceeds the size limit 2**48")
     _weights(weights, N)
     bs = v.to_host(block_sizes, np.int64)
     if T and int(bs.min()) < 0:
@@ -200,8 +203,9 @@ def block_bucketize_sparse_features(
     else:
         batch = _per_key("batch_size_per_feature", batch_size_per_feature, T)
         _nonneg("batch_size_per_feature", batch)
-        if int(batch.sum()) != n_bags:
-            raise ValueError(f"batch_size_per_feature sums to {int(batch.sum())}, not len(lengths) = {n_bags}")
+        total = v.checked_sum("batch_size_per_feature", batch)
+        if total != n_bags:
+            raise ValueError(f"batch_size_per_feature sums to {total}, not len(lengths) = {n_bags}")
     imax = int(np.iinfo(indices.dtype).max)
     G = _per_key("total_num_blocks", total_num_blocks, T)
     if G is None:
@@ -267,7 +271,7 @@ def keyed_jagged_index_select_dim1(
     ``weights_out [M]`` when weights are given (output bag ``t*n + j`` is input
     bag ``t*batch_size + indices[j]``).
     """
-    batch_size = v.integer("batch_size", batch_size)
+    batch_size = v.size("batch_size", batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     N = _lengths("lengths", lengths)
@@ -277,14 +281,15 @@ def keyed_jagged_index_select_dim1(
     v.index_array("offsets", offsets)
     if offsets.shape[0] != nl + 1:
         raise ValueError(f"offsets must have len(lengths) + 1 = {nl + 1} entries, got {offsets.shape[0]}")
-    if int(offsets[0]) != 0 or (nl and bool((offsets[1:].astype(np.int64) - offsets[:-1] != lengths).any())):
+    # lengths are >= 0 and their total is exact (<= MAX_SIZE), so their int64 cumsum cannot wrap
+    if int(offsets[0]) != 0 or (nl and bool((offsets[1:] != v.xp_of(lengths).cumsum(lengths, dtype=np.int64)).any())):
         raise ValueError("offsets must be the complete cumsum of lengths (start at 0, steps equal to lengths)")
     _values("values", values, N)
     _weights(weights, N)
     _in_range("indices", indices, batch_size)
     T, n = nl // batch_size, indices.shape[0]
     sel = lengths.reshape(T, batch_size)[:, indices] if T and n else lengths[:0]
-    M = int(sel.sum(dtype=np.int64)) if sel.size else 0
+    M = v.checked_sum("the bags indices selects", sel, what="the total size of")
     _hint("selected_lengths_sum", selected_lengths_sum, M)
     outs = [Out((M,), values.dtype), Out((T * n,), lengths.dtype)]
     if weights is not None:
@@ -399,13 +404,14 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     _nonneg_ids(indices)
     B = nb // T
     offs = v.to_host(offsets, np.int64)
-    for g, (a, b) in enumerate(tables[:-1]):
-        H = int(hsc[b] - hsc[a])
+    for g, (a, b) in enumerate(tables):
+        # the last table's ids are unbounded above (spec), but its keys hash_size_cumsum[a] + id must not wrap
+        last = g == len(tables) - 1
+        H = v.INT64_MAX - int(hsc[a]) + 1 if last else int(hsc[b] - hsc[a])
         ids = indices[int(offs[a * B]) : int(offs[b * B])]
         if ids.size and int(ids.max()) >= H:
-            raise IndexError(
-                f"indices of table {g} (features {a}..{b - 1}) must be < its hash size {H}, got {int(ids.max())}"
-            )
+            what = f"<= 2**63 - 1 - hash_size_cumsum[{a}] = {H - 1}" if last else f"< its hash size {H}"
+            raise IndexError(f"indices of table {g} (features {a}..{b - 1}) must be {what}, got {int(ids.max())}")
     # the output size: tables own contiguous runs of ids, and their keys do not interleave
     xp = v.xp_of(indices)
     K = sum(_distinct(xp, indices[int(offs[a * B]) : int(offs[b * B])]) for a, b in tables)

@@ -18,12 +18,12 @@ import numpy as np
 from .. import _tbe_bounds as tbe_bounds
 from .. import _validate as v
 from .._registry import Example, Out, Plan, check, example, op
+from .._tbe import NONE, POOLING_CODES
 from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
 
 # fbgemm SparseType codes of the row types of section 5.1
 TYPE_CODES = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3, "int2": 4}
 _TYPE_NAMES = {c: n for n, c in TYPE_CODES.items()}
-POOLING = {"sum": 0, "mean": 1, "none": 2}
 HELPERS = ("tbe_pack_quantized",)
 
 
@@ -195,7 +195,7 @@ def tbe_forward_quantized(
     if rows_per_table.shape[0] != T:
         raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
     row_alignment = v.positive("row_alignment", row_alignment)
-    pooling = v.choice("pooling_mode", pooling_mode, POOLING)
+    pooling = v.choice("pooling_mode", pooling_mode, POOLING_CODES)
     bounds = tbe_bounds.bounds_mode(bounds_check_mode)
     out_dtype = v.output_dtype(output_dtype)
     Doffs, rows, woffs = (v.to_host(a).tolist() for a in (D_offsets, rows_per_table, weights_offsets))
@@ -227,9 +227,9 @@ def tbe_forward_quantized(
             raise ValueError(
                 f"per_sample_weights must have len(indices) = {N} entries, got {per_sample_weights.shape[0]}"
             )
-        if pooling == POOLING["none"]:
+        if pooling == NONE:
             raise ValueError("per_sample_weights cannot be used with pooling_mode 'none'")
-    if pooling == POOLING["none"]:
+    if pooling == NONE:
         dims = {Doffs[t + 1] - Doffs[t] for t in range(T)}
         if len(dims) != 1:
             raise ValueError(f"pooling_mode 'none' needs one D for all features, got {sorted(dims)}")

@@ -18,11 +18,12 @@ from .._validate import to_host
 
 def dequantize_row(weights, start, code, D):
     """Row of ``D`` float32 values starting at byte ``start`` (tbe.md 5.1)."""
+    # contiguous copies of the bytes: a strided ``weights`` (which cpu accepts) cannot be viewed as floats
     if code == 0:
-        return weights[start : start + 4 * D].view("<f4").astype(np.float32)
+        return np.ascontiguousarray(weights[start : start + 4 * D]).view("<f4").astype(np.float32)
     if code == 1:
-        return weights[start : start + 2 * D].view("<f2").astype(np.float32)
-    scale, bias = weights[start : start + 4].view("<f2").astype(np.float64)
+        return np.ascontiguousarray(weights[start : start + 2 * D]).view("<f2").astype(np.float32)
+    scale, bias = np.ascontiguousarray(weights[start : start + 4]).view("<f2").astype(np.float64)
     data = weights[start + 4 :]
     if code == 2:
         q = data[:D]
