@@ -9,6 +9,7 @@ small because every simulated thread is a Python thread.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -98,3 +99,49 @@ def float32_result(out):
     """Where a kernel accumulates a result for ``out``: ``out`` itself when it is float32,
     else a float32 scratch of its shape (then :func:`round_once` writes ``out``)."""
     return out if out.dtype == np.float32 else xp().empty(out.shape, np.float32)
+
+
+# -- scans (int64, on the device) -----------------------------------------------------
+@cuda.jit
+def _block_scan(src, dst, block_sums, n):
+    """Inclusive scan of each TPB-element chunk (Hillis-Steele in shared memory)."""
+    sh = cuda.shared.array(TPB, numba.int64)
+    t = cuda.threadIdx.x
+    i = cuda.blockIdx.x * TPB + t
+    sh[t] = src[i] if i < n else 0
+    cuda.syncthreads()
+    step = 1
+    while step < TPB:
+        x = sh[t - step] if t >= step else 0
+        cuda.syncthreads()
+        sh[t] += x
+        cuda.syncthreads()
+        step *= 2
+    if i < n:
+        dst[i] = sh[t]
+    if t == TPB - 1:
+        block_sums[cuda.blockIdx.x] = sh[t]
+
+
+@cuda.jit
+def _add_block_prefix(dst, block_prefix, n):
+    b = cuda.blockIdx.x
+    i = b * TPB + cuda.threadIdx.x
+    if b > 0 and i < n:
+        dst[i] += block_prefix[b - 1]
+
+
+def inclusive_scan(src):
+    """int64 inclusive scan of a 1-D device array (recursive over block sums)."""
+    n = int(src.shape[0])
+    m = xp()
+    dst = m.empty(n, dtype=np.int64)
+    if n == 0:
+        return dst
+    nb = -(-n // TPB)
+    sums = m.empty(nb, dtype=np.int64)
+    _block_scan[nb, TPB](src, dst, sums, n)
+    if nb > 1:
+        prefix = inclusive_scan(sums)  # before configuring the launch: the simulator keeps one config per kernel
+        _add_block_prefix[nb, TPB](dst, prefix, n)
+    return dst
