@@ -306,7 +306,7 @@ class _FusedLookup(torch.autograd.Function):
 class FusedTBE(_Tables):
     """Table-batched embedding bags trained as fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen``:
     the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
-    in place. State: ``momentum1``/``momentum2`` buffers laid out as the spec says, and ``step``
+    in place. State: ``momentum1``/``momentum2`` buffers laid out as fbgemm's (``docs/families/tbe.md``), and ``step``
     (incremented before each update, so Adam's first step is 1).
     """
 
