@@ -641,6 +641,7 @@ class KeyedJaggedTensor:
         self,
         num_buckets,
         block_sizes,
+        total_num_blocks=None,
         output_permute=False,
         bucketize_pos=False,
         block_bucketize_row_pos=None,
@@ -651,7 +652,8 @@ class KeyedJaggedTensor:
         Id ``x`` of key ``t`` goes to bucket ``x // block_sizes[t]`` with the local id ``x % block_sizes[t]``
         when ``x < block_sizes[t] * num_buckets``, else to bucket ``x % num_buckets`` with the local id
         ``x // num_buckets`` (fbgemm's rule; or by ``block_bucketize_row_pos[t]`` boundaries; ``x`` itself
-        with ``keep_original_indices``). Returns ``(buckets, unbucketize_permute)``:
+        with ``keep_original_indices``); ``total_num_blocks[t]`` (a multiple of ``num_buckets``) spreads
+        blocks over the buckets as fbgemm's ``total_num_blocks``. Returns ``(buckets, unbucketize_permute)``:
         ``num_buckets`` KeyedJaggedTensors with this one's keys and strides (bucket ``r`` holds what rank
         ``r`` looks up; with ``bucketize_pos`` its weights are the ids' positions in their bags, as
         TorchRec), and, with ``output_permute``, where each input id went in the buckets' values laid
@@ -659,10 +661,7 @@ class KeyedJaggedTensor:
         """
         num_buckets = C.int_value("num_buckets", num_buckets, minimum=1)
         T = len(self._keys)
-        if A.is_supported(block_sizes):
-            bs = A.astype(block_sizes, self._values.dtype)
-        else:
-            bs = A.index_like(C.int_list("block_sizes", block_sizes), self._values)
+        bs = _index_arg("block_sizes", block_sizes, self._values)
         if bs.shape[0] != T:
             raise ValueError(f"block_sizes must have one entry per key ({T}), got {bs.shape[0]}")
         bpk = None if self._spkpr is None else A.int64_like(self.stride_per_key(), self._values)
@@ -682,6 +681,7 @@ class KeyedJaggedTensor:
             -1,
             block_bucketize_row_pos,
             bool(keep_original_indices),
+            _index_arg("total_num_blocks", total_num_blocks, self._values),
             backend=self._backend,
         )
         n_bags = lengths.shape[0]
@@ -734,6 +734,17 @@ class KeyedJaggedTensor:
             f"KeyedJaggedTensor(keys={self._keys}, stride_per_key={self.stride_per_key()}, "
             f"values={A.kind(v)} {A.dtype_name(v)}{tuple(v.shape)}, weighted={self._weights is not None})"
         )
+
+
+def _index_arg(name, x, like):
+    """A list of ints or an integer array -> an array of ``like``'s kind, device and dtype (None stays None)."""
+    if x is None:
+        return None
+    if A.is_supported(x):
+        C.array(name, x, integer=True)
+        A.same_place(name, x, like, "values")
+        return A.astype(x, like.dtype)
+    return A.index_like(C.int_list(name, x), like)
 
 
 def _cut(a):
