@@ -27,26 +27,39 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-BLOCKS = [(p, line, code) for p in PAGES for line, code in python_blocks(p)]
-
-
 def _gpu() -> bool:
     from embnum._backend import gpu_present
 
     return importlib.util.find_spec("cupy") is not None and gpu_present()
 
 
-@pytest.mark.parametrize("path, line, code", BLOCKS, ids=[f"{p.relative_to(ROOT)}:{line}" for p, line, _ in BLOCKS])
-def test_markdown_python_block_runs_as_written(path, line, code):
-    if re.search(r"^import cupy|^from cupy|\bcupy as cp\b", code, re.M) and not _gpu():
-        pytest.skip("a CuPy example: needs CuPy and a GPU")
-    if re.search(r"^import torch|^from embnum import torch_bridge|embnum.torch_bridge", code, re.M):
+def _needs_gpu(code: str) -> bool:
+    return bool(re.search(r"^import cupy|^from cupy|\bcupy as cp\b", code, re.M))
+
+
+def _needs_torch(code: str) -> bool:
+    return bool(re.search(r"^import torch|^from embnum import torch_bridge|embnum.torch_bridge", code, re.M))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_markdown_python_blocks_run_as_written(path, tmp_path, monkeypatch):
+    """Every ```python block of the page, in order, in one namespace (as a reader runs them in
+    one session), from a scratch directory; CuPy blocks only where CuPy has a GPU."""
+    blocks = python_blocks(path)
+    if not blocks:
+        pytest.skip("no python blocks")
+    if any(_needs_torch(code) for _, code in blocks):
         pytest.importorskip("torch")
-    exec(compile(code, f"{path.name}:{line}", "exec"), {"__name__": "__docs__"})
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__docs__"}
+    for line, code in blocks:
+        if _needs_gpu(code) and not _gpu():
+            continue  # a CuPy example: needs CuPy and a GPU
+        exec(compile(code, f"{path.name}:{line}", "exec"), namespace)
 
 
 def test_the_readme_has_runnable_examples():
-    assert len([b for b in BLOCKS if b[0].name == "README.md"]) >= 3
+    assert len(python_blocks(ROOT / "README.md")) >= 3
 
 
 OPS = embnum.ops()

@@ -296,7 +296,7 @@ class _FusedLookup(torch.autograd.Function):
                 optimizer=opt,
                 momentum1=m.momentum1,
                 momentum2=m.momentum2,
-                step=m.step if opt.kind == "adam" else None,
+                step=m.step if opt.uses_step else None,
                 bounds_check_mode=m.bounds_check_mode,
                 backend=m.backend,
             )
@@ -306,8 +306,11 @@ class _FusedLookup(torch.autograd.Function):
 class FusedTBE(_Tables):
     """Table-batched embedding bags trained as fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen``:
     the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
-    in place. State: ``momentum1``/``momentum2`` buffers laid out as fbgemm's (``docs/families/tbe.md``), and ``step``
-    (incremented before each update, so Adam's first step is 1).
+    in place. State: ``momentum1``/``momentum2`` buffers laid out as ``optimizer.state_layout``
+    says, and the step counter, the int64 buffer ``iter`` (fbgemm's name; :attr:`step` reads it
+    as an int), incremented before each update so Adam's first step is 1. Every piece of state
+    is in ``state_dict()``, so a module restored with ``load_state_dict`` resumes training
+    exactly where the saved one stopped.
     """
 
     def __init__(self, rows, dims, feature_table_map=None, *, optimizer: TBEOptimizer, **kw):
@@ -315,12 +318,19 @@ class FusedTBE(_Tables):
         if not isinstance(optimizer, TBEOptimizer):
             raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
         self.optimizer = optimizer
-        W = self.weights.shape[0]
-        n1 = int(self.hash_size_cumsum[-1]) if optimizer.kind == "rowwise_adagrad" else W
-        uses = optimizer.states
-        self.register_buffer("momentum1", torch.zeros(n1) if "momentum1" in uses else None)
-        self.register_buffer("momentum2", torch.zeros(W) if "momentum2" in uses else None)
-        self.step = 0
+        sizes = optimizer.state_sizes(self.weights.shape[0], int(self.hash_size_cumsum[-1]))
+        for name in ("momentum1", "momentum2"):
+            self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
+        self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (the ``iter`` buffer)."""
+        return int(self.iter)
+
+    @step.setter
+    def step(self, value: int):
+        self.iter.fill_(int(value))
 
     def forward(self, indices, offsets, per_sample_weights=None):
         return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
