@@ -41,13 +41,14 @@ def _needs_torch(code: str) -> bool:
     return bool(re.search(r"^import torch|^from embnum import torch_bridge|embnum.torch_bridge", code, re.M))
 
 
-@pytest.mark.parametrize("path", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+WITH_CODE = [p for p in PAGES if python_blocks(p)]
+
+
+@pytest.mark.parametrize("path", WITH_CODE, ids=[str(p.relative_to(ROOT)) for p in WITH_CODE])
 def test_markdown_python_blocks_run_as_written(path, tmp_path, monkeypatch):
     """Every ```python block of the page, in order, in one namespace (as a reader runs them in
     one session), from a scratch directory; CuPy blocks only where CuPy has a GPU."""
     blocks = python_blocks(path)
-    if not blocks:
-        pytest.skip("no python blocks")
     if any(_needs_torch(code) for _, code in blocks):
         pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
