@@ -264,42 +264,8 @@ class _FusedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from . import tbe_backward_update, tbe_grad_per_sample_weights
-
-        m = ctx.module
         indices, offsets, psw = ctx.saved_tensors
-        g = grad.contiguous().float()
-        opt = m.optimizer
-        if opt.max_gradient is not None:
-            g = g.clamp(-opt.max_gradient, opt.max_gradient)
-        psw_grad = None
-        if psw is not None and ctx.needs_input_grad[1]:  # before the update, from the clipped gradient (as fbgemm)
-            psw_grad = tbe_grad_per_sample_weights(
-                g,
-                m.weights.detach(),
-                *m.layout(),
-                indices,
-                offsets,
-                bounds_check_mode=m.bounds_check_mode,
-                backend=m.backend,
-            )
-        m.step += 1
-        with torch.no_grad():
-            tbe_backward_update(
-                g,
-                m.weights.detach(),
-                *m.layout(),
-                indices,
-                offsets,
-                m.pooling_mode,
-                None if psw is None else psw.detach(),
-                optimizer=opt,
-                momentum1=m.momentum1,
-                momentum2=m.momentum2,
-                step=m.step if opt.uses_step else None,
-                bounds_check_mode=m.bounds_check_mode,
-                backend=m.backend,
-            )
+        psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, psw is not None and ctx.needs_input_grad[1])
         return None, psw_grad, None, None, None
 
 
@@ -334,6 +300,49 @@ class FusedTBE(_Tables):
 
     def forward(self, indices, offsets, per_sample_weights=None):
         return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+
+    def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
+        """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
+        lookups ``(indices, offsets, per_sample_weights)``: clip, ``step += 1``, update the weights and
+        state in place. Returns the gradient of ``per_sample_weights`` when ``want_psw_grad`` (computed
+        before the update, from the clipped gradient, as fbgemm), else ``None``. Sharded modules call it
+        with gradients gathered from other ranks."""
+        from . import tbe_backward_update, tbe_grad_per_sample_weights
+
+        g = grad.contiguous().float()
+        opt = self.optimizer
+        if opt.max_gradient is not None:
+            g = g.clamp(-opt.max_gradient, opt.max_gradient)
+        psw = per_sample_weights
+        psw_grad = None
+        if psw is not None and want_psw_grad:
+            psw_grad = tbe_grad_per_sample_weights(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        self.step += 1
+        with torch.no_grad():
+            tbe_backward_update(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                self.pooling_mode,
+                None if psw is None else psw.detach(),
+                optimizer=opt,
+                momentum1=self.momentum1,
+                momentum2=self.momentum2,
+                step=self.step if opt.uses_step else None,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        return psw_grad
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"
