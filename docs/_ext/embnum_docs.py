@@ -323,11 +323,30 @@ def benchmark_tables(results: Path) -> list[dict]:
             while i < len(lines) and lines[i].startswith("|"):
                 rows.append([c.strip() for c in lines[i].strip("|").split("|")])
                 i += 1
+            if header[:3] == ["measurement", "implementation", "ms"]:  # long form (tbe): one row per implementation
+                header, rows = _pivot(rows)
             if any(h in SERIES for h in header) and "fbgemm cpu" in header:
                 tables.append({"section": section, "header": header, "rows": rows})
             continue
         i += 1
     return tables
+
+
+def _pivot(rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """``measurement | implementation | ms`` rows -> one row per measurement, one column per
+    implementation, named as the wide tables name them (embnum cpu, fbgemm cpu, torch, copy floor)."""
+
+    def column(impl: str) -> str:
+        for prefix, name in (("embnum", "embnum cpu"), ("fbgemm", "fbgemm cpu"), ("torch", "torch"), ("copy", FLOOR)):
+            if impl.lower().startswith(prefix):
+                return name
+        return impl
+
+    header = ["case", "embnum cpu", "fbgemm cpu", "torch", FLOOR]
+    table: dict[str, dict[str, str]] = {}
+    for row in rows:
+        table.setdefault(row[0], {})[column(row[1])] = row[2]
+    return header, [[case] + [cells.get(h, "-") for h in header[1:]] for case, cells in table.items()]
 
 
 def _numbers(cell: str) -> list[float]:
