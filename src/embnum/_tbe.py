@@ -262,9 +262,16 @@ class TBEOptimizer:
 
     @classmethod
     def decode(cls, s: str) -> TBEOptimizer:
+        """The optimizer :meth:`encode` wrote (``ValueError`` for any other string)."""
         import ast
 
-        return cls(*ast.literal_eval(s))
+        try:
+            fields = ast.literal_eval(s) if isinstance(s, str) and len(s) < 1000 else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            fields = None
+        if not isinstance(fields, tuple) or len(fields) != len(dataclasses.fields(cls)):
+            raise ValueError(f"optimizer must be an encoded embnum.TBEOptimizer, got {s!r:.80}")
+        return cls(*fields)
 
 
 # -- codes the kernels branch on ------------------------------------------------

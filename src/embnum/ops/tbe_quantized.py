@@ -206,7 +206,7 @@ def tbe_forward_quantized(
         D = Doffs[t + 1] - Doffs[t]
         if D < 1:
             raise ValueError(f"feature {t} has D = D_offsets[{t + 1}] - D_offsets[{t}] = {D}, must be >= 1")
-        _check_dim(f"feature {t}", codes[t], D)
+        _check_dim(f"D_offsets[{t + 1}] - D_offsets[{t}] (feature {t})", codes[t], D)
         if rows[t] < 1:
             raise ValueError(f"rows_per_table[{t}] must be >= 1, got {rows[t]}")
         R = _round_up(raw_row_bytes(codes[t], D), row_alignment)
