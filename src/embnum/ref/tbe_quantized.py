@@ -1,4 +1,4 @@
-"""NumPy oracle of the quantized TBE lookup (``shared/spec/tbe.md`` section 5).
+"""NumPy oracle of the quantized TBE lookup (``docs/families/tbe_quantized.md``).
 
 Arguments arrive validated and bounds-checked (``embnum.ops.tbe_quantized``):
 ``layout[t] = (byte offset, type code, first output column, D, row bytes)``;
