@@ -246,10 +246,21 @@ def test_bucketize(kind):
         R = data.draw(st.integers(1, 4))
         bs = [data.draw(st.integers(1, 20)) for _ in range(T)]
         keep, pos, out_perm = (data.draw(st.booleans()) for _ in range(3))
+        mode = data.draw(st.sampled_from(["blocks", "total_num_blocks", "row_pos"]))
+        G = [R * data.draw(st.integers(1, 3)) for _ in range(T)] if mode == "total_num_blocks" else None
+        bounds = None
+        if mode == "row_pos":
+            bounds = [[0, *sorted(data.draw(st.lists(st.integers(0, 60), min_size=R, max_size=R)))] for _ in range(T)]
         buckets, perm = build(m, kind).bucketize(
-            R, bs, output_permute=out_perm, bucketize_pos=pos, keep_original_indices=keep
+            R,
+            bs,
+            G,
+            output_permute=out_perm,
+            bucketize_pos=pos,
+            block_bucketize_row_pos=None if bounds is None else [kind.arr(np.array(b, m.vdt)) for b in bounds],
+            keep_original_indices=keep,
         )
-        want, want_perm = M.bucketize(m, R, bs, keep, pos)
+        want, want_perm = M.bucketize(m, R, bs, keep, pos, G, bounds)
         assert len(buckets) == R
         for b, w in zip(buckets, want):
             check_kjt(b, w, kind)

@@ -28,7 +28,6 @@ from .. import _tbe_rows
 from .._tbe import (
     ADAGRAD,
     ADAM,
-    DECAY_CODES,
     DECAY_DECOUPLED,
     DECAY_L2,
     KIND_CODES,
@@ -789,30 +788,11 @@ def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
 def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, step):
     """``tbe_backward_update`` for the kinds without a fused kernel here (LAMB, partial
     row-wise Adam/LAMB, LARS-SGD) and for ``max_norm``: the summed gradient of the touched
-    rows (``tbe_backward_sparse``), their float32 rows gathered, :mod:`embnum._tbe_rows`'s
-    rule applied to each row in parallel, and the rows written back once."""
-    woff, doff, hcs = lookup[:3]
+    rows (``tbe_backward_sparse``), then :func:`embnum._tbe_rows.update_rows` with the
+    shared rule applied to the rows in parallel."""
     g = np.ascontiguousarray(grad_output, dtype=np.float32)
     hp = optimizer.float32()
     if hp["max_gradient"] is not None:
         g = np.clip(g, -hp["max_gradient"], hp["max_gradient"])
-    lids, values, voff = tbe_backward_sparse(g, weights, *lookup)
-    if not lids.shape[0]:
-        return
-    elem = _tbe_rows.row_elements(np, lids, woff, doff, hcs)
-    pos = _tbe_rows.element_positions(np, elem, voff)
-    new = weights[pos].astype(np.float32)
-    _apply_rows(
-        KIND_CODES[optimizer.kind],
-        DECAY_CODES[optimizer.weight_decay_mode],
-        new,
-        values,
-        voff,
-        elem,
-        lids,
-        _NO_F32 if momentum1 is None else momentum1,
-        _NO_F32 if momentum2 is None else momentum2,
-        optimizer.hyper_array(step),
-    )
-    with np.errstate(over="ignore"):
-        weights[pos] = new.astype(weights.dtype)
+    sparse = tbe_backward_sparse(g, weights, *lookup)
+    _tbe_rows.update_rows(np, _apply_rows, weights, lookup[:3], sparse, optimizer, momentum1, momentum2, step)

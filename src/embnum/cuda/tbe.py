@@ -19,7 +19,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _tbe_rows
-from .._tbe import DECAY_CODES, KIND_CODES, TBESparseGrad
+from .._tbe import DECAY_CODES, KIND_CODES, LAMB, TBESparseGrad
 from ._common import TPB, blocks, contiguous, xp
 
 _F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
@@ -390,13 +390,11 @@ def tbe_backward_update(
     U = int(lids.shape[0])
     if not U:
         return
-    if KIND_CODES[optimizer.kind] >= _tbe_rows.LAMB or optimizer.max_norm is not None:
+    if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
         _update_rows(
             weights,
             (weights_offsets, D_offsets, hash_size_cumsum),
-            lids,
-            values,
-            voff,
+            (lids, values, voff),
             optimizer,
             momentum1,
             momentum2,
@@ -444,24 +442,11 @@ def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
         _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
 
 
-def _update_rows(weights, layout, lids, values, voff, optimizer, momentum1, momentum2, step):
+def _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step):
     """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the touched rows gathered
     as float32 (library gathers), :mod:`embnum._tbe_rows`'s rule per row, one write back."""
-    m = xp()
-    elem = _tbe_rows.row_elements(m, lids, *layout)
-    pos = _tbe_rows.element_positions(m, elem, voff)
-    new = weights[pos].astype(np.float32)
-    none = m.zeros(1, np.float32)
-    _apply_rows[blocks(int(lids.shape[0]), TPB), TPB](
-        KIND_CODES[optimizer.kind],
-        DECAY_CODES[optimizer.weight_decay_mode],
-        new,
-        values,
-        voff,
-        elem,
-        lids,
-        none if momentum1 is None else momentum1,
-        none if momentum2 is None else momentum2,
-        m.asarray(optimizer.hyper_array(step)),
-    )
-    weights[pos] = new.astype(weights.dtype)
+
+    def apply(*args):
+        _apply_rows[blocks(int(sparse[0].shape[0]), TPB), TPB](*args)
+
+    _tbe_rows.update_rows(xp(), apply, weights, layout, sparse, optimizer, momentum1, momentum2, step)
