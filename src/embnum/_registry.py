@@ -124,7 +124,18 @@ class Op:
         return self.call(self.bind(args, kwargs), out, backend)
 
     def call(self, arguments: dict[str, Any], out, backend):
-        """Run the op on bound ``arguments`` (every parameter by name)."""
+        """Run the op on bound ``arguments`` (every parameter by name).
+
+        Running out of memory for sizes below the limit is an
+        :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
+        try:
+            return self._call(arguments, out, backend)
+        except MemoryError as e:
+            if isinstance(e, _validate.AllocationError):
+                raise
+            raise _validate.AllocationError(f"embnum.{self.name}: not enough memory for this call ({e})") from e
+
+    def _call(self, arguments: dict[str, Any], out, backend):
         arrays = _arrays_in(arguments)
         if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
             arguments, arrays = _plain_arrays(arguments)

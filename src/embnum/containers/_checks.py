@@ -114,7 +114,8 @@ def strides(keys, n_bags, stride, spkpr, spk, inverse_indices):
         if not isinstance(spkpr, (list, tuple)) or len(spkpr) != T:
             raise ValueError(f"stride_per_key_per_rank must hold one list per key ({T}), got {spkpr!r}")
         spkpr = [int_list(f"stride_per_key_per_rank[{t}]", r) for t, r in enumerate(spkpr)]
-        total = sum(sum(r) for r in spkpr)
+        per_key = [sum(r) for r in spkpr]  # lists, not generators: torch.compile traces this
+        total = sum(per_key)
         if total != n_bags:
             raise ValueError(
                 f"stride_per_key_per_rank sums to {total} bags but lengths has {n_bags} entries: they must be equal"
@@ -123,7 +124,7 @@ def strides(keys, n_bags, stride, spkpr, spk, inverse_indices):
             if inverse_indices is not None and inverse_indices[1].numel():
                 stride = int(inverse_indices[1].shape[-1])
             else:
-                stride = max((sum(r) for r in spkpr), default=0)
+                stride = max(per_key) if per_key else 0
         return int_value("stride", stride), spkpr
     if T == 0:
         if n_bags:

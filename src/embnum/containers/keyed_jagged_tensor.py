@@ -208,7 +208,7 @@ class KeyedJaggedTensor:
             A.same_place(f"kjt_list[{i}].values()", k.values(), first.values(), "kjt_list[0].values()")
         keys = C.keys("keys of kjt_list", [key for k in kjt_list for key in k._keys])
         lpk = [k._length_per_key for k in kjt_list]
-        stride = max((k.stride() for k in kjt_list), default=0)
+        stride = max([k.stride() for k in kjt_list])
         return KeyedJaggedTensor._make(
             keys,
             A.cat([k.values() for k in kjt_list]),

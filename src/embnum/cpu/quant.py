@@ -3,7 +3,7 @@
 Each public function takes the validated arguments of its op (see
 ``embnum.ops.quant``) plus ``out``, an uninitialised C-contiguous array that
 it fills completely. Row quantizers run one row per ``prange`` iteration in
-float32 arithmetic, exactly as the spec writes it (Numba keeps float32 op
+float32 arithmetic, exactly as the formulas of ``docs/families/quant.md`` write it (Numba keeps float32 op
 float32 in float32 and never contracts to a fused multiply-add without
 fastmath). Float16 has no Numba type on the CPU: float16 data is read and
 written as uint16 bit patterns through ``embnum._half``.

@@ -1,4 +1,4 @@
-"""Numba host kernels of the TBE family (``shared/spec/tbe.md``).
+"""Numba host kernels of the TBE family (``docs/families/tbe.md``).
 
 Forward: parallel over blocks of bags of one feature; each bag is pooled into a
 float32 register block and written once. float16 weights are widened through a

@@ -3,9 +3,9 @@
 Same contract as ``embnum.cpu.quant``: validated arguments plus ``out``,
 filled completely. Row quantizers and dequantizers give one row to one
 thread (grid-stride over rows); the element-wise codecs give one element to
-one thread. Arithmetic is float32 where the spec says ``fl32`` and float64
+one thread. Arithmetic is float32 where the documented formula rounds with ``fl32`` and float64
 for the dequantizers' ``q * scale + bias`` (written as a separate multiply
-and add, so the result equals the oracle's; the spec would also allow the
+and add, so the result equals the oracle's; the documented tolerance would also allow the
 fused form). Float16 is read and written as uint16 bit patterns through
 ``embnum._half``, so the kernels need no device float16 support.
 """

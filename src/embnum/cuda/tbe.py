@@ -318,7 +318,7 @@ def _apply(
     new,
     pos,
 ):
-    """One thread per touched row: the optimizer step of spec 3.5 (float32)."""
+    """One thread per touched row: the optimizer step of ``docs/families/tbe.md`` (float32)."""
     U = lids.shape[0]
     one = np.float32(1.0)
     for u in range(cuda.grid(1), U, cuda.gridsize(1)):

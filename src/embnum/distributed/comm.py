@@ -152,7 +152,7 @@ def gather_sizes(n: int, group=None, device=None) -> list[int]:
     world, _ = _world(group)
     mine = torch.tensor([n], dtype=torch.int64, device=device)
     out = torch.empty(world, dtype=torch.int64, device=device)
-    dist.all_gather_into_tensor(out, mine, group=group)
+    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, mine, group=group)
     return [int(v) for v in out.tolist()]
 
 

@@ -1,4 +1,4 @@
-"""Declarations of the TBE family: table-batched embedding bags (``shared/spec/tbe.md``).
+"""Declarations of the TBE family: table-batched embedding bags (``docs/families/tbe.md``).
 
 Every op takes the flat layout (``weights``, ``weights_offsets``, ``D_offsets``,
 ``hash_size_cumsum``), ``indices`` and ``offsets``. The declarations validate
@@ -44,7 +44,7 @@ def _host(a) -> np.ndarray:
 
 
 def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
-    """Validate the flat layout (spec 1); return host int64 copies and the rows of each feature."""
+    """Validate the flat layout (``docs/families/tbe.md``); return host int64 copies and the rows of each feature."""
     v.array("weights", weights, ndim=1, dtypes=WEIGHT_DTYPES)
     for name, a in (
         ("weights_offsets", weights_offsets),
@@ -192,6 +192,15 @@ def tbe_forward(
     (``"sum"`` only). Output ``[B, total_D]`` (``"sum"``/``"mean"``, an empty bag gives
     0) or ``[N, D]`` (``"none"``; positions outside every bag give 0), in
     ``output_dtype`` (float32 or float16), accumulated in float32.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.arange(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])  # 2 features x batch of 2
+    >>> embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, 'sum')
+    array([[ 4.,  6.,  9., 10., 11.],
+           [ 0.,  0.,  9., 10., 11.]], dtype=float32)
     """
     woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
     pooling = pooling_code(pooling_mode)
@@ -242,6 +251,14 @@ def tbe_backward(
     grad_output: float32/float16 ``[B, total_D]`` (pooled) or ``[N, D]`` (``"none"``).
     Output float32 ``[W]``, zero outside looked-up rows; every contribution to a
     physical row is summed (duplicates, bags, features sharing the table).
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
+    >>> embnum.tbe_backward(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
+    array([1., 1., 0., 0., 1., 1., 0., 0., 0., 2., 2., 2.], dtype=float32)
     """
     args = _backward_plan(
         grad_output,
@@ -277,6 +294,17 @@ def tbe_backward_sparse(
 
     ``linear_ids[u] = hash_size_cumsum[t] + row``; row ``u``'s summed gradient is
     ``values[value_offsets[u]:value_offsets[u+1]]``. Deterministic (fixed summation order).
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
+    >>> g = embnum.tbe_backward_sparse(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
+    >>> g.linear_ids, g.value_offsets
+    (array([0, 2, 4]), array([0, 2, 4, 7]))
+    >>> g.values
+    array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
     """
     return Plan(
         _backward_plan(
@@ -300,7 +328,16 @@ def tbe_grad_per_sample_weights(
     grad_output, weights, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, *, bounds_check_mode="fatal"
 ):
     """Gradient of the ``"sum"``-pooled forward w.r.t. ``per_sample_weights``: float32 ``[N]``,
-    ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag."""
+    ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
+    >>> weights = np.arange(6, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1]), np.array([0, 2, 3])
+    >>> embnum.tbe_grad_per_sample_weights(np.ones((2, 2), np.float32), weights, *lay.arrays(), indices, offsets)
+    array([1., 9., 5.], dtype=float32)
+    """
     args = _backward_plan(
         grad_output,
         weights,
@@ -367,6 +404,16 @@ def tbe_backward_update(
     kinds take ``step`` (int >= 1, this step's 1-based number). Each touched row is
     updated once from its summed gradient; untouched rows are not read or written.
     Everything is validated before anything is written.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
+    >>> weights = np.ones(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 2]), np.array([0, 2, 3])
+    >>> grad, sgd = np.ones((2, 2), np.float32), embnum.TBEOptimizer('sgd', 0.5)
+    >>> embnum.tbe_backward_update(grad, weights, *lay.arrays(), indices, offsets, optimizer=sgd)
+    >>> weights  # rows 0 and 2 stepped by 0.5 per lookup
+    array([0.5, 0.5, 1. , 1. , 0. , 0. ], dtype=float32)
     """
     if not isinstance(optimizer, TBEOptimizer):
         raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")

@@ -1,4 +1,4 @@
-"""Declarations of the quantized TBE inference lookup (``shared/spec/tbe.md`` sections 4-6).
+"""Declarations of the quantized TBE inference lookup (``docs/families/tbe_quantized.md``).
 
 ``tbe_pack_quantized`` is a host helper (NumPy in, NumPy out, no backend);
 ``tbe_forward_quantized`` is an op on every backend. Bounds checking is done
@@ -179,6 +179,17 @@ def tbe_forward_quantized(
     the ``"mean"`` divisor. Other bad indices/offsets: section 4 (``"fatal"``
     and ``"none"`` raise, ``"warning"``/``"ignore"`` repair a private copy).
     Accumulation in float32 (fast paths) or float64 (oracle).
+
+    Examples
+    --------
+    >>> table = np.array([[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]], dtype=np.float32)
+    >>> weights, weights_offsets = embnum.tbe_pack_quantized([table], ['fp16'])
+    >>> D_offsets, rows_per_table = np.array([0, 4]), np.array([2])
+    >>> indices, offsets = np.array([0, 1, -1]), np.array([0, 2, 3])  # -1: a pruned row
+    >>> tys = ['fp16']
+    >>> embnum.tbe_forward_quantized(weights, weights_offsets, tys, D_offsets, rows_per_table, indices, offsets, 'mean')
+    array([[2., 3., 4., 5.],
+           [0., 0., 0., 0.]], dtype=float32)
     """
     v.array("weights", weights, ndim=1, dtypes=(np.dtype(np.uint8),))
     _int_array("weights_offsets", weights_offsets)
@@ -206,7 +217,7 @@ def tbe_forward_quantized(
         D = Doffs[t + 1] - Doffs[t]
         if D < 1:
             raise ValueError(f"feature {t} has D = D_offsets[{t + 1}] - D_offsets[{t}] = {D}, must be >= 1")
-        _check_dim(f"feature {t}", codes[t], D)
+        _check_dim(f"D_offsets[{t + 1}] - D_offsets[{t}] (feature {t})", codes[t], D)
         if rows[t] < 1:
             raise ValueError(f"rows_per_table[{t}] must be >= 1, got {rows[t]}")
         R = _round_up(raw_row_bytes(codes[t], D), row_alignment)

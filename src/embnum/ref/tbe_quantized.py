@@ -1,4 +1,4 @@
-"""NumPy oracle of the quantized TBE lookup (``shared/spec/tbe.md`` section 5).
+"""NumPy oracle of the quantized TBE lookup (``docs/families/tbe_quantized.md``).
 
 Arguments arrive validated and bounds-checked (``embnum.ops.tbe_quantized``):
 ``layout[t] = (byte offset, type code, first output column, D, row bytes)``;
@@ -93,7 +93,10 @@ def bag_magnitudes(args, shape):
             i = int(indices[p])
             if i == -1:
                 continue
-            m = float(np.abs(dequantize_row(weights, start + i * R, code, D).astype(np.float64)).max())
+            # NaN elements (a NaN scale or bias) are matched as NaN; they must not void the other columns' bound
+            m = float(
+                np.nanmax(np.abs(dequantize_row(weights, start + i * R, code, D).astype(np.float64)), initial=0.0)
+            )
             w = 1.0 if psw is None else abs(float(psw[p]))
             if a["pooling"] == 2:
                 scale[p] = m

@@ -4,7 +4,7 @@
 (``backend=`` included, no ``out=``) with tensors in place of arrays, CPU or
 CUDA, and returns tensors on the same device. Every op is also registered as
 ``torch.ops.embnum.<name>``, with a fake implementation for
-``torch.compile`` and, where the spec gives one, an autograd formula.
+``torch.compile`` and, where the op has one, an autograd formula.
 This is the only package of embnum that imports torch.
 """
 
