@@ -35,8 +35,10 @@ class KeyedJaggedTensor:
     ``KeyedJaggedTensor(keys, values, weights=None, lengths=None, offsets=None, stride=None,
     stride_per_key_per_rank=None, ...)`` as TorchRec's (the cached-metadata arguments
     ``stride_per_key``, ``length_per_key``, ``offset_per_key``, ``index_per_key``,
-    ``lengths_offset_per_key``, ``jt_dict`` and ``inverse_indices`` are accepted; a
-    ``stride_per_key`` list without ``stride_per_key_per_rank`` means one rank per key).
+    ``lengths_offset_per_key``, ``jt_dict`` and ``inverse_indices`` are accepted: ``length_per_key``
+    is checked against the lengths (eagerly), ``inverse_indices`` kept (it sets the stride of a
+    variable batch, as TorchRec), the others recomputed from the arrays when needed, never
+    trusted; a ``stride_per_key`` list without ``stride_per_key_per_rank`` means one rank per key).
     ``backend=`` (keyword) picks the embnum backend of every op. Rejected at construction:
     repeated keys, lengths that do not sum to ``len(values)``, negative lengths, offsets
     that are not a complete cumsum, a stride (or strides per key) that does not match
