@@ -89,11 +89,12 @@ def family_page(family: str) -> str:
     ops = embnum.ops(family)
     module = importlib.import_module(f"embnum.ops.{family}")
     intro = inspect.getdoc(module) or ""
+    del intro  # the module docstring is for contributors; the family page is for users
     parts = [
         f"# {family}\n",
-        f"{_first_paragraph(intro)}\n",
-        f"What the ops compute, their edge cases and the differences from fbgemm_gpu: "
-        f"[the {family} family page](../../families/{family}.md).\n",
+        f"The ops of the `{family}` family, generated from the registry. What they compute, their edge "
+        f"cases and the differences from fbgemm_gpu: [the {family} family page](../../families/{family}.md).\n",
+        SHARED_ERRORS,
     ]
     for op in ops:
         parts.append(op_section(op))
@@ -119,6 +120,14 @@ def op_section(op) -> str:
         rows.append(("shapes of the tour's small input", example))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     schema_block = f"\n```text\ntorch.ops.embnum.{op.name}{schema}\n```\n" if schema else ""
+    errors = declared_errors(op)
+    error_block = (
+        "Errors raised by this op's own checks (besides [the shared ones](#errors-shared-by-every-op)):\n\n"
+        + "\n".join(f"- `{kind}`: {msg}" for kind, msg in errors)
+        + "\n"
+        if errors
+        else "Errors: [the shared ones](#errors-shared-by-every-op).\n"
+    )
     return f"""
 (op-{op.name})=
 ## `{op.name}`
@@ -131,13 +140,62 @@ def op_section(op) -> str:
 | --- | --- |
 {table}
 {schema_block}
-Errors shared by every op: an argument of an unsupported dtype is a `TypeError`, one of a
-wrong shape or inconsistent content a `ValueError` (an index out of its range: `IndexError`),
-each naming the argument and the value; NumPy mixed with CuPy arrays is a `TypeError`; an
-`out=` of the wrong shape (`ValueError`) or dtype (`TypeError`), or one sharing memory with an
-input (`ValueError`); `backend=` other than `"ref"`, `"cpu"`, `"cuda"` (`ValueError`). A
-failed call writes nothing and leaves its inputs unchanged.
+{error_block}"""
+
+
+SHARED_ERRORS = """## Errors shared by every op
+
+The argument checks run before any backend starts, so every backend raises the same error,
+and a failed call writes nothing and leaves its inputs unchanged. Each message names the
+argument and the offending value:
+
+- an argument of an unsupported dtype, or an array where a list is expected (or the
+  reverse): `TypeError`;
+- a wrong shape, an inconsistent length or offset, a negative size: `ValueError`; an index
+  out of its range: `IndexError`;
+- NumPy arrays mixed with CuPy arrays: `TypeError`; `backend=` other than `"ref"`, `"cpu"`,
+  `"cuda"`: `ValueError`; `"cuda"` on NumPy arrays outside the CUDA simulator: `TypeError`;
+- `out=` of the wrong shape (`ValueError`) or dtype (`TypeError`), not C-contiguous and
+  writable, or sharing memory with an input (`ValueError`).
 """
+
+
+def declared_errors(op) -> list[tuple[str, str]]:
+    """``(exception, message)`` of every ``raise`` in the op's declaration and in the helpers of
+    its family module that it calls (transitively); f-string fields shown as ``...``."""
+    import ast
+    import textwrap
+
+    module = importlib.import_module(op.declaration.__module__)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(module)))
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    seen, todo, found = set(), [op.declaration.__name__], []
+    while todo:
+        fn = functions.get(todo.pop())
+        if fn is None or fn.name in seen:
+            continue
+        seen.add(fn.name)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions:
+                todo.append(node.func.id)
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name):
+                msg = _message(node.exc.args[0]) if node.exc.args else ""
+                item = (node.exc.func.id, msg)
+                if item not in found:
+                    found.append(item)
+    return found
+
+
+def _message(node) -> str:
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value
+    elif isinstance(node, ast.JoinedStr):
+        text = "".join(v.value if isinstance(v, ast.Constant) else "…" for v in node.values)
+    else:
+        return "(a message built at run time)"
+    return "“" + text.replace("`", "'").replace("|", "/").replace("*", "\\*") + "”"
 
 
 def implemented_backends(op) -> list[str]:
@@ -265,11 +323,30 @@ def benchmark_tables(results: Path) -> list[dict]:
             while i < len(lines) and lines[i].startswith("|"):
                 rows.append([c.strip() for c in lines[i].strip("|").split("|")])
                 i += 1
+            if header[:3] == ["measurement", "implementation", "ms"]:  # long form (tbe): one row per implementation
+                header, rows = _pivot(rows)
             if any(h in SERIES for h in header) and "fbgemm cpu" in header:
                 tables.append({"section": section, "header": header, "rows": rows})
             continue
         i += 1
     return tables
+
+
+def _pivot(rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """``measurement | implementation | ms`` rows -> one row per measurement, one column per
+    implementation, named as the wide tables name them (embnum cpu, fbgemm cpu, torch, copy floor)."""
+
+    def column(impl: str) -> str:
+        for prefix, name in (("embnum", "embnum cpu"), ("fbgemm", "fbgemm cpu"), ("torch", "torch"), ("copy", FLOOR)):
+            if impl.lower().startswith(prefix):
+                return name
+        return impl
+
+    header = ["case", "embnum cpu", "fbgemm cpu", "torch", FLOOR]
+    table: dict[str, dict[str, str]] = {}
+    for row in rows:
+        table.setdefault(row[0], {})[column(row[1])] = row[2]
+    return header, [[case] + [cells.get(h, "-") for h in header[1:]] for case, cells in table.items()]
 
 
 def _numbers(cell: str) -> list[float]:
