@@ -160,3 +160,21 @@ def test_plan_agrees_with_declared_returns(op):
         warnings.simplefilter("ignore")
         plan = op.declaration(**op.bind((), dict(example.args)))
     _check_returns(op, plan)
+
+
+def test_stub_matches_the_registry():
+    """src/embnum/__init__.pyi is what ``python -m embnum._stub`` writes for the ops registered
+    now (regenerate it after changing a declaration)."""
+    from embnum import _stub
+
+    assert _stub.STUB.read_text() == _stub.render(), "stale stub: run python -m embnum._stub"
+    assert _stub.STUB.with_name("py.typed").exists()
+
+
+def test_stub_declares_every_public_name():
+    """Every name ``embnum`` exports appears in the stub (IDE completion, mypy)."""
+    from embnum import _stub
+
+    text = _stub.STUB.read_text()
+    for name in embnum.__all__:
+        assert f"def {name}(" in text or f" as {name}\n" in text or f"{name}:" in text, name
