@@ -400,8 +400,8 @@ def test_torch_gradients_of_values_and_weights():
 
 
 def test_torch_compile_fullgraph():
-    """permute, split, [key], index_select, bucketize and KT.regroup trace without graph breaks
-    (no host reads while tracing) and give the eager results and gradients."""
+    """permute, split, [key] (fixed and variable batch), index_select, bucketize and KT.regroup trace
+    without graph breaks (no host reads while tracing) and give the eager results and gradients."""
     torch = pytest.importorskip("torch")
 
     def f(values, weights, lengths, pooled):
@@ -412,8 +412,12 @@ def test_torch_compile_fullgraph():
         sel = k.index_select(torch.tensor([2, 0]))
         kt = KT.from_tensor_list(["x", "y"], [pooled[:, :1], pooled[:, 1:]])
         (g,) = KT.regroup([kt], [["y", "x", "y"]])
+        vbe = KJT(["a", "b"], values[:6], weights[:6], lengths[:5], stride_per_key_per_rank=[[1, 1], [2, 1]])
+        vp, vs = vbe.permute([1, 0, 1]), vbe.split([1, 1])[1]
         parts = [p.weights(), s[1].weights(), k["b"].weights(), b[1].weights(), sel.weights(), g.reshape(-1)]
-        return torch.cat([x * (i + 1) for i, x in enumerate(parts)]), p.lengths(), b[0].values()
+        parts += [vp.weights(), vs.weights(), vbe["a"].weights()]
+        lengths_out = torch.cat([p.lengths(), vp.lengths()])
+        return torch.cat([x * (i + 1) for i, x in enumerate(parts)]), lengths_out, b[0].values()
 
     lengths = torch.tensor([1, 2, 0, 2, 1, 0, 3, 0, 0], dtype=torch.int32)
     values = torch.arange(9)
