@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _validate
 from ._backend import BACKENDS, is_array, select_backend
+from ._compare import exact_match
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,34 +265,6 @@ def _check_oracle(name, results, shapes):
             raise AssertionError(
                 f"embnum.ref {name} returned {r.dtype}{tuple(r.shape)}, expected {dtype}{tuple(shape)}"
             )
-
-
-def exact_match(got, want, args) -> tuple[float, bool]:
-    """Default oracle comparison: bit-identical arrays (same shape, dtype, bytes).
-
-    Returns ``(max abs error, ok)``; lists/tuples of arrays are compared
-    pairwise, and a ``None`` entry matches only ``None``.
-    """
-    gots = got if isinstance(got, (list, tuple)) else [got]
-    wants = want if isinstance(want, (list, tuple)) else [want]
-    if len(gots) != len(wants):
-        return float("inf"), False
-    err, ok = 0.0, True
-    for g, w in zip(gots, wants):
-        if g is None or w is None:
-            if g is not None or w is not None:
-                return float("inf"), False
-            continue
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return float("inf"), False
-        if g.size:
-            ok &= g.tobytes() == w.tobytes()
-            with np.errstate(invalid="ignore", over="ignore"):
-                diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
-            finite = diff[np.isfinite(diff)]
-            err = max(err, float(finite.max()) if finite.size else 0.0)
-    return err, ok
 
 
 _OPS: dict[str, Op] = {}

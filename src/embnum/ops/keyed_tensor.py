@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _validate as v
 from .._cache import BoundedCache
+from .._compare import same_bits
 from .._registry import Example, Out, Plan, check, example, op
 
 # permutes columns
@@ -379,23 +380,7 @@ def regroup_keyed_tensor(pooled_embs, keys, lengths, groups):
 
 
 # -- oracle comparison for the backward --------------------------------------
-@check(permute_multi_embedding_backward)
-def _same_or_both_nan(got, want, args):
-    """Bit-identical, except that NaNs match any NaN (payloads of NaN sums are not specified)."""
-    if len(got) != len(want):
-        return float("inf"), False
-    err, ok = 0.0, True
-    for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return float("inf"), False
-        nan = np.isnan(g) & np.isnan(w)
-        ok &= bool(np.all(nan | (g.view(f"u{g.itemsize}") == w.view(f"u{w.itemsize}"))))
-        with np.errstate(invalid="ignore", over="ignore"):
-            d = np.abs(g.astype(np.float64) - w.astype(np.float64))
-        d = d[np.isfinite(d)]
-        err = max(err, float(d.max()) if d.size else 0.0)
-    return err, ok
+check(permute_multi_embedding_backward)(same_bits)  # NaNs match any NaN (payloads of NaN sums are not specified)
 
 
 # -- realistic inputs for the tour and the benchmarks ----------------------

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .. import _validate as v
+from .._compare import same_bits
 from .._registry import Example, Out, Plan, check, example, op
 
 F16, F32, U8, U16 = (np.dtype(t) for t in (np.float16, np.float32, np.uint8, np.uint16))
@@ -278,28 +279,10 @@ def hfp8_to_float(input, ebits, exponent_bias):
 
 
 # -- oracle comparisons -------------------------------------------------------
-def same_or_both_nan(got, want, args, ulps=0) -> tuple[float, bool]:
-    """Equal bytes, except that NaN matches any NaN and floats may differ by ``ulps`` units."""
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf"), False
-    if got.dtype.kind != "f" or got.size == 0:
-        return (0.0, True) if got.tobytes() == want.tobytes() else (float("inf"), False)
-    with np.errstate(invalid="ignore", over="ignore"):
-        g, w = got.astype(np.float64), want.astype(np.float64)
-    both_nan = np.isnan(g) & np.isnan(w)
-    same = (got.view(f"u{got.itemsize}") == want.view(f"u{want.itemsize}")) | both_nan
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(both_nan | same, 0.0, np.abs(g - w))
-        close = np.abs(g - w) <= ulps * np.spacing(np.abs(w).astype(got.dtype)).astype(np.float64)
-    finite = err[np.isfinite(err)]
-    return float(finite.max()) if finite.size else 0.0, bool(np.all(same | (close & np.isfinite(g))))
-
-
 for _decoder in (fused_8bit_rowwise_to_float, fused_nbit_rowwise_to_float):
-    check(_decoder)(lambda got, want, args: same_or_both_nan(got, want, args, ulps=1))
+    check(_decoder)(lambda got, want, args: same_bits(got, want, args, ulps=1))
 for _codec in (fp16_to_float, float_to_fp16, bfloat16_to_float, hfp8_to_float):
-    check(_codec)(same_or_both_nan)
+    check(_codec)(same_bits)
 
 
 # -- tour / benchmark examples ------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _tbe_bounds as bounds
 from .. import _validate as v
+from .._compare import within
 from .._registry import Example, Out, Plan, check, example, op
 from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
@@ -449,21 +450,6 @@ def _quiet(fn, *a, **k):
         return fn(*a, **k)
 
 
-def _close(got, want, tol) -> tuple[float, bool]:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf"), False
-    if got.size == 0:
-        return 0.0, True
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        err = np.abs(g - w)
-    same = (g == w) | (np.isnan(g) & np.isnan(w))
-    ok = bool(np.all(same | (err <= tol)))
-    finite = err[np.isfinite(err)]
-    return float(finite.max()) if finite.size else 0.0, ok
-
-
 def _abs_args(args, *names):
     return {k: (np.abs(a) if k in names and isinstance(a, np.ndarray) else a) for k, a in args.items()}
 
@@ -475,7 +461,7 @@ def _forward_close(got, want, args):
     tol = 1e-5 * bound.astype(np.float64) + 1e-30
     if want.dtype == np.float16:
         tol = tol + np.spacing(np.abs(want)).astype(np.float64)
-    return _close(got, want, tol)
+    return within(got, want, tol)
 
 
 def _grad_bound(args, op_public):
@@ -485,12 +471,12 @@ def _grad_bound(args, op_public):
 
 @check(tbe_backward)
 def _backward_close(got, want, args):
-    return _close(got, want, 1e-5 * _grad_bound(args, tbe_backward).astype(np.float64) + 1e-30)
+    return within(got, want, 1e-5 * _grad_bound(args, tbe_backward).astype(np.float64) + 1e-30)
 
 
 @check(tbe_grad_per_sample_weights)
 def _psw_close(got, want, args):
-    return _close(got, want, 1e-5 * _grad_bound(args, tbe_grad_per_sample_weights).astype(np.float64) + 1e-30)
+    return within(got, want, 1e-5 * _grad_bound(args, tbe_grad_per_sample_weights).astype(np.float64) + 1e-30)
 
 
 @check(tbe_backward_sparse)
@@ -501,7 +487,7 @@ def _sparse_close(got, want, args):
         if g.dtype != w.dtype or not np.array_equal(g, w):
             return float("inf"), False
     bound = _grad_bound(args, tbe_backward_sparse).values
-    return _close(g_vals, w_vals, 1e-5 * bound.astype(np.float64) + 1e-30)
+    return within(g_vals, w_vals, 1e-5 * bound.astype(np.float64) + 1e-30)
 
 
 @check(tbe_backward_update)
@@ -514,7 +500,7 @@ def _update_close(got, want, args):
         tol = 2e-5 * np.abs(w64) + 1e-6 * max(1.0, np.abs(w64).max(initial=0.0))
         if np.asarray(w).dtype == np.float16:
             tol = tol + np.spacing(np.abs(w)).astype(np.float64)
-        e, o = _close(g, w, tol)
+        e, o = within(g, w, tol)
         err, ok = max(err, e), ok and o
     return err, ok
 
