@@ -244,7 +244,7 @@ def regroup_keys(keys, lengths, groups):
     return keys, norm, groups
 
 
-@op("keyed_tensor", takes_out=False)
+@op("keyed_tensor", returns="computed")
 def kt_regroup_arguments(embs, keys, lengths, groups):
     """Build ``(permutes, in_shapes, out_shapes, out_lengths)`` for :func:`permute_multi_embedding`.
 
@@ -275,7 +275,7 @@ def kt_regroup_arguments(embs, keys, lengths, groups):
 
 
 # -- 3. permute_multi_embedding --------------------------------------------
-@op("keyed_tensor", differentiable=("pooled_embs",))
+@op("keyed_tensor", returns="list", differentiable=("pooled_embs",))
 def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_lengths):
     """Copy column slices of several ``[B, D_i]`` arrays into several ``[B, E_j]`` outputs.
 
@@ -312,7 +312,7 @@ def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_le
     )
 
 
-@op("keyed_tensor")
+@op("keyed_tensor", returns="list")
 def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shapes, in_lengths):
     """Adjoint of :func:`permute_multi_embedding`: ``n_in`` arrays ``[B, in_lengths[i]]``.
 
@@ -350,7 +350,7 @@ def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shap
 
 
 # -- 4. regroup_keyed_tensor -----------------------------------------------
-@op("keyed_tensor", differentiable=("pooled_embs",))
+@op("keyed_tensor", returns="list", differentiable=("pooled_embs",))
 def regroup_keyed_tensor(pooled_embs, keys, lengths, groups):
     """``permute_multi_embedding(pooled_embs, *kt_regroup_arguments(pooled_embs[0], keys, lengths, groups))``.
 

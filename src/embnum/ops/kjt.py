@@ -82,7 +82,7 @@ def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_s
 
 
 # -- 1. permute_2d_sparse_data ------------------------------------------------
-@op("kjt", differentiable=("values", "weights"))
+@op("kjt", returns="tuple", differentiable=("values", "weights"))
 def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_lengths_sum=None):
     """Reorder, repeat or drop the keys of a fixed-batch KJT.
 
@@ -109,7 +109,7 @@ def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_leng
 
 
 # -- 2. permute_1d_sparse_data ------------------------------------------------
-@op("kjt", differentiable=("values", "weights"))
+@op("kjt", returns="tuple", differentiable=("values", "weights"))
 def permute_1d_sparse_data(permute, lengths, values, weights=None, permuted_lengths_sum=None):
     """The gather of :func:`permute_2d_sparse_data` on a flat list of ``S`` segments.
 
@@ -165,7 +165,7 @@ def _boundaries(pos, T, my_size, imax):
     return flat
 
 
-@op("kjt")
+@op("kjt", returns="tuple")
 def block_bucketize_sparse_features(
     lengths,
     indices,
@@ -287,7 +287,7 @@ def block_bucketize_sparse_features(
 
 
 # -- 4. keyed_jagged_index_select_dim1 ---------------------------------------------
-@op("kjt", differentiable=("values", "weights"))
+@op("kjt", returns="list", differentiable=("values", "weights"))
 def keyed_jagged_index_select_dim1(
     values, lengths, offsets, indices, batch_size, weights=None, selected_lengths_sum=None
 ):
@@ -408,7 +408,7 @@ def invert_permute(permute):
 
 
 # -- 7. jagged_unique_indices ----------------------------------------------------------
-@op("kjt")
+@op("kjt", returns="tuple")
 def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices):
     """De-duplicate the ids of a KJT per embedding table.
 

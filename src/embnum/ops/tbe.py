@@ -276,7 +276,7 @@ def tbe_backward(
     return Plan(args, Out((weights.shape[0],), np.float32))
 
 
-@op("tbe", takes_out=False)
+@op("tbe", returns="computed")
 def tbe_backward_sparse(
     grad_output,
     weights,
@@ -377,7 +377,7 @@ def _writable(name, a):
         raise ValueError(f"{name} is read-only (it is updated in place)")
 
 
-@op("tbe", takes_out=False, mutates=("weights", "momentum1", "momentum2"))
+@op("tbe", mutates=("weights", "momentum1", "momentum2"))
 def tbe_backward_update(
     grad_output,
     weights,
