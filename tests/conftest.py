@@ -5,6 +5,11 @@
 * Hypothesis profiles: ``ci`` (default), ``thorough`` (more examples), ``dev``
   (a quick local run), chosen
   with ``HYPOTHESIS_PROFILE``.
+* Under the simulator, every kernel launch is recorded (kernel, argument
+  types): the session fails when a launch's signature is missing from
+  ``tests/cuda_signatures.txt``, the list CI compiles for the GPU
+  (``tests/test_cuda_compile.py``). ``EMBNUM_RECORD_SIGNATURES=1`` adds
+  the new ones to that file instead.
 * ``fast_backend``: every backend the oracle is compared with, as a
   :class:`harness.Flavor` (``cpu``, ``cuda`` simulated on NumPy arrays, and
   ``gpu``: the cuda backend on CuPy arrays, marked ``gpu``).
@@ -52,3 +57,54 @@ def fast_backend(request):
     if reason:
         pytest.skip(reason)
     return flavor
+
+
+# -- launch signatures (see embnum.cuda._ptx) -------------------------------------------------
+SIGNATURES = os.path.join(os.path.dirname(__file__), "cuda_signatures.txt")
+_seen: set = set()
+
+
+def _record_launches():
+    from numba.cuda.simulator import kernel as sim
+
+    from embnum.cuda import _ptx
+
+    names: dict = {}
+    call = sim.FakeCUDAKernel.__call__
+
+    def recording_call(self, *args):
+        if not self._device and not sim._kernel_context:
+            if not names:
+                names.update({id(k): n for n, k in _ptx.kernels().items()})
+            name = names.get(id(self))
+            if name is not None:
+                _seen.add((name, _ptx.signature_of(args)))
+        return call(self, *args)
+
+    sim.FakeCUDAKernel.__call__ = recording_call
+
+
+if numba.core.config.ENABLE_CUDASIM:
+    _record_launches()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _seen:
+        return
+    from embnum.cuda import _ptx
+
+    declared = set(_ptx.read_signatures(SIGNATURES)) if os.path.exists(SIGNATURES) else set()
+    new = _seen - declared
+    if not new:
+        return
+    if os.environ.get("EMBNUM_RECORD_SIGNATURES"):
+        with open(SIGNATURES, "w") as f:
+            f.write(_ptx.format_signatures(declared | _seen))
+        return
+    lines = "\n".join(f"  {k}({s})" for k, s in sorted(new))
+    session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+        f"FAILED: kernel launches whose signature CI does not compile (tests/cuda_signatures.txt):\n{lines}\n"
+        "run the tests with EMBNUM_RECORD_SIGNATURES=1 to add them",
+        red=True,
+    )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
