@@ -163,6 +163,12 @@ def _byte_span(a) -> tuple[int, int]:
     return (lo, hi + a.itemsize)
 
 
+def writable(a) -> bool:
+    """Whether ``a`` may be written: NumPy's ``flags.writeable``; CuPy arrays have no such flag
+    (device memory is always writable)."""
+    return bool(getattr(a.flags, "writeable", True))
+
+
 def overlaps(a, b) -> bool:
     (a0, a1), (b0, b1) = _byte_span(a), _byte_span(b)
     return a0 < b1 and b0 < a1
@@ -198,7 +204,7 @@ def out_arrays(out, specs, inputs: dict, owns) -> list:
             raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {o.dtype}")
         if not o.flags.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous")
-        if not o.flags.writeable:
+        if not writable(o):
             raise ValueError(f"{name} is read-only")
         for k, a in inputs.items():
             if overlaps(o, a):
