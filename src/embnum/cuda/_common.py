@@ -7,6 +7,8 @@ small because every simulated thread is a Python thread.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import cuda
 
@@ -14,8 +16,11 @@ from .. import _offsets_walk
 from .._backend import cuda_simulated
 
 SIMULATED = cuda_simulated()
-TPB = 8 if SIMULATED else 256  # threads per block; a power of two
+# Threads per block (a power of two). Under the simulator every thread is a Python thread, so
+# blocks are small unless EMBNUM_SIM_TPB asks for the production size (tests/test_cuda_blocks.py).
+TPB = int(os.environ.get("EMBNUM_SIM_TPB", "8")) if SIMULATED else 256
 MAX_BLOCKS = 8 if SIMULATED else 8192  # grid-stride loops cover the rest
+LANES = min(32, TPB)  # threads that share one row: a warp on a GPU
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -50,6 +55,12 @@ def int64s(a):
     return xp().ascontiguousarray(a, dtype=np.int64)
 
 
+def inclusive_scan(a):
+    """int64 inclusive scan of a 1-D device array: one library scan (CUB through CuPy on a GPU),
+    wrapping on overflow as the int64 kernels do."""
+    return xp().cumsum(a, dtype=np.int64)
+
+
 def pack_offsets(offsets):
     """J offsets arrays as one flat int64 device array plus the start of each ``[J+1]``."""
     m = xp()
@@ -61,3 +72,51 @@ def pack_offsets(offsets):
 
 leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)
 slab_of_segment = cuda.jit(device=True)(_offsets_walk.slab_of_segment)
+
+
+def _current_stream():
+    """Numba's handle of CuPy's current stream (cached per stream pointer)."""
+    import cupy
+
+    ptr = cupy.cuda.get_current_stream().ptr
+    s = _STREAMS.get(ptr)
+    if s is None:
+        s = _STREAMS[ptr] = cuda.external_stream(ptr)
+    return s
+
+
+_STREAMS: dict = {}
+
+
+def launch(kernel, n_blocks: int, tpb: int, *args) -> None:
+    """``kernel[n_blocks, tpb](*args)`` on the caller's current CuPy stream (the torch bridge
+    makes torch's current stream CuPy's for the call), so a launch never waits for, or races
+    with, work on another stream. Under the simulator there are no streams."""
+    if SIMULATED:
+        kernel[n_blocks, tpb](*args)
+    else:
+        kernel[n_blocks, tpb, _current_stream()](*args)
+
+
+_CONSTANTS: dict = {}
+_MAX_CONSTANTS = 512
+
+
+def constant(a):
+    """A device copy of the small host array ``a`` (layout tables, plans), uploaded once per
+    device and content, and kept (at most 512 of them, the oldest dropped first). Device
+    arrays pass through unchanged. Kernels only read it."""
+    if not isinstance(a, np.ndarray):
+        return a
+    if SIMULATED:
+        return a
+    import cupy
+
+    a = np.ascontiguousarray(a)
+    key = (cupy.cuda.Device().id, a.dtype.str, a.shape, a.tobytes())
+    found = _CONSTANTS.get(key)
+    if found is None:
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:
+            _CONSTANTS.pop(next(iter(_CONSTANTS)))
+        found = _CONSTANTS[key] = cupy.asarray(a)
+    return found

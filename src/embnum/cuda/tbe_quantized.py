@@ -14,13 +14,13 @@ import numpy as np
 from numba import cuda
 
 from .. import _qrow
-from ._common import TPB, blocks, contiguous, int64s, xp
+from ._common import TPB, blocks, contiguous, int64s, launch, xp
 from .quant import bits_to_float32, float_to_fp16, half_bits_to_float
 
 _element = cuda.jit(device=True)(_qrow.make_tbe_element(half_bits_to_float, bits_to_float32))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _pooled(weights, layout, feature_of_col, indices, offsets, B, mean, psw, has_psw, out):
     total_D = out.shape[1]
     for e in range(cuda.grid(1), B * total_D, cuda.gridsize(1)):
@@ -42,7 +42,7 @@ def _pooled(weights, layout, feature_of_col, indices, offsets, B, mean, psw, has
         out[b, col] = acc
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _rows(weights, layout, feature_of_pos, indices, out):
     N, D = out.shape
     for e in range(cuda.grid(1), N * D, cuda.gridsize(1)):
@@ -69,14 +69,26 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
             k = m.searchsorted(offs, pos, side="right") - 1  # the bag holding each position
             inside = (pos >= offs[0]) & (pos < offs[T * B]) if B else m.zeros(N, bool)
             feature = m.where(inside, k // max(B, 1), -1).astype(np.int64)
-            _rows[blocks(target.size, TPB), TPB](contiguous(weights), lay, feature, contiguous(indices), target)
+            launch(_rows, blocks(target.size, TPB), TPB, contiguous(weights), lay, feature, contiguous(indices), target)
         else:
             dims = layout[:, 3] if isinstance(layout, np.ndarray) else layout[:, 3].get()
             feature_of_col = m.asarray(np.repeat(np.arange(T, dtype=np.int64), dims))
             has = per_sample_weights is not None
             psw = contiguous(per_sample_weights) if has else m.zeros(1, np.float32)
-            _pooled[blocks(target.size, TPB), TPB](
-                contiguous(weights), lay, feature_of_col, contiguous(indices), offs, B, pooling == 1, psw, has, target
+            launch(
+                _pooled,
+                blocks(target.size, TPB),
+                TPB,
+                contiguous(weights),
+                lay,
+                feature_of_col,
+                contiguous(indices),
+                offs,
+                B,
+                pooling == 1,
+                psw,
+                has,
+                target,
             )
     if target is not out:
         float_to_fp16(target, False, out)
