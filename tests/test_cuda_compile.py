@@ -2,8 +2,9 @@
 with, without a GPU: NVVM (numba.cuda.compile_ptx) to PTX, then ptxas. The simulator that runs the
 other cuda tests never types a kernel, so this is the check that catches what a real GPU would reject.
 
-The signatures come from ``tests/cuda_signatures.txt``; ``tests/conftest.py`` fails a test session
-that launches a kernel with a signature missing from it. Compiled results are cached on disk
+The signatures come from ``tests/cuda_signatures.txt`` (recorded from the cuda tests under the
+simulator); a session that launches one missing from it compiles that one at its end
+(``tests/conftest.py``). Compiled results are cached on disk
 (``~/.cache/embnum-ptx``, keyed by the sources), so a second run costs seconds.
 """
 

@@ -523,7 +523,7 @@ BAD = [
     (KTA, {**KT, "groups": [["z"]]}, ValueError, ("groups[0][0] = 'z'", "not a key")),
     (KTA, {**KT, "lengths": [[2]]}, ValueError, ("lengths[0]", "len(keys[0]) = 2")),
     (KTA, {**KT, "lengths": [[2, 3], [1]]}, ValueError, ("lengths", "len(keys) = 1")),
-    (KTA, {**KT, "lengths": [[2, -3]]}, ValueError, ("lengths[0][1] = -3",)),
+    (KTA, {**KT, "lengths": [[2, -3]]}, ValueError, ("lengths[0][1] must be >= 0, got -3",)),
     (KTA, {**KT, "lengths": [[2, 2.0]]}, TypeError, ("lengths[0][1]",)),
     (KTA, {**KT, "lengths": [[2, True]]}, TypeError, ("lengths[0][1]",)),
     (KTA, {**KT, "keys": [["a", "a"]]}, ValueError, ("'a'", "twice")),

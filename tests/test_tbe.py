@@ -561,8 +561,13 @@ def test_update_rejects_shared_state_and_read_only():
     with pytest.raises(ValueError, match="momentum1 shares memory with momentum2"):
         embnum.tbe_backward_update(**_uargs(TBEOptimizer("adam", 0.1), momentum1=buf[:12], momentum2=buf[6:18], step=1))
     w = W12.copy()
-    with pytest.raises(ValueError, match="momentum1 shares memory with weights"):
+    with pytest.raises(ValueError, match="weights shares memory with momentum1"):
         embnum.tbe_backward_update(**_uargs(TBEOptimizer("adagrad", 0.1), weights=w, momentum1=w))
+    g = np.zeros(24, np.float32)  # grad_output viewing weights or the state: the caller's gradient would change
+    with pytest.raises(ValueError, match="grad_output shares memory with weights"):
+        embnum.tbe_backward_update(
+            **_uargs(TBEOptimizer("sgd", 0.1), weights=g[:12], grad_output=g[2:12].reshape(2, 5))
+        )
     ro = W12.copy()
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="weights is read-only"):

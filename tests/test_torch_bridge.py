@@ -140,6 +140,30 @@ def test_bridge_equals_numpy_op(name):
 
 
 @pytest.mark.parametrize("name", BRIDGED)
+def test_torch_op_callable_without_backend(name):
+    """``torch.ops.embnum.<name>(...)`` with the op's own arguments only (the schema gives
+    ``backend`` the default None): the same result, and the same gradients, as with the
+    backend named."""
+    args = _example(name)
+    torch_op = getattr(torch.ops.embnum, name)
+    assert torch_op.default._schema.arguments[-1].name == "backend"
+    assert torch_op.default._schema.arguments[-1].default_value is None
+    plain_args, named_args = _clone_mutated(name, args), _clone_mutated(name, args)
+    plain = torch_op(*plain_args.values())
+    named = torch_op(*named_args.values(), "cpu")
+    torch.testing.assert_close(_result(name, plain_args, plain), _result(name, named_args, named), rtol=0, atol=0)
+    leaves = [
+        t
+        for k in embnum.get_op(name).differentiable
+        for t in (args[k] if isinstance(args[k], list) else [args[k]])
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+    if leaves and not embnum.get_op(name).mutates:
+        for a, b in zip(torch.autograd.grad(_loss(plain), leaves), torch.autograd.grad(_loss(named), leaves)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", BRIDGED)
 def test_compile_fullgraph_aot_eager(name):
     torch._dynamo.reset()  # one code object serves every op here: start each from a clean cache
     args = _example(name)

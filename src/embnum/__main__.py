@@ -2,9 +2,12 @@
 
 For each registered op it builds the op's realistic example input, runs the
 NumPy oracle and each fast backend on it, and prints the largest absolute
-difference and the median time. Without a GPU the cuda backend runs under
-Numba's CUDA simulator on the op's small example (the simulator runs every
-GPU thread as a Python thread). Exit status 1 on any mismatch.
+difference and the time: the median and the quartiles of the timed runs.
+The backends' timed runs are interleaved (one run of each backend per round),
+so a neighbour's load on a shared machine falls on all of them alike.
+Without a GPU the cuda backend runs under Numba's CUDA simulator on the op's
+small example (the simulator runs every GPU thread as a Python thread).
+Exit status 1 on any mismatch.
 """
 
 from __future__ import annotations
@@ -28,18 +31,45 @@ def _decide_simulator(no_sim: bool) -> None:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 
-def _median_seconds(fn, repeats: int, sync) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def interleaved_times(runs: dict, repeats: dict, clock=time.perf_counter) -> dict:
+    """Time ``runs[name]()`` (each a call followed by its backend's synchronize) for
+    ``repeats[name]`` rounds, one run of every backend per round, in turn. Returns
+    ``{name: [seconds, ...]}``."""
+    times = {name: [] for name in runs}
+    for r in range(max(repeats.values(), default=0)):
+        for name, fn in runs.items():
+            if r < repeats[name]:
+                t0 = clock()
+                fn()
+                times[name].append(clock() - t0)
+    return times
 
 
-def _fmt_time(s: float) -> str:
-    return f"{s * 1e3:9.3f} ms" if s >= 1e-3 else f"{s * 1e6:9.1f} us"
+def summary(times: list) -> tuple[float, float, float]:
+    """``(median, first quartile, third quartile)`` of ``times`` (all three equal for one time)."""
+    if len(times) == 1:
+        return times[0], times[0], times[0]
+    q1, med, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return med, q1, q3
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    return (1.0, "s") if seconds >= 1 else (1e3, "ms") if seconds >= 1e-3 else (1e6, "us")
+
+
+def _num(x: float) -> str:
+    """Three or four significant digits, never an exponent."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _fmt_spread(times: list) -> tuple[str, str]:
+    """The median, and the quartiles as ``q1-q3`` in the median's unit (``-`` for a single run)."""
+    if not times:
+        return "-", "-"
+    med, q1, q3 = summary(times)
+    scale, unit = _unit(med)
+    spread = "-" if len(times) == 1 else f"{_num(q1 * scale)}-{_num(q3 * scale)} {unit}"
+    return f"{_num(med * scale)} {unit}", spread
 
 
 def tour(args) -> int:
@@ -58,48 +88,71 @@ def tour(args) -> int:
     missing = sorted(set(BACKENDS) - set(available_backends()))
     if missing:
         print(f"  not available here: {', '.join(missing)}")
-    header = f"{'op':28s} {'backend':15s} {'input':34s} {'max |err|':>10s} {'median':>12s}  status"
+    header = f"{'op':30s} {'backend':11s} {'input':34s} {'max |err|':>10s} {'median':>11s} {'quartiles':>18s}  status"
     print("\n" + header + "\n" + "-" * len(header))
     failures = 0
     for op in embnum.ops():
         if args.op and op.name not in args.op:
             continue
+        rows, runs, repeats = {}, {}, {}
         for name in backends:
             backend = BACKENDS[name]
             simulated = name == "cuda" and getattr(backend, "simulated", False)
             size = "small" if simulated or args.small else "large"
             example = op.example_fn(np.random.default_rng(0), size)
-            if op.mutates:  # in-place op: run on copies, compare what it wrote
-                host_args = _copy_arrays(example.args)
-                op.public(**host_args, backend="ref")
-                want = [host_args[k] for k in op.mutates if host_args.get(k) is not None]
-            else:
-                want = op.public(**example.args, backend="ref")
-            dev_args = {k: _to_backend(backend, v) for k, v in example.args.items()}
-            run = lambda: op.public(**dev_args, backend=name)  # noqa: E731
-            if op.mutates:
-
-                def run(run_once=run):
-                    dev_args.update({k: _to_backend(backend, v) for k, v in example.args.items() if k in op.mutates})
-                    run_once()
-                    return [dev_args[k] for k in op.mutates if dev_args.get(k) is not None]
-
-            try:
-                got = _to_host(backend, run())  # first call: compiles
-                err, ok = op.check_fn(got, want, example.args)
-                repeats = 1 if simulated else (3 if name == "ref" else args.repeats)
-                seconds = _median_seconds(run, repeats, backend.synchronize)
-                status = "ok" if ok else "MISMATCH"
-            except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
-                err, seconds, ok, status = float("nan"), float("nan"), False, f"ERROR {type(exc).__name__}: {exc}"
-            failures += not ok
             label = name + (" (sim)" if simulated else "")
+            try:
+                run, err, ok = _prepare(op, backend, name, example)
+                status = "ok" if ok else "MISMATCH"
+                runs[name] = run
+                repeats[name] = 1 if simulated else (3 if name == "ref" else args.repeats)
+            except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
+                err, ok, status = float("nan"), False, f"ERROR {type(exc).__name__}: {exc}"
+            failures += not ok
+            rows[name] = (label, example.label, err, status)
+        try:
+            times = interleaved_times(runs, repeats)
+        except Exception as exc:  # noqa: BLE001
+            times = {}
+            failures += 1
+            rows = {n: (*r[:3], f"ERROR while timing {type(exc).__name__}: {exc}") for n, r in rows.items()}
+        for name, (label, input_label, err, status) in rows.items():
+            median, spread = _fmt_spread(times.get(name, []))
             print(
-                f"{op.name:28s} {label:15s} {example.label:34s} {err:10.3g} {_fmt_time(seconds):>12s}  {status}",
+                f"{op.name:30s} {label:11s} {input_label:34s} {err:10.3g} {median:>11s} {spread:>18s}  {status}",
                 flush=True,
             )
     print(f"\n{'all ops match the oracle' if not failures else f'{failures} mismatches'}")
     return 1 if failures else 0
+
+
+def _prepare(op, backend, name, example):
+    """Run ``op`` once on ``backend`` (compiling it), compare with the oracle; return the
+    timed call (the op, then the backend's synchronize), the error and whether it matched."""
+
+    if op.mutates:  # in-place op: run on copies, compare what it wrote
+        host_args = _copy_arrays(example.args)
+        op.public(**host_args, backend="ref")
+        want = [host_args[k] for k in op.mutates if host_args.get(k) is not None]
+    else:
+        want = op.public(**example.args, backend="ref")
+    dev_args = {k: _to_backend(backend, v) for k, v in example.args.items()}
+
+    def run():
+        if op.mutates:
+            dev_args.update({k: _to_backend(backend, v) for k, v in example.args.items() if k in op.mutates})
+            op.public(**dev_args, backend=name)
+            return [dev_args[k] for k in op.mutates if dev_args.get(k) is not None]
+        return op.public(**dev_args, backend=name)
+
+    got = _to_host(backend, run())  # first call: compiles
+    err, ok = op.check_fn(got, want, example.args)
+
+    def timed():
+        run()
+        backend.synchronize()
+
+    return timed, err, ok
 
 
 def _to_backend(backend, value):
@@ -128,22 +181,31 @@ def _copy_arrays(args: dict) -> dict:
     return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
 
 
+def op_table() -> str:
+    """One line per op, family then name, the name column aligned to the longest family."""
+    import embnum
+
+    ops = embnum.ops()
+    width = max(len(op.family) for op in ops)
+    return "\n".join(f"{op.family:{width}s}  {op.name}" for op in ops)
+
+
 def main(argv=None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="python -m embnum", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"embnum {__version__}")
     sub = parser.add_subparsers(dest="command")
     t = sub.add_parser("tour", help="every op on every available backend against the oracle, with timings")
     t.add_argument("--op", action="append", help="only this op (repeatable)")
     t.add_argument("--backend", action="append", help="only this backend (repeatable)")
     t.add_argument("--small", action="store_true", help="small inputs everywhere (quick check)")
-    t.add_argument("--repeats", type=int, default=7, help="timed runs per fast backend (median)")
+    t.add_argument("--repeats", type=int, default=7, help="timed runs per fast backend (median and quartiles)")
     t.add_argument("--no-sim", action="store_true", help="do not run the cuda backend in the simulator")
     sub.add_parser("list", help="list the registered ops")
     args = parser.parse_args(argv)
     if args.command == "list":
-        import embnum
-
-        for op in embnum.ops():
-            print(f"{op.family:12s} {op.name}")
+        print(op_table())
         return 0
     if args.command != "tour":
         parser.print_help()

@@ -32,6 +32,14 @@ def is_array(a) -> bool:
     return is_numpy(a) or is_cupy(a)
 
 
+def to_host(a, dtype=None) -> np.ndarray:
+    """A NumPy array of ``a`` (a device-to-host copy for CuPy; a NumPy array is not copied
+    unless ``dtype`` asks for a conversion). The one way embnum reads device data on the host."""
+    if is_cupy(a):
+        a = a.get()
+    return np.asarray(a, dtype=dtype)
+
+
 def cuda_simulated() -> bool:
     """True when Numba's CUDA simulator is switched on for this process."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
@@ -87,7 +95,7 @@ class Backend:
         return a
 
     def to_host(self, a) -> np.ndarray:
-        return np.asarray(a)
+        return to_host(a)
 
     def synchronize(self) -> None:
         pass
@@ -153,9 +161,6 @@ class CudaBackend(Backend):
 
     def from_host(self, a):
         return np.asarray(a) if self.simulated else self.xp.asarray(a)
-
-    def to_host(self, a) -> np.ndarray:
-        return np.asarray(a) if is_numpy(a) else a.get()
 
     def synchronize(self) -> None:
         if not self.simulated:

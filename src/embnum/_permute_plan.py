@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from ._backend import is_cupy
+from ._backend import is_cupy, to_host
 
 
 def address(a) -> int:
@@ -39,7 +39,7 @@ def rowwise(a, keep: list):
 
 
 def host_rows(a) -> np.ndarray:
-    return np.asarray(a.get() if is_cupy(a) else a, dtype=np.int64)
+    return to_host(a, np.int64)
 
 
 # -- indexed plans ------------------------------------------------------------------

@@ -41,8 +41,15 @@ class Out:
     dtype: np.dtype
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        shape = tuple(int(n) for n in self.shape)
+        dtype = np.dtype(self.dtype)
+        if not _validate.shape_fits(shape + (dtype.itemsize,)):  # before anything is allocated
+            raise ValueError(
+                f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
+                " check the size arguments"
+            )
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtype)
 
 
 @dataclasses.dataclass
@@ -119,8 +126,12 @@ class Op:
     def call(self, arguments: dict[str, Any], out, backend):
         """Run the op on bound ``arguments`` (every parameter by name)."""
         arrays = _arrays_in(arguments)
+        if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
+            arguments, arrays = _plain_arrays(arguments)
         chosen = select_backend(arrays, backend)
         plan = self.declaration(**arguments)
+        if self.mutates:
+            _validate.no_alias(arguments, self.mutates)
         if plan.out is None:
             if out is not None:
                 raise TypeError(f"{self.name} takes no out=")
@@ -137,7 +148,7 @@ class Op:
                 raise TypeError("out must be a list of arrays for this op")
             outs = _validate.out_arrays(out, shapes, arrays, chosen.owns)
         if chosen.name == "ref":
-            result = self.implementation("ref")(**plan.args)
+            result = _zero_d_arrays(self.implementation("ref")(**plan.args))
             results = [result] if single else list(result)
             _check_oracle(self.name, results, shapes)
             if outs is None:
@@ -195,6 +206,38 @@ def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
                 if is_array(item):
                     found[f"{k}[{i}]"] = item
     return found
+
+
+def _plain_arrays(arguments: dict[str, Any]):
+    """NumPy subclasses (``np.matrix``, ...) as plain ndarray views, so that no backend
+    sees or returns the caller's class; masked arrays are a ``TypeError`` (their mask
+    would be dropped silently)."""
+
+    def plain(name, a):
+        if isinstance(a, np.ma.MaskedArray):
+            raise TypeError(f"{name} is a masked array; pass its data (a.filled(...) or a.data) instead")
+        return a.view(np.ndarray) if isinstance(a, np.ndarray) and type(a) is not np.ndarray else a
+
+    out = {}
+    for k, v in arguments.items():
+        if isinstance(v, (list, tuple)):
+            items = [plain(f"{k}[{i}]", x) for i, x in enumerate(v)]
+            out[k] = items if isinstance(v, list) else tuple(items)
+        else:
+            out[k] = plain(k, v)
+    return out, _arrays_in(out)
+
+
+def _zero_d_arrays(result):
+    """The oracle's NumPy scalars (a ufunc on a 0-d array returns one) as 0-d arrays, like
+    the other backends' results."""
+    if isinstance(result, np.generic):
+        return np.asarray(result)
+    if isinstance(result, list):
+        return [np.asarray(r) if isinstance(r, np.generic) else r for r in result]
+    if isinstance(result, tuple) and not hasattr(result, "_fields"):
+        return tuple(np.asarray(r) if isinstance(r, np.generic) else r for r in result)
+    return result
 
 
 def _check_oracle(name, results, shapes):

@@ -1,6 +1,9 @@
 """TBE helpers that are not ops (``shared/spec/tbe.md``): the layout builder, the
 optimizer description and the sparse-gradient result type.
 
+It also holds the integer codes the kernels of every backend branch on (pooling
+mode, optimizer kind, weight-decay mode), defined once here.
+
 ``embnum`` re-exports ``tbe_layout``, ``TBELayout``, ``TBEOptimizer`` and
 ``TBESparseGrad`` (see ``embnum.ops.tbe.HELPERS``).
 """
@@ -13,6 +16,8 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
+
+from ._validate import integer, positive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +44,7 @@ def _positive_ints(name, values):
         values = values.tolist()
     if not isinstance(values, (list, tuple)) or not values:
         raise ValueError(f"{name} must be a non-empty list of ints, got {values!r}")
-    out = []
-    for i, x in enumerate(values):
-        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or int(x) < 1:
-            raise ValueError(f"{name}[{i}] must be an int >= 1, got {x!r}")
-        out.append(int(x))
-    return out
+    return [positive(f"{name}[{i}]", x) for i, x in enumerate(values)]
 
 
 def tbe_layout(rows, dims, feature_table_map=None) -> TBELayout:
@@ -70,8 +70,7 @@ def tbe_layout(rows, dims, feature_table_map=None) -> TBELayout:
             raise ValueError(f"feature_table_map must be a non-empty list of table numbers, got {feature_table_map!r}")
         ftm = []
         for t, x in enumerate(feature_table_map):
-            if isinstance(x, bool) or not isinstance(x, numbers.Integral) or not 0 <= int(x) < n:
-                raise ValueError(f"feature_table_map[{t}] must be a table number in [0, {n}), got {x!r}")
+            x = integer(f"feature_table_map[{t}]", x, min=0, max=n - 1, what=f"a table number in [0, {n})")
             if ftm and int(x) < ftm[-1]:
                 raise ValueError(
                     f"feature_table_map must be non-decreasing (features sharing a table adjacent), "
@@ -180,6 +179,10 @@ class TBEOptimizer:
             bc2 = one - hp["beta2"] ** np.float32(step)
         return (hp["lr"], hp["eps"], hp["wd"], hp["beta1"], hp["beta2"], np.float32(bc1), np.float32(bc2))
 
+    def kernel_args(self, step=None) -> OptimizerArgs:
+        """The codes and float32 hyper-parameters a fused-update kernel reads (one record)."""
+        return OptimizerArgs(KIND_CODES[self.kind], DECAY_CODES[self.weight_decay_mode], *self.kernel_parameters(step))
+
     @property
     def states(self) -> tuple[str, ...]:
         """State arrays this kind uses: ``()``, ``("momentum1",)`` or both moments."""
@@ -201,8 +204,35 @@ class TBEOptimizer:
         return cls(*ast.literal_eval(s))
 
 
-KIND_CODES = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
-DECAY_CODES = {"none": 0, "l2": 1, "decoupled": 2}
+# -- codes the kernels branch on ------------------------------------------------
+# Plain module-level ints: Numba (``njit`` and ``cuda.jit``) reads a global int as a
+# compile-time constant, so ``if kind == ADAM`` costs what ``if kind == 3`` did.
+# pooling_mode (fbgemm's PoolingMode numbering)
+SUM, MEAN, NONE = 0, 1, 2
+POOLING_CODES = {"sum": SUM, "mean": MEAN, "none": NONE}
+# optimizer kind (TBEOptimizer.kind)
+SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM = 0, 1, 2, 3
+KIND_CODES = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD, "adam": ADAM}
+# weight_decay_mode
+DECAY_NONE, DECAY_L2, DECAY_DECOUPLED = 0, 1, 2
+DECAY_CODES = {"none": DECAY_NONE, "l2": DECAY_L2, "decoupled": DECAY_DECOUPLED}
+
+
+class OptimizerArgs(NamedTuple):
+    """What a fused-update kernel reads (``TBEOptimizer.kernel_args``): the ``kind`` and
+    ``decay`` codes above, float32 hyper-parameters, and Adam's bias corrections
+    ``bc1 = 1 - beta1**step``, ``bc2 = 1 - beta2**step`` (1 for the other kinds). A
+    NamedTuple, so Numba kernels take it as one argument and read fields by name."""
+
+    kind: int
+    decay: int
+    lr: np.float32
+    eps: np.float32
+    wd: np.float32
+    beta1: np.float32
+    beta2: np.float32
+    bc1: np.float32
+    bc2: np.float32
 
 
 class TBESparseGrad(NamedTuple):

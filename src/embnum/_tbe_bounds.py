@@ -16,23 +16,18 @@ maximum of the clamped offsets); an index outside ``[0, E_t)`` other than
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
 
-from ._validate import xp_of
+from ._validate import choice, to_host, xp_of
 
 MODES = ("fatal", "warning", "ignore", "none")
 
 
 def bounds_mode(value) -> str:
     """Normalise ``bounds_check_mode``: a name (any case) or fbgemm's ``BoundsCheckMode`` int 0..3."""
-    if isinstance(value, str) and value.lower() in MODES:
-        return value.lower()
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= int(value) < len(MODES):
-        return MODES[int(value)]
-    raise ValueError(f"bounds_check_mode must be one of {MODES} or 0..3, got {value!r}")
+    return MODES[choice("bounds_check_mode", value, {m: i for i, m in enumerate(MODES)})]
 
 
 def rows_per_feature(hash_size_cumsum: np.ndarray) -> np.ndarray:
@@ -79,7 +74,7 @@ def check_offsets(offsets, n_indices: int, mode: str):
 def _running_max(xp, a):
     import cupy  # noqa: F401 - CuPy has no ufunc.accumulate for maximum
 
-    return xp.asarray(np.maximum.accumulate(a.get()))
+    return xp.asarray(np.maximum.accumulate(to_host(a)))
 
 
 def check_indices(indices, offsets, B: int, rows: np.ndarray, mode: str, *, pruned_ok: bool = False):
@@ -121,7 +116,7 @@ def check_indices(indices, offsets, B: int, rows: np.ndarray, mode: str, *, prun
 
 def _raise(indices, offsets, B, t, p, E, every_mode=False):
     lo = offsets[t * B : (t + 1) * B + 1]
-    bag = int(np.searchsorted(np.asarray(lo.get() if hasattr(lo, "get") else lo), p, side="right")) - 1
+    bag = int(np.searchsorted(to_host(lo), p, side="right")) - 1
     what = "-1 (a pruned row) is not valid in training ops in any bounds_check_mode" if every_mode else "out of range"
     raise IndexError(
         f"indices[{p}] = {int(indices[p])} in the bag of feature {t}, sample {bag} is {what}: "

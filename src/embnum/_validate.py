@@ -13,7 +13,7 @@ import operator
 
 import numpy as np
 
-from ._backend import is_array, is_cupy
+from ._backend import is_array, is_cupy, to_host  # noqa: F401 - to_host: checks read device data through it
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -65,14 +65,84 @@ def array_list(name: str, arrays, *, min_len=0, max_len=None):
     return list(arrays)
 
 
-def size(name: str, v) -> int:
-    """A non-negative Python/NumPy integer (``bool`` is rejected)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be a non-negative int, got {v!r}")
+def _is_int(v) -> bool:
+    """The one integer rule: a Python or NumPy integer; ``bool`` and ``np.bool_`` are not integers."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def integer(name: str, v, *, min=None, max=None, what: str = "an int") -> int:
+    """A Python/NumPy integer (``TypeError`` otherwise, ``bool`` included) within
+    ``[min, max]`` where given (``ValueError``); returned as a Python int."""
+    if not _is_int(v):
+        raise TypeError(f"{name} must be {what}, got {v!r}")
     v = operator.index(v)
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0, got {v}")
+    if (min is not None and v < min) or (max is not None and v > max):
+        bounds = f">= {min}" if max is None else f"<= {max}" if min is None else f"in {min}..{max}"
+        raise ValueError(f"{name} must be {bounds}, got {v}")
     return v
+
+
+def size(name: str, v, *, limit: int | None = None) -> int:
+    """A non-negative Python/NumPy integer (``bool`` is rejected) at most ``limit``
+    (default :data:`MAX_SIZE`: a larger size cannot be an array), as a Python int."""
+    v = integer(name, v, min=0, what="a non-negative int")
+    if v > (MAX_SIZE if limit is None else limit):
+        raise ValueError(f"{name} = {v} exceeds {_limit_text(limit)}")
+    return v
+
+
+def positive(name: str, v) -> int:
+    """A Python/NumPy integer ``>= 1`` (``bool`` is rejected)."""
+    return integer(name, v, min=1, what="a positive int")
+
+
+def optional_size(name: str, v) -> int | None:
+    """``None`` or a non-negative integer (a size hint)."""
+    return None if v is None else size(name, v)
+
+
+def flag(name: str, v) -> bool:
+    """A Python or NumPy bool (``TypeError`` for anything else, 0 and 1 included)."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {v!r}")
+    return bool(v)
+
+
+def real(name: str, v) -> float:
+    """A Python/NumPy real number (``bool`` is rejected), as a Python float."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {v!r}")
+    return float(v)
+
+
+def choice(name: str, value, table: dict[str, int]) -> int:
+    """A mode given by name (any case) or by its integer code: ``table`` maps the
+    names to the codes (``{"sum": 0, "mean": 1, "none": 2}``); returns the code."""
+    if isinstance(value, str) and value.lower() in table:
+        return table[value.lower()]
+    if _is_int(value) and int(value) in table.values():
+        return int(value)
+    names = ", ".join(repr(k) for k in table)
+    codes = sorted(set(table.values()))
+    raise ValueError(f"{name} must be one of {names} or a code {codes[0]}..{codes[-1]}, got {value!r}")
+
+
+HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def output_dtype(value, allowed=HALF_OR_FLOAT, name: str = "output_dtype") -> np.dtype:
+    """A dtype name or NumPy dtype among ``allowed`` (default float32/float16); ``TypeError`` otherwise
+    (``"bfloat16"`` gets its own message: NumPy has no such dtype)."""
+    want = " or ".join(repr(str(d)) for d in allowed)
+    if isinstance(value, str) and value.lower() == "bfloat16":
+        raise TypeError(f"{name} bfloat16 is not supported (NumPy has no bfloat16); use {want}")
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if dt not in allowed:
+        raise TypeError(f"{name} must be {want}, got {value!r}")
+    return dt
 
 
 def int_list(name: str, v, *, length=None) -> list[int]:
@@ -213,3 +283,100 @@ def out_arrays(out, specs, inputs: dict, owns) -> list:
             if outs[j] is not None and overlaps(o, outs[j]):
                 raise ValueError(f"{name} shares memory with out[{j}]")
     return list(outs)
+
+
+# -- overflow-safe checks (issue 11) ----------------------------------------------------
+# Sizes, sums of lengths and ``offset + length`` bounds are computed so that they cannot
+# wrap: scalars as Python ints, arrays with bounds checked before adding or multiplying
+# (``offset > width - length``, never ``offset + length > width``) and sums that stay
+# exact whatever the entries. The kernels then trust what passed.
+
+INT64_MAX = 2**63 - 1
+MAX_SIZE = 2**48
+"""Largest element count (and byte count) of any array an op allocates or indexes.
+
+No 64-bit platform gives a process more than 2**48 bytes of address space today
+(x86-64 with 4-level paging: 2**47; arm64: 2**48), so a larger size cannot be a real
+array; it is rejected with a ``ValueError`` before anything is allocated. Every
+position computed from sizes below it fits int64 with room to spare."""
+
+
+def _limit_text(limit) -> str:
+    return "the size limit 2**48 (embnum.MAX_SIZE)" if limit is None or limit == MAX_SIZE else f"{limit}"
+
+
+def shape_fits(shape) -> bool:
+    """Whether every dim is ``>= 0`` and the product of the dims (zeros counted as 1,
+    so that strides computed from the other dims stay small too) is at most MAX_SIZE."""
+    n = 1
+    for d in shape:
+        if d < 0:
+            return False
+        if d:
+            n *= d
+            if n > MAX_SIZE:
+                return False
+    return True
+
+
+def checked_sum(name: str, a, *, limit: int | None = None, what: str = "the sum of") -> int:
+    """Exact sum of the non-negative integer array ``a`` (checked ``>= 0`` by the caller) as a
+    Python int; ``ValueError`` naming ``name`` when it exceeds ``limit`` (default MAX_SIZE).
+
+    The sum never wraps: when ``len(a) * max(a)`` could pass int64 it is taken in chunks
+    whose int64 sums cannot wrap."""
+    limit = MAX_SIZE if limit is None else limit
+    n = a.size
+    if n == 0:
+        return 0
+    flat = a.reshape(-1)
+    if a.dtype.itemsize <= 4 and n < 2**32:  # an int32 entry is < 2**31: n * 2**31 < 2**63
+        total = int(flat.sum(dtype=np.int64))
+    else:
+        top = int(flat.max())
+        if top > limit:
+            i = int(xp_of(a).argmax(flat > limit))
+            raise ValueError(f"{what} {name} exceeds {_limit_text(limit)}: entry {i} alone is {top}")
+        chunk = INT64_MAX // max(top, 1)
+        if chunk >= n:
+            total = int(flat.sum(dtype=np.int64))
+        else:
+            total = sum(int(flat[i : i + chunk].sum(dtype=np.int64)) for i in range(0, n, chunk))
+    if total > limit:
+        raise ValueError(f"{what} {name} = {total} exceeds {_limit_text(limit)}")
+    return total
+
+
+def spans_exceed(start, length, limit):
+    """Elementwise ``start + length > limit`` without forming ``start + length``.
+
+    ``start``, ``length`` and ``limit`` are int64 arrays (or Python ints) with
+    ``length >= 0`` and ``limit >= 0`` (then ``limit - length`` cannot wrap)."""
+    return start > limit - length
+
+
+def no_alias(arguments: dict, written) -> None:
+    """``ValueError`` naming both when an array an in-place op writes (its ``written``
+    argument names) shares memory with any other array argument.
+
+    ``arguments`` maps names to values (arrays, lists of arrays, anything else); every
+    in-place op calls this with all its arguments, so new state arrays are covered."""
+    arrays = {}
+    for k, x in arguments.items():
+        if is_array(x):
+            arrays[k] = x
+        elif isinstance(x, (list, tuple)):
+            for i, item in enumerate(x):
+                if is_array(item):
+                    arrays[f"{k}[{i}]"] = item
+    names = list(arrays)
+    for i, k in enumerate(names):
+        for m in names[i + 1 :]:
+            if (k in written or m in written) and (arrays[k] is arrays[m] or _may_share(arrays[k], arrays[m])):
+                raise ValueError(f"{k} shares memory with {m}: an in-place op needs its arrays apart")
+
+
+def _may_share(a, b) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    return overlaps(a, b)

@@ -8,10 +8,15 @@ Backward and the fused optimizers: per physical table, a counting sort of the
 lookups by row (ids are bounded by the table's rows, so no comparison sort),
 then one pass over the rows in increasing order that sums each touched row's
 gradient in a fixed order (increasing position) and writes or updates the row
-once. No atomics; results do not depend on the thread count.
+once. No atomics; results do not depend on the thread count. One kernel per
+result (``_dense_grad``, ``_sparse_grad``, ``_fused_update``), each taking the
+prepared lookups as one ``Lookups`` record; the optimizer step takes
+``embnum._tbe.OptimizerArgs`` and applies one row rule per kind.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import llvmlite.ir as ir
 import numpy as np
@@ -19,15 +24,15 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from .._tbe import DECAY_CODES, KIND_CODES, TBESparseGrad
+from .._tbe import ADAGRAD, ADAM, DECAY_DECOUPLED, DECAY_L2, MEAN, NONE, ROWWISE_ADAGRAD, SGD, TBESparseGrad
 
-SUM, MEAN, NONE = 0, 1, 2
 BAGS_PER_JOB = 64
 PREFETCH_DISTANCE = 8  # forward: lookups ahead (the rows are random in a buffer far larger than the caches)
 UPDATE_PREFETCH_DISTANCE = 4  # fused update: touched rows ahead
 _F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
+_NO_I64 = np.zeros(1, dtype=np.int64)
 
 
 def _load(w, lut, i):
@@ -218,6 +223,33 @@ def tbe_forward(
 
 
 # -- backward: counting sort per table, one pass over touched rows ---------------
+# Columns of the ``tables`` array (one row per physical table, see ``_tables``).
+FIRST_FEATURE, START, END, ROWS, DIM, WEIGHTS_OFFSET, FIRST_ROW = range(7)
+
+
+class Lookups(NamedTuple):
+    """The backward's prepared arguments (``_prepare``), passed to the kernels as one record.
+
+    indices: int32/int64 ``[N]``; offsets: ``[T*B+1]``; bag: int32 ``[N]`` (the bag
+    ``t*B + b`` of each position, -1 outside every bag); doff: int64 ``[T+1]``
+    (``D_offsets``); grad: float32, the output gradient flattened (clipped when
+    the optimizer says so); psw: float32 ``[N]`` (a 1-element placeholder when
+    ``has_psw`` is false); tables: int64 ``[n, 7]``, columns ``FIRST_FEATURE`` ..
+    ``FIRST_ROW``.
+    """
+
+    indices: np.ndarray
+    offsets: np.ndarray
+    bag: np.ndarray
+    B: int
+    doff: np.ndarray
+    pooling: int
+    grad: np.ndarray
+    psw: np.ndarray
+    has_psw: bool
+    tables: np.ndarray
+
+
 @njit(cache=True, parallel=True)
 def _bag_of_position(offsets, n_bags, N):
     """``bag[p]`` = the bag ``k = t*B + b`` holding position ``p`` (-1 outside every bag)."""
@@ -231,12 +263,14 @@ def _bag_of_position(offsets, n_bags, N):
 
 
 def _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offsets, B):
-    """One row per physical table: ``[first feature, index range start, end, rows, D, weights offset, hcs]``."""
+    """One row per physical table (features sharing a table merged), columns
+    ``FIRST_FEATURE, START, END`` (its lookups' position range), ``ROWS, DIM,
+    WEIGHTS_OFFSET, FIRST_ROW`` (its first linear row id)."""
     T = weights_offsets.shape[0]
     out = []
     for t in range(T):
         if t and hash_size_cumsum[t] == hash_size_cumsum[t - 1]:
-            out[-1][2] = int(offsets[(t + 1) * B])
+            out[-1][END] = int(offsets[(t + 1) * B])
             continue
         out.append(
             [
@@ -290,12 +324,21 @@ def _touched_rows(ends, E, n):
     return touched, run_end, i
 
 
+@njit(cache=True, inline="always")
+def _table_runs(lk, j):
+    """Table ``j``'s lookups sorted by row: ``(order, touched rows, run ends, count)``."""
+    a, e, E = lk.tables[j, START], lk.tables[j, END], lk.tables[j, ROWS]
+    order, ends = _sort_rows(lk.indices, a, e, E)
+    touched, run_end, n = _touched_rows(ends, E, e - a)
+    return order, touched, run_end, n
+
+
 @njit(cache=True, parallel=True)
 def _count_touched(indices, tables):
     n = tables.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     for j in prange(n):
-        a, e, E = tables[j, 1], tables[j, 2], tables[j, 3]
+        a, e, E = tables[j, START], tables[j, END], tables[j, ROWS]
         seen = np.zeros(E, dtype=np.uint8)
         c = 0
         for p in range(a, e):
@@ -308,132 +351,118 @@ def _count_touched(indices, tables):
 
 
 @njit(cache=True, inline="always")
-def _row_grad(acc, D, order, s, e, bag, offsets, B, doff, pooling, g, psw, has_psw):
-    """``acc[:D]`` = the summed gradient of one row from its lookups ``order[s:e]``
-    (``g``: the output gradient flattened)."""
+def _grad_source(lk, p, D):
+    """Where the output gradient of lookup ``p`` starts in ``lk.grad``."""
+    if lk.pooling == NONE:
+        return np.uint64(p * D)
+    k = lk.bag[p]
+    t = k // lk.B
+    return np.uint64((k - t * lk.B) * lk.doff[lk.doff.shape[0] - 1] + lk.doff[t])
+
+
+@njit(cache=True, inline="always")
+def _prefetch_grad(lk, order, run_end, i, D):
+    """Prefetch the output gradient of the first lookup of touched row ``i``."""
+    _prefetch_row(lk.grad, _grad_source(lk, order[run_end[i - 1]], D), D)
+
+
+@njit(cache=True, inline="always")
+def _row_grad(acc, D, order, s, e, lk):
+    """``acc[:D]`` = the summed gradient of one row from its lookups ``order[s:e]``."""
     for d in range(D):
         acc[d] = 0.0
-    TD = doff[doff.shape[0] - 1]
+    g = lk.grad
     for q in range(s, e):
         p = order[q]
-        if pooling == 2:
-            src = np.uint64(p * D)
+        src = _grad_source(lk, p, D)
+        if lk.pooling == NONE:
             c = np.float32(1.0)
+        elif lk.has_psw:
+            c = lk.psw[p]
+        elif lk.pooling == MEAN:
+            k = lk.bag[p]
+            c = np.float32(1.0) / np.float32(lk.offsets[k + 1] - lk.offsets[k])
         else:
-            k = bag[p]
-            t = k // B
-            src = np.uint64((k - t * B) * TD + doff[t])
-            if has_psw:
-                c = psw[p]
-            elif pooling == 1:
-                c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
-            else:
-                c = np.float32(1.0)
+            c = np.float32(1.0)
         for d in range(D):
             acc[d] += c * g[src + np.uint64(d)]
 
 
 @njit(cache=True, parallel=True)
-def _grouped(
-    action,
-    indices,
-    offsets,
-    bag,
-    B,
-    doff,
-    pooling,
-    g,
-    psw,
-    has_psw,
-    tables,
-    row_start,
-    dense,
-    lids,
-    values,
-    positions,
-    w,
-    lut,
-    m1,
-    m2,
-    kind,
-    decay,
-    lr,
-    eps,
-    wd,
-    b1,
-    b2,
-    bc1,
-    bc2,
-    in_place,
-):
-    """One pass over the touched rows of every table. ``action``: 0 sparse gradient
-    (``lids``/``values``), 1 dense gradient (``dense``), 2 optimizer step (in place
-    on float32 ``w``; float16 weights: new rows to ``values`` and their element
-    positions to ``positions``)."""
-    for j in prange(tables.shape[0]):
-        a, e, E, D, w0, h0 = tables[j, 1], tables[j, 2], tables[j, 3], tables[j, 4], tables[j, 5], tables[j, 6]
-        order, ends = _sort_rows(indices, a, e, E)
+def _dense_grad(lk, dense):
+    """The dense weight gradient: each touched row's summed gradient into ``dense``
+    (zeroed by the caller)."""
+    for j in prange(lk.tables.shape[0]):
+        D, w0 = lk.tables[j, DIM], lk.tables[j, WEIGHTS_OFFSET]
+        order, touched, run_end, n = _table_runs(lk, j)
+        acc = np.empty(D, dtype=np.float32)
+        for i in range(n):
+            if i + UPDATE_PREFETCH_DISTANCE < n:
+                _prefetch_grad(lk, order, run_end, i + UPDATE_PREFETCH_DISTANCE, D)
+            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], lk)
+            base = w0 + touched[i] * D
+            for d in range(D):
+                dense[base + d] = acc[d]
+
+
+@njit(cache=True, parallel=True)
+def _sparse_grad(lk, row_start, value_start, lids, values):
+    """The row-wise gradient: table ``j``'s touched rows to ``lids[row_start[j]:]`` and
+    their summed gradients to ``values[value_start[j]:]``."""
+    for j in prange(lk.tables.shape[0]):
+        D, h0 = lk.tables[j, DIM], lk.tables[j, FIRST_ROW]
+        order, touched, run_end, n = _table_runs(lk, j)
+        acc = np.empty(D, dtype=np.float32)
+        u = row_start[j]
+        vo = value_start[j]
+        for i in range(n):
+            if i + UPDATE_PREFETCH_DISTANCE < n:
+                _prefetch_grad(lk, order, run_end, i + UPDATE_PREFETCH_DISTANCE, D)
+            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], lk)
+            lids[u] = h0 + touched[i]
+            for d in range(D):
+                values[vo + d] = acc[d]
+            u += 1
+            vo += D
+
+
+@njit(cache=True, parallel=True)
+def _fused_update(lk, w, lut, m1, m2, opt, in_place, value_start, new, pos):
+    """The optimizer step (``opt``: ``OptimizerArgs``) on every touched row: in place on
+    float32 ``w``; otherwise (float16 weights) table ``j``'s new rows, in float32, to
+    ``new[value_start[j]:]`` and their element positions to ``pos``."""
+    for j in prange(lk.tables.shape[0]):
+        D, w0, h0 = lk.tables[j, DIM], lk.tables[j, WEIGHTS_OFFSET], lk.tables[j, FIRST_ROW]
+        order, touched, run_end, n = _table_runs(lk, j)
         acc = np.empty(D, dtype=np.float32)
         part = np.empty(16, dtype=np.float32)
-        touched, run_end, n_touched = _touched_rows(ends, E, e - a)
-        u = row_start[j]
-        TD = doff[doff.shape[0] - 1]
-        for i in range(n_touched):
-            r = touched[i]
-            s = run_end[i - 1] if i > 0 else 0
-            stop = run_end[i]
-            base = w0 + np.int64(r) * D
+        vo = value_start[j]
+        for i in range(n):
             ahead = i + UPDATE_PREFETCH_DISTANCE
-            if ahead < n_touched:
-                if action == 2:
-                    _prefetch_row(w, w0 + touched[ahead] * D, D)
-                    if kind == 1 or kind == 3:
-                        _prefetch_row(m1, w0 + touched[ahead] * D, D)
-                q = run_end[ahead - 1]
-                p = order[q]
-                if pooling == 2:
-                    _prefetch_row(g, p * D, D)
-                else:
-                    k = bag[p]
-                    t = k // B
-                    _prefetch_row(g, (k - t * B) * TD + doff[t], D)
-            _row_grad(acc, D, order, s, stop, bag, offsets, B, doff, pooling, g, psw, has_psw)
-            if action == 1:
-                for d in range(D):
-                    dense[base + d] = acc[d]
-                continue
-            vo = u * D if action == 0 or not in_place else 0
-            if action == 0:
-                lids[u] = h0 + r
-                for d in range(D):
-                    values[vo + d] = acc[d]
-                u += 1
-                continue
-            _update_row(
-                acc,
-                D,
-                base,
-                h0 + r,
-                w,
-                lut,
-                m1,
-                m2,
-                kind,
-                decay,
-                lr,
-                eps,
-                wd,
-                b1,
-                b2,
-                bc1,
-                bc2,
-                in_place,
-                values,
-                positions,
-                vo,
-                part,
-            )
-            u += 1
+            if ahead < n:
+                _prefetch_row(w, w0 + touched[ahead] * D, D)
+                if opt.kind == ADAGRAD or opt.kind == ADAM:
+                    _prefetch_row(m1, w0 + touched[ahead] * D, D)
+                _prefetch_grad(lk, order, run_end, ahead, D)
+            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], lk)
+            r = touched[i]
+            _update_row(acc, D, w0 + np.int64(r) * D, h0 + r, w, lut, m1, m2, opt, in_place, new, pos, vo, part)
+            vo += D
+
+
+# -- fused optimizers: one row rule per kind ---------------------------------------
+# A rule reads the row's summed gradient ``g[:D]`` and the row at ``ub`` (element
+# offset in ``w``), updates its state and writes each new element with ``_put``.
+# A new kind: a code in ``embnum._tbe``, a rule here, a branch in ``_update_row``.
+@njit(cache=True, inline="always")
+def _put(w, i, x, in_place, new, pos, k):
+    """Write the new element ``i``: in place, or to ``new[k]`` / ``pos[k]`` (float16 weights,
+    rounded once by the caller)."""
+    if in_place:
+        w[i] = x
+    else:
+        new[k] = x
+        pos[k] = i
 
 
 @njit(cache=True, inline="always")
@@ -456,53 +485,73 @@ def _sum_squares(part, g, D, w, lut, ub, wd, l2):
 
 
 @njit(cache=True, inline="always")
-def _update_row(
-    g, D, base, lid, w, lut, m1, m2, kind, decay, lr, eps, wd, b1, b2, bc1, bc2, in_place, new, pos, vo, part
-):
-    one = np.float32(1.0)
-    ub = np.uint64(base)
-    mult = one
-    corr = one
-    if kind == 2:  # rowwise adagrad: one accumulator per row
-        m = m1[lid] + _sum_squares(part, g, D, w, lut, ub, wd, decay == 1) / np.float32(D)
-        m1[lid] = m
-        mult = lr / (np.sqrt(m) + eps)
-        corr = one - mult * wd if decay == 1 else (one - lr * wd if decay == 2 else one)
-        if in_place:
-            for d in range(D):
-                i = ub + np.uint64(d)
-                w[i] = corr * w[i] - mult * g[d]
-            return
-    elif kind == 0 and in_place:
-        for d in range(D):
-            i = ub + np.uint64(d)
-            w[i] = w[i] - lr * g[d]
-        return
+def _sgd_row(g, D, ub, w, lut, opt, in_place, new, pos, vo):
     for d in range(D):
         i = ub + np.uint64(d)
-        x = _load(w, lut, i)
+        _put(w, i, _load(w, lut, i) - opt.lr * g[d], in_place, new, pos, vo + d)
+
+
+@njit(cache=True, inline="always")
+def _adagrad_row(g, D, ub, w, lut, m1, opt, in_place, new, pos, vo):
+    for d in range(D):
+        i = ub + np.uint64(d)
         gd = g[d]
-        if kind == 0:
-            x = x - lr * gd
-        elif kind == 1:
-            m = m1[i] + gd * gd
-            m1[i] = m
-            x = x - lr * gd / (np.sqrt(m) + eps)
-        elif kind == 2:
-            x = corr * x - mult * gd
-        else:
-            mm = b1 * m1[i] + (one - b1) * gd
-            vv = b2 * m2[i] + (one - b2) * gd * gd
-            m1[i] = mm
-            m2[i] = vv
-            x = x - lr * ((mm / bc1) / (np.sqrt(vv / bc2) + eps) + wd * x)
-        if in_place:
-            w[i] = x
-        else:
-            new[vo + d] = x
-            pos[vo + d] = base + d
+        m = m1[i] + gd * gd
+        m1[i] = m
+        _put(w, i, _load(w, lut, i) - opt.lr * gd / (np.sqrt(m) + opt.eps), in_place, new, pos, vo + d)
 
 
+@njit(cache=True, inline="always")
+def _rowwise_adagrad_row(g, D, ub, lid, w, lut, m1, opt, in_place, new, pos, vo, part):
+    """One accumulator per row (``m1[lid]``): the mean squared (L2-decayed) gradient."""
+    one = np.float32(1.0)
+    l2 = opt.decay == DECAY_L2
+    m = m1[lid] + _sum_squares(part, g, D, w, lut, ub, opt.wd, l2) / np.float32(D)
+    m1[lid] = m
+    mult = opt.lr / (np.sqrt(m) + opt.eps)
+    corr = one - mult * opt.wd if l2 else (one - opt.lr * opt.wd if opt.decay == DECAY_DECOUPLED else one)
+    for d in range(D):
+        i = ub + np.uint64(d)
+        _put(w, i, corr * _load(w, lut, i) - mult * g[d], in_place, new, pos, vo + d)
+
+
+@njit(cache=True, inline="always")
+def _adam_row(g, D, ub, w, lut, m1, m2, opt, in_place, new, pos, vo):
+    one = np.float32(1.0)
+    for d in range(D):
+        i = ub + np.uint64(d)
+        gd = g[d]
+        x = _load(w, lut, i)
+        mm = opt.beta1 * m1[i] + (one - opt.beta1) * gd
+        vv = opt.beta2 * m2[i] + (one - opt.beta2) * gd * gd
+        m1[i] = mm
+        m2[i] = vv
+        _put(
+            w,
+            i,
+            x - opt.lr * ((mm / opt.bc1) / (np.sqrt(vv / opt.bc2) + opt.eps) + opt.wd * x),
+            in_place,
+            new,
+            pos,
+            vo + d,
+        )
+
+
+@njit(cache=True, inline="always")
+def _update_row(g, D, base, lid, w, lut, m1, m2, opt, in_place, new, pos, vo, part):
+    """Apply ``opt.kind``'s rule to the row at element ``base`` (linear row id ``lid``)."""
+    ub = np.uint64(base)
+    if opt.kind == ROWWISE_ADAGRAD:
+        _rowwise_adagrad_row(g, D, ub, lid, w, lut, m1, opt, in_place, new, pos, vo, part)
+    elif opt.kind == SGD:
+        _sgd_row(g, D, ub, w, lut, opt, in_place, new, pos, vo)
+    elif opt.kind == ADAGRAD:
+        _adagrad_row(g, D, ub, w, lut, m1, opt, in_place, new, pos, vo)
+    else:
+        _adam_row(g, D, ub, w, lut, m1, m2, opt, in_place, new, pos, vo)
+
+
+# -- entry points --------------------------------------------------------------------
 def _prepare(
     grad_output,
     indices,
@@ -512,79 +561,38 @@ def _prepare(
     weights_offsets,
     D_offsets,
     hash_size_cumsum,
+    pooling,
     per_sample_weights,
     max_gradient=None,
-):
+) -> Lookups:
     idx, offs = _checked(indices, offsets)
     g = np.ascontiguousarray(grad_output, dtype=np.float32)
     if max_gradient is not None:
         g = np.clip(g, -max_gradient, max_gradient)
-    g = g.reshape(-1)
-    bag = _bag_of_position(offs, offs.shape[0] - 1, idx.shape[0])
-    tables = _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offs, B)
     has_psw = per_sample_weights is not None
-    psw = np.ascontiguousarray(per_sample_weights) if has_psw else _NO_F32
-    return idx, offs, g, bag, tables, psw, has_psw
-
-
-_F = np.float32(0)
-_NO_I64 = np.zeros(1, dtype=np.int64)
-
-
-def _run(
-    action,
-    prep,
-    B,
-    doff,
-    pooling,
-    row_start,
-    dense=_NO_F32,
-    lids=_NO_I64,
-    values=_NO_F32,
-    positions=_NO_I64,
-    w=_NO_F32,
-    lut=_NO_LUT,
-    m1=_NO_F32,
-    m2=_NO_F32,
-    kind=0,
-    decay=0,
-    hp=(_F,) * 7,
-    in_place=True,
-):
-    idx, offs, g, bag, tables, psw, has_psw = prep
-    _grouped(
-        action,
-        idx,
-        offs,
-        bag,
-        B,
-        doff,
-        pooling,
-        g,
-        psw,
-        has_psw,
-        tables,
-        row_start,
-        dense,
-        lids,
-        values,
-        positions,
-        w,
-        lut,
-        m1,
-        m2,
-        kind,
-        decay,
-        *hp,
-        in_place,
+    return Lookups(
+        indices=idx,
+        offsets=offs,
+        bag=_bag_of_position(offs, offs.shape[0] - 1, idx.shape[0]),
+        B=int(B),
+        doff=D_offsets,
+        pooling=int(pooling),
+        grad=g.reshape(-1),
+        psw=np.ascontiguousarray(per_sample_weights) if has_psw else _NO_F32,
+        has_psw=has_psw,
+        tables=_tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offs, B),
     )
 
 
-def _row_starts(idx, tables):
-    counts = _count_touched(idx, tables)
-    starts = np.zeros(tables.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    return starts
+def _starts(lk):
+    """Where each table's touched rows start (``row_start``, ``[n+1]``) and where their
+    values start (``value_start``: rows times the table's dim, summed)."""
+    counts = _count_touched(lk.indices, lk.tables)
+    row_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_start[1:])
+    value_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts * lk.tables[:, DIM], out=value_start[1:])
+    return row_start, value_start
 
 
 def tbe_backward(
@@ -601,11 +609,20 @@ def tbe_backward(
     per_sample_weights,
     out,
 ):
-    prep = _prepare(
-        grad_output, indices, offsets, B, rows, weights_offsets, D_offsets, hash_size_cumsum, per_sample_weights
+    lk = _prepare(
+        grad_output,
+        indices,
+        offsets,
+        B,
+        rows,
+        weights_offsets,
+        D_offsets,
+        hash_size_cumsum,
+        pooling,
+        per_sample_weights,
     )
     _zero(out)
-    _run(1, prep, B, D_offsets, pooling, np.zeros(prep[4].shape[0], np.int64), dense=out)
+    _dense_grad(lk, out)
 
 
 @njit(cache=True, parallel=True)
@@ -627,58 +644,25 @@ def tbe_backward_sparse(
     pooling,
     per_sample_weights,
 ):
-    prep = _prepare(
-        grad_output, indices, offsets, B, rows, weights_offsets, D_offsets, hash_size_cumsum, per_sample_weights
+    lk = _prepare(
+        grad_output,
+        indices,
+        offsets,
+        B,
+        rows,
+        weights_offsets,
+        D_offsets,
+        hash_size_cumsum,
+        pooling,
+        per_sample_weights,
     )
-    tables = prep[4]
-    starts = _row_starts(prep[0], tables)
-    U = int(starts[-1])
-    lids = np.empty(U, dtype=np.int64)
-    # values of table j start at starts[j] * D_j only when every table has one D: use per-row offsets
-    dims = tables[:, 4]
-    vstart = np.zeros(tables.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.diff(starts) * dims, out=vstart[1:])
-    values = np.empty(int(vstart[-1]), dtype=np.float32)
-    _sparse_run(prep, B, D_offsets, pooling, starts, vstart, lids, values)
-    row_dims = np.repeat(dims, np.diff(starts))
-    value_offsets = np.zeros(U + 1, dtype=np.int64)
-    np.cumsum(row_dims, out=value_offsets[1:])
+    row_start, value_start = _starts(lk)
+    lids = np.empty(int(row_start[-1]), dtype=np.int64)
+    values = np.empty(int(value_start[-1]), dtype=np.float32)
+    _sparse_grad(lk, row_start, value_start, lids, values)
+    value_offsets = np.zeros(lids.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.repeat(lk.tables[:, DIM], np.diff(row_start)), out=value_offsets[1:])
     return TBESparseGrad(lids, values, value_offsets)
-
-
-def _sparse_run(prep, B, doff, pooling, starts, vstart, lids, values):
-    """Sparse gradient table by table (so each table's values start at its own offset)."""
-    idx, offs, g, bag, tables, psw, has_psw = prep
-    for j in range(tables.shape[0]):
-        sub = tables[j : j + 1]
-        n = int(starts[j + 1] - starts[j])
-        lo, hi = int(vstart[j]), int(vstart[j + 1])
-        _grouped(
-            0,
-            idx,
-            offs,
-            bag,
-            B,
-            doff,
-            pooling,
-            g,
-            psw,
-            has_psw,
-            sub,
-            np.zeros(1, np.int64),
-            _NO_F32,
-            lids[int(starts[j]) : int(starts[j]) + n],
-            values[lo:hi],
-            _NO_I64,
-            _NO_F32,
-            _NO_LUT,
-            _NO_F32,
-            _NO_F32,
-            0,
-            0,
-            *((_F,) * 7),
-            True,
-        )
 
 
 @njit(cache=True, parallel=True)
@@ -737,7 +721,7 @@ def tbe_backward_update(
     momentum2,
     step,
 ):
-    prep = _prepare(
+    lk = _prepare(
         grad_output,
         indices,
         offsets,
@@ -746,57 +730,22 @@ def tbe_backward_update(
         weights_offsets,
         D_offsets,
         hash_size_cumsum,
+        pooling,
         per_sample_weights,
         optimizer.float32()["max_gradient"],
     )
-    kw = dict(
-        m1=_NO_F32 if momentum1 is None else momentum1,
-        m2=_NO_F32 if momentum2 is None else momentum2,
-        kind=KIND_CODES[optimizer.kind],
-        decay=DECAY_CODES[optimizer.weight_decay_mode],
-        hp=optimizer.kernel_parameters(step),
-    )
-    tables = prep[4]
+    opt = optimizer.kernel_args(step)
+    m1 = _NO_F32 if momentum1 is None else momentum1
+    m2 = _NO_F32 if momentum2 is None else momentum2
     if weights.dtype == np.float32:
-        _run(2, prep, B, D_offsets, pooling, np.zeros(tables.shape[0], np.int64), w=weights, in_place=True, **kw)
+        no_starts = np.zeros(lk.tables.shape[0] + 1, np.int64)
+        _fused_update(lk, weights, _NO_LUT, m1, m2, opt, True, no_starts, _NO_F32, _NO_I64)
         return
     # float16: new rows in float32, then one rounding to float16 by NumPy
-    starts = _row_starts(prep[0], tables)
-    dims = tables[:, 4]
-    n = int((np.diff(starts) * dims).sum())
-    new = np.empty(n, dtype=np.float32)
-    pos = np.empty(n, dtype=np.int64)
+    _, value_start = _starts(lk)
+    new = np.empty(int(value_start[-1]), dtype=np.float32)
+    pos = np.empty(new.shape[0], dtype=np.int64)
     w, lut = _weights(weights)
-    vstart = np.zeros(tables.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.diff(starts) * dims, out=vstart[1:])
-    idx, offs, g, bag, _, psw, has_psw = prep
-    for j in range(tables.shape[0]):
-        lo, hi = int(vstart[j]), int(vstart[j + 1])
-        _grouped(
-            2,
-            idx,
-            offs,
-            bag,
-            B,
-            D_offsets,
-            pooling,
-            g,
-            psw,
-            has_psw,
-            tables[j : j + 1],
-            np.zeros(1, np.int64),
-            _NO_F32,
-            _NO_I64,
-            new[lo:hi],
-            pos[lo:hi],
-            w,
-            lut,
-            kw["m1"],
-            kw["m2"],
-            kw["kind"],
-            kw["decay"],
-            *kw["hp"],
-            False,
-        )
+    _fused_update(lk, w, lut, m1, m2, opt, False, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)

@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _qrow
+from .._tbe import MEAN, NONE
 from .quant import _f16
 
 
@@ -73,14 +74,14 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
     w = np.ascontiguousarray(weights)
     idx = np.ascontiguousarray(indices)
     offs = np.ascontiguousarray(offsets, dtype=np.int64)
-    if pooling == 2:
+    if pooling == NONE:
         if target.size:
             _rows(w, layout, idx, offs, B, target)
     else:
         has = per_sample_weights is not None
         psw = np.ascontiguousarray(per_sample_weights) if has else np.zeros(0, np.float32)
         if target.size:
-            _pooled(w, layout, idx, offs, B, pooling == 1, psw, has, target)
+            _pooled(w, layout, idx, offs, B, pooling == MEAN, psw, has, target)
     if target is not out:
         with np.errstate(over="ignore"):
             out[...] = target

@@ -13,7 +13,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _offsets_walk
-from .._backend import cuda_simulated
+from .._backend import cuda_simulated, to_host  # noqa: F401 - to_host: the one device-to-host copy
 
 SIMULATED = cuda_simulated()
 # Threads per block (a power of two). Under the simulator every thread is a Python thread, so

@@ -7,8 +7,8 @@ so code the real compiler rejects passes it. This module closes that gap:
   ``"jagged._SEGMENT_SUM[float32]"`` for kernels kept in a dict);
 * :func:`signature_of` turns the arguments of a launch into a Numba signature
   string (``"float32[::1], int64"``); the test suite records every launch it
-  makes under the simulator and fails when one is missing from
-  ``tests/cuda_signatures.txt`` (see ``tests/conftest.py``);
+  makes under the simulator, and compiles any signature missing from
+  ``tests/cuda_signatures.txt`` at the end of the session (``tests/conftest.py``);
 * :func:`compile_all` compiles each ``(kernel, signature)`` to PTX for a compute
   capability with ``numba.cuda.compile_ptx`` (NVVM and libdevice from the
   ``nvidia-cuda-nvcc-cu12`` wheel) and assembles it with ``ptxas -v``, returning

@@ -16,7 +16,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _bucketize
-from ._common import TPB, bits, blocks, contiguous, inclusive_scan, int64s, launch, xp
+from ._common import TPB, bits, blocks, contiguous, inclusive_scan, int64s, launch, to_host, xp
 
 bucket_of = cuda.jit(device=True)(_bucketize.bucket_of)
 
@@ -215,7 +215,7 @@ def _emit_unique(ids, order, flags, rank, unique, reverse):
 def jagged_unique_indices(tables, B, offsets, indices, out):
     m = xp()
     out_lengths, out_offsets, unique, reverse = out
-    offs = np.asarray(offsets.get() if m is not np else offsets, dtype=np.int64)
+    offs = to_host(offsets, np.int64)
     ids = contiguous(indices)
     N = ids.shape[0]
     bounds = [int(offs[a * B]) for a, _ in tables] + [int(offs[tables[-1][1] * B])]

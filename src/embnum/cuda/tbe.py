@@ -36,11 +36,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
-from .._tbe import DECAY_CODES, KIND_CODES, TBESparseGrad
+from .._tbe import ADAGRAD, DECAY_DECOUPLED, DECAY_L2, MEAN, NONE, ROWWISE_ADAGRAD, SGD, TBESparseGrad
 from ._common import LANES, TPB, blocks, constant, contiguous, launch, xp
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
-SUM, MEAN, NONE = 0, 1, 2
 
 
 class Lookups(NamedTuple):
@@ -291,7 +290,7 @@ def _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw
     acc = np.float32(0.0)
     for q in range(q0, q1):
         p = order[q]
-        if pooling == 2:
+        if pooling == NONE:
             acc += np.float32(g[p, d])
             continue
         k = sbag[q]
@@ -299,7 +298,7 @@ def _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw
         b = k - tt * B
         if has_psw:
             c = psw[p]
-        elif pooling == 1:
+        elif pooling == MEAN:
             c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
         else:
             c = np.float32(1.0)
@@ -308,12 +307,9 @@ def _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw
 
 
 @cuda.jit(cache=True)
-def _reduce_runs(
-    order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, psw, has_psw, sparse, out
-):
-    """Lane group per run (lanes over columns): the run's summed gradient, written to the
-    row's place in the dense gradient ``out`` [W], or (``sparse``) at ``run_start``'s value
-    offset ``voff`` packed in ``out`` after the run (see ``tbe_backward_sparse``)."""
+def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, psw, has_psw, out):
+    """Lane group per run (lanes over columns): the run's summed gradient written to its row of
+    the dense gradient ``out`` [W] (zero elsewhere, set by the caller)."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
     n_groups = cuda.gridsize(1) // LANES
@@ -323,10 +319,22 @@ def _reduce_runs(
         t = sbag[q0] // B
         D = doff[t + 1] - doff[t]
         at = woff[t] + (lid[q0] - hcs[t]) * D
-        if sparse:
-            at = run_start[n_runs[0] + 1 + u]
         for d in range(lane, D, LANES):
             out[at + d] = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+
+
+@cuda.jit(cache=True)
+def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling, g, psw, has_psw, values):
+    """Lane group per run: the run's summed gradient written to ``values[voff[u]:]``."""
+    lane = cuda.threadIdx.x % LANES
+    group = cuda.grid(1) // LANES
+    n_groups = cuda.gridsize(1) // LANES
+    for u in range(group, n_runs[0], n_groups):
+        q0 = run_start[u]
+        t = sbag[q0] // B
+        for d in range(lane, doff[t + 1] - doff[t], LANES):
+            acc = _run_grad(q0, run_start[u + 1], d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+            values[voff[u] + d] = acc
 
 
 def _gradient(grad_output, max_gradient=None):
@@ -364,7 +372,7 @@ def tbe_backward(
     psw, has_psw = _psw(per_sample_weights)
     g = _gradient(grad_output)
     args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, B, lk.doff, lk.hcs, lk.woff, pooling)
-    launch(_reduce_runs, _groups(N), TPB, *args, g, psw, has_psw, False, out)
+    launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
 
 
 @cuda.jit(cache=True)
@@ -406,11 +414,9 @@ def tbe_backward_sparse(
     values = m.empty(total, np.float32)
     if U:
         launch(_value_offsets, blocks(U, TPB), TPB, rs.bag, B, lk.doff, rs.run_start, rs.n_runs, voff)
-        packed = m.concatenate([rs.run_start[: U + 1], voff[:U]])  # run starts, then value offsets
         psw, has_psw = _psw(per_sample_weights)
-        g = _gradient(grad_output)
-        args = (rs.order, rs.bag, rs.lid, packed, rs.n_runs, lk.offsets, B, lk.doff, lk.hcs, lk.woff, pooling)
-        launch(_reduce_runs, _groups(U), TPB, *args, g, psw, has_psw, True, values)
+        args = (rs.order, rs.bag, rs.run_start, rs.n_runs, voff, lk.offsets, B, lk.doff, pooling)
+        launch(_sparse_grad, _groups(U), TPB, *args, _gradient(grad_output), psw, has_psw, values)
     return TBESparseGrad(rs.lid[rs.run_start[:U]], values, voff)
 
 
@@ -534,11 +540,11 @@ def _apply(
             base = woff[t] + (row_id - hcs[t]) * D
         mult = one
         corr = one
-        if kind == 2:
+        if kind == ROWWISE_ADAGRAD:
             ssq = np.float32(0.0)
             for d in range(lane, D, LANES):
                 gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-                ge = gd + wd * np.float32(w[base + d]) if decay == 1 else gd
+                ge = gd + wd * np.float32(w[base + d]) if decay == DECAY_L2 else gd
                 ssq += ge * ge
             part[tid] = ssq
             cuda.syncthreads()
@@ -552,21 +558,21 @@ def _apply(
             cuda.syncthreads()
             mm = part[tid - lane]
             mult = lr / (np.float32(math.sqrt(mm)) + eps)
-            corr = one - mult * wd if decay == 1 else (one - lr * wd if decay == 2 else one)
+            corr = one - mult * wd if decay == DECAY_L2 else (one - lr * wd if decay == DECAY_DECOUPLED else one)
             cuda.syncthreads()
         for d in range(lane, D, LANES):
             gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
             i = base + d
             x = np.float32(w[i])
-            if kind == 0:
+            if kind == SGD:
                 x = x - lr * gd
-            elif kind == 1:
+            elif kind == ADAGRAD:
                 mm = m1[i] + gd * gd
                 m1[i] = mm
                 x = x - lr * gd / (np.float32(math.sqrt(mm)) + eps)
-            elif kind == 2:
+            elif kind == ROWWISE_ADAGRAD:
                 x = corr * x - mult * gd
-            else:
+            else:  # ADAM
                 a = b1 * m1[i] + (one - b1) * gd
                 v = b2 * m2[i] + (one - b2) * gd * gd
                 m1[i] = a
@@ -612,7 +618,5 @@ def tbe_backward_update(
         weights,
         none if momentum1 is None else momentum1,
         none if momentum2 is None else momentum2,
-        KIND_CODES[optimizer.kind],
-        DECAY_CODES[optimizer.weight_decay_mode],
-        *optimizer.kernel_parameters(step),
+        *optimizer.kernel_args(step),
     )

@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _qrow
-from ._common import TPB, blocks, contiguous, int64s, launch, xp
+from ._common import TPB, blocks, contiguous, int64s, launch, to_host, xp
 from .quant import bits_to_float32, float_to_fp16, half_bits_to_float
 
 _element = cuda.jit(device=True)(_qrow.make_tbe_element(half_bits_to_float, bits_to_float32))
@@ -71,7 +71,7 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
             feature = m.where(inside, k // max(B, 1), -1).astype(np.int64)
             launch(_rows, blocks(target.size, TPB), TPB, contiguous(weights), lay, feature, contiguous(indices), target)
         else:
-            dims = layout[:, 3] if isinstance(layout, np.ndarray) else layout[:, 3].get()
+            dims = to_host(layout[:, 3])
             feature_of_col = m.asarray(np.repeat(np.arange(T, dtype=np.int64), dims))
             has = per_sample_weights is not None
             psw = contiguous(per_sample_weights) if has else m.zeros(1, np.float32)

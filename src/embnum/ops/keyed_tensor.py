@@ -10,12 +10,10 @@ before any kernel runs.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .. import _validate as v
-from .._backend import is_cupy
+from .._cache import BoundedCache
 from .._registry import Example, Out, Plan, check, example, op
 
 # permutes columns
@@ -25,7 +23,7 @@ _COLUMNS = ("in_tensor", "out_tensor", "in_offset", "out_offset", "length", "nex
 
 def host(a) -> np.ndarray:
     """A small index array as a host int64 NumPy array (a copy from the device for CuPy)."""
-    return np.asarray(a.get() if is_cupy(a) else a, dtype=np.int64)
+    return v.to_host(a, np.int64)
 
 
 # -- shared checks ---------------------------------------------------------
@@ -54,8 +52,7 @@ def _shapes(name, shapes, want, want_name):
             raise ValueError(f"{name}[{k}] = {g} but {want_name} gives {w}")
 
 
-_VALID: dict = {}  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
-_MAX_VALID = 256
+_VALID = BoundedCache(256)  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
 
 
 def _rows(permutes, in_widths, out_widths, in_name, out_name):
@@ -66,12 +63,10 @@ def _rows(permutes, in_widths, out_widths, in_name, out_name):
         raise ValueError(f"permutes must have shape [P, 6], got {tuple(permutes.shape)}")
     rows = host(permutes)
     key = (rows.tobytes(), tuple(in_widths), tuple(out_widths))
-    if key in _VALID:
+    if _VALID.get(key):
         return rows
     _check_rows(rows, in_widths, out_widths, in_name, out_name)
-    if len(_VALID) >= _MAX_VALID:
-        _VALID.pop(next(iter(_VALID)))
-    _VALID[key] = True
+    _VALID.put(key, True)
     return rows
 
 
@@ -89,7 +84,7 @@ def _check_rows(rows, in_widths, out_widths, in_name, out_name):
     ):
         _in_range(rows, o_col, 0, None, None)
         limit = np.asarray(widths, dtype=np.int64)[rows[:, t_col]]
-        bad = rows[:, o_col] + rows[:, LENGTH] > limit
+        bad = v.spans_exceed(rows[:, o_col], rows[:, LENGTH], limit)  # offset + length would wrap
         if bad.any():
             r = int(np.argmax(bad))
             raise ValueError(
@@ -223,11 +218,7 @@ def regroup_keys(keys, lengths, groups):
             raise ValueError(f"lengths[{i}] must have len(keys[{i}]) = {len(ks)} entries, got {len(ls)}")
         row = []
         for j, n in enumerate(ls):
-            if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
-                raise TypeError(f"lengths[{i}][{j}] must be an int, got {n!r}")
-            if n < 0:
-                raise ValueError(f"lengths[{i}][{j}] = {n} must be >= 0")
-            row.append(int(n))
+            row.append(v.size(f"lengths[{i}][{j}]", n))
             k = ks[j]
             if k in where:
                 raise ValueError(f"key {k!r} appears twice in keys: keys{list(where[k])} and keys[{i}][{j}]")

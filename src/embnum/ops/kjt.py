@@ -9,8 +9,6 @@ requested are ``None`` slots of the result tuple.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .. import _validate as v
@@ -20,10 +18,6 @@ W_DTYPES = v.FLOAT_DTYPES
 
 
 # -- shared checks ---------------------------------------------------------
-def _host(a):
-    return a.get() if v.xp_of(a) is not np else a
-
-
 def _nonneg(name, a):
     """``a >= 0`` everywhere (ValueError naming the first negative entry)."""
     if a.size and int(a.min()) < 0:
@@ -33,9 +27,10 @@ def _nonneg(name, a):
 
 
 def _lengths(name, a, ndim=1):
+    """Non-negative lengths; their exact total (``ValueError`` past MAX_SIZE: it never wraps)."""
     v.index_array(name, a, ndim=ndim)
     _nonneg(name, a)
-    return int(a.sum(dtype=np.int64)) if a.size else 0
+    return v.checked_sum(name, a)
 
 
 def _values(name, a, n):
@@ -69,22 +64,16 @@ def _in_range(name, a, n):
 def _hint(name, hint, actual):
     if hint is None:
         return
-    hint = _int(name, hint)
+    hint = v.integer(name, hint)
     if hint != actual:
         raise ValueError(f"{name} = {hint} does not match the actual total {actual}")
-
-
-def _int(name, x):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {x!r}")
-    return int(x)
 
 
 def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_sizes):
     """Common part of the two permutes: ``seg_sizes`` are the int64 segment sizes."""
     n_seg = seg_sizes.shape[0]
     _in_range("permute", permute, n_seg)
-    M = int(seg_sizes[permute].sum()) if permute.size else 0
+    M = v.checked_sum("the segments permute selects", seg_sizes[permute], what="the total size of")
     _hint("permuted_lengths_sum", permuted_lengths_sum, M)
     w = weights
     shape = (permute.shape[0],) + tuple(lengths.shape[1:])
@@ -133,7 +122,7 @@ def _per_key(name, a, T):
     v.index_array(name, a)
     if a.shape[0] != T:
         raise ValueError(f"{name} must have len(block_sizes) = {T} entries, got {a.shape[0]}")
-    return np.asarray(_host(a), dtype=np.int64)
+    return v.to_host(a, np.int64)
 
 
 def _boundaries(pos, T, my_size, imax):
@@ -149,7 +138,7 @@ def _boundaries(pos, T, my_size, imax):
         v.index_array(name, p)
         if p.shape[0] != my_size + 1:
             raise ValueError(f"{name} must have my_size + 1 = {my_size + 1} entries, got {p.shape[0]}")
-        h = np.asarray(_host(p), dtype=np.int64)
+        h = v.to_host(p, np.int64)
         if h[0] != 0:
             raise ValueError(f"{name}[0] must be 0, got {int(h[0])}")
         if np.any(h[1:] < h[:-1]):
@@ -192,13 +181,15 @@ def block_bucketize_sparse_features(
     if indices.shape[0] != N:
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal the sum of lengths = {N}")
     v.index_array("block_sizes", block_sizes)
-    my_size = _int("my_size", my_size)
-    _int("max_B", max_B)
+    my_size = v.size("my_size", my_size)
+    v.integer("max_B", max_B)
     if my_size < 1:
         raise ValueError(f"my_size must be >= 1, got {my_size}")
     T, n_bags = block_sizes.shape[0], lengths.shape[0]
+    if my_size * max(n_bags, 1) > v.MAX_SIZE:
+        raise ValueError(f"my_size * len(lengths) = {my_size} * {n_bags} exceeds the size limit 2**48")
     _weights(weights, N)
-    bs = np.asarray(_host(block_sizes), dtype=np.int64)
+    bs = v.to_host(block_sizes, np.int64)
     if T and int(bs.min()) < 0:
         raise ValueError(f"block_sizes must be >= 0, got {int(bs.min())} at {int(np.argmax(bs < 0))}")
     if T == 0:
@@ -212,8 +203,9 @@ def block_bucketize_sparse_features(
     else:
         batch = _per_key("batch_size_per_feature", batch_size_per_feature, T)
         _nonneg("batch_size_per_feature", batch)
-        if int(batch.sum()) != n_bags:
-            raise ValueError(f"batch_size_per_feature sums to {int(batch.sum())}, not len(lengths) = {n_bags}")
+        total = v.checked_sum("batch_size_per_feature", batch)
+        if total != n_bags:
+            raise ValueError(f"batch_size_per_feature sums to {total}, not len(lengths) = {n_bags}")
     imax = int(np.iinfo(indices.dtype).max)
     G = _per_key("total_num_blocks", total_num_blocks, T)
     if G is None:
@@ -236,10 +228,10 @@ def block_bucketize_sparse_features(
             raise ValueError(
                 f"keep_orig_idx_per_feature must have {T} entries, got {keep_orig_idx_per_feature.shape[0]}"
             )
-        keep = np.asarray(_host(keep_orig_idx_per_feature), dtype=np.bool_)
+        keep = v.to_host(keep_orig_idx_per_feature)
     else:
-        keep = np.full(T, bool(keep_orig_idx), np.bool_)
-    bucketize_pos, sequence = bool(bucketize_pos), bool(sequence)
+        keep = np.full(T, v.flag("keep_orig_idx", keep_orig_idx), np.bool_)
+    bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
     idx = indices.dtype
@@ -279,7 +271,7 @@ def keyed_jagged_index_select_dim1(
     ``weights_out [M]`` when weights are given (output bag ``t*n + j`` is input
     bag ``t*batch_size + indices[j]``).
     """
-    batch_size = _int("batch_size", batch_size)
+    batch_size = v.size("batch_size", batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     N = _lengths("lengths", lengths)
@@ -289,14 +281,15 @@ def keyed_jagged_index_select_dim1(
     v.index_array("offsets", offsets)
     if offsets.shape[0] != nl + 1:
         raise ValueError(f"offsets must have len(lengths) + 1 = {nl + 1} entries, got {offsets.shape[0]}")
-    if int(offsets[0]) != 0 or (nl and bool((offsets[1:].astype(np.int64) - offsets[:-1] != lengths).any())):
+    # lengths are >= 0 and their total is exact (<= MAX_SIZE), so their int64 cumsum cannot wrap
+    if int(offsets[0]) != 0 or (nl and bool((offsets[1:] != v.xp_of(lengths).cumsum(lengths, dtype=np.int64)).any())):
         raise ValueError("offsets must be the complete cumsum of lengths (start at 0, steps equal to lengths)")
     _values("values", values, N)
     _weights(weights, N)
     _in_range("indices", indices, batch_size)
     T, n = nl // batch_size, indices.shape[0]
     sel = lengths.reshape(T, batch_size)[:, indices] if T and n else lengths[:0]
-    M = int(sel.sum(dtype=np.int64)) if sel.size else 0
+    M = v.checked_sum("the bags indices selects", sel, what="the total size of")
     _hint("selected_lengths_sum", selected_lengths_sum, M)
     outs = [Out((M,), values.dtype), Out((T * n,), lengths.dtype)]
     if weights is not None:
@@ -391,8 +384,8 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         raise ValueError(
             f"hash_size_offsets must have len(hash_size_cumsum) = {T + 1} entries, got {hash_size_offsets.shape[0]}"
         )
-    hso = np.asarray(_host(hash_size_offsets), dtype=np.int64)
-    hsc = np.asarray(_host(hash_size_cumsum), dtype=np.int64)
+    hso = v.to_host(hash_size_offsets, np.int64)
+    hsc = v.to_host(hash_size_cumsum, np.int64)
     if int(hso[-1]) != T:
         raise ValueError(f"hash_size_offsets[-1] must be T = {T}, got {int(hso[-1])}")
     nb = offsets.shape[0] - 1
@@ -410,14 +403,15 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
             )
     _nonneg_ids(indices)
     B = nb // T
-    offs = np.asarray(_host(offsets), dtype=np.int64)
-    for g, (a, b) in enumerate(tables[:-1]):
-        H = int(hsc[b] - hsc[a])
+    offs = v.to_host(offsets, np.int64)
+    for g, (a, b) in enumerate(tables):
+        # the last table's ids are unbounded above (spec), but its keys hash_size_cumsum[a] + id must not wrap
+        last = g == len(tables) - 1
+        H = v.INT64_MAX - int(hsc[a]) + 1 if last else int(hsc[b] - hsc[a])
         ids = indices[int(offs[a * B]) : int(offs[b * B])]
         if ids.size and int(ids.max()) >= H:
-            raise IndexError(
-                f"indices of table {g} (features {a}..{b - 1}) must be < its hash size {H}, got {int(ids.max())}"
-            )
+            what = f"<= 2**63 - 1 - hash_size_cumsum[{a}] = {H - 1}" if last else f"< its hash size {H}"
+            raise IndexError(f"indices of table {g} (features {a}..{b - 1}) must be {what}, got {int(ids.max())}")
     # the output size: tables own contiguous runs of ids, and their keys do not interleave
     xp = v.xp_of(indices)
     K = sum(_distinct(xp, indices[int(offs[a * B]) : int(offs[b * B])]) for a, b in tables)

@@ -11,7 +11,6 @@ dequantized value by 1 float32 ulp (spec section 1), which the checks allow.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
@@ -34,34 +33,16 @@ def _rows_input(name, a, *, dtypes, exactly_2d=False):
 
 
 def _bit_rate(bit_rate):
-    if isinstance(bit_rate, (bool, np.bool_)) or not isinstance(bit_rate, numbers.Integral):
-        raise TypeError(f"bit_rate must be an int (2, 4 or 8), got {bit_rate!r}")
-    if int(bit_rate) not in BIT_RATES:
+    bit_rate = v.integer("bit_rate", bit_rate, what="an int (2, 4 or 8)")
+    if bit_rate not in BIT_RATES:
         raise ValueError(f"bit_rate must be 2, 4 or 8, got {bit_rate}")
-    return int(bit_rate)
-
-
-def _output_dtype(output_dtype):
-    """'float32'/'float16' (or the NumPy dtypes) -> np.dtype; anything else is a TypeError."""
-    try:
-        dt = np.dtype(output_dtype)
-    except TypeError:
-        dt = None
-    if dt not in HALF_OR_FLOAT:
-        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {output_dtype!r}")
-    return dt
-
-
-def _int_param(name, x):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {x!r}")
-    return int(x)
+    return bit_rate
 
 
 def hfp8_format(ebits, exponent_bias):
     """Validated ``(ebits, exponent_bias, m)`` of an HFP8 format (spec section 5)."""
-    ebits = _int_param("ebits", ebits)
-    exponent_bias = _int_param("exponent_bias", exponent_bias)
+    ebits = v.integer("ebits", ebits)
+    exponent_bias = v.integer("exponent_bias", exponent_bias)
     if not 1 <= ebits <= 7:
         raise ValueError(f"ebits must be in 1..7, got {ebits}")
     m = 7 - ebits
@@ -127,7 +108,7 @@ def fused_8bit_rowwise_to_float(input, *, output_dtype="float32"):
     C = input.shape[-1]
     if C < 8:
         raise ValueError(f"input rows must hold at least 8 bytes (scale and bias), got {C}")
-    dt = _output_dtype(output_dtype)
+    dt = v.output_dtype(output_dtype)
     return Plan(dict(input=input, output_dtype=dt), Out((*input.shape[:-1], C - 8), dt))
 
 
@@ -162,7 +143,7 @@ def fused_nbit_rowwise_to_float(input, bit_rate, *, output_dtype="float32"):
     C = input.shape[1]
     if C < 4:
         raise ValueError(f"input rows must hold at least 4 bytes (scale and bias), got {C}")
-    dt = _output_dtype(output_dtype)
+    dt = v.output_dtype(output_dtype)
     return Plan(
         dict(input=input, bit_rate=bit_rate, output_dtype=dt), Out((input.shape[0], (C - 4) * (8 // bit_rate)), dt)
     )
@@ -197,9 +178,7 @@ def float_to_fp16(input, *, saturate=True):
     plain IEEE conversion (overflow gives inf).
     """
     v.array("input", input, dtypes=(F32,))
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate must be a bool, got {saturate!r}")
-    return Plan(dict(input=input, saturate=bool(saturate)), Out(input.shape, F16))
+    return Plan(dict(input=input, saturate=v.flag("saturate", saturate)), Out(input.shape, F16))
 
 
 @op("quant")
@@ -220,8 +199,7 @@ def float_to_hfp8(input, ebits, exponent_bias, max_pos):
     """
     ebits, exponent_bias, _ = hfp8_format(ebits, exponent_bias)
     v.array("input", input, dtypes=(F32,))
-    if isinstance(max_pos, (bool, np.bool_)) or not isinstance(max_pos, numbers.Real):
-        raise TypeError(f"max_pos must be a real number, got {max_pos!r}")
+    v.real("max_pos", max_pos)
     with np.errstate(over="ignore"):
         mp = np.float32(max_pos)
     largest = hfp8_largest(ebits, exponent_bias)

@@ -20,40 +20,27 @@ import numpy as np
 from .. import _tbe_bounds as bounds
 from .. import _validate as v
 from .._registry import Example, Out, Plan, check, example, op
-from .._tbe import TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
+from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
 HELPERS = ("tbe_layout", "TBELayout", "TBEOptimizer", "TBESparseGrad")
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 F32 = (np.dtype(np.float32),)
-SUM, MEAN, NONE = 0, 1, 2
-_POOLING = {"sum": SUM, "mean": MEAN, "none": NONE}
 
 
 # -- shared checks ---------------------------------------------------------
 def pooling_code(value) -> int:
     """``"sum"``/``"mean"``/``"none"`` (any case) or fbgemm's ``PoolingMode`` 0/1/2 -> 0/1/2."""
-    if isinstance(value, str) and value.lower() in _POOLING:
-        return _POOLING[value.lower()]
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) <= 2:
-        return int(value)
-    raise ValueError(f"pooling_mode must be 'sum', 'mean', 'none' or 0..2, got {value!r}")
+    return v.choice("pooling_mode", value, POOLING_CODES)
 
 
 def output_dtype_of(value) -> np.dtype:
-    if isinstance(value, str) and value.lower() == "bfloat16":
-        raise TypeError("output_dtype bfloat16 is not supported (NumPy has no bfloat16)")
-    try:
-        dt = np.dtype(value)
-    except TypeError:
-        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {value!r}") from None
-    if dt not in WEIGHT_DTYPES:
-        raise TypeError(f"output_dtype must be 'float32' or 'float16', got {value!r}")
-    return dt
+    """``"float32"``/``"float16"`` (or the NumPy dtypes) -> np.dtype (``TypeError`` otherwise)."""
+    return v.output_dtype(value, WEIGHT_DTYPES)
 
 
 def _host(a) -> np.ndarray:
-    return np.asarray(a.get() if hasattr(a, "get") else a).astype(np.int64)
+    return v.to_host(a).astype(np.int64)
 
 
 def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
@@ -72,19 +59,19 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
         if a.shape[0] != T + 1:
             raise ValueError(f"{name} must have len(weights_offsets) + 1 = {T + 1} entries, got {a.shape[0]}")
     woff, doff, hcs = _host(weights_offsets), _host(D_offsets), _host(hash_size_cumsum)
+    # comparisons only (a difference of two int64 entries may wrap); sizes below as Python ints
     if doff[0] != 0:
         raise ValueError(f"D_offsets[0] must be 0, got {doff[0]}")
-    dims = np.diff(doff)
-    if (dims < 1).any():
-        t = int(np.argmax(dims < 1))
+    if (doff[1:] <= doff[:-1]).any():
+        t = int(np.argmax(doff[1:] <= doff[:-1]))
         raise ValueError(
             f"D_offsets must grow by >= 1 per feature, but D_offsets[{t + 1}] = {doff[t + 1]}"
             f" <= D_offsets[{t}] = {doff[t]}"
         )
     if hcs[0] != 0:
         raise ValueError(f"hash_size_cumsum[0] must be 0, got {hcs[0]}")
-    if (np.diff(hcs) < 0).any():
-        t = int(np.argmax(np.diff(hcs) < 0)) + 1
+    if (hcs[1:] < hcs[:-1]).any():
+        t = int(np.argmax(hcs[1:] < hcs[:-1])) + 1
         raise ValueError(
             f"hash_size_cumsum must be non-decreasing, but hash_size_cumsum[{t}] = {hcs[t]}"
             f" < hash_size_cumsum[{t - 1}] = {hcs[t - 1]}"
@@ -94,30 +81,33 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
             f"hash_size_cumsum[{T}] = {hcs[T]} must exceed hash_size_cumsum[{T - 1}] = {hcs[T - 1]}"
             " (every table has >= 1 row)"
         )
-    rows = bounds.rows_per_feature(hcs)
+    rows = bounds.rows_per_feature(hcs)  # differences of non-decreasing entries >= 0: no wrap
     W = weights.shape[0]
+    wo, dl, rl = woff.tolist(), doff.tolist(), rows.tolist()
+    dims = [b - a for a, b in zip(dl[:-1], dl[1:])]
+    end = [wo[t] + rl[t] * dims[t] for t in range(T)]  # Python ints: exact
     spans = {}
     for t in range(T):
-        if woff[t] < 0 or woff[t] + rows[t] * dims[t] > W:
+        if wo[t] < 0 or end[t] > W:
             raise ValueError(
-                f"weights_offsets[{t}] = {woff[t]}: table of feature {t} ({rows[t]} rows x {dims[t]}) "
+                f"weights_offsets[{t}] = {wo[t]}: table of feature {t} ({rl[t]} rows x {dims[t]}) "
                 f"does not fit in weights of length {W}"
             )
         key = int(hcs[t])
         if key in spans:
             t0 = spans[key]
-            if woff[t] != woff[t0] or dims[t] != dims[t0]:
+            if wo[t] != wo[t0] or dims[t] != dims[t0]:
                 raise ValueError(
                     f"features {t0} and {t} share a table (hash_size_cumsum {key}) but have different "
-                    f"weights_offsets ({woff[t0]}, {woff[t]}) or dims ({dims[t0]}, {dims[t]})"
+                    f"weights_offsets ({wo[t0]}, {wo[t]}) or dims ({dims[t0]}, {dims[t]})"
                 )
         else:
             spans[key] = t
-    firsts = sorted(spans.values(), key=lambda t: woff[t])
+    firsts = sorted(spans.values(), key=lambda t: wo[t])
     for a, b in zip(firsts[:-1], firsts[1:]):
-        if woff[a] + rows[a] * dims[a] > woff[b]:
+        if end[a] > wo[b]:
             raise ValueError(
-                f"the tables of features {a} and {b} overlap in weights (weights_offsets {woff[a]}, {woff[b]})"
+                f"the tables of features {a} and {b} overlap in weights (weights_offsets {wo[a]}, {wo[b]})"
             )
     return woff, doff, hcs, rows
 
@@ -134,6 +124,8 @@ def lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_ch
         raise ValueError(f"len(offsets) - 1 = {n_bags} must be a non-negative multiple of T = {T}")
     B = n_bags // T
     N = indices.shape[0]
+    if N > v.INT32_MAX or n_bags > v.INT32_MAX:  # the fast paths count positions and bags in int32
+        raise ValueError(f"len(indices) = {N} and len(offsets) - 1 = {n_bags} must be at most 2**31 - 1")
     if per_sample_weights is not None:
         v.array("per_sample_weights", per_sample_weights, ndim=1, dtypes=F32)
         if per_sample_weights.shape[0] != N:
@@ -337,9 +329,7 @@ def _state(name, a, kind_uses, weights, numel):
         raise ValueError(f"{name} must have {numel} entries, got {a.shape[0]}")
     if a.dtype != np.float32:
         raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
-    _writable(name, a)
-    if v.overlaps(a, weights):
-        raise ValueError(f"{name} shares memory with weights")
+    _writable(name, a)  # memory shared with any other argument: v.no_alias (the registry, for every in-place op)
 
 
 def _writable(name, a):
@@ -395,12 +385,10 @@ def tbe_backward_update(
     m1_numel = int(args["hash_size_cumsum"][-1]) if optimizer.kind == "rowwise_adagrad" else weights.shape[0]
     _state("momentum1", momentum1, "momentum1" in uses, weights, m1_numel)
     _state("momentum2", momentum2, "momentum2" in uses, weights, weights.shape[0])
-    if momentum1 is not None and momentum2 is not None and v.overlaps(momentum1, momentum2):
-        raise ValueError("momentum1 shares memory with momentum2")
     if optimizer.kind == "adam":
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
-            raise ValueError(f"step must be an int >= 1 for adam, got {step!r}")
-        step = int(step)
+        if step is None:
+            raise ValueError("step is required for adam (an int >= 1)")
+        step = v.integer("step", step, min=1, max=v.INT64_MAX, what="an int >= 1 for adam")
     elif step is not None:
         raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
     return Plan(dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)

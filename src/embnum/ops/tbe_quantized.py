@@ -18,12 +18,12 @@ import numpy as np
 from .. import _tbe_bounds as tbe_bounds
 from .. import _validate as v
 from .._registry import Example, Out, Plan, check, example, op
+from .._tbe import NONE, POOLING_CODES
 from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
 
 # fbgemm SparseType codes of the row types of section 5.1
 TYPE_CODES = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3, "int2": 4}
 _TYPE_NAMES = {c: n for n, c in TYPE_CODES.items()}
-POOLING = {"sum": 0, "mean": 1, "none": 2}
 HELPERS = ("tbe_pack_quantized",)
 
 
@@ -36,14 +36,6 @@ def _round_up(n, a):
     return -(-n // a) * a
 
 
-def _positive_int(name, x):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int, got {x!r}")
-    if int(x) < 1:
-        raise ValueError(f"{name} must be a positive int, got {x}")
-    return int(x)
-
-
 def _type_codes(weights_tys, T=None):
     """Type strings or fbgemm codes -> a list of codes 0..4."""
     if v.is_array(weights_tys):
@@ -52,11 +44,7 @@ def _type_codes(weights_tys, T=None):
                 f"weights_tys must be a sequence of type names or a 1-D integer array,"
                 f" got {weights_tys.dtype}{tuple(weights_tys.shape)}"
             )
-        items = (
-            [int(c) for c in v.xp_of(weights_tys).asnumpy(weights_tys)]
-            if not isinstance(weights_tys, np.ndarray)
-            else weights_tys.tolist()
-        )
+        items = v.to_host(weights_tys).tolist()
     elif isinstance(weights_tys, (list, tuple)):
         items = list(weights_tys)
     else:
@@ -71,7 +59,7 @@ def _type_codes(weights_tys, T=None):
             if ty.lower() not in TYPE_CODES:
                 raise ValueError(f"weights_tys[{i}] = {ty!r} is not one of {sorted(TYPE_CODES)} (others are future)")
             codes.append(TYPE_CODES[ty.lower()])
-        elif isinstance(ty, numbers.Integral) and not isinstance(ty, (bool, np.bool_)):
+        elif not isinstance(ty, (bool, np.bool_)) and isinstance(ty, numbers.Integral):
             if int(ty) not in _TYPE_NAMES:
                 raise ValueError(
                     f"weights_tys[{i}] = {int(ty)} is not a supported SparseType code 0..4 (others are future)"
@@ -87,14 +75,6 @@ def _check_dim(name, code, D):
         raise ValueError(f"{name}: int4 rows need an even D, got {D}")
     if code == TYPE_CODES["int2"] and D % 4:
         raise ValueError(f"{name}: int2 rows need D % 4 == 0, got {D}")
-
-
-def _mode(name, value, table):
-    if isinstance(value, str) and value.lower() in table:
-        return table[value.lower()]
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and int(value) in table.values():
-        return int(value)
-    raise ValueError(f"{name} must be one of {sorted(table)} or {sorted(table.values())}, got {value!r}")
 
 
 # -- 5.2 the packing helper -------------------------------------------------------
@@ -114,8 +94,8 @@ def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=
     """
     tables = v.array_list("tables", tables, min_len=1)
     codes = _type_codes(weights_tys, len(tables))
-    row_alignment = _positive_int("row_alignment", row_alignment)
-    table_alignment = _positive_int("table_alignment", table_alignment)
+    row_alignment = v.positive("row_alignment", row_alignment)
+    table_alignment = v.positive("table_alignment", table_alignment)
     blocks, offsets, end = [], [], 0
     for i, (t, code) in enumerate(zip(tables, codes)):
         name = f"tables[{i}]"
@@ -214,14 +194,11 @@ def tbe_forward_quantized(
         raise ValueError(f"D_offsets must have T + 1 = {T + 1} entries, got {D_offsets.shape[0]}")
     if rows_per_table.shape[0] != T:
         raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
-    row_alignment = _positive_int("row_alignment", row_alignment)
-    pooling = _mode("pooling_mode", pooling_mode, POOLING)
+    row_alignment = v.positive("row_alignment", row_alignment)
+    pooling = v.choice("pooling_mode", pooling_mode, POOLING_CODES)
     bounds = tbe_bounds.bounds_mode(bounds_check_mode)
-    from .quant import _output_dtype
-
-    out_dtype = _output_dtype(output_dtype)
-    host = lambda a: a.tolist() if isinstance(a, np.ndarray) else a.get().tolist()  # noqa: E731
-    Doffs, rows, woffs = host(D_offsets), host(rows_per_table), host(weights_offsets)
+    out_dtype = v.output_dtype(output_dtype)
+    Doffs, rows, woffs = (v.to_host(a).tolist() for a in (D_offsets, rows_per_table, weights_offsets))
     if Doffs[0] != 0:
         raise ValueError(f"D_offsets[0] must be 0, got {Doffs[0]}")
     row_bytes = []
@@ -250,9 +227,9 @@ def tbe_forward_quantized(
             raise ValueError(
                 f"per_sample_weights must have len(indices) = {N} entries, got {per_sample_weights.shape[0]}"
             )
-        if pooling == POOLING["none"]:
+        if pooling == NONE:
             raise ValueError("per_sample_weights cannot be used with pooling_mode 'none'")
-    if pooling == POOLING["none"]:
+    if pooling == NONE:
         dims = {Doffs[t + 1] - Doffs[t] for t in range(T)}
         if len(dims) != 1:
             raise ValueError(f"pooling_mode 'none' needs one D for all features, got {sorted(dims)}")

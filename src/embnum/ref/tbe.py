@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._tbe import TBESparseGrad
-
-SUM, MEAN, NONE = 0, 1, 2
+from .._tbe import MEAN, NONE, TBESparseGrad
 
 
 def _features(weights, weights_offsets, D_offsets, rows, indices, offsets, B):

@@ -13,14 +13,17 @@ import warnings
 
 import numpy as np
 
+from .._validate import to_host
+
 
 def dequantize_row(weights, start, code, D):
     """Row of ``D`` float32 values starting at byte ``start`` (tbe.md 5.1)."""
+    # contiguous copies of the bytes: a strided ``weights`` (which cpu accepts) cannot be viewed as floats
     if code == 0:
-        return weights[start : start + 4 * D].view("<f4").astype(np.float32)
+        return np.ascontiguousarray(weights[start : start + 4 * D]).view("<f4").astype(np.float32)
     if code == 1:
-        return weights[start : start + 2 * D].view("<f2").astype(np.float32)
-    scale, bias = weights[start : start + 4].view("<f2").astype(np.float64)
+        return np.ascontiguousarray(weights[start : start + 2 * D]).view("<f2").astype(np.float32)
+    scale, bias = np.ascontiguousarray(weights[start : start + 4]).view("<f2").astype(np.float64)
     data = weights[start + 4 :]
     if code == 2:
         q = data[:D]
@@ -79,7 +82,7 @@ def bag_magnitudes(args, shape):
         warnings.simplefilter("ignore")
         plan = op.declaration(**op.bind((), dict(args)))
     a = plan.args
-    host = lambda x: x if x is None or isinstance(x, np.ndarray) else x.get()  # noqa: E731
+    host = lambda x: None if x is None else to_host(x)  # noqa: E731
     weights, layout, indices, offsets = (host(a[k]) for k in ("weights", "layout", "indices", "offsets"))
     psw = host(a["per_sample_weights"])
     T = layout.shape[0]

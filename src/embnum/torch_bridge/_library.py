@@ -76,14 +76,15 @@ class Bridge:
 
 
 def _schema(op, types: dict[str, str], returns: str) -> str:
-    """The custom op's schema. It declares no defaults: the dispatcher drops
-    trailing arguments equal to their defaults, which would change the input
-    structure autograd sees; the Python wrapper always passes every argument."""
+    """The custom op's schema. Only the trailing ``backend`` has a default (None), so
+    ``torch.ops.embnum.<name>(...)`` runs without it; the op's own parameters declare
+    none: the dispatcher drops trailing arguments equal to their defaults, which would
+    change the input structure autograd sees (the Python wrapper passes every argument)."""
     params = [
         f"{_annotate(types[name], op.mutates.index(name)) if name in op.mutates else types[name]} {name}"
         for name in op.signature.parameters
     ]
-    params.append("str? backend")
+    params.append("str? backend=None")
     return f"({', '.join(params)}) -> {returns}"
 
 
@@ -145,7 +146,9 @@ def build(spec: Bridge) -> Callable:
     names = list(op.signature.parameters)
 
     def impl(*args):
-        *values, backend = args
+        # ``backend`` is the schema's only default (None): a caller of torch.ops.embnum.<name>
+        # may leave it out, and the dispatcher then passes one argument fewer.
+        values, backend = args[: len(names)], (args[len(names)] if len(args) > len(names) else None)
         arrays, bf16 = _convert_inputs(spec.decode(dict(zip(names, values))), spec)
         result = op.public(**arrays, backend=backend)
         if result is None:  # an in-place op (it wrote its ``mutates`` arguments)
@@ -183,8 +186,12 @@ def _register_autograd(custom, spec: Bridge, names: list[str]) -> None:
     to torch's positional, structure-matching convention."""
 
     def setup_context(ctx, inputs, output):
+        # ``inputs`` has every schema argument (torch fills defaults back in), but the
+        # dispatcher dropped a trailing ``backend`` equal to its default (None): the
+        # gradient tuple must match the arguments actually passed.
+        passed = inputs if inputs[-1] is not None else inputs[:-1]
         ctx.embnum_structure = [
-            len(x) if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor) else None for x in inputs
+            len(x) if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor) else None for x in passed
         ]
         spec.setup(ctx, dict(zip(names, inputs)), output)
 

@@ -218,6 +218,9 @@ class PermuteMultiEmbedding(torch.nn.Module):
         super().__init__()
         permutes, in_shapes, out_shapes, out_lengths = _kt_regroup_numpy(None, keys, lengths, groups)
         self._host = tuple(torch.from_numpy(a) for a in (permutes, in_shapes, out_shapes))
+        self.keys = [list(k) for k in keys]
+        self.lengths = [[int(n) for n in ls] for ls in lengths]
+        self.groups = [list(g) for g in groups]
         self.out_lengths = out_lengths
         self.in_lengths = in_shapes.tolist()
         self.backend = backend
@@ -242,4 +245,13 @@ class PermuteMultiEmbedding(torch.nn.Module):
         )
 
     def extra_repr(self) -> str:
-        return f"in_lengths={self.in_lengths}, out_lengths={self.out_lengths}"
+        """One line per input KeyedTensor (its keys and widths), one per output group."""
+        ins = [
+            f"in {i}: " + ", ".join(f"{k}:{n}" for k, n in zip(keys, ls)) + f" (width {w})"
+            for i, (keys, ls, w) in enumerate(zip(self.keys, self.lengths, self.in_lengths))
+        ]
+        outs = [
+            f"out {j}: " + ", ".join(map(str, g)) + f" (width {w})"
+            for j, (g, w) in enumerate(zip(self.groups, self.out_lengths))
+        ]
+        return "\n".join(ins + outs)

@@ -184,6 +184,11 @@ class _Tables(torch.nn.Module):
     ):
         super().__init__()
         lay = tbe_layout(rows, dims, feature_table_map)
+        self.rows, self.dims = [int(r) for r in rows], [int(d) for d in dims]
+        n_features = lay.D_offsets.shape[0] - 1
+        self.feature_table_map = (
+            list(range(n_features)) if feature_table_map is None else [int(t) for t in feature_table_map]
+        )
         for name, a in zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), lay.arrays()):
             self.register_buffer(name, torch.from_numpy(a.copy()))
         rng = np.random.default_rng(seed)
@@ -201,6 +206,20 @@ class _Tables(torch.nn.Module):
 
     def layout(self):
         return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
+
+    def extra_repr(self) -> str:
+        """One line per table (rows x dim, the features that read it), then the settings."""
+        lines = [
+            f"table {i}: {r} x {d}, features {[t for t, m in enumerate(self.feature_table_map) if m == i]}"
+            for i, (r, d) in enumerate(zip(self.rows, self.dims))
+        ]
+        settings = (
+            f"pooling_mode={self.pooling_mode!r}, weights_dtype={self.weights.dtype}, "
+            f"output_dtype={self.output_dtype!r}, bounds_check_mode={self.bounds_check_mode!r}"
+        )
+        if self.backend is not None:
+            settings += f", backend={self.backend!r}"
+        return "\n".join([*lines, settings])
 
 
 class TBE(_Tables):
@@ -305,3 +324,6 @@ class FusedTBE(_Tables):
 
     def forward(self, indices, offsets, per_sample_weights=None):
         return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"

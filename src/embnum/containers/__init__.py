@@ -1,0 +1,20 @@
+"""TorchRec-shaped containers over embnum's ops: ``JaggedTensor``, ``KeyedJaggedTensor``, ``KeyedTensor``.
+
+They hold NumPy, CuPy or torch arrays (one kind per container) in TorchRec's
+layout and call the ops of the matching layer; torch is used only when they
+hold tensors. ``from_torchrec(obj)`` / ``obj.to_torchrec()`` convert when
+torchrec is importable.
+"""
+
+from .jagged_tensor import JaggedTensor, KeyedJaggedTensor
+from .keyed_tensor import KeyedTensor
+
+
+def from_torchrec(obj, *, backend=None):
+    """The embnum container of a torchrec ``KeyedJaggedTensor``, ``KeyedTensor`` or ``JaggedTensor``."""
+    from ._torchrec import from_torchrec as convert
+
+    return convert(obj, backend=backend)
+
+
+__all__ = ["JaggedTensor", "KeyedJaggedTensor", "KeyedTensor", "from_torchrec"]

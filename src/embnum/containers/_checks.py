@@ -1,0 +1,103 @@
+"""Construction-time checks shared by the containers (ValueError/TypeError naming the argument)."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import _arrays as A
+
+
+def keys(name: str, ks) -> list[str]:
+    """A list of distinct str."""
+    if isinstance(ks, str) or not isinstance(ks, (list, tuple)):
+        raise TypeError(f"{name} must be a list of str, got {type(ks).__name__}")
+    seen: dict[str, int] = {}
+    for i, k in enumerate(ks):
+        if not isinstance(k, str):
+            raise TypeError(f"{name}[{i}] must be a str, got {k!r}")
+        if k in seen:
+            raise ValueError(f"{name} must be distinct, but {name}[{i}] = {k!r} repeats {name}[{seen[k]}]")
+        seen[k] = i
+    return list(ks)
+
+
+def int_value(name: str, x, *, minimum: int = 0) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {x!r}")
+    if x < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {x}")
+    return int(x)
+
+
+def int_list(name: str, xs, *, minimum: int = 0) -> list[int]:
+    if A.is_supported(xs):
+        xs = A.to_list(xs.reshape(-1))
+    if not isinstance(xs, (list, tuple)):
+        raise TypeError(f"{name} must be a list of ints, got {type(xs).__name__}")
+    return [int_value(f"{name}[{i}]", x, minimum=minimum) for i, x in enumerate(xs)]
+
+
+def array(name: str, a, *, ndim=1, integer=False, floating=False):
+    """A NumPy/CuPy array or torch tensor with ``ndim`` dimensions (an int or a minimum ``(k,)``)."""
+    if not A.is_supported(a):
+        raise TypeError(f"{name} must be a NumPy array, a CuPy array or a torch tensor, got {type(a).__name__}")
+    ok = a.ndim >= ndim[0] if isinstance(ndim, tuple) else a.ndim == ndim
+    if not ok:
+        want = f"at least {ndim[0]}-D" if isinstance(ndim, tuple) else f"{ndim}-D"
+        raise ValueError(f"{name} must be {want}, got shape {tuple(a.shape)}")
+    if integer and not A.is_integer(a):
+        raise TypeError(f"{name} must have an integer dtype (int32/int64), got {A.dtype_name(a)}")
+    if floating and not A.is_float(a):
+        raise TypeError(f"{name} must have a float dtype, got {A.dtype_name(a)}")
+    return a
+
+
+def nonneg(name: str, a) -> None:
+    """Every entry ``>= 0`` (a host read; skipped while torch.compile traces)."""
+    if A.compiling() or a.shape[0] == 0:
+        return
+    if int(a.min()) < 0:
+        i = A.first_true(a < 0)
+        raise ValueError(f"{name} must be >= 0, but {name}[{i}] = {int(a[i])}")
+
+
+def lengths_match(lengths_name: str, lengths, values_name: str, n: int) -> None:
+    """``sum(lengths) == n`` (a host read; skipped while torch.compile traces)."""
+    if A.compiling():
+        return
+    s = A.total(lengths)
+    if s != n:
+        raise ValueError(f"{lengths_name} sums to {s} but len({values_name}) = {n}: they must be equal")
+
+
+def offsets(name: str, offs, values_name: str, n: int) -> None:
+    """Starts at 0, non-decreasing, ends at ``n`` (host reads; skipped while torch.compile traces)."""
+    if offs.shape[0] == 0:
+        raise ValueError(f"{name} must have at least one entry (0), got an empty array")
+    if A.compiling():
+        return
+    if int(offs[0]) != 0:
+        raise ValueError(f"{name}[0] must be 0, got {int(offs[0])}")
+    if offs.shape[0] > 1:
+        d = A.diff(offs)
+        if int(d.min()) < 0:
+            i = A.first_true(d < 0) + 1
+            raise ValueError(f"{name} must be non-decreasing, but {name}[{i}] = {int(offs[i])} < {int(offs[i - 1])}")
+    if int(offs[-1]) != n:
+        raise ValueError(f"{name}[-1] = {int(offs[-1])} must equal len({values_name}) = {n}")
+
+
+def same_lengths(lengths, offs) -> None:
+    """``offsets`` is the complete cumsum of ``lengths`` when both are given."""
+    if offs.shape[0] != lengths.shape[0] + 1:
+        raise ValueError(f"offsets must have len(lengths) + 1 = {lengths.shape[0] + 1} entries, got {offs.shape[0]}")
+    if A.compiling() or lengths.shape[0] == 0:
+        return
+    bad = A.diff(offs) != lengths
+    if bool(bad.any()):
+        i = A.first_true(bad)
+        raise ValueError(
+            f"offsets and lengths disagree at bag {i}: offsets step {int(A.diff(offs)[i])}, length {int(lengths[i])}"
+        )

@@ -1,0 +1,63 @@
+"""``python -m embnum``: --version, the aligned ``list``, and the tour's timing
+(median and quartiles of interleaved runs)."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import embnum
+from embnum import __main__ as cli
+
+
+def test_version_flag_prints_the_package_version():
+    done = subprocess.run([sys.executable, "-m", "embnum", "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == f"embnum {embnum.__version__}"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", embnum.__version__)
+
+
+def test_list_names_every_op_in_one_aligned_column(capsys):
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == [op.name for op in embnum.ops()]
+    assert [line.split()[0] for line in lines] == [op.family for op in embnum.ops()]
+    columns = {line.index(line.split()[1], len(line.split()[0])) for line in lines}
+    assert len(columns) == 1, columns  # every name starts in the same column
+    assert columns.pop() > max(len(op.family) for op in embnum.ops())  # after a gap, even for the longest
+
+
+def test_timed_runs_are_interleaved_between_backends():
+    calls = []
+    ticks = iter(range(100))
+    runs = {name: (lambda name=name: calls.append(name)) for name in ("ref", "cpu", "cuda")}
+    times = cli.interleaved_times(runs, {"ref": 2, "cpu": 4, "cuda": 1}, clock=lambda: next(ticks))
+    assert calls == ["ref", "cpu", "cuda", "ref", "cpu", "cpu", "cpu"]
+    assert {k: len(v) for k, v in times.items()} == {"ref": 2, "cpu": 4, "cuda": 1}
+    assert all(t == 1 for v in times.values() for t in v)  # each time spans one call only
+
+
+def test_summary_is_median_and_quartiles():
+    assert cli.summary([7.0, 1.0, 3.0, 2.0, 6.0, 5.0, 4.0]) == (4.0, 2.5, 5.5)
+    assert cli.summary([2.0]) == (2.0, 2.0, 2.0)
+    assert cli._fmt_spread([0.002, 0.001, 0.003]) == ("2.00 ms", "1.50-2.50 ms")
+    assert cli._fmt_spread([5e-6]) == ("5.00 us", "-")
+
+
+def test_tour_reports_median_and_quartiles_per_backend(capsys):
+    code = cli.main(["tour", "--op", "complete_cumsum", "--small", "--no-sim", "--backend", "ref", "--backend", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    header = next(line for line in out.splitlines() if line.startswith("op "))
+    assert "median" in header and "quartiles" in header
+    rows = [line for line in out.splitlines() if line.startswith("complete_cumsum")]
+    assert [row.split()[1] for row in rows] == ["ref", "cpu"]
+    for row in rows:
+        assert re.search(r" \d+\.?\d* (s|ms|us) +\d+\.?\d*-\d+\.?\d* (s|ms|us)  ok$", row), row
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["tour", "--help"]])
+def test_help_exits_cleanly(argv, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 0
