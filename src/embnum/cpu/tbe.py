@@ -24,7 +24,21 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from .._tbe import ADAGRAD, ADAM, DECAY_DECOUPLED, DECAY_L2, MEAN, NONE, ROWWISE_ADAGRAD, SGD, TBESparseGrad
+from .. import _tbe_rows
+from .._tbe import (
+    ADAGRAD,
+    ADAM,
+    DECAY_CODES,
+    DECAY_DECOUPLED,
+    DECAY_L2,
+    KIND_CODES,
+    LAMB,
+    MEAN,
+    NONE,
+    ROWWISE_ADAGRAD,
+    SGD,
+    TBESparseGrad,
+)
 
 BAGS_PER_JOB = 64
 PREFETCH_DISTANCE = 8  # forward: lookups ahead (the rows are random in a buffer far larger than the caches)
@@ -721,6 +735,16 @@ def tbe_backward_update(
     momentum2,
     step,
 ):
+    if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
+        return _update_rows(
+            grad_output,
+            weights,
+            (weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B, pooling, per_sample_weights),
+            optimizer,
+            momentum1,
+            momentum2,
+            step,
+        )
     lk = _prepare(
         grad_output,
         indices,
@@ -749,3 +773,46 @@ def tbe_backward_update(
     _fused_update(lk, w, lut, m1, m2, opt, False, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)
+
+
+# -- the other optimizers and max_norm: sparse gradient, then the shared row rule ----------
+_rule = _tbe_rows.make_update_row(njit(inline="always", error_model="numpy"))
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+    for u in prange(lids.shape[0]):
+        o = voff[u]
+        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+
+
+def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, step):
+    """``tbe_backward_update`` for the kinds without a fused kernel here (LAMB, partial
+    row-wise Adam/LAMB, LARS-SGD) and for ``max_norm``: the summed gradient of the touched
+    rows (``tbe_backward_sparse``), their float32 rows gathered, :mod:`embnum._tbe_rows`'s
+    rule applied to each row in parallel, and the rows written back once."""
+    woff, doff, hcs = lookup[:3]
+    g = np.ascontiguousarray(grad_output, dtype=np.float32)
+    hp = optimizer.float32()
+    if hp["max_gradient"] is not None:
+        g = np.clip(g, -hp["max_gradient"], hp["max_gradient"])
+    lids, values, voff = tbe_backward_sparse(g, weights, *lookup)
+    if not lids.shape[0]:
+        return
+    elem = _tbe_rows.row_elements(np, lids, woff, doff, hcs)
+    pos = _tbe_rows.element_positions(np, elem, voff)
+    new = weights[pos].astype(np.float32)
+    _apply_rows(
+        KIND_CODES[optimizer.kind],
+        DECAY_CODES[optimizer.weight_decay_mode],
+        new,
+        values,
+        voff,
+        elem,
+        lids,
+        _NO_F32 if momentum1 is None else momentum1,
+        _NO_F32 if momentum2 is None else momentum2,
+        optimizer.hyper_array(step),
+    )
+    with np.errstate(over="ignore"):
+        weights[pos] = new.astype(weights.dtype)

@@ -36,7 +36,20 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
-from .._tbe import ADAGRAD, DECAY_DECOUPLED, DECAY_L2, MEAN, NONE, ROWWISE_ADAGRAD, SGD, TBESparseGrad
+from .. import _tbe_rows
+from .._tbe import (
+    ADAGRAD,
+    DECAY_CODES,
+    DECAY_DECOUPLED,
+    DECAY_L2,
+    KIND_CODES,
+    LAMB,
+    MEAN,
+    NONE,
+    ROWWISE_ADAGRAD,
+    SGD,
+    TBESparseGrad,
+)
 from ._common import LANES, TPB, blocks, constant, contiguous, launch, xp
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
@@ -384,6 +397,30 @@ def _value_offsets(sbag, B, doff, run_start, n_runs, voff):
         voff[u] = voff[u] - (doff[t + 1] - doff[t])
 
 
+def _sparse(lk: Lookups, g, pooling, per_sample_weights) -> TBESparseGrad:
+    """The row-wise gradient; the one host read: the number of rows ``U`` and of values (the
+    outputs' sizes)."""
+    m = xp()
+    if int(lk.indices.shape[0]) == 0:
+        return TBESparseGrad(m.zeros(0, np.int64), m.zeros(0, np.float32), m.zeros(1, np.int64))
+    rs = _runs(lk)
+    B = lk.B
+    dims = m.diff(lk.doff)
+    run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(B, 1)]
+    vend = m.cumsum(run_dims)  # inclusive: value end of the run starting at each position
+    U, total = (int(x) for x in _to_host(m.stack([rs.n_runs[0], vend[-1]])))
+    voff = m.empty(U + 1, np.int64)
+    voff[:U] = vend[rs.run_start[:U]]
+    voff[U] = total
+    values = m.empty(total, np.float32)
+    if U:
+        launch(_value_offsets, blocks(U, TPB), TPB, rs.bag, B, lk.doff, rs.run_start, rs.n_runs, voff)
+        psw, has_psw = _psw(per_sample_weights)
+        args = (rs.order, rs.bag, rs.run_start, rs.n_runs, voff, lk.offsets, B, lk.doff, pooling)
+        launch(_sparse_grad, _groups(U), TPB, *args, g, psw, has_psw, values)
+    return TBESparseGrad(rs.lid[rs.run_start[:U]], values, voff)
+
+
 def tbe_backward_sparse(
     grad_output,
     weights,
@@ -397,27 +434,8 @@ def tbe_backward_sparse(
     pooling,
     per_sample_weights,
 ):
-    """The one host read: the number of rows ``U`` and values (the outputs' sizes)."""
-    m = xp()
     lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
-    N = int(lk.indices.shape[0])
-    if N == 0:
-        return TBESparseGrad(m.zeros(0, np.int64), m.zeros(0, np.float32), m.zeros(1, np.int64))
-    rs = _runs(lk)
-    dims = m.diff(lk.doff)
-    run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(B, 1)]
-    vend = m.cumsum(run_dims)  # inclusive: value end of the run starting at each position
-    U, total = (int(x) for x in _to_host(m.stack([rs.n_runs[0], vend[-1]])))
-    voff = m.empty(U + 1, np.int64)
-    voff[:U] = vend[rs.run_start[:U]]
-    voff[U] = total
-    values = m.empty(total, np.float32)
-    if U:
-        launch(_value_offsets, blocks(U, TPB), TPB, rs.bag, B, lk.doff, rs.run_start, rs.n_runs, voff)
-        psw, has_psw = _psw(per_sample_weights)
-        args = (rs.order, rs.bag, rs.run_start, rs.n_runs, voff, lk.offsets, B, lk.doff, pooling)
-        launch(_sparse_grad, _groups(U), TPB, *args, _gradient(grad_output), psw, has_psw, values)
-    return TBESparseGrad(rs.lid[rs.run_start[:U]], values, voff)
+    return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights)
 
 
 def _to_host(a):
@@ -603,6 +621,12 @@ def tbe_backward_update(
     if N == 0:
         return
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
+    if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
+        lids, values, voff = _sparse(lk, g, pooling, per_sample_weights)
+        if lids.shape[0]:
+            layout = (weights_offsets, D_offsets, hash_size_cumsum)
+            _update_rows(weights, layout, lids, values, voff, optimizer, momentum1, momentum2, step)
+        return
     rs = _runs(lk)
     psw, has_psw = _psw(per_sample_weights)
     none = _NO_FLOATS()
@@ -620,3 +644,42 @@ def tbe_backward_update(
         none if momentum2 is None else momentum2,
         *optimizer.kernel_args(step),
     )
+
+
+# -- the other optimizers and max_norm: the shared row rule, one thread per touched row ------
+_rule = _tbe_rows.make_update_row(cuda.jit(device=True))
+
+
+@cuda.jit(cache=True)
+def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+    for u in range(cuda.grid(1), lids.shape[0], cuda.gridsize(1)):
+        o = voff[u]
+        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+
+
+def _update_rows(weights, layout, lids, values, voff, optimizer, momentum1, momentum2, step):
+    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the touched rows gathered
+    as float32 (library gathers), :mod:`embnum._tbe_rows`'s rule per row, one write back.
+    One thread per row, and ``element_positions`` reads the value count back: not yet the
+    lane-group shape of ``_apply`` (issue 15)."""
+    m = xp()
+    elem = _tbe_rows.row_elements(m, lids, *layout)
+    pos = _tbe_rows.element_positions(m, elem, voff)
+    new = weights[pos].astype(np.float32)
+    none = _NO_FLOATS()
+    launch(
+        _apply_rows,
+        blocks(int(lids.shape[0]), TPB),
+        TPB,
+        KIND_CODES[optimizer.kind],
+        DECAY_CODES[optimizer.weight_decay_mode],
+        new,
+        values,
+        voff,
+        elem,
+        lids,
+        none if momentum1 is None else momentum1,
+        none if momentum2 is None else momentum2,
+        m.asarray(optimizer.hyper_array(step)),
+    )
+    weights[pos] = new.astype(weights.dtype)

@@ -359,10 +359,12 @@ def tbe_backward_update(
 ):
     """Fused backward + optimizer step: update ``weights`` (and the state) in place; returns None.
 
-    optimizer: a :class:`embnum.TBEOptimizer`. State (float32): ``"adagrad"``
-    momentum1 ``[W]``; ``"rowwise_adagrad"`` momentum1 ``[hash_size_cumsum[T]]`` (one
-    per physical row, at its linear id); ``"adam"`` momentum1 and momentum2 ``[W]``
-    and ``step`` (int >= 1, this step's 1-based number). Each touched row is
+    optimizer: a :class:`embnum.TBEOptimizer`. State (float32, ``optimizer.state_layout``):
+    ``"adagrad"`` momentum1 ``[W]``; ``"rowwise_adagrad"`` momentum1 ``[hash_size_cumsum[T]]``
+    (one per physical row, at its linear id); ``"adam"``, ``"lamb"`` momentum1 and momentum2
+    ``[W]``; ``"partial_rowwise_adam"``, ``"partial_rowwise_lamb"`` momentum1 ``[W]`` and
+    momentum2 ``[hash_size_cumsum[T]]``; ``"lars_sgd"`` momentum1 ``[W]``. The Adam and LAMB
+    kinds take ``step`` (int >= 1, this step's 1-based number). Each touched row is
     updated once from its summed gradient; untouched rows are not read or written.
     Everything is validated before anything is written.
     """
@@ -381,14 +383,13 @@ def tbe_backward_update(
         bounds_check_mode,
     )
     _writable("weights", weights)
-    uses = optimizer.states
-    m1_numel = int(args["hash_size_cumsum"][-1]) if optimizer.kind == "rowwise_adagrad" else weights.shape[0]
-    _state("momentum1", momentum1, "momentum1" in uses, weights, m1_numel)
-    _state("momentum2", momentum2, "momentum2" in uses, weights, weights.shape[0])
-    if optimizer.kind == "adam":
+    sizes = optimizer.state_sizes(weights.shape[0], int(args["hash_size_cumsum"][-1]))
+    _state("momentum1", momentum1, "momentum1" in sizes, weights, sizes.get("momentum1"))
+    _state("momentum2", momentum2, "momentum2" in sizes, weights, sizes.get("momentum2"))
+    if optimizer.uses_step:
         if step is None:
-            raise ValueError("step is required for adam (an int >= 1)")
-        step = v.integer("step", step, min=1, max=v.INT64_MAX, what="an int >= 1 for adam")
+            raise ValueError(f"step is required for {optimizer.kind} (an int >= 1)")
+        step = v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {optimizer.kind}")
     elif step is not None:
         raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
     return Plan(dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)

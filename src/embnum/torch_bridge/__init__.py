@@ -22,4 +22,6 @@ for _name, _spec in BRIDGES.items():
     __all__.append(_name)
 del _name, _spec, _jagged, _keyed_tensor, _kjt, _quant, _tbe, _tbe_quantized
 from . import codecs  # noqa: E402,F401 - communication codecs over the ops built above
+from .embedding_bag_collection import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402,F401 - modules
+from .fbgemm_aliases import register_fbgemm_aliases  # noqa: E402,F401 - opt-in torch.ops.fbgemm names
 from .keyed_tensor import PermuteMultiEmbedding  # noqa: E402,F401 - a module, not an op (not in __all__)

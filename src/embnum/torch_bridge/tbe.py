@@ -264,50 +264,19 @@ class _FusedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from . import tbe_backward_update, tbe_grad_per_sample_weights
-
-        m = ctx.module
         indices, offsets, psw = ctx.saved_tensors
-        g = grad.contiguous().float()
-        opt = m.optimizer
-        if opt.max_gradient is not None:
-            g = g.clamp(-opt.max_gradient, opt.max_gradient)
-        psw_grad = None
-        if psw is not None and ctx.needs_input_grad[1]:  # before the update, from the clipped gradient (as fbgemm)
-            psw_grad = tbe_grad_per_sample_weights(
-                g,
-                m.weights.detach(),
-                *m.layout(),
-                indices,
-                offsets,
-                bounds_check_mode=m.bounds_check_mode,
-                backend=m.backend,
-            )
-        m.step += 1
-        with torch.no_grad():
-            tbe_backward_update(
-                g,
-                m.weights.detach(),
-                *m.layout(),
-                indices,
-                offsets,
-                m.pooling_mode,
-                None if psw is None else psw.detach(),
-                optimizer=opt,
-                momentum1=m.momentum1,
-                momentum2=m.momentum2,
-                step=m.step if opt.kind == "adam" else None,
-                bounds_check_mode=m.bounds_check_mode,
-                backend=m.backend,
-            )
+        psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, psw is not None and ctx.needs_input_grad[1])
         return None, psw_grad, None, None, None
 
 
 class FusedTBE(_Tables):
     """Table-batched embedding bags trained as fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen``:
     the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
-    in place. State: ``momentum1``/``momentum2`` buffers laid out as the spec says, and ``step``
-    (incremented before each update, so Adam's first step is 1).
+    in place. State: ``momentum1``/``momentum2`` buffers laid out as ``optimizer.state_layout``
+    says, and the step counter, the int64 buffer ``iter`` (fbgemm's name; :attr:`step` reads it
+    as an int), incremented before each update so Adam's first step is 1. Every piece of state
+    is in ``state_dict()``, so a module restored with ``load_state_dict`` resumes training
+    exactly where the saved one stopped.
     """
 
     def __init__(self, rows, dims, feature_table_map=None, *, optimizer: TBEOptimizer, **kw):
@@ -315,15 +284,65 @@ class FusedTBE(_Tables):
         if not isinstance(optimizer, TBEOptimizer):
             raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
         self.optimizer = optimizer
-        W = self.weights.shape[0]
-        n1 = int(self.hash_size_cumsum[-1]) if optimizer.kind == "rowwise_adagrad" else W
-        uses = optimizer.states
-        self.register_buffer("momentum1", torch.zeros(n1) if "momentum1" in uses else None)
-        self.register_buffer("momentum2", torch.zeros(W) if "momentum2" in uses else None)
-        self.step = 0
+        sizes = optimizer.state_sizes(self.weights.shape[0], int(self.hash_size_cumsum[-1]))
+        for name in ("momentum1", "momentum2"):
+            self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
+        self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (the ``iter`` buffer)."""
+        return int(self.iter)
+
+    @step.setter
+    def step(self, value: int):
+        self.iter.fill_(int(value))
 
     def forward(self, indices, offsets, per_sample_weights=None):
         return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+
+    def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
+        """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
+        lookups ``(indices, offsets, per_sample_weights)``: clip, ``step += 1``, update the weights and
+        state in place. Returns the gradient of ``per_sample_weights`` when ``want_psw_grad`` (computed
+        before the update, from the clipped gradient, as fbgemm), else ``None``. Sharded modules call it
+        with gradients gathered from other ranks."""
+        from . import tbe_backward_update, tbe_grad_per_sample_weights
+
+        g = grad.contiguous().float()
+        opt = self.optimizer
+        if opt.max_gradient is not None:
+            g = g.clamp(-opt.max_gradient, opt.max_gradient)
+        psw = per_sample_weights
+        psw_grad = None
+        if psw is not None and want_psw_grad:
+            psw_grad = tbe_grad_per_sample_weights(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        self.step += 1
+        with torch.no_grad():
+            tbe_backward_update(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                self.pooling_mode,
+                None if psw is None else psw.detach(),
+                optimizer=opt,
+                momentum1=self.momentum1,
+                momentum2=self.momentum2,
+                step=self.step if opt.uses_step else None,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        return psw_grad
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"
