@@ -187,12 +187,21 @@ def assemble(ptx: str, arch: str, name: str = "kernel") -> dict[str, dict]:
 @functools.cache
 def _source_hash(kernel_name: str) -> str:
     """Hash of the sources kernel ``kernel_name`` can depend on: its module, ``cuda/_common.py`` and
-    the shared ``embnum/_*.py`` modules whose functions kernels compile (the cache key's code part)."""
+    the modules they import from (``embnum/_*.py``, sibling cuda modules): the cache key's code part."""
     import numba_cuda
 
     root = Path(__file__).resolve().parent.parent
-    module = kernel_name.split(".")[0]
-    files = [root / "cuda" / f"{module}.py", root / "cuda" / "_common.py", *sorted(root.glob("_*.py"))]
+    module = root / "cuda" / f"{kernel_name.split('.')[0]}.py"
+    files = [module, root / "cuda" / "_common.py"]
+    for src in files:  # grows as imports are found: the transitive closure
+        text = src.read_text() if src.exists() else ""
+        for names in re.findall(r"^from \.\. import ([\w, ]+)$", text, re.M):  # from .. import _half, _qrow
+            files += [root / f"{n.strip()}.py" for n in names.split(",")]
+        files += [root / f"{n}.py" for n in re.findall(r"^from \.\.(_\w+) import", text, re.M)]
+        files += [root / "cuda" / f"{n}.py" for n in re.findall(r"^from \.(\w+) import", text, re.M)]
+        files += [src.parent / f"{n}.py" for n in re.findall(r"^from \.(_\w+) import", text, re.M)]
+        seen = set()
+        files[:] = [f for f in files if not (f in seen or seen.add(f))]
     h = hashlib.sha256(getattr(numba_cuda, "__version__", "?").encode())
     for p in files:
         if p.exists():

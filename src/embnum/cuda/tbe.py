@@ -50,7 +50,7 @@ from .._tbe import (
     SGD,
     TBESparseGrad,
 )
-from ._common import LANES, TPB, blocks, constant, contiguous, launch, xp
+from ._common import LANES, TPB, blocks, constant, contiguous, launch, to_host, xp
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
 
@@ -408,7 +408,7 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights) -> TBESparseGrad:
     dims = m.diff(lk.doff)
     run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(B, 1)]
     vend = m.cumsum(run_dims)  # inclusive: value end of the run starting at each position
-    U, total = (int(x) for x in _to_host(m.stack([rs.n_runs[0], vend[-1]])))
+    U, total = (int(x) for x in to_host(m.stack([rs.n_runs[0], vend[-1]])))
     voff = m.empty(U + 1, np.int64)
     voff[:U] = vend[rs.run_start[:U]]
     voff[U] = total
@@ -436,10 +436,6 @@ def tbe_backward_sparse(
 ):
     lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
     return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights)
-
-
-def _to_host(a):
-    return a if isinstance(a, np.ndarray) else a.get()
 
 
 # -- gradient of the per-sample weights ------------------------------------------------------
