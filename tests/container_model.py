@@ -110,16 +110,22 @@ def padded(bags, L, pad, dtype):
     return out
 
 
-def bucket_of(x, bs, R, keep):
-    """fbgemm's block bucketize rule for one non-negative id: (bucket, local id)."""
-    if x < bs * R:
-        r, local = x // bs, x % bs
+def bucket_of(x, bs, R, keep, G=None, bounds=None):
+    """fbgemm's block bucketize rule for one non-negative id (spec kjt.md 3.2, ``bs > 0``):
+    ``(bucket, local id)``; ``G`` total blocks (default ``R``), ``bounds`` explicit bucket boundaries."""
+    G = R if G is None else G
+    Lb = G // R
+    if bounds is not None:
+        j = sum(1 for p in bounds if p <= x) - 1
+        r, local = (j, x - bounds[j]) if j < R else (x % R, x // R)
+    elif x < bs * G:
+        r, local = x // (bs * Lb), x % (bs * Lb)
     else:
-        r, local = x % R, x // R
+        r, local = (x % G) // Lb, x // G
     return int(r), int(x if keep else local)
 
 
-def bucketize(m: Model, R, block_sizes, keep, pos):
+def bucketize(m: Model, R, block_sizes, keep, pos, total_blocks=None, bounds=None):
     """``(per-bucket models, unbucketize_permute)``."""
     out = [[[[] for _ in kb] for kb in m.bags] for _ in range(R)]
     wout = [[[[] for _ in kb] for kb in m.bags] for _ in range(R)]
@@ -127,7 +133,8 @@ def bucketize(m: Model, R, block_sizes, keep, pos):
     for t, kb in enumerate(m.bags):
         for b, bag in enumerate(kb):
             for j, x in enumerate(bag.tolist()):
-                r, local = bucket_of(x, block_sizes[t], R, keep)
+                G = None if total_blocks is None else total_blocks[t]
+                r, local = bucket_of(x, block_sizes[t], R, keep, G, None if bounds is None else bounds[t])
                 where.append((r, t, b, len(out[r][t][b])))
                 out[r][t][b].append(local)
                 wout[r][t][b].append(j if pos else (None if m.wbags is None else m.wbags[t][b][j]))

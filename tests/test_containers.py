@@ -246,10 +246,21 @@ def test_bucketize(kind):
         R = data.draw(st.integers(1, 4))
         bs = [data.draw(st.integers(1, 20)) for _ in range(T)]
         keep, pos, out_perm = (data.draw(st.booleans()) for _ in range(3))
+        mode = data.draw(st.sampled_from(["blocks", "total_num_blocks", "row_pos"]))
+        G = [R * data.draw(st.integers(1, 3)) for _ in range(T)] if mode == "total_num_blocks" else None
+        bounds = None
+        if mode == "row_pos":
+            bounds = [[0, *sorted(data.draw(st.lists(st.integers(0, 60), min_size=R, max_size=R)))] for _ in range(T)]
         buckets, perm = build(m, kind).bucketize(
-            R, bs, output_permute=out_perm, bucketize_pos=pos, keep_original_indices=keep
+            R,
+            bs,
+            G,
+            output_permute=out_perm,
+            bucketize_pos=pos,
+            block_bucketize_row_pos=None if bounds is None else [kind.arr(np.array(b, m.vdt)) for b in bounds],
+            keep_original_indices=keep,
         )
-        want, want_perm = M.bucketize(m, R, bs, keep, pos)
+        want, want_perm = M.bucketize(m, R, bs, keep, pos, G, bounds)
         assert len(buckets) == R
         for b, w in zip(buckets, want):
             check_kjt(b, w, kind)
@@ -389,8 +400,8 @@ def test_torch_gradients_of_values_and_weights():
 
 
 def test_torch_compile_fullgraph():
-    """permute, split, [key], index_select, bucketize and KT.regroup trace without graph breaks
-    (no host reads while tracing) and give the eager results and gradients."""
+    """permute, split, [key] (fixed and variable batch), index_select, bucketize and KT.regroup trace
+    without graph breaks (no host reads while tracing) and give the eager results and gradients."""
     torch = pytest.importorskip("torch")
 
     def f(values, weights, lengths, pooled):
@@ -401,8 +412,12 @@ def test_torch_compile_fullgraph():
         sel = k.index_select(torch.tensor([2, 0]))
         kt = KT.from_tensor_list(["x", "y"], [pooled[:, :1], pooled[:, 1:]])
         (g,) = KT.regroup([kt], [["y", "x", "y"]])
+        vbe = KJT(["a", "b"], values[:6], weights[:6], lengths[:5], stride_per_key_per_rank=[[1, 1], [2, 1]])
+        vp, vs = vbe.permute([1, 0, 1]), vbe.split([1, 1])[1]
         parts = [p.weights(), s[1].weights(), k["b"].weights(), b[1].weights(), sel.weights(), g.reshape(-1)]
-        return torch.cat([x * (i + 1) for i, x in enumerate(parts)]), p.lengths(), b[0].values()
+        parts += [vp.weights(), vs.weights(), vbe["a"].weights()]
+        lengths_out = torch.cat([p.lengths(), vp.lengths()])
+        return torch.cat([x * (i + 1) for i, x in enumerate(parts)]), lengths_out, b[0].values()
 
     lengths = torch.tensor([1, 2, 0, 2, 1, 0, 3, 0, 0], dtype=torch.int32)
     values = torch.arange(9)

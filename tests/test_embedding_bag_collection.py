@@ -317,3 +317,37 @@ def test_fbgemm_module_forward_and_training_steps(kind):
         if kind != "exact_sgd":
             for a, b in zip(ebc.split_optimizer_states(), fb.split_optimizer_states()):
                 np.testing.assert_allclose(a[0].numpy().reshape(-1), b[0].numpy().reshape(-1), rtol=1e-5, atol=1e-7)
+
+
+# -- optional differential tier: torchrec's own EmbeddingBagCollection ----------------------
+@pytest.mark.torchrec
+def test_torchrec_ebc_loads_our_state_dict_and_agrees():
+    """TorchRec's (unsharded) EBC loads our state_dict strictly (same names and shapes) and
+    then maps the same KJT (converted with to_torchrec) to the same KeyedTensor; our config
+    takes torchrec's PoolingType / DataType enums."""
+    pytest.importorskip("torchrec.sparse.jagged_tensor")
+    try:
+        from torchrec.modules.embedding_configs import DataType, PoolingType
+        from torchrec.modules.embedding_configs import EmbeddingBagConfig as TorchrecConfig
+        from torchrec.modules.embedding_modules import EmbeddingBagCollection as TorchrecEBC
+    except Exception:  # noqa: BLE001
+        pytest.skip("torchrec's modules are not importable")
+    specs = [(10, 4, "t0", ["f0", "f1"], "SUM"), (7, 3, "t1", ["f2"], "MEAN"), (5, 2, "t2", ["f3"], "SUM")]
+    mine = EmbeddingBagCollection(
+        [EmbeddingBagConfig(r, d, n, DataType.FP32, f, pooling=getattr(PoolingType, p)) for r, d, n, f, p in specs],
+        seed=5,
+    )
+    theirs = TorchrecEBC(
+        [
+            TorchrecConfig(num_embeddings=r, embedding_dim=d, name=n, feature_names=f, pooling=getattr(PoolingType, p))
+            for r, d, n, f, p in specs
+        ],
+        device=torch.device("cpu"),
+    )
+    theirs.load_state_dict(mine.state_dict())  # strict
+    rng = np.random.default_rng(6)
+    for B in (0, 1, 5):
+        kjt = _kjt(rng, mine.embedding_bag_configs(), B)
+        a, b = mine(kjt), theirs(kjt.to_torchrec())
+        assert a.keys() == b.keys() and a.length_per_key() == b.length_per_key()
+        np.testing.assert_allclose(a.values().detach().numpy(), b.values().detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -1,4 +1,4 @@
-"""The row-update rule of every fused TBE optimizer (``shared/spec/tbe.md`` 3.5), written
+"""The row-update rule of every fused TBE optimizer (``docs/families/tbe.md``, fused optimizers), written
 once in plain Python and compiled by both fast paths (``numba.njit`` in ``embnum.cpu``,
 ``numba.cuda.jit(device=True)`` in ``embnum.cuda``), as ``embnum._bucketize`` is.
 
@@ -185,3 +185,24 @@ def element_positions(xp, elements, value_offsets):
     k = xp.arange(n, dtype=np.int64)
     u = xp.searchsorted(value_offsets, k, side="right") - 1
     return elements[u] + (k - value_offsets[u])
+
+
+def update_rows(xp, apply, weights, layout, sparse, optimizer, momentum1, momentum2, step):
+    """The update of the touched rows of ``sparse = (linear_ids, values, value_offsets)``
+    (their summed gradients): gather each row as float32, run ``apply(kind, decay, rows, g,
+    value_offsets, elements, linear_ids, m1, m2, hp)`` (the target's kernel of
+    :func:`make_update_row`, one row per thread), write the rows back once (float16 weights
+    rounded once). ``layout``: host ``(weights_offsets, D_offsets, hash_size_cumsum)``."""
+    lids, values, voff = sparse
+    if not lids.shape[0]:
+        return
+    elem = row_elements(xp, lids, *layout)
+    pos = element_positions(xp, elem, voff)
+    rows = weights[pos].astype(np.float32)
+    none = xp.zeros(1, np.float32)
+    args = optimizer.kernel_args(step)
+    m1 = none if momentum1 is None else momentum1
+    m2 = none if momentum2 is None else momentum2
+    apply(args.kind, args.decay, rows, values, voff, elem, lids, m1, m2, xp.asarray(optimizer.hyper_array(step)))
+    with np.errstate(over="ignore"):
+        weights[pos] = rows.astype(weights.dtype)

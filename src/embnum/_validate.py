@@ -303,6 +303,12 @@ array; it is rejected with a ``ValueError`` before anything is allocated. Every
 position computed from sizes below it fits int64 with room to spare."""
 
 
+class AllocationError(MemoryError, ValueError):
+    """Not enough memory for a call whose sizes are below :data:`MAX_SIZE` (the registry
+    turns NumPy's ``MemoryError`` into this: still a ``MemoryError``, and a ``ValueError``
+    like every other rejected input)."""
+
+
 def _limit_text(limit) -> str:
     return "the size limit 2**48 (embnum.MAX_SIZE)" if limit is None or limit == MAX_SIZE else f"{limit}"
 

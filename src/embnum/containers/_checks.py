@@ -72,7 +72,7 @@ def lengths_match(lengths_name: str, lengths, values_name: str, n: int) -> None:
         raise ValueError(f"{lengths_name} sums to {s} but len({values_name}) = {n}: they must be equal")
 
 
-def offsets(name: str, offs, values_name: str, n: int) -> None:
+def offsets_array(name: str, offs, values_name: str, n: int) -> None:
     """Starts at 0, non-decreasing, ends at ``n`` (host reads; skipped while torch.compile traces)."""
     if offs.shape[0] == 0:
         raise ValueError(f"{name} must have at least one entry (0), got an empty array")
@@ -101,3 +101,71 @@ def same_lengths(lengths, offs) -> None:
         raise ValueError(
             f"offsets and lengths disagree at bag {i}: offsets step {int(A.diff(offs)[i])}, length {int(lengths[i])}"
         )
+
+
+def strides(keys, n_bags, stride, spkpr, spk, inverse_indices):
+    """``(stride, stride_per_key_per_rank or None)`` checked against ``len(lengths)``."""
+    T = len(keys)
+    if spkpr is None and spk is not None:
+        spkpr = [[s] for s in int_list("stride_per_key", spk)]
+    if spkpr is not None:
+        if A.is_supported(spkpr):
+            spkpr = [A.to_list(r) for r in spkpr.reshape(T, -1)] if T else []
+        if not isinstance(spkpr, (list, tuple)) or len(spkpr) != T:
+            raise ValueError(f"stride_per_key_per_rank must hold one list per key ({T}), got {spkpr!r}")
+        spkpr = [int_list(f"stride_per_key_per_rank[{t}]", r) for t, r in enumerate(spkpr)]
+        per_key = [sum(r) for r in spkpr]  # lists, not generators: torch.compile traces this
+        total = sum(per_key)
+        if total != n_bags:
+            raise ValueError(
+                f"stride_per_key_per_rank sums to {total} bags but lengths has {n_bags} entries: they must be equal"
+            )
+        if stride is None:
+            if inverse_indices is not None and inverse_indices[1].numel():
+                stride = int(inverse_indices[1].shape[-1])
+            else:
+                stride = max(per_key) if per_key else 0
+        return int_value("stride", stride), spkpr
+    if T == 0:
+        if n_bags:
+            raise ValueError(f"keys is empty but lengths has {n_bags} entries")
+        return (0 if stride is None else int_value("stride", stride)), None
+    if stride is None:
+        if n_bags % T:
+            raise ValueError(
+                f"len(lengths) = {n_bags} is not a multiple of len(keys) = {T}: give stride_per_key_per_rank "
+                "for a variable batch per key"
+            )
+        return n_bags // T, None
+    stride = int_value("stride", stride)
+    if stride * T != n_bags:
+        raise ValueError(
+            f"stride = {stride} does not fit: len(lengths) = {n_bags} must be stride * len(keys) = {stride * T}"
+        )
+    return stride, None
+
+
+def jagged_arrays(cls_name: str, values, weights, lengths, offsets) -> int:
+    """The checks every jagged container makes of its arrays; returns the number of bags."""
+    n = values.shape[0]
+    if lengths is None and offsets is None:
+        raise ValueError(f"{cls_name} needs lengths or offsets, got neither")
+    if lengths is not None:
+        array("lengths", lengths, integer=True)
+        A.same_place("lengths", lengths, values, "values")
+        nonneg("lengths", lengths)
+        lengths_match("lengths", lengths, "values", n)
+        n_bags = lengths.shape[0]
+    if offsets is not None:
+        array("offsets", offsets, integer=True)
+        A.same_place("offsets", offsets, values, "values")
+        offsets_array("offsets", offsets, "values", n)
+        if lengths is not None:
+            same_lengths(lengths, offsets)
+        n_bags = offsets.shape[0] - 1
+    if weights is not None:
+        array("weights", weights, floating=True)
+        A.same_place("weights", weights, values, "values")
+        if weights.shape[0] != n:
+            raise ValueError(f"len(weights) = {weights.shape[0]} must equal len(values) = {n}")
+    return n_bags

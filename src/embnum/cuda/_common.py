@@ -1,4 +1,6 @@
-"""Helpers shared by the Numba-CUDA kernels: launch shapes, array module, offset walks.
+"""Helpers shared by the Numba-CUDA kernels: launch shapes, array module, offset walks,
+half precision (``embnum._half`` compiled as device functions, one float16 table per
+device, float32 accumulation rounded once: :func:`float32_result`, :func:`round_once`).
 
 On a GPU the kernels take CuPy arrays; under the simulator
 (``NUMBA_ENABLE_CUDASIM=1``) they take NumPy arrays, and blocks are kept
@@ -12,7 +14,7 @@ import os
 import numpy as np
 from numba import cuda
 
-from .. import _offsets_walk
+from .. import _half, _offsets_walk
 from .._backend import cuda_simulated, to_host  # noqa: F401 - to_host: the one device-to-host copy
 
 SIMULATED = cuda_simulated()
@@ -55,12 +57,6 @@ def int64s(a):
     return xp().ascontiguousarray(a, dtype=np.int64)
 
 
-def inclusive_scan(a):
-    """int64 inclusive scan of a 1-D device array: one library scan (CUB through CuPy on a GPU),
-    wrapping on overflow as the int64 kernels do."""
-    return xp().cumsum(a, dtype=np.int64)
-
-
 def pack_offsets(offsets):
     """J offsets arrays as one flat int64 device array plus the start of each ``[J+1]``."""
     m = xp()
@@ -74,6 +70,49 @@ leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)
 slab_of_segment = cuda.jit(device=True)(_offsets_walk.slab_of_segment)
 
 
+# -- half precision (embnum._half, compiled as device functions) ----------------------
+_dev = cuda.jit(device=True)
+half_bits_to_float = _dev(_half.half_bits_to_float)
+float_to_half_bits = _dev(_half.float_to_half_bits)
+float32_bits_to_half_bits = _dev(_half.float32_bits_to_half_bits)
+float32_to_bits = _dev(_half.float32_to_bits)
+bits_to_float32 = _dev(_half.bits_to_float32)
+rne = _dev(_half.rne)
+round_once = _half.round_once
+
+_HALF_TABLES: dict = {}
+
+
+def half_table():
+    """The float32 value of every float16 bit pattern, on the current device (copied once
+    per device and kept; under the simulator one writable host copy, because the simulator
+    copies kernel arguments back into the arrays they came from)."""
+    if SIMULATED:
+        dev, to_device = "simulator", np.array
+    else:
+        import cupy
+
+        dev, to_device = cupy.cuda.Device().id, cupy.asarray
+    table = _HALF_TABLES.get(dev)
+    if table is None:
+        table = _HALF_TABLES[dev] = to_device(_half.float32_table())
+    return table
+
+
+def float32_result(out):
+    """Where a kernel accumulates a result for ``out``: ``out`` itself when it is float32,
+    else a float32 scratch of its shape (then :func:`round_once` writes ``out``)."""
+    return out if out.dtype == np.float32 else xp().empty(out.shape, np.float32)
+
+
+# -- scans ------------------------------------------------------------------------------
+def inclusive_scan(a):
+    """int64 inclusive scan of a 1-D device array: one library scan (CUB through CuPy on a GPU),
+    wrapping on overflow as the int64 kernels do."""
+    return xp().cumsum(a, dtype=np.int64)
+
+
+# -- launches and constant tables ------------------------------------------------------------
 def _current_stream():
     """Numba's handle of CuPy's current stream (cached per stream pointer)."""
     import cupy

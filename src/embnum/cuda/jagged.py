@@ -122,7 +122,7 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
     acc = out if out.dtype == np.dtype(kind) else xp().empty(S, dtype=kind)
     launch(_SEGMENT_SUM[kind], blocks(S), TPB, contiguous(values), bounds, acc)
     if acc is not out:
-        out[...] = acc.astype(out.dtype)  # float16: one rounding; int32: wraps
+        out[...] = acc.astype(out.dtype)  # float16: float32 sums rounded once (embnum._half); int32: wraps
 
 
 @cuda.jit(cache=True)

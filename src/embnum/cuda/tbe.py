@@ -39,7 +39,6 @@ from numba import cuda
 from .. import _tbe_rows
 from .._tbe import (
     ADAGRAD,
-    DECAY_CODES,
     DECAY_DECOUPLED,
     DECAY_L2,
     KIND_CODES,
@@ -618,10 +617,9 @@ def tbe_backward_update(
         return
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
-        lids, values, voff = _sparse(lk, g, pooling, per_sample_weights)
-        if lids.shape[0]:
-            layout = (weights_offsets, D_offsets, hash_size_cumsum)
-            _update_rows(weights, layout, lids, values, voff, optimizer, momentum1, momentum2, step)
+        sparse = _sparse(lk, g, pooling, per_sample_weights)
+        layout = (weights_offsets, D_offsets, hash_size_cumsum)
+        _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step)
         return
     rs = _runs(lk)
     psw, has_psw = _psw(per_sample_weights)
@@ -653,29 +651,12 @@ def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
         _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
 
 
-def _update_rows(weights, layout, lids, values, voff, optimizer, momentum1, momentum2, step):
-    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the touched rows gathered
-    as float32 (library gathers), :mod:`embnum._tbe_rows`'s rule per row, one write back.
-    One thread per row, and ``element_positions`` reads the value count back: not yet the
-    lane-group shape of ``_apply`` (issue 15)."""
-    m = xp()
-    elem = _tbe_rows.row_elements(m, lids, *layout)
-    pos = _tbe_rows.element_positions(m, elem, voff)
-    new = weights[pos].astype(np.float32)
-    none = _NO_FLOATS()
-    launch(
-        _apply_rows,
-        blocks(int(lids.shape[0]), TPB),
-        TPB,
-        KIND_CODES[optimizer.kind],
-        DECAY_CODES[optimizer.weight_decay_mode],
-        new,
-        values,
-        voff,
-        elem,
-        lids,
-        none if momentum1 is None else momentum1,
-        none if momentum2 is None else momentum2,
-        m.asarray(optimizer.hyper_array(step)),
-    )
-    weights[pos] = new.astype(weights.dtype)
+def _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step):
+    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: :mod:`embnum._tbe_rows`'s
+    rule per touched row, one thread per row, on the caller's stream. Its gathers read the
+    value count back: not yet the lane-group shape of ``_apply`` (issue 15)."""
+
+    def apply(*args):
+        launch(_apply_rows, blocks(int(sparse[0].shape[0]), TPB), TPB, *args)
+
+    _tbe_rows.update_rows(xp(), apply, weights, layout, sparse, optimizer, momentum1, momentum2, step)

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import numbers
 from collections.abc import Callable
 
 import numpy as np
@@ -198,7 +199,7 @@ def build(spec: Bridge) -> Callable:
     def user_function(*args, backend=None, **kwargs):
         bound = op.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        call = [list(a) if isinstance(a, tuple) else a for a in spec.encode(bound.arguments).values()]
+        call = list(check_types(spec, spec.encode(bound.arguments)).values())
         return torch_op(*call, backend)
 
     del user_function.__wrapped__
@@ -206,6 +207,59 @@ def build(spec: Bridge) -> Callable:
     user_function.__module__ = "embnum.torch_bridge"
     user_function.torch_op = torch_op
     return user_function
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _is_int(x) -> bool:
+    return (isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))) or isinstance(x, torch.SymInt)
+
+
+def _check_value(name: str, kind: str, x):
+    """``x`` as the schema type ``kind`` takes it (NumPy scalars as Python ones);
+    ``TypeError``/``ValueError`` naming ``name`` when it does not fit."""
+    if kind.endswith("?"):
+        if x is None:
+            return None
+        kind = kind[:-1]
+    if kind.endswith("[]"):
+        if not isinstance(x, (list, tuple)):
+            raise TypeError(f"{name} must be a list, got {type(x).__name__}")
+        return [_check_value(f"{name}[{i}]", kind[:-2], item) for i, item in enumerate(x)]
+    if kind.startswith("Tensor"):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    elif kind in ("int", "SymInt"):
+        if isinstance(x, torch.SymInt):
+            return x
+        if not _is_int(x):
+            raise TypeError(f"{name} must be an int, got {x!r}")
+        if not _INT64[0] <= int(x) <= _INT64[1]:
+            raise ValueError(f"{name} = {int(x)} is outside the int64 range the torch schema carries")
+        return int(x)
+    elif kind == "float":
+        if isinstance(x, (torch.SymFloat, torch.SymInt)):
+            return x
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {x!r}")
+        return int(x) if isinstance(x, np.integer) else x  # a NumPy float scalar may carry exact bits
+    elif kind == "bool":
+        if isinstance(x, torch.SymBool):
+            return x
+        if not isinstance(x, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {x!r}")
+        return bool(x)
+    elif kind == "str":
+        if not isinstance(x, str):
+            raise TypeError(f"{name} must be a str, got {x!r}")
+    return x
+
+
+def check_types(spec: Bridge, args: dict) -> dict:
+    """Every argument checked against its schema type before torch's schema parser sees it
+    (which raises ``RuntimeError`` naming no argument); returns them as the schema takes them."""
+    return {name: _check_value(name, spec.types[name], x) for name, x in args.items()}
 
 
 def _register_autograd(custom, spec: Bridge, names: list[str]) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
+from .._tbe_bounds import bounds_mode
 from ..ops.tbe import output_dtype_of, pooling_code
 from ._library import bridge
 
@@ -30,14 +31,21 @@ _LAYOUT = {
     "offsets": "Tensor",
 }
 _POOLING_NAMES = ("sum", "mean", "none")
-_CODECS = {
+MODE_CODECS = {  # the NumPy API's rules and errors (tbe_quantized's bridge uses them too)
     "pooling_mode": (lambda x: _POOLING_NAMES[pooling_code(x)], lambda x: x),
     "output_dtype": (lambda x: str(output_dtype_of(x)), lambda x: x),
-    "bounds_check_mode": (
-        lambda x: x if isinstance(x, str) else ("fatal", "warning", "ignore", "none")[int(x)],
-        lambda x: x,
-    ),
+    "bounds_check_mode": (bounds_mode, lambda x: x),  # the NumPy API's rule and errors
 }
+
+
+def _encode_optimizer(o):
+    """A TBEOptimizer as its string form; an already encoded one passes (the op's decode
+    raises ValueError for any other string)."""
+    if isinstance(o, str):
+        return o
+    if not isinstance(o, TBEOptimizer):
+        raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(o).__name__}")
+    return o.encode()
 
 
 def _op(name):
@@ -115,7 +123,7 @@ bridge(
     fake=_forward_fake,
     setup=_forward_setup,
     backward=_forward_backward,
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
     grad_dtype=torch.float32,  # TBE weights are float32/float16 (the op is linear, so float32 gradchecks hold)
 )
 
@@ -125,7 +133,7 @@ bridge(
     "tbe_backward",
     types={**_GRAD, "pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"},
     fake=lambda grad_output, weights, *rest: weights.new_empty(weights.shape, dtype=torch.float32),
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
 )
 bridge(
     "tbe_backward_sparse",
@@ -136,7 +144,7 @@ bridge(
         weights.new_empty((_dyn(),), dtype=torch.float32),
         indices.new_empty((_dyn(),), dtype=torch.int64),
     ),
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
 )
 bridge(
     "tbe_grad_per_sample_weights",
@@ -144,7 +152,7 @@ bridge(
     fake=lambda grad_output, weights, woff, doff, hcs, indices, *rest: weights.new_empty(
         indices.shape, dtype=torch.float32
     ),
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
 )
 bridge(
     "tbe_backward_update",
@@ -160,7 +168,7 @@ bridge(
     },
     returns="()",
     fake=lambda *args: None,
-    codecs={**_CODECS, "optimizer": (lambda o: o.encode() if isinstance(o, TBEOptimizer) else o, TBEOptimizer.decode)},
+    codecs={**MODE_CODECS, "optimizer": (_encode_optimizer, TBEOptimizer.decode)},
 )
 
 
