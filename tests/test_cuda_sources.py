@@ -1,4 +1,5 @@
-"""Every CUDA C source compiles with NVRTC (no GPU needed), and the check itself catches errors."""
+"""Every CUDA C source compiles with NVRTC and assembles with ptxas for sm_90 (no GPU needed), and
+the check itself catches errors."""
 
 import pytest
 
@@ -27,3 +28,13 @@ def test_nvrtc_rejects_bad_code_with_its_log():
 def test_every_cu_source_compiles():
     for path in sources():
         assert ".entry" in compile_ptx(path.read_text(), path.name), path.name
+
+
+def test_every_cu_source_assembles_for_sm90():
+    pytest.importorskip("nvidia.cuda_nvcc", reason="install nvidia-cuda-nvcc-cu12 (ptxas)")
+    from embnum.cuda._ptx import assemble
+
+    for path in sources():
+        ptx = compile_ptx(path.read_text(), path.name, arch="compute_90")
+        entries = assemble(ptx, "sm_90", path.stem)
+        assert len(entries) == ptx.count(".entry"), (path.name, sorted(entries))

@@ -201,3 +201,28 @@ def test_rejected_out_is_not_written(op, backend):
         op.public(**example.args, backend=backend, out=out)
     for b in bufs:
         assert b is None or b.tobytes() == b"\x5a" * b.nbytes, "a rejected call wrote into out"
+
+
+def test_out_accepts_an_array_whose_flags_have_no_writeable():
+    """CuPy's ``flags`` has no ``writeable`` (device memory is always writable): ``out=`` must not
+    ask for it (issue 15: every CuPy ``out=`` raised AttributeError)."""
+    from embnum import _validate
+
+    class Flags:
+        c_contiguous = True
+        f_contiguous = False
+        owndata = True
+
+    class DeviceLike:  # what _backend.is_cupy recognises: a cupy module and the CUDA array interface
+        __module__ = "cupy._core.core"
+        __cuda_array_interface__ = {}
+        shape, dtype, flags, size, itemsize = (3,), np.dtype(np.float32), Flags(), 3, 4
+
+        class data:
+            ptr = 4096
+
+        strides = (4,)
+
+    o = DeviceLike()
+    assert _validate.writable(o)
+    assert _validate.out_arrays(o, [((3,), np.float32)], {}, lambda a: True) == [o]
