@@ -42,13 +42,13 @@ from embnum.distributed import (
     merge_state_dicts,
     spawn,
 )
-from embnum.torch_bridge.tbe import FusedTBE
+from embnum.torch_bridge import EmbeddingBagCollection, EmbeddingBagConfig
 
 
-class Config:  # the EmbeddingBagConfig fields the sharded collection reads
-    def __init__(self, name, num_embeddings, embedding_dim, feature_names, pooling="sum"):
-        self.name, self.num_embeddings, self.embedding_dim = name, num_embeddings, embedding_dim
-        self.feature_names, self.pooling = feature_names, pooling
+def Config(name, rows, dim, features, pooling="sum"):
+    return EmbeddingBagConfig(
+        num_embeddings=rows, embedding_dim=dim, name=name, feature_names=features, pooling=pooling
+    )
 
 
 TABLES = [
@@ -122,44 +122,16 @@ def global_batch(step, W, weighted=False):
     )
 
 
-class Reference(torch.nn.Module):
-    """The unsharded collection: one FusedTBE per table, outputs in table order."""
+def reference(model, optimizer, tables=TABLES, weighted=False):
+    """The unsharded collection, started from ``model``'s gathered state (a collective)."""
+    ref = EmbeddingBagCollection(tables, is_weighted=weighted, optimizer=optimizer)
+    ref.load_state_dict(model.state_dict(gather=True))
+    return ref
 
-    def __init__(self, optimizer, seed=0, tables=TABLES):
-        super().__init__()
-        self.tables_ = tables
-        self.tbes = torch.nn.ModuleList()
-        for ti, t in enumerate(tables):
-            m = FusedTBE([t.num_embeddings], [t.embedding_dim], [0] * len(t.feature_names), optimizer=optimizer)
-            m.pooling_mode = t.pooling
-            bound = float(np.sqrt(1.0 / t.num_embeddings))
-            w = np.random.default_rng([seed, ti]).uniform(-bound, bound, (t.num_embeddings, t.embedding_dim))
-            with torch.no_grad():
-                m.weights.copy_(torch.from_numpy(w.astype(np.float32).reshape(-1)))
-            self.tbes.append(m)
 
-    def forward(self, lengths, values, weights):
-        outs, k, off = [], 0, np.concatenate([[0], np.cumsum(lengths.sum(1))])
-        for t, m in zip(self.tables_, self.tbes):
-            n = len(t.feature_names)
-            L = torch.from_numpy(lengths[k : k + n].reshape(-1)).to(torch.int64)
-            v = torch.from_numpy(values[off[k] : off[k + n]]).to(torch.int64)
-            w = None if weights is None else torch.from_numpy(weights[off[k] : off[k + n]])
-            offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(L, 0)])
-            outs.append(m(v, offsets, w))
-            k += n
-        return torch.cat(outs, dim=1)
-
-    def tables(self):
-        out = {}
-        for t, m in zip(self.tables_, self.tbes):
-            R, D = t.num_embeddings, t.embedding_dim
-            out[f"embedding_bags.{t.name}.weight"] = m.weights.detach().view(R, D)
-            for name in ("momentum1", "momentum2"):
-                s = getattr(m, name)
-                if s is not None:
-                    out[f"embedding_bags.{t.name}.{name}"] = s.view(R) if s.numel() == R else s.view(R, D)
-        return out
+def ref_forward(ref, step, W, weighted=False):
+    L, V, Wt = global_batch(step, W, weighted)
+    return ref(kjt(FEATURES, L, V, Wt)).values()
 
 
 def _grad_weights(step, Bg, D):
@@ -175,7 +147,7 @@ def train(model, ref, W, rank, steps, exact, label, weighted=False, first=0):
         o0 = sum(Bs[:rank])
         G = _grad_weights(step, sum(Bs), out.shape[1])
         if ref is not None:
-            want = ref(*global_batch(step, W, weighted))
+            want = ref_forward(ref, step, W, weighted)
             (want * G).sum().backward()
             same(out, want[o0 : o0 + Bs[rank]].detach(), exact, f"{label} step {step} forward, rank {rank}")
         (out * G[o0 : o0 + Bs[rank]]).sum().backward()
@@ -192,11 +164,11 @@ def same(got, want, exact, what):
 
 def compare_state(model, ref, exact, label):
     got = model.state_dict(gather=True)
-    for key, want in ref.tables().items():
-        same(got[key].view(want.shape), want, exact, f"{label} {key} after training")
-    steps = {m.step for m in ref.tbes}
-    if got["step"] not in steps:
-        raise AssertionError(f"{label}: step {got['step']}, reference {steps}")
+    want = ref.state_dict()
+    if set(got) != set(want):
+        raise AssertionError(f"{label}: state keys {sorted(set(got) ^ set(want))} differ from the EBC's")
+    for key, w in want.items():
+        same(got[key].view(w.shape), w, exact or key.endswith(".step"), f"{label} {key} after training")
 
 
 def check_collectives(rank, W):
@@ -255,7 +227,7 @@ def check_sharded(rank, W, optimizer):
         weighted = label == "mixed"  # per-id weights need sum pooling
         tables = SUM_TABLES if weighted else TABLES
         model = ShardedEmbeddingBagCollection(tables, plan, optimizer=optimizer, is_weighted=weighted)
-        ref = Reference(optimizer, tables=tables)
+        ref = reference(model, optimizer, tables, weighted)
         train(model, ref, W, rank, 3, exact, label, weighted)
         compare_state(model, ref, exact, label)
     # codecs inside the module: column-wise, every output element crosses the codec once, so the
@@ -294,9 +266,10 @@ def check_checkpoint(rank, W, ckpt, optimizer):
     plan = plans(3)[TABLE_ROW_WISE]  # another plan and another world size
     model = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer, seed=123)  # other init: overwritten
     model.load_state_dict(state)
-    ref = Reference(optimizer)
+    start = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)  # seed 0: the 2-rank run's start
+    ref = reference(start, optimizer)
     for step in range(2):  # the unsharded run of the first two steps (the 2-rank batches)
-        want = ref(*global_batch(step, 2))
+        want = ref_forward(ref, step, 2)
         (want * _grad_weights(step, want.shape[0], want.shape[1])).sum().backward()
     compare_state(model, ref, False, "resumed checkpoint")
     train(model, ref, 3, rank, 2, False, "resumed", first=2)
@@ -335,11 +308,11 @@ def worker(rank, W, ckpt):
 def warm_up():
     """Compile (or load from Numba's cache) the kernels the ranks use, once, before spawning them:
     two processes compiling the same parallel kernels at once on a small machine take minutes."""
-    for name in ("adagrad", "adam"):
+    for name in ("adagrad", "adam", "rowwise_adagrad"):
         opt = embnum.TBEOptimizer(name, learning_rate=0.1)
         for step in range(2):
-            ref = Reference(opt, tables=SUM_TABLES if step else TABLES)
-            out = ref(*global_batch(step, 2, weighted=step == 1))
+            ref = EmbeddingBagCollection(SUM_TABLES if step else TABLES, is_weighted=step == 1, optimizer=opt)
+            out = ref_forward(ref, step, 2, weighted=step == 1)
             out.sum().backward()
     check_collectives_local()
 

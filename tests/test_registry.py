@@ -131,3 +131,50 @@ def test_sizes_reject_bools_and_floats():
     with pytest.raises(TypeError, match="range_size"):
         embnum.offsets_range(np.array([0]), True)
     assert embnum.offsets_range(np.array([0]), np.int64(2)).tolist() == [0, 1]
+
+
+def test_returns_is_declared_and_mutates_implies_none():
+    from embnum._registry import RETURNS, op
+
+    for o in embnum.ops():
+        assert o.returns in RETURNS
+        assert o.takes_out == (o.returns in ("array", "list", "tuple"))
+        assert (o.returns == "none") == bool(o.mutates)
+    with pytest.raises(ValueError, match="returns nothing"):
+        op("jagged", returns="array", mutates=("x",))
+    with pytest.raises(ValueError, match="in-place"):
+        op("jagged", returns="none")
+    with pytest.raises(ValueError, match="returns must be"):
+        op("jagged", returns="arrays")
+
+
+@pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
+def test_plan_agrees_with_declared_returns(op):
+    """The example's plan has the declared kind (the oracle path checks it on every call)."""
+    import warnings
+
+    from embnum._registry import _check_returns
+
+    example = op.example_fn(np.random.default_rng(0), "small")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = op.declaration(**op.bind((), dict(example.args)))
+    _check_returns(op, plan)
+
+
+def test_stub_matches_the_registry():
+    """src/embnum/__init__.pyi is what ``python -m embnum._stub`` writes for the ops registered
+    now (regenerate it after changing a declaration)."""
+    from embnum import _stub
+
+    assert _stub.STUB.read_text() == _stub.render(), "stale stub: run python -m embnum._stub"
+    assert _stub.STUB.with_name("py.typed").exists()
+
+
+def test_stub_declares_every_public_name():
+    """Every name ``embnum`` exports appears in the stub (IDE completion, mypy)."""
+    from embnum import _stub
+
+    text = _stub.STUB.read_text()
+    for name in embnum.__all__:
+        assert f"def {name}(" in text or f" as {name}\n" in text or f"{name}:" in text, name

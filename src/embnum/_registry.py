@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _validate
 from ._backend import BACKENDS, is_array, select_backend
+from ._compare import exact_match
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,17 @@ class Example:
     label: str
 
 
+# What an op returns, declared in ``@op(returns=...)``; the plan's ``out`` must agree.
+RETURNS = {
+    "array": "one array; the plan's out is one Out; out= takes one array",
+    "list": "a list of arrays; the plan's out is a list of Out; out= takes a list",
+    "tuple": "a tuple of arrays with None for outputs not requested; the plan's out is a tuple; out= a tuple/list",
+    "computed": "sizes that depend on the data (or small host values): the implementation returns its own result;"
+    " the plan's out is None; no out=",
+    "none": "nothing: an in-place op (implied by mutates=); the plan's out is None; no out=",
+}
+
+
 class Op:
     """One registered op (see the module docstring)."""
 
@@ -85,7 +97,7 @@ class Op:
         family: str,
         *,
         differentiable: tuple[str, ...],
-        takes_out: bool,
+        returns: str,
         same_as: str | None,
         mutates: tuple[str, ...] = (),
     ):
@@ -94,7 +106,8 @@ class Op:
         self.family = family
         self.kernel_name = same_as or self.name
         self.differentiable = differentiable
-        self.takes_out = takes_out
+        self.returns = returns
+        self.takes_out = returns in ("array", "list", "tuple")
         self.mutates = tuple(mutates)
         self.signature = inspect.signature(declaration)
         self.example_fn: Callable | None = None
@@ -146,6 +159,8 @@ class Op:
         if plan.out is None:
             if out is not None:
                 raise TypeError(f"{self.name} takes no out=")
+            if chosen.name == "ref":
+                _check_returns(self, plan)
             return self.implementation(chosen.name)(**plan.args)
         single = isinstance(plan.out, Out)
         as_tuple = isinstance(plan.out, tuple)
@@ -159,6 +174,7 @@ class Op:
                 raise TypeError("out must be a list of arrays for this op")
             outs = _validate.out_arrays(out, shapes, arrays, chosen.owns)
         if chosen.name == "ref":
+            _check_returns(self, plan)
             result = _zero_d_arrays(self.implementation("ref")(**plan.args))
             results = [result] if single else list(result)
             _check_oracle(self.name, results, shapes)
@@ -251,6 +267,23 @@ def _zero_d_arrays(result):
     return result
 
 
+def _check_returns(op: Op, plan: Plan) -> None:
+    """The declaration's plan agrees with the op's declared ``returns`` (checked on the oracle
+    path, which the tests run for every op)."""
+    out = plan.out
+    kind = (
+        ("computed" if not op.mutates else "none")
+        if out is None
+        else "array"
+        if isinstance(out, Out)
+        else "tuple"
+        if isinstance(out, tuple)
+        else "list"
+    )
+    if kind != op.returns:
+        raise AssertionError(f"{op.name} is declared returns={op.returns!r} but its plan describes {kind!r}")
+
+
 def _check_oracle(name, results, shapes):
     if len(results) != len(shapes):
         raise AssertionError(f"embnum.ref {name} returned {len(results)} results, expected {len(shapes)}")
@@ -266,61 +299,41 @@ def _check_oracle(name, results, shapes):
             )
 
 
-def exact_match(got, want, args) -> tuple[float, bool]:
-    """Default oracle comparison: bit-identical arrays (same shape, dtype, bytes).
-
-    Returns ``(max abs error, ok)``; lists/tuples of arrays are compared
-    pairwise, and a ``None`` entry matches only ``None``.
-    """
-    gots = got if isinstance(got, (list, tuple)) else [got]
-    wants = want if isinstance(want, (list, tuple)) else [want]
-    if len(gots) != len(wants):
-        return float("inf"), False
-    err, ok = 0.0, True
-    for g, w in zip(gots, wants):
-        if g is None or w is None:
-            if g is not None or w is not None:
-                return float("inf"), False
-            continue
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return float("inf"), False
-        if g.size:
-            ok &= g.tobytes() == w.tobytes()
-            with np.errstate(invalid="ignore", over="ignore"):
-                diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
-            finite = diff[np.isfinite(diff)]
-            err = max(err, float(finite.max()) if finite.size else 0.0)
-    return err, ok
-
-
 _OPS: dict[str, Op] = {}
 
 
 def op(
     family: str,
     *,
+    returns: str | None = None,
     differentiable: tuple[str, ...] = (),
-    takes_out: bool = True,
     same_as: str | None = None,
     mutates: tuple[str, ...] = (),
 ):
     """Register the decorated declaration as ``embnum.<name>``; return the public function.
 
+    ``returns`` is the kind of result (:data:`RETURNS`): ``"array"`` (the
+    default), ``"list"``, ``"tuple"``, ``"computed"`` (data-dependent sizes:
+    the implementation returns its own result, no ``out=``) or ``"none"``.
     ``differentiable`` names the array arguments the torch bridge gives a
     gradient. ``same_as`` names another op of the family whose
     implementations serve this one (the declaration then returns that op's
     plan arguments: a special case written as a call of the general op).
-    ``mutates`` names the array arguments an in-place op writes (it then
-    returns ``None`` and takes no ``out=``; its plan passes those arrays
-    through unchanged so that the implementation writes the caller's memory).
+    ``mutates`` names the array arguments an in-place op writes; it implies
+    ``returns="none"`` (no ``out=``); its plan passes those arrays through
+    unchanged so that the implementation writes the caller's memory.
     Parameters may be keyword-only (after ``*``); they stay keyword-only.
     """
+    if mutates and returns not in (None, "none"):
+        raise ValueError(f"an op that mutates {mutates} returns nothing; got returns={returns!r}")
+    returns = returns or ("none" if mutates else "array")
+    if returns not in RETURNS:
+        raise ValueError(f"returns must be one of {sorted(RETURNS)}, got {returns!r}")
+    if returns == "none" and not mutates:
+        raise ValueError("returns='none' is for in-place ops: name the arrays it writes in mutates=")
 
     def register(declaration: Callable) -> Callable:
-        o = Op(
-            declaration, family, differentiable=differentiable, takes_out=takes_out, same_as=same_as, mutates=mutates
-        )
+        o = Op(declaration, family, differentiable=differentiable, returns=returns, same_as=same_as, mutates=mutates)
         if o.name in _OPS:
             raise ValueError(f"op {o.name!r} declared twice")
         _OPS[o.name] = o

@@ -1,4 +1,4 @@
-"""TBE helpers that are not ops (``shared/spec/tbe.md``): the layout builder, the
+"""TBE helpers that are not ops (``docs/families/tbe.md``): the layout builder, the
 optimizer description and the sparse-gradient result type.
 
 It also holds the integer codes the kernels of every backend branch on (pooling
@@ -22,7 +22,7 @@ from ._validate import integer, positive
 
 @dataclasses.dataclass(frozen=True)
 class TBELayout:
-    """Where each feature's table lives in the flat weights buffer (spec 1).
+    """Where each feature's table lives in the flat weights buffer (``docs/families/tbe.md``, the flat layout).
 
     weights_offsets: int64 ``[T]`` element offsets; D_offsets: int64 ``[T+1]``
     cumulative dims; hash_size_cumsum: int64 ``[T+1]`` first linear row id of
@@ -139,7 +139,8 @@ def _finite(name, x, *, minimum=None, strict=False):
 
 @dataclasses.dataclass(frozen=True)
 class TBEOptimizer:
-    """The fused optimizer of ``tbe_backward_update`` (spec 3.5): its kind and hyper-parameters.
+    """The fused optimizer of ``tbe_backward_update``: its kind and hyper-parameters
+    (``docs/families/tbe.md``, fused optimizers).
 
     kind: ``"sgd"``, ``"adagrad"``, ``"rowwise_adagrad"``, ``"adam"``, ``"lamb"``,
     ``"partial_rowwise_adam"``, ``"partial_rowwise_lamb"`` or ``"lars_sgd"`` (fbgemm's

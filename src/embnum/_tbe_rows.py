@@ -1,4 +1,4 @@
-"""The row-update rule of every fused TBE optimizer (``shared/spec/tbe.md`` 3.5), written
+"""The row-update rule of every fused TBE optimizer (``docs/families/tbe.md``, fused optimizers), written
 once in plain Python and compiled by both fast paths (``numba.njit`` in ``embnum.cpu``,
 ``numba.cuda.jit(device=True)`` in ``embnum.cuda``), as ``embnum._bucketize`` is.
 

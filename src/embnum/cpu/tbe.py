@@ -1,8 +1,9 @@
-"""Numba host kernels of the TBE family (``shared/spec/tbe.md``).
+"""Numba host kernels of the TBE family (``docs/families/tbe.md``).
 
 Forward: parallel over blocks of bags of one feature; each bag is pooled into a
 float32 register block and written once. float16 weights are widened through a
-65536-entry lookup table (exact; Numba has no float16 arithmetic on the CPU).
+65536-entry lookup table (``embnum._half``: exact; Numba has no float16 arithmetic on
+the CPU), accumulated in float32 and rounded once.
 
 Backward and the fused optimizers: per physical table, a counting sort of the
 lookups by row (ids are bounded by the table's rows, so no comparison sort),
@@ -38,11 +39,11 @@ from .._tbe import (
     SGD,
     TBESparseGrad,
 )
+from ._common import float32_result, half_table, round_once
 
 BAGS_PER_JOB = 64
 PREFETCH_DISTANCE = 8  # forward: lookups ahead (the rows are random in a buffer far larger than the caches)
 UPDATE_PREFETCH_DISTANCE = 4  # fused update: touched rows ahead
-_F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
 _NO_I64 = np.zeros(1, dtype=np.int64)
@@ -98,7 +99,7 @@ def _prefetch_row(w, base, n):
 
 def _weights(weights):
     w = np.ascontiguousarray(weights)
-    return (w.view(np.uint16), _F16_LUT) if w.dtype == np.float16 else (w, _NO_LUT)
+    return (w.view(np.uint16), half_table()) if w.dtype == np.float16 else (w, _NO_LUT)
 
 
 def _checked(indices, offsets):
@@ -223,16 +224,14 @@ def tbe_forward(
 ):
     idx, offs = _checked(indices, offsets)
     w, lut = _weights(weights)
-    target = out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
+    target = float32_result(out)
     if pooling == NONE:
         _forward_none(w, lut, weights_offsets, D_offsets, idx, offs, B, target)
     else:
         has_psw = per_sample_weights is not None
         psw = np.ascontiguousarray(per_sample_weights) if has_psw else _NO_F32
         _forward_pooled(w, lut, weights_offsets, D_offsets, idx, offs, B, pooling == MEAN, psw, has_psw, target)
-    if target is not out:
-        with np.errstate(over="ignore"):
-            out[...] = target
+    round_once(target, out)
 
 
 # -- backward: counting sort per table, one pass over touched rows ---------------

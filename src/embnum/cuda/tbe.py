@@ -20,16 +20,14 @@ from numba import cuda
 
 from .. import _tbe_rows
 from .._tbe import DECAY_CODES, KIND_CODES, LAMB, TBESparseGrad
-from ._common import TPB, blocks, contiguous, xp
-
-_F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+from ._common import TPB, blocks, contiguous, float32_result, half_table, round_once, xp
 
 
 def _weights(weights):
     m = xp()
     w = contiguous(weights)
     if w.dtype == np.float16:
-        return w.view(np.uint16), m.asarray(_F16_LUT), True
+        return w.view(np.uint16), half_table(), True
     return w, m.zeros(1, np.float32), False
 
 
@@ -94,7 +92,7 @@ def tbe_forward(
 ):
     m = xp()
     w, lut, half = _weights(weights)
-    target = out if out.dtype == np.float32 else m.empty(out.shape, np.float32)
+    target = float32_result(out)
     woff, doff, nrows = _dev(weights_offsets), _dev(D_offsets), _dev(rows)
     idx, offs = contiguous(indices), contiguous(offsets)
     if pooling == 2:
@@ -106,8 +104,7 @@ def tbe_forward(
         _forward_pooled[blocks(weights_offsets.shape[0] * B), TPB](
             w, lut, half, woff, doff, nrows, idx, offs, B, pooling == 1, psw, has_psw, target
         )
-    if target is not out:
-        out[...] = target.astype(np.float16)
+    round_once(target, out)
 
 
 # -- backward: sort by (row, position), reduce each run, write each row once ----
@@ -318,7 +315,7 @@ def _apply(
     new,
     pos,
 ):
-    """One thread per touched row: the optimizer step of spec 3.5 (float32)."""
+    """One thread per touched row: the optimizer step of ``docs/families/tbe.md`` (float32)."""
     U = lids.shape[0]
     one = np.float32(1.0)
     for u in range(cuda.grid(1), U, cuda.gridsize(1)):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,7 @@ import torch.distributed as dist
 from ..torch_bridge.codecs import BF16Codec, Codec, FP16Codec, HFP8Codec, Int8RowwiseCodec
 
 BYTES: collections.Counter = collections.Counter()  # collective name -> bytes sent by this rank
+SECONDS: collections.Counter = collections.Counter()  # collective name -> seconds spent in it (codecs included)
 _NAMES = {"fp16": FP16Codec, "bf16": BF16Codec, "fp8": HFP8Codec, "hfp8": HFP8Codec, "int8": Int8RowwiseCodec}
 
 
@@ -95,6 +97,7 @@ def _decode(payload: torch.Tensor, rows: int, cols: int, codec: Codec | None, de
 def exchange_blocks(blocks, recv_shapes, group=None, codec=None, name="all_to_all") -> list[torch.Tensor]:
     """All-to-all of row blocks: ``blocks[d]`` (2-D float) goes to rank ``d``; returns the blocks
     received, ``recv_shapes[s] = (rows, cols)`` from rank ``s``, decoded to float32."""
+    t0 = time.perf_counter()
     world, _ = _world(group)
     if len(blocks) != world or len(recv_shapes) != world:
         raise ValueError(f"need one block and one receive shape per rank ({world}), got {len(blocks)}")
@@ -108,6 +111,7 @@ def exchange_blocks(blocks, recv_shapes, group=None, codec=None, name="all_to_al
     for (r, c), n in zip(recv_shapes, recv_sizes):
         out.append(_decode(recv[start : start + n], r, c, codec, send.device))
         start += n
+    SECONDS[name] += time.perf_counter() - t0
     return out
 
 
@@ -118,6 +122,7 @@ def reduce_scatter_rows(x: torch.Tensor, splits, group=None, codec=None) -> torc
     splits = [int(s) for s in splits]
     C = x.shape[1]
     if codec is None:
+        t0 = time.perf_counter()
         out = torch.empty(splits[rank], C, dtype=torch.float32, device=x.device)
         chunks = [c.contiguous() for c in x.float().split(splits)]
         if x.numel():
@@ -125,6 +130,7 @@ def reduce_scatter_rows(x: torch.Tensor, splits, group=None, codec=None) -> torc
         else:  # nothing anywhere (C == 0 or an empty global batch): no collective needed, all ranks agree
             out.zero_()
         BYTES["reduce_scatter"] += int(x.numel()) * 4
+        SECONDS["reduce_scatter"] += time.perf_counter() - t0
         return out
     parts = exchange_blocks(list(x.split(splits)), [(splits[rank], C)] * world, group, codec, "reduce_scatter")
     out = parts[0].clone()
@@ -146,7 +152,7 @@ def gather_sizes(n: int, group=None, device=None) -> list[int]:
     world, _ = _world(group)
     mine = torch.tensor([n], dtype=torch.int64, device=device)
     out = torch.empty(world, dtype=torch.int64, device=device)
-    dist.all_gather_into_tensor(out, mine, group=group)
+    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, mine, group=group)
     return [int(v) for v in out.tolist()]
 
 

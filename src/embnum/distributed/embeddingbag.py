@@ -31,6 +31,7 @@ naming it.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import torch
@@ -245,6 +246,19 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         self._init_weights(seed)
         self._holder = _Holder()
         self._anchor = torch.zeros((), requires_grad=True)
+        self.timings = None  # a dict to collect seconds per forward phase (the benchmark sets it)
+
+    def _tick(self, name, t0):
+        if self.timings is not None:
+            t = time.perf_counter()
+            self.timings[name] = self.timings.get(name, 0.0) + t - t0
+            return t
+        return t0
+
+    @property
+    def device(self) -> torch.device:
+        """Where the shards live (``module.to(device)`` moves them; inputs must be there too)."""
+        return next(iter(self.tbes.values())).weights.device if len(self.tbes) else torch.device("cpu")
 
     # -- shard storage ----------------------------------------------------------------------
     def _views(self, si):
@@ -270,7 +284,8 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                     continue
                 R, D = int(t.num_embeddings), int(t.embedding_dim)
                 bound = float(np.sqrt(1.0 / R))
-                whole = np.random.default_rng([seed, ti]).uniform(-bound, bound, (R, D)).astype(np.float32)
+                lo, hi = t.init_range() if callable(getattr(t, "init_range", None)) else (-bound, bound)
+                whole = np.random.default_rng([seed, ti]).uniform(lo, hi, (R, D)).astype(np.float32)
                 for si in mine:
                     sh = self.layout.shards[si]
                     block = whole[sh.rows[0] : sh.rows[1], sh.cols[0] : sh.cols[1]]
@@ -317,19 +332,19 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
 
     def _send_buffers(self, pos, lengths, values, weights, B):
         """The local KJT cut into every destination's slots, destination-major."""
-        lay = self.layout
+        lay, dev = self.layout, values.device
         T = lengths.shape[0]
         parts_l, parts_v, parts_w = [lengths.reshape(-1)], [values], [weights]
         base, call_base = T, []
         for call in lay.calls:
-            perm = torch.tensor([pos[lay.features[f].name] for f in call.features], dtype=torch.int64)
+            perm = torch.tensor([pos[lay.features[f].name] for f in call.features], dtype=torch.int64, device=dev)
             l, v, w = tb.permute_2d_sparse_data(perm, lengths, values, weights)
             nl, nv, nw, _, _ = tb.block_bucketize_sparse_features(
                 l.reshape(-1),
                 v,
                 False,
                 False,
-                torch.tensor(call.block_sizes, dtype=torch.int64),
+                torch.tensor(call.block_sizes, dtype=torch.int64, device=dev),
                 len(call.ranks),
                 weights=w,
             )
@@ -350,34 +365,34 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         all_l = torch.cat(parts_l).reshape(base, B)
         all_v = torch.cat(parts_v)
         all_w = torch.cat(parts_w) if weights is not None else None
-        return tb.permute_2d_sparse_data(torch.tensor(perm, dtype=torch.int64), all_l, all_v, all_w)
+        return tb.permute_2d_sparse_data(torch.tensor(perm, dtype=torch.int64, device=dev), all_l, all_v, all_w)
 
     def _input_dist(self, pos, lengths, values, weights, B, Bs):
         """-> key-major ``(lengths [S*B_g], values, weights)`` of this rank's slots, global batch."""
-        lay, W, me, g = self.layout, self.world_size, self.rank, self.group
+        lay, W, me, g, dev = self.layout, self.world_size, self.rank, self.group, values.device
         send_l, send_v, send_w = self._send_buffers(pos, lengths, values, weights, B)
         S = [len(lay.slots[d]) for d in range(W)]
         Sme = S[me]
         slot_sums = send_l.sum(1)
         slot_off = np.cumsum([0] + S)
         vals_per_dest = [int(slot_sums[slot_off[d] : slot_off[d + 1]].sum()) for d in range(W)]
-        recv_l = torch.empty(Sme * sum(Bs), dtype=torch.int64)
+        recv_l = torch.empty(Sme * sum(Bs), dtype=torch.int64, device=dev)
         dist.all_to_all_single(recv_l, send_l.reshape(-1), [Sme * b for b in Bs], [s * B for s in S], group=g)
         comm.BYTES["input_lengths"] += send_l.numel() * 8
-        seg = torch.tensor([b for b in Bs for _ in range(Sme)], dtype=torch.int64)
+        seg = torch.tensor([b for b in Bs for _ in range(Sme)], dtype=torch.int64, device=dev)
         seg_off = _cumsum0(seg)
         csum = _cumsum0(recv_l)
         vsz = csum[seg_off[1:]] - csum[seg_off[:-1]]
         recv_counts = [int(x) for x in vsz.reshape(W, Sme).sum(1).tolist()] if Sme else [0] * W
-        recv_v = torch.empty(sum(recv_counts), dtype=torch.int64)
+        recv_v = torch.empty(sum(recv_counts), dtype=torch.int64, device=dev)
         dist.all_to_all_single(recv_v, send_v, recv_counts, vals_per_dest, group=g)
         comm.BYTES["input_values"] += send_v.numel() * 8
         recv_w = None
         if weights is not None:
-            recv_w = torch.empty(sum(recv_counts), dtype=torch.float32)
+            recv_w = torch.empty(sum(recv_counts), dtype=torch.float32, device=dev)
             dist.all_to_all_single(recv_w, send_w.float(), recv_counts, vals_per_dest, group=g)
             comm.BYTES["input_weights"] += send_w.numel() * 4
-        perm = torch.tensor([s * Sme + j for j in range(Sme) for s in range(W)], dtype=torch.int64)
+        perm = torch.tensor([s * Sme + j for j in range(Sme) for s in range(W)], dtype=torch.int64, device=dev)
         _, glob_l, _ = tb.permute_1d_sparse_data(perm, seg, recv_l)
         _, glob_v, glob_w = tb.permute_1d_sparse_data(perm, vsz, recv_v, recv_w)
         return glob_l, glob_v, glob_w
@@ -396,9 +411,12 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         lay, me, W = self.layout, self.rank, self.world_size
         keys, lengths, values, weights, B = _unpack(features)
         pos = self._check(keys, lengths, values, weights)
-        Bs = comm.gather_sizes(B, self.group)
+        dev = values.device
+        t0 = time.perf_counter()
+        Bs = comm.gather_sizes(B, self.group, dev)
         Bg = sum(Bs)
         glob_l, glob_v, glob_w = self._input_dist(pos, lengths, values, weights, B, Bs)
+        t0 = self._tick("input_dist", t0)
         outs = {}
         for g in ("sum", "mean"):
             if g in self.tbes:
@@ -408,7 +426,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             if g not in self.tbes:
                 continue
             slots = lay.group_slots(me, g)
-            perm = torch.tensor([pos[lay.features[s.feature].name] for s in slots], dtype=torch.int64)
+            perm = torch.tensor([pos[lay.features[s.feature].name] for s in slots], dtype=torch.int64, device=dev)
             ll, lv, lw = tb.permute_2d_sparse_data(perm, lengths, values, weights)
             local = (lv, _cumsum0(ll.reshape(-1)), lw)
             width = sum(lay.slot_width(s) for s in slots)
@@ -416,13 +434,14 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             glob = self._group_kjt(g, glob_l, glob_v, glob_w, Bg)
             dp_parts.append(_ReplicaLookup.apply(tbe.weights, tbe, self._holder, (col, col + width), local, glob))
             col += width
+        t0 = self._tick("lookup", t0)
         a2a_sum = sum(lay.slot_width(s) for s in lay.group_slots(me, "sum") if s.route == "a2a")
         a2a = [outs["sum"][:, :a2a_sum]] if "sum" in outs else []
         if "mean" in outs:
             a2a.append(outs["mean"])
-        a2a = torch.cat(a2a, dim=1) if a2a else torch.zeros(Bg, 0)
-        rs = outs["sum"][:, a2a_sum:] if "sum" in outs else torch.zeros(Bg, 0)
-        dp = torch.cat(dp_parts, dim=1) if dp_parts else torch.zeros(B, 0)
+        a2a = torch.cat(a2a, dim=1) if a2a else torch.zeros(Bg, 0, device=dev)
+        rs = outs["sum"][:, a2a_sum:] if "sum" in outs else torch.zeros(Bg, 0, device=dev)
+        dp = torch.cat(dp_parts, dim=1) if dp_parts else torch.zeros(B, 0, device=dev)
         meta = (
             self.group,
             Bs,
@@ -434,15 +453,16 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             lay.has("dp"),
         )
         full = _OutputDist.apply(self._anchor, a2a, rs, dp, meta)
-        colmap = torch.tensor(lay.column_map(me), dtype=torch.int64)
-        out = torch.zeros(B, lay.total_dim, dtype=full.dtype).index_add(1, colmap, full)
+        colmap = torch.tensor(lay.column_map(me), dtype=torch.int64, device=dev)
+        out = torch.zeros(B, lay.total_dim, dtype=full.dtype, device=dev).index_add(1, colmap, full)
         means = lay.mean_after_sum()
         if means:
-            div = torch.ones(B, lay.total_dim)
+            div = torch.ones(B, lay.total_dim, device=dev)
             for fi in means:
                 f = lay.features[fi]
                 div[:, f.col : f.col + f.dim] = lengths[pos[f.name]].clamp(min=1).to(torch.float32)[:, None]
             out = out / div
+        self._tick("output_dist", t0)
         return _keyed_tensor([f.name for f in lay.features], [f.dim for f in lay.features], out)
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -464,8 +484,9 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         return sh.rank == min(s.rank for s in self.layout.shards if s.table == sh.table)
 
     def state_dict(self, *, gather: bool = True):
-        """Tables and optimizer state under TorchRec's names (``embedding_bags.<table>.weight``,
-        ``embedding_bags.<table>.momentum1`` / ``momentum2``, ``step``).
+        """Tables and optimizer state under the single-process EBC's names (``embedding_bags.<table>.weight``,
+        ``embedding_bags.<table>.momentum1`` / ``momentum2``, ``embedding_bags.<table>.step``), so a
+        gathered state dict loads into :class:`embnum.torch_bridge.EmbeddingBagCollection` and back.
 
         ``gather=True`` (a collective: every rank calls it): whole tensors on every rank.
         ``gather=False``: this rank's pieces as :class:`TableShards` (no communication); join the
@@ -485,7 +506,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                     cols = (0, 1) if len(shape) == 1 else sh.cols
                     pieces.append((sh.rows, cols, v.clone() if len(shape) == 2 else v.reshape(-1).clone()))
                 if gather:
-                    whole = torch.zeros(shape)
+                    whole = torch.zeros(shape, device=self.device)
                     for rows, cols, v in pieces:
                         if len(shape) == 1:
                             whole[rows[0] : rows[1]] = v
@@ -496,10 +517,11 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                 else:
                     out[self._key(t.name, name)] = TableShards(shape, pieces)
         if gather:
-            s = torch.tensor([step], dtype=torch.int64)
+            s = torch.tensor([step], dtype=torch.int64, device=self.device)
             dist.all_reduce(s, op=dist.ReduceOp.MAX, group=self.group)
             step = int(s[0])
-        out["step"] = step
+        for t in lay.tables:
+            out[f"embedding_bags.{t.name}.step"] = torch.tensor(step, dtype=torch.int64)
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True):
@@ -525,9 +547,11 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                     for si in lay.table_shards(ti):
                         if si in self._where:
                             self._load_shard(key, si, name, value, strict, len(shape) == 1)
-            if "step" in state_dict:
+            keys = [f"embedding_bags.{t.name}.step" for t in lay.tables]
+            steps = [int(state_dict[k]) for k in keys if k in state_dict]
+            if steps:  # one step for every shard (tables trained together step together)
                 for tbe in self.tbes.values():
-                    tbe.step = int(state_dict["step"])
+                    tbe.step = max(steps)
 
     def _load_shard(self, key, si, name, value, strict, one_d):
         sh = self.layout.shards[si]

@@ -160,8 +160,8 @@ def plan_tables(
       off by default);
     * a table whose memory exceeds ``row_wise_share`` of a rank's fair share (total / world)
       and that has at least ``world_size`` rows goes ``row_wise``;
-    * every other table goes ``table_wise``, largest first, to the rank with the least
-      ``max(memory share, work share)`` after adding it (ties: the lower rank).
+    * every other table goes ``table_wise``, largest ``max(memory share, work share)`` first, to
+      the rank with the least ``max(memory share, work share)`` after adding it (ties: the lower rank).
 
     ``verbose=True`` prints the plan. Returns a :class:`ShardingPlan`.
     """
@@ -192,7 +192,7 @@ def plan_tables(
                 work[r] += w / world_size
         else:
             rest.append(t)
-    for t in sorted(rest, key=lambda t: (-costs[t.name][0], -costs[t.name][1], t.name)):
+    for t in sorted(rest, key=lambda t: (-max(costs[t.name][0] / total_mem, costs[t.name][1] / total_work), t.name)):
         m, w = costs[t.name]
 
         def load(r):

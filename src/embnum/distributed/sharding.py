@@ -173,6 +173,9 @@ def check_tables(tables) -> None:
             raise ValueError(f"table {t.name!r}: num_embeddings and embedding_dim must be >= 1")
         if not t.feature_names:
             raise ValueError(f"table {t.name!r} has no feature_names")
+        dtype = str(getattr(t, "data_type", "fp32")).lower()
+        if dtype not in ("fp32", "float32", "torch.float32", "datatype.fp32"):
+            raise ValueError(f"table {t.name!r}: sharded tables are fp32, got data_type {t.data_type!r}")
         for f in t.feature_names:
             if f in feats:
                 raise ValueError(f"feature {f!r} is read by two tables")

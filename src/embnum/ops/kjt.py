@@ -1,4 +1,4 @@
-"""Declarations of the KeyedJaggedTensor family (``shared/spec/kjt.md``).
+"""Declarations of the KeyedJaggedTensor family (``docs/families/kjt.md``).
 
 Sparse-feature ops that move ids between keys and between ranks before a
 sharded embedding lookup. Each function validates its arguments and returns
@@ -82,7 +82,7 @@ def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_s
 
 
 # -- 1. permute_2d_sparse_data ------------------------------------------------
-@op("kjt", differentiable=("values", "weights"))
+@op("kjt", returns="tuple", differentiable=("values", "weights"))
 def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_lengths_sum=None):
     """Reorder, repeat or drop the keys of a fixed-batch KJT.
 
@@ -91,6 +91,14 @@ def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_leng
     weights ``None`` or ``[N]`` float16/32/64. Returns ``(lengths[permute]
     [T_out, B], values of keys permute[0], permute[1], ... [M], weights likewise
     or None)``. ``permuted_lengths_sum`` (optional) must equal ``M``.
+
+    Examples
+    --------
+    >>> lengths = np.array([[1, 2], [0, 1]])  # 2 keys, batch of 2
+    >>> embnum.permute_2d_sparse_data(np.array([1, 0, 1]), lengths, np.array([10, 11, 12, 20]))
+    (array([[0, 1],
+           [1, 2],
+           [0, 1]]), array([20, 10, 11, 12, 20]), None)
     """
     N = _lengths("lengths", lengths, ndim=2)
     _values("values", values, N)
@@ -101,12 +109,19 @@ def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_leng
 
 
 # -- 2. permute_1d_sparse_data ------------------------------------------------
-@op("kjt", differentiable=("values", "weights"))
+@op("kjt", returns="tuple", differentiable=("values", "weights"))
 def permute_1d_sparse_data(permute, lengths, values, weights=None, permuted_lengths_sum=None):
     """The gather of :func:`permute_2d_sparse_data` on a flat list of ``S`` segments.
 
     permute ``[S_out]`` in ``[0, S)``; lengths ``[S]``; values/weights ``[N]``.
     Returns ``(lengths[permute] [S_out], segments permute[0], ... [M], weights or None)``.
+
+    Examples
+    --------
+    >>> lengths, values = np.array([1, 2, 1]), np.array([10, 11, 12, 13])
+    >>> weights = np.array([0.5, 1.0, 1.5, 2.0], dtype=np.float32)
+    >>> embnum.permute_1d_sparse_data(np.array([2, 0]), lengths, values, weights)
+    (array([1, 1]), array([13, 10]), array([2. , 0.5], dtype=float32))
     """
     N = _lengths("lengths", lengths)
     _values("values", values, N)
@@ -150,7 +165,7 @@ def _boundaries(pos, T, my_size, imax):
     return flat
 
 
-@op("kjt")
+@op("kjt", returns="tuple")
 def block_bucketize_sparse_features(
     lengths,
     indices,
@@ -174,7 +189,20 @@ def block_bucketize_sparse_features(
     new_indices [N], new_weights [N] or None, new_pos [N] or None,
     unbucketize_permute [N] or None)``, ids/pos/permute in the indices dtype.
     Inside each (bucket, bag) group ids keep their input order on every backend.
-    ``max_B`` is accepted and ignored. See ``shared/spec/kjt.md`` section 3.
+    ``max_B`` is accepted and ignored. See ``docs/families/kjt.md`` (row-wise bucketization).
+
+    Examples
+    --------
+    >>> lengths, ids = np.array([2, 1]), np.array([3, 12, 7])  # one key, two bags
+    >>> block_sizes, my_size = np.array([5]), 2
+    >>> bucketize_pos = sequence = False
+    >>> out = embnum.block_bucketize_sparse_features(lengths, ids, bucketize_pos, sequence, block_sizes, my_size)
+    >>> new_lengths, new_ids = out[0], out[1]
+    >>> new_lengths.reshape(2, -1)  # rows: ranks
+    array([[2, 0],
+           [0, 1]])
+    >>> new_ids
+    array([3, 6, 2])
     """
     N = _lengths("lengths", lengths)
     v.index_array("indices", indices)
@@ -259,7 +287,7 @@ def block_bucketize_sparse_features(
 
 
 # -- 4. keyed_jagged_index_select_dim1 ---------------------------------------------
-@op("kjt", differentiable=("values", "weights"))
+@op("kjt", returns="list", differentiable=("values", "weights"))
 def keyed_jagged_index_select_dim1(
     values, lengths, offsets, indices, batch_size, weights=None, selected_lengths_sum=None
 ):
@@ -270,6 +298,13 @@ def keyed_jagged_index_select_dim1(
     Returns the list ``[values_out [M], lengths_out [T * n]]`` plus
     ``weights_out [M]`` when weights are given (output bag ``t*n + j`` is input
     bag ``t*batch_size + indices[j]``).
+
+    Examples
+    --------
+    >>> lengths = np.array([1, 2, 0, 1])  # 2 keys, batch of 2
+    >>> values = np.array([10, 11, 12, 20])
+    >>> embnum.keyed_jagged_index_select_dim1(values, lengths, embnum.complete_cumsum(lengths), np.array([1, 1, 0]), 2)
+    [array([11, 12, 11, 12, 10, 20, 20]), array([2, 2, 1, 1, 1, 0])]
     """
     batch_size = v.size("batch_size", batch_size)
     if batch_size < 1:
@@ -316,6 +351,11 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
     input segment ``permute[t]``); output_size ``== output_offset[-1]``. Returns
     ``[output_size]`` in the dtype of ``input_offset``:
     ``out[output_offset[t] + i] = input_offset[permute[t]] + i``.
+
+    Examples
+    --------
+    >>> embnum.expand_into_jagged_permute(np.array([1, 0]), np.array([0, 2, 5]), np.array([0, 3, 5]), 5)
+    array([2, 3, 4, 0, 1])
     """
     v.index_array("permute", permute)
     T = permute.shape[0]
@@ -348,7 +388,13 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
 @op("kjt")
 def invert_permute(permute):
     """``result[permute[i]] = i``: permute ``[n]`` int32/int64, a permutation of ``0..n-1``;
-    result ``[n]``, same dtype."""
+    result ``[n]``, same dtype.
+
+    Examples
+    --------
+    >>> embnum.invert_permute(np.array([2, 0, 1]))
+    array([1, 2, 0])
+    """
     v.index_array("permute", permute)
     n = permute.shape[0]
     _in_range("permute", permute, n)
@@ -362,7 +408,7 @@ def invert_permute(permute):
 
 
 # -- 7. jagged_unique_indices ----------------------------------------------------------
-@op("kjt")
+@op("kjt", returns="tuple")
 def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices):
     """De-duplicate the ids of a KJT per embedding table.
 
@@ -370,6 +416,13 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     tables); offsets ``[T * B + 1]`` complete cumsum of bag lengths; indices ``[N]``
     ``>= 0``. Returns ``(output_lengths [T*B], output_offsets [T*B + 1]`` (offsets
     dtype), ``unique_indices [K]`` (indices dtype), ``reverse_index [N]`` int64).
+
+    Examples
+    --------
+    >>> hash_size_cumsum, hash_size_offsets = np.array([0, 10, 20]), np.array([0, 1, 2])  # 2 tables of 10 rows
+    >>> offsets = np.array([0, 3, 4])  # one bag per feature
+    >>> embnum.jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, np.array([4, 1, 4, 4]))
+    (array([2, 1]), array([0, 2, 3]), array([1, 4, 4]), array([1, 0, 1, 2]))
     """
     for name, a in (
         ("hash_size_cumsum", hash_size_cumsum),

@@ -1,4 +1,4 @@
-"""Declarations of the TBE family: table-batched embedding bags (``shared/spec/tbe.md``).
+"""Declarations of the TBE family: table-batched embedding bags (``docs/families/tbe.md``).
 
 Every op takes the flat layout (``weights``, ``weights_offsets``, ``D_offsets``,
 ``hash_size_cumsum``), ``indices`` and ``offsets``. The declarations validate
@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _tbe_bounds as bounds
 from .. import _validate as v
+from .._compare import within
 from .._registry import Example, Out, Plan, check, example, op
 from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
@@ -44,7 +45,7 @@ def _host(a) -> np.ndarray:
 
 
 def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
-    """Validate the flat layout (spec 1); return host int64 copies and the rows of each feature."""
+    """Validate the flat layout (``docs/families/tbe.md``); return host int64 copies and the rows of each feature."""
     v.array("weights", weights, ndim=1, dtypes=WEIGHT_DTYPES)
     for name, a in (
         ("weights_offsets", weights_offsets),
@@ -192,6 +193,15 @@ def tbe_forward(
     (``"sum"`` only). Output ``[B, total_D]`` (``"sum"``/``"mean"``, an empty bag gives
     0) or ``[N, D]`` (``"none"``; positions outside every bag give 0), in
     ``output_dtype`` (float32 or float16), accumulated in float32.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.arange(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])  # 2 features x batch of 2
+    >>> embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, 'sum')
+    array([[ 4.,  6.,  9., 10., 11.],
+           [ 0.,  0.,  9., 10., 11.]], dtype=float32)
     """
     woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
     pooling = pooling_code(pooling_mode)
@@ -242,6 +252,14 @@ def tbe_backward(
     grad_output: float32/float16 ``[B, total_D]`` (pooled) or ``[N, D]`` (``"none"``).
     Output float32 ``[W]``, zero outside looked-up rows; every contribution to a
     physical row is summed (duplicates, bags, features sharing the table).
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
+    >>> embnum.tbe_backward(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
+    array([1., 1., 0., 0., 1., 1., 0., 0., 0., 2., 2., 2.], dtype=float32)
     """
     args = _backward_plan(
         grad_output,
@@ -258,7 +276,7 @@ def tbe_backward(
     return Plan(args, Out((weights.shape[0],), np.float32))
 
 
-@op("tbe", takes_out=False)
+@op("tbe", returns="computed")
 def tbe_backward_sparse(
     grad_output,
     weights,
@@ -277,6 +295,17 @@ def tbe_backward_sparse(
 
     ``linear_ids[u] = hash_size_cumsum[t] + row``; row ``u``'s summed gradient is
     ``values[value_offsets[u]:value_offsets[u+1]]``. Deterministic (fixed summation order).
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
+    >>> g = embnum.tbe_backward_sparse(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
+    >>> g.linear_ids, g.value_offsets
+    (array([0, 2, 4]), array([0, 2, 4, 7]))
+    >>> g.values
+    array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
     """
     return Plan(
         _backward_plan(
@@ -300,7 +329,16 @@ def tbe_grad_per_sample_weights(
     grad_output, weights, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, *, bounds_check_mode="fatal"
 ):
     """Gradient of the ``"sum"``-pooled forward w.r.t. ``per_sample_weights``: float32 ``[N]``,
-    ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag."""
+    ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
+    >>> weights = np.arange(6, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1]), np.array([0, 2, 3])
+    >>> embnum.tbe_grad_per_sample_weights(np.ones((2, 2), np.float32), weights, *lay.arrays(), indices, offsets)
+    array([1., 9., 5.], dtype=float32)
+    """
     args = _backward_plan(
         grad_output,
         weights,
@@ -339,7 +377,7 @@ def _writable(name, a):
         raise ValueError(f"{name} is read-only (it is updated in place)")
 
 
-@op("tbe", takes_out=False, mutates=("weights", "momentum1", "momentum2"))
+@op("tbe", mutates=("weights", "momentum1", "momentum2"))
 def tbe_backward_update(
     grad_output,
     weights,
@@ -367,6 +405,16 @@ def tbe_backward_update(
     kinds take ``step`` (int >= 1, this step's 1-based number). Each touched row is
     updated once from its summed gradient; untouched rows are not read or written.
     Everything is validated before anything is written.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
+    >>> weights = np.ones(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 2]), np.array([0, 2, 3])
+    >>> grad, sgd = np.ones((2, 2), np.float32), embnum.TBEOptimizer('sgd', 0.5)
+    >>> embnum.tbe_backward_update(grad, weights, *lay.arrays(), indices, offsets, optimizer=sgd)
+    >>> weights  # rows 0 and 2 stepped by 0.5 per lookup
+    array([0.5, 0.5, 1. , 1. , 0. , 0. ], dtype=float32)
     """
     if not isinstance(optimizer, TBEOptimizer):
         raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
@@ -402,21 +450,6 @@ def _quiet(fn, *a, **k):
         return fn(*a, **k)
 
 
-def _close(got, want, tol) -> tuple[float, bool]:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf"), False
-    if got.size == 0:
-        return 0.0, True
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        err = np.abs(g - w)
-    same = (g == w) | (np.isnan(g) & np.isnan(w))
-    ok = bool(np.all(same | (err <= tol)))
-    finite = err[np.isfinite(err)]
-    return float(finite.max()) if finite.size else 0.0, ok
-
-
 def _abs_args(args, *names):
     return {k: (np.abs(a) if k in names and isinstance(a, np.ndarray) else a) for k, a in args.items()}
 
@@ -428,7 +461,7 @@ def _forward_close(got, want, args):
     tol = 1e-5 * bound.astype(np.float64) + 1e-30
     if want.dtype == np.float16:
         tol = tol + np.spacing(np.abs(want)).astype(np.float64)
-    return _close(got, want, tol)
+    return within(got, want, tol)
 
 
 def _grad_bound(args, op_public):
@@ -438,12 +471,12 @@ def _grad_bound(args, op_public):
 
 @check(tbe_backward)
 def _backward_close(got, want, args):
-    return _close(got, want, 1e-5 * _grad_bound(args, tbe_backward).astype(np.float64) + 1e-30)
+    return within(got, want, 1e-5 * _grad_bound(args, tbe_backward).astype(np.float64) + 1e-30)
 
 
 @check(tbe_grad_per_sample_weights)
 def _psw_close(got, want, args):
-    return _close(got, want, 1e-5 * _grad_bound(args, tbe_grad_per_sample_weights).astype(np.float64) + 1e-30)
+    return within(got, want, 1e-5 * _grad_bound(args, tbe_grad_per_sample_weights).astype(np.float64) + 1e-30)
 
 
 @check(tbe_backward_sparse)
@@ -454,7 +487,7 @@ def _sparse_close(got, want, args):
         if g.dtype != w.dtype or not np.array_equal(g, w):
             return float("inf"), False
     bound = _grad_bound(args, tbe_backward_sparse).values
-    return _close(g_vals, w_vals, 1e-5 * bound.astype(np.float64) + 1e-30)
+    return within(g_vals, w_vals, 1e-5 * bound.astype(np.float64) + 1e-30)
 
 
 @check(tbe_backward_update)
@@ -467,7 +500,7 @@ def _update_close(got, want, args):
         tol = 2e-5 * np.abs(w64) + 1e-6 * max(1.0, np.abs(w64).max(initial=0.0))
         if np.asarray(w).dtype == np.float16:
             tol = tol + np.spacing(np.abs(w)).astype(np.float64)
-        e, o = _close(g, w, tol)
+        e, o = within(g, w, tol)
         err, ok = max(err, e), ok and o
     return err, ok
 

@@ -1,4 +1,4 @@
-"""NumPy oracle of the TBE family (``shared/spec/tbe.md``): float64 accumulation,
+"""NumPy oracle of the TBE family (``docs/families/tbe.md``): float64 accumulation,
 one feature at a time, written for reading."""
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ def tbe_grad_per_sample_weights(
 
 
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **kw):
-    """Spec 3.5 in float64 with float32 hyper-parameters; writes ``weights`` and the state."""
+    """The fused-optimizer step (``docs/families/tbe.md``) in float64 with float32 hyper-parameters;
+    writes ``weights`` and the state."""
     hp = {k: (None if x is None else float(x)) for k, x in optimizer.float32().items()}
     g_out = grad_output.astype(np.float32)
     if hp["max_gradient"] is not None:

@@ -1,4 +1,4 @@
-"""NumPy oracle of the quantized TBE lookup (``shared/spec/tbe.md`` section 5).
+"""NumPy oracle of the quantized TBE lookup (``docs/families/tbe_quantized.md``).
 
 Arguments arrive validated and bounds-checked (``embnum.ops.tbe_quantized``):
 ``layout[t] = (byte offset, type code, first output column, D, row bytes)``;
@@ -8,8 +8,6 @@ in float64.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 
@@ -73,15 +71,9 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
         return out.astype(np.float32).astype(output_dtype)
 
 
-def bag_magnitudes(args, shape):
-    """``sum(|w_p| * max|row_p|)`` of each output element's bag (the tolerance scale of tbe.md 5.3)."""
-    from ..ops.tbe_quantized import tbe_forward_quantized as public
-
-    op = public.op
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        plan = op.declaration(**op.bind((), dict(args)))
-    a = plan.args
+def bag_magnitudes(a, shape):
+    """``sum(|w_p| * max|row_p|)`` of each output element's bag (the tolerance scale of tbe.md 5.3);
+    ``a``: the op's validated plan arguments."""
     host = lambda x: None if x is None else to_host(x)  # noqa: E731
     weights, layout, indices, offsets = (host(a[k]) for k in ("weights", "layout", "indices", "offsets"))
     psw = host(a["per_sample_weights"])

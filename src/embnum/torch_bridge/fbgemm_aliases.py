@@ -7,7 +7,7 @@ autograd, fake tensors and ``torch.compile`` come from the embnum custom op it c
 So code written against fbgemm, such as TorchRec's ``torch.ops.fbgemm.permute_2D_sparse_data``
 calls, runs on embnum. It refuses when fbgemm_gpu is already loaded (its ops own those
 names), and fbgemm_gpu cannot be loaded into a process after it (the names are taken).
-Semantics are embnum's (``shared/spec``): same results where fbgemm's are defined, clear
+Semantics are embnum's (``docs/``, the family pages): same results where fbgemm's are defined, clear
 errors where fbgemm reads out of bounds. The TBE training and inference operators are
 not aliased: their fbgemm schemas are internal codegen entry points (use
 ``embnum.torch_bridge.tbe`` and the EmbeddingBagCollection instead).
