@@ -373,7 +373,7 @@ def _state(name, a, kind_uses, weights, numel):
 def _writable(name, a):
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (it is updated in place)")
-    if not a.flags.writeable:
+    if not v.writable(a):
         raise ValueError(f"{name} is read-only (it is updated in place)")
 
 
