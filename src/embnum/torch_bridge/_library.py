@@ -216,6 +216,13 @@ def _is_int(x) -> bool:
     return (isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))) or isinstance(x, torch.SymInt)
 
 
+def _exact_float(i: int) -> bool:
+    try:
+        return int(float(i)) == i
+    except OverflowError:
+        return False
+
+
 def _check_value(name: str, kind: str, x):
     """``x`` as the schema type ``kind`` takes it (NumPy scalars as Python ones);
     ``TypeError``/``ValueError`` naming ``name`` when it does not fit."""
@@ -243,6 +250,8 @@ def _check_value(name: str, kind: str, x):
             return x
         if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
             raise TypeError(f"{name} must be a real number, got {x!r}")
+        if isinstance(x, numbers.Integral) and not _exact_float(int(x)):
+            raise ValueError(f"{name} = {int(x)} cannot be carried exactly by the torch schema (a float64)")
         return int(x) if isinstance(x, np.integer) else x  # a NumPy float scalar may carry exact bits
     elif kind == "bool":
         if isinstance(x, torch.SymBool):
