@@ -152,7 +152,15 @@ class _PlainLookup(torch.autograd.Function):
                 grad, w, *g.layout(), indices, offsets, bounds_check_mode=g.bounds_check_mode, backend=g.backend
             )
         dense = tbe_backward(
-            grad, w, *g.layout(), indices, offsets, g.pooling_mode, psw, bounds_check_mode=g.bounds_check_mode
+            grad,
+            w,
+            *g.layout(),
+            indices,
+            offsets,
+            g.pooling_mode,
+            psw,
+            bounds_check_mode=g.bounds_check_mode,
+            backend=g.backend,
         )
         tables = [dense[a:b].view(r, d).to(w.dtype) for a, b, r, d in ctx.spans]
         return (None, None, None, None, psw_grad, *tables)
