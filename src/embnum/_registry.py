@@ -33,19 +33,28 @@ from . import _validate
 from ._backend import BACKENDS, is_array, select_backend
 
 
-@dataclasses.dataclass(frozen=True)
 class Out:
-    """Shape and dtype of one output array."""
+    """Shape and dtype of one output array (``shape``: a tuple of Python ints).
 
-    shape: tuple
-    dtype: np.dtype
+    A slotted class rather than a frozen dataclass: every call builds one, and a frozen
+    dataclass's ``__init__`` costs twice as much (it is the per-call path)."""
 
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(map(int, shape))
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+
+    def __eq__(self, other):
+        return type(other) is Out and self.shape == other.shape and self.dtype == other.dtype
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Out(shape={self.shape}, dtype={self.dtype!r})"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Plan:
     """What a validated call will do.
 
@@ -117,10 +126,31 @@ class Op:
         return self.call(self.bind(args, kwargs), out, backend)
 
     def call(self, arguments: dict[str, Any], out, backend):
-        """Run the op on bound ``arguments`` (every parameter by name)."""
+        """Run the op on bound ``arguments`` (every parameter by name).
+
+        The common case (plain NumPy arrays, no ``backend=``, no ``out=``, one
+        output) takes a short path: no backend search, the cpu kernel looked up
+        once, one ``np.empty``. Everything else goes through :meth:`_call`."""
+        if backend is None and out is None and _all_plain_numpy(arguments):
+            plan = self.declaration(**arguments)
+            spec = plan.out
+            if type(spec) is Out:
+                impl = self._implementations.get("cpu") or self._cpu_implementation()
+                result = np.empty(spec.shape, spec.dtype)
+                impl(**plan.args, out=result)
+                return result
+            return self._call(arguments, out, backend, plan)
+        return self._call(arguments, out, backend)
+
+    def _cpu_implementation(self) -> Callable:
+        select_backend({}, "cpu")  # raises where Numba is missing
+        return self.implementation("cpu")
+
+    def _call(self, arguments: dict[str, Any], out, backend, plan: Plan | None = None):
         arrays = _arrays_in(arguments)
         chosen = select_backend(arrays, backend)
-        plan = self.declaration(**arguments)
+        if plan is None:
+            plan = self.declaration(**arguments)
         if plan.out is None:
             if out is not None:
                 raise TypeError(f"{self.name} takes no out=")
@@ -183,6 +213,34 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<embnum op {self.family}.{self.name}>"
+
+
+_SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
+
+
+def _other_array(v) -> bool:
+    """An array that is not a plain ``np.ndarray`` (a subclass, a CuPy array)."""
+    t = type(v)
+    return t not in _SCALAR_TYPES and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
+
+
+def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
+    """Whether the arrays among ``arguments`` (lists' items included) are all plain
+    ``np.ndarray`` and there is at least one: the call then runs on the cpu backend."""
+    seen = False
+    for v in arguments.values():
+        t = type(v)
+        if t is np.ndarray:
+            seen = True
+        elif t is list or t is tuple:
+            for x in v:
+                if type(x) is np.ndarray:
+                    seen = True
+                elif _other_array(x):
+                    return False
+        elif _other_array(v):
+            return False
+    return seen
 
 
 def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
