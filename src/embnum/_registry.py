@@ -135,15 +135,27 @@ class Op:
             plan = self.declaration(**arguments)
             spec = plan.out
             if type(spec) is Out:
-                impl = self._implementations.get("cpu") or self._cpu_implementation()
+                impl = self._implementations.get("cpu")
+                if impl is None or _small_call is None:
+                    impl = self._cpu_implementation()
                 result = np.empty(spec.shape, spec.dtype)
-                impl(**plan.args, out=result)
+                _small_call(impl, plan.args, result)  # one thread on small inputs
                 return result
             return self._call(arguments, out, backend, plan)
         return self._call(arguments, out, backend)
 
+    def _cpu_call(self, args, out):
+        impl = self._implementations.get("cpu")
+        if impl is None or _small_call is None:
+            impl = self._cpu_implementation()
+        return _small_call(impl, args, out)
+
     def _cpu_implementation(self) -> Callable:
+        global _small_call
         select_backend({}, "cpu")  # raises where Numba is missing
+        from .cpu._common import small_call
+
+        _small_call = small_call
         return self.implementation("cpu")
 
     def _call(self, arguments: dict[str, Any], out, backend, plan: Plan | None = None):
@@ -154,6 +166,8 @@ class Op:
         if plan.out is None:
             if out is not None:
                 raise TypeError(f"{self.name} takes no out=")
+            if chosen.name == "cpu":
+                return self._cpu_call(plan.args, None)
             return self.implementation(chosen.name)(**plan.args)
         single = isinstance(plan.out, Out)
         as_tuple = isinstance(plan.out, tuple)
@@ -178,7 +192,11 @@ class Op:
         else:
             if outs is None:
                 outs = [None if s is None else chosen.empty(*s) for s in shapes]
-            self.implementation(chosen.name)(**plan.args, out=outs[0] if single else tuple(outs) if as_tuple else outs)
+            given = outs[0] if single else tuple(outs) if as_tuple else outs
+            if chosen.name == "cpu":
+                self._cpu_call(plan.args, given)
+            else:
+                self.implementation(chosen.name)(**plan.args, out=given)
         if out is not None:
             return out
         return outs[0] if single else tuple(outs) if as_tuple else outs
@@ -214,6 +232,8 @@ class Op:
     def __repr__(self) -> str:
         return f"<embnum op {self.family}.{self.name}>"
 
+
+_small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba is loaded
 
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
 
