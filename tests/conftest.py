@@ -5,11 +5,15 @@
 * Hypothesis profiles: ``ci`` (default), ``thorough`` (more examples), ``dev``
   (a quick local run), chosen
   with ``HYPOTHESIS_PROFILE``.
+* ``--hostile-examples=N`` (or ``EMBNUM_HOSTILE_EXAMPLES``): hostile cases drawn per
+  op by the adversarial tier (``test_hostile.py``); its counts are printed at the end.
 * ``fast_backend``: every backend the oracle is compared with, as a
   :class:`harness.Flavor` (``cpu``, ``cuda`` simulated on NumPy arrays, and
   ``gpu``: the cuda backend on CuPy arrays, marked ``gpu``).
 """
 
+import collections
+import json
 import os
 
 # torch and Numba each start an OpenMP pool; spinning waiters of one starve the
@@ -52,3 +56,39 @@ def fast_backend(request):
     if reason:
         pytest.skip(reason)
     return flavor
+
+
+HOSTILE_CI_EXAMPLES = 12  # per op: the short profile CI runs (about a minute on an idle 2-core machine)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--hostile-examples",
+        type=int,
+        default=None,
+        help="hostile cases drawn per op by tests/test_hostile.py (default: EMBNUM_HOSTILE_EXAMPLES or "
+        f"{HOSTILE_CI_EXAMPLES})",
+    )
+
+
+def pytest_configure(config):
+    config.hostile_counts = collections.Counter()
+
+
+@pytest.fixture(scope="session")
+def hostile_examples(request):
+    n = request.config.getoption("--hostile-examples")
+    return n if n is not None else int(os.environ.get("EMBNUM_HOSTILE_EXAMPLES", HOSTILE_CI_EXAMPLES))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    counts = getattr(config, "hostile_counts", None)
+    if not counts:
+        return
+    terminalreporter.section("hostile input (tests/test_hostile.py)")
+    for k in sorted(counts):
+        terminalreporter.write_line(f"{k}: {counts[k]}")
+    path = os.environ.get("EMBNUM_HOSTILE_REPORT")
+    if path:
+        with open(path, "w") as f:
+            json.dump(dict(counts), f, indent=1, sort_keys=True)

@@ -118,15 +118,22 @@ OPTIMIZERS = [
     TBEOptimizer("rowwise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="l2"),
     TBEOptimizer("exact_row_wise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="decoupled", max_gradient=1.0),
     TBEOptimizer("adam", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
+    TBEOptimizer("lamb", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
+    TBEOptimizer("lamb", 0.05, max_gradient=1.0),
+    TBEOptimizer("partial_rowwise_adam", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
+    TBEOptimizer("partial_row_wise_lamb", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
+    TBEOptimizer("lars_sgd", 0.1, eta=0.5, momentum=0.9, weight_decay=0.01, weight_decay_mode="l2"),
+    TBEOptimizer("lars_sgd", 0.1, eta=0.01, momentum=0.0),
+    TBEOptimizer("rowwise_adagrad", 0.5, max_norm=1.0),
+    TBEOptimizer("sgd", 0.5, max_norm=0.75),
 ]
 
 
 def state_for(opt, weights, hash_size_cumsum, rng=None):
     rng = rng or np.random.default_rng(0)
-    n1 = int(hash_size_cumsum[-1]) if opt.kind == "rowwise_adagrad" else weights.shape[0]
-    m1 = (rng.integers(0, 5, n1) / 4).astype(np.float32) if "momentum1" in opt.states else None
-    m2 = (rng.integers(0, 5, weights.shape[0]) / 4).astype(np.float32) if "momentum2" in opt.states else None
-    return dict(momentum1=m1, momentum2=m2, step=3 if opt.kind == "adam" else None)
+    sizes = opt.state_sizes(weights.shape[0], int(hash_size_cumsum[-1]))
+    state = {k: (rng.integers(0, 5, n) / 4).astype(np.float32) for k, n in sizes.items()}
+    return dict(momentum1=state.get("momentum1"), momentum2=state.get("momentum2"), step=3 if opt.uses_step else None)
 
 
 @st.composite
@@ -312,6 +319,101 @@ def test_optimizer_examples(opt, weights, state, backend):
     np.testing.assert_allclose(w, weights, rtol=1e-5, atol=1e-6)
     if state is not None:
         np.testing.assert_allclose(m, state, rtol=1e-5)
+
+
+# One table of 2 rows x 2, row 0 = [3, 4] (norm 5), row 1 = [1, 1] untouched; one bag
+# looking up row 0 once, so the row's gradient is grad_output itself. Step 1 from zero state:
+# beta1 = 0.9 and beta2 = 0.999 as float32 make m_hat = g and v_hat = g^2 (the bias
+# corrections divide out 1 - beta exactly), so every number below is worked by hand.
+ROW_LAY = tbe_layout([2], [2])
+
+
+def _row_step(opt, grad, momentum1=None):
+    w = np.array([3, 4, 1, 1], np.float32)
+    state = {k: np.zeros(n, np.float32) for k, n in opt.state_sizes(4, 2).items()}
+    if momentum1 is not None:
+        state["momentum1"][:] = momentum1
+    return w, state, dict(optimizer=opt, step=1 if opt.uses_step else None, **state)
+
+
+@pytest.mark.parametrize(
+    "opt,grad,momentum1,want,want_state",
+    [
+        # r = g / (|g| + eps) = [1, -1], |r| = sqrt(2); w -= lr * (|w| / |r|) * r = 0.1 * 5 / sqrt(2) * r
+        (
+            TBEOptimizer("lamb", 0.1),
+            [5, -5],
+            None,
+            [2.6464466, 4.3535534],
+            dict(momentum2=[0.02499968, 0.02499968, 0, 0]),
+        ),
+        # r = [1, -1] + 0.5 * [3, 4] = [2.5, 1], |r| = sqrt(7.25); w -= 0.1 * 5 / sqrt(7.25) * r
+        (
+            TBEOptimizer("lamb", 0.1, weight_decay=0.5, weight_decay_mode="decoupled"),
+            [2, -2],
+            None,
+            [2.5357617, 3.8143047],
+            dict(momentum1=[0.2, -0.2, 0, 0]),
+        ),
+        # v = (1 - beta2) * mean(g^2) = (1 - beta2) * 12.5 at row 0, v_hat = 12.5; w -= 0.1 * g / sqrt(12.5)
+        (
+            TBEOptimizer("partial_rowwise_adam", 0.1),
+            [3, 4],
+            None,
+            [2.9151472, 3.8868629],
+            dict(momentum2=[0.012499839, 0]),
+        ),
+        # r = g / sqrt(12.5), |r| = 5 / sqrt(12.5), ratio |w| / |r| = sqrt(12.5): w -= 0.1 * g
+        (
+            TBEOptimizer("partial_row_wise_lamb", 0.1),
+            [3, 4],
+            None,
+            [2.7, 3.6],
+            dict(momentum1=[0.3, 0.4, 0, 0], momentum2=[0.012499839, 0]),
+        ),
+        # adjusted lr = 0.1 * 0.5 * |w| / |g| = 0.25 (|g| = 1); m = 0.9 * [1, -1] + 0.25 * g = [1.05, -0.7]
+        (
+            TBEOptimizer("lars_sgd", 0.1, eta=0.5, momentum=0.9),
+            [0.6, 0.8],
+            [1, -1, 7, 7],
+            [1.95, 4.7],
+            dict(momentum1=[1.05, -0.7, 7, 7]),
+        ),
+        # with L2 decay 0.1: adjusted lr = 0.25 / (1 + 0.1 * 5) = 1/6, m = (g + 0.1 * w) / 6 = [0.15, 0.2]
+        (
+            TBEOptimizer("lars_sgd", 0.1, eta=0.5, momentum=0.9, weight_decay=0.1, weight_decay_mode="l2"),
+            [0.6, 0.8],
+            None,
+            [2.85, 3.8],
+            dict(momentum1=[0.15, 0.2, 0, 0]),
+        ),
+        # sgd to [3.3, 4.4] (norm 5.5), then max_norm 5 scales it by 5 / 5.5 back to [3, 4]
+        (TBEOptimizer("sgd", 0.1, max_norm=5.0), [-3, -4], None, [3, 4], {}),
+        # rowwise adagrad: m = 12.5, w -= 0.1 / sqrt(12.5) * g = [2.915147, 3.886863] (norm 4.858579) <= 4.9: kept
+        (TBEOptimizer("rowwise_adagrad", 0.1, max_norm=4.9), [3, 4], None, [2.9151472, 3.8868629], {}),
+        # ... and with max_norm 2 scaled to norm 2: [1.2, 1.6]
+        (TBEOptimizer("rowwise_adagrad", 0.1, max_norm=2.0), [3, 4], None, [1.2, 1.6], dict(momentum1=[12.5, 0])),
+    ],
+)
+def test_new_optimizer_examples(opt, grad, momentum1, want, want_state, backend):
+    w, state, kw = _row_step(opt, grad, momentum1)
+    g = np.array([grad], np.float32)
+    embnum.tbe_backward_update(g, w, *ROW_LAY.arrays(), np.array([0]), np.array([0, 1]), backend=backend, **kw)
+    np.testing.assert_allclose(w, want + [1, 1], rtol=1e-6)
+    for k, v in want_state.items():
+        np.testing.assert_allclose(state[k], v, rtol=1e-5, atol=1e-7)
+
+
+def test_lamb_zero_direction_leaves_the_row(backend):
+    """A touched row whose LAMB direction is 0 (zero gradient, no decay) stays put: fbgemm's
+    trust ratio would be ``|w| / 0`` times 0 (NaN); embnum uses a ratio of 0 there."""
+    for kind in ("lamb", "partial_rowwise_lamb", "lars_sgd"):
+        opt = TBEOptimizer(kind, 0.1)
+        w, state, kw = _row_step(opt, [0, 0])
+        embnum.tbe_backward_update(
+            np.zeros((1, 2), np.float32), w, *ROW_LAY.arrays(), np.array([0]), np.array([0, 1]), backend=backend, **kw
+        )
+        np.testing.assert_array_equal(w, [3, 4, 1, 1])
 
 
 def test_adam_example(backend):
@@ -561,8 +663,13 @@ def test_update_rejects_shared_state_and_read_only():
     with pytest.raises(ValueError, match="momentum1 shares memory with momentum2"):
         embnum.tbe_backward_update(**_uargs(TBEOptimizer("adam", 0.1), momentum1=buf[:12], momentum2=buf[6:18], step=1))
     w = W12.copy()
-    with pytest.raises(ValueError, match="momentum1 shares memory with weights"):
+    with pytest.raises(ValueError, match="weights shares memory with momentum1"):
         embnum.tbe_backward_update(**_uargs(TBEOptimizer("adagrad", 0.1), weights=w, momentum1=w))
+    g = np.zeros(24, np.float32)  # grad_output viewing weights or the state: the caller's gradient would change
+    with pytest.raises(ValueError, match="grad_output shares memory with weights"):
+        embnum.tbe_backward_update(
+            **_uargs(TBEOptimizer("sgd", 0.1), weights=g[:12], grad_output=g[2:12].reshape(2, 5))
+        )
     ro = W12.copy()
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="weights is read-only"):
@@ -572,7 +679,13 @@ def test_update_rejects_shared_state_and_read_only():
 @pytest.mark.parametrize(
     "kw,words",
     [
-        (dict(kind="lamb"), "kind"),
+        (dict(kind="ensemble_rowwise_adagrad"), "kind"),
+        (dict(kind="lamb", weight_decay=0.1, weight_decay_mode="l2"), "decoupled"),
+        (dict(kind="partial_rowwise_adam", weight_decay=0.1), "decoupled"),
+        (dict(kind="lars_sgd", weight_decay=0.1, weight_decay_mode="decoupled"), "'l2'"),
+        (dict(kind="lars_sgd", eta=-1.0), "eta"),
+        (dict(kind="lars_sgd", momentum=float("inf")), "momentum"),
+        (dict(kind="sgd", max_norm=0.0), "max_norm"),
         (dict(kind="sgd", weight_decay=0.1, weight_decay_mode="l2"), "no weight decay"),
         (dict(kind="rowwise_adagrad", weight_decay=0.1), "needs weight_decay_mode"),
         (dict(kind="adam", weight_decay=0.1, weight_decay_mode="l2"), "decoupled"),
@@ -590,6 +703,9 @@ def test_optimizer_validation(kw, words):
     opt = TBEOptimizer("exact_row_wise_adagrad", 0.1, weight_decay=0.1, weight_decay_mode="L2")
     assert opt.kind == "rowwise_adagrad" and opt.weight_decay_mode == "l2"
     assert TBEOptimizer.decode(opt.encode()) == opt
+    lars = TBEOptimizer("LARS_SGD", 0.1, eta=0.2, momentum=0.5, max_norm=3.0)
+    assert TBEOptimizer.decode(lars.encode()) == lars and lars.state_layout == {"momentum1": "element"}
+    assert TBEOptimizer("partial_row_wise_lamb", 0.1).state_sizes(12, 5) == {"momentum1": 12, "momentum2": 5}
 
 
 # -- each row updated once; a toy training loop ----------------------------------
@@ -664,7 +780,7 @@ def _toy_loss_curve(backend, opt, steps=50):
             optimizer=opt,
             momentum1=state["momentum1"],
             momentum2=state["momentum2"],
-            step=step if opt.kind == "adam" else None,
+            step=step if opt.uses_step else None,
             backend=backend,
         )
     return np.array(losses)
@@ -772,13 +888,58 @@ def test_fused_module_matches_tbe_backward_update(opt):
             "sum",
             psw.detach().numpy(),
             optimizer=opt,
-            step=step if opt.kind == "adam" else None,
+            step=step if opt.uses_step else None,
             **state,
         )
         np.testing.assert_allclose(mod.weights.detach().numpy(), w, rtol=1e-6, atol=1e-7)
         for k, v in state.items():
             if v is not None:
                 np.testing.assert_allclose(getattr(mod, k).numpy(), v, rtol=1e-6)
+
+
+# one optimizer of every kind, the decays and max_norm included
+EVERY_KIND = [
+    TBEOptimizer("sgd", 0.1),
+    TBEOptimizer("adagrad", 0.1),
+    TBEOptimizer("rowwise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="l2", max_norm=0.5),
+    TBEOptimizer("adam", 0.05, weight_decay=0.01, weight_decay_mode="decoupled"),
+    TBEOptimizer("lamb", 0.05, weight_decay=0.01, weight_decay_mode="decoupled"),
+    TBEOptimizer("partial_rowwise_adam", 0.05),
+    TBEOptimizer("partial_rowwise_lamb", 0.05, max_gradient=0.5),
+    TBEOptimizer("lars_sgd", 0.5, eta=0.1, weight_decay=0.01, weight_decay_mode="l2"),
+]
+
+
+@pytest.mark.parametrize("opt", EVERY_KIND, ids=lambda o: o.kind)
+def test_fused_module_checkpoint_resume_is_bit_identical(opt):
+    """Train 2 steps, save (``torch.save`` of ``state_dict()``), train 3 more; a fresh module that
+    loads the checkpoint and trains the same 3 steps ends bit-identical (weights, state, step)."""
+    import io
+
+    torch, tb = _torch()
+    from embnum.torch_bridge.tbe import FusedTBE
+
+    batches = list(_torch_batches(torch, 5, 3, 4, 10, seed=7))
+    grads = [torch.randn(4, 6, generator=torch.Generator().manual_seed(i)) for i in range(5)]
+
+    def train(mod, steps):
+        for i in steps:
+            mod(*batches[i]).backward(grads[i])
+
+    a = FusedTBE([10, 10], [2, 2], [0, 0, 1], optimizer=opt, seed=1)
+    train(a, range(2))
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    assert "iter" in a.state_dict() and a.step == 2
+    train(a, range(2, 5))
+    b = FusedTBE([10, 10], [2, 2], [0, 0, 1], optimizer=opt, seed=2)
+    buf.seek(0)
+    b.load_state_dict(torch.load(buf))
+    assert b.step == 2
+    train(b, range(2, 5))
+    assert b.step == a.step == 5
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
 
 
 def test_fused_module_training_loop_learns():
@@ -871,3 +1032,41 @@ def test_fbgemm_cpu_ops_backward_and_per_sample_weights():
         t(np.ones(2, np.int32)),
     )
     np.testing.assert_allclose(embnum.tbe_grad_per_sample_weights(GRAD, *BASE), got.numpy(), rtol=1e-6)
+
+
+# -- the shared optimizer row rule compiles for a real GPU ----------------------------
+_PTX_SCRIPT = """
+import re, sys, types as _t
+import numba.cuda.dispatcher as disp
+disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(8, 0))  # no driver here
+from numba import cuda, types
+from embnum.cuda import tbe
+f32, i64 = types.Array(types.float32, 1, "C"), types.Array(types.int64, 1, "C")
+sig = (types.int64, types.int64, f32, f32, i64, i64, i64, f32, f32, f32)
+ptx, _ = cuda.compile_ptx(tbe._apply_rows.py_func, sig, cc=(8, 0))
+open(sys.argv[1], "w").write(ptx)
+"""
+
+
+def test_cuda_row_rule_compiles_to_ptx_and_assembles(tmp_path):
+    """The simulator is not a compiler: NVVM compiles the kernel of the shared optimizer rule
+    (``embnum._tbe_rows``, every kind) and ptxas assembles it; float32 only, no atomics."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    nvcc = pytest.importorskip("nvidia.cuda_nvcc", reason="needs nvidia-cuda-nvcc-cu12 (NVVM, ptxas)")
+    ptx = tmp_path / "rows.ptx"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, str(ptx)], env=env, capture_output=True, text=True)
+    if run.returncode and "NVVM" in run.stderr and "not found" in run.stderr.lower():
+        pytest.skip("libNVVM is not available")
+    assert run.returncode == 0, run.stderr[-3000:]
+    text = ptx.read_text()
+    assert ".entry" in text and "atom." not in text
+    assert ".f64" not in text  # float32 throughout: no float64 arithmetic, no conversions
+    ptxas = shutil.which("ptxas") or os.path.join(list(nvcc.__path__)[0], "bin", "ptxas")
+    if os.path.exists(ptxas):
+        out = subprocess.run([ptxas, "-arch=sm_80", str(ptx), "-o", str(tmp_path / "rows.cubin")], capture_output=True)
+        assert out.returncode == 0, out.stderr.decode()[-3000:]

@@ -10,11 +10,13 @@ from . import ops as _declarations
 from ._backend import available_backends
 from ._registry import get as get_op
 from ._registry import ops
+from ._validate import MAX_SIZE
 from .containers import JaggedTensor, KeyedJaggedTensor, KeyedTensor, from_torchrec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_SIZE",
     "available_backends",
     "get_op",
     "ops",

@@ -1,4 +1,4 @@
-"""The bucket rule of ``block_bucketize_sparse_features`` (spec/kjt.md section 3.2)
+"""The bucket rule of ``block_bucketize_sparse_features`` (``docs/families/kjt.md``, the bucket rule)
 for one id, written once in plain Python and compiled by both fast paths
 (``numba.njit`` in ``embnum.cpu``, ``numba.cuda.jit(device=True)`` in
 ``embnum.cuda``), so they cannot drift apart.

@@ -1,6 +1,18 @@
-"""Bit-level float conversions, written once in plain Python and compiled by
-both fast paths (``numba.njit`` in ``embnum.cpu``, ``numba.cuda.jit(device=True)``
-in ``embnum.cuda``), where NumPy's float16 and ``view`` are not available.
+"""Half precision, once for every family and backend.
+
+Bit-level float conversions, written once in plain Python and compiled by
+both fast paths (``numba.njit`` in ``embnum.cpu._common``,
+``numba.cuda.jit(device=True)`` in ``embnum.cuda._common``: every kernel
+takes them from there), where NumPy's float16 and ``view`` are not available.
+
+The accumulation rule (every family, every fast backend): float16 data is
+widened exactly to float32, sums and dot products are accumulated in float32,
+and the float32 result is rounded once to float16 at the end
+(``float32_result`` / ``round_once`` in each backend's ``_common``). The one
+deliberate exception is an op whose specification rounds after every
+addition (``permute_multi_embedding_backward``: NumPy's float16 addition, as
+fbgemm's CPU kernel does). The oracle (``embnum.ref``) may accumulate wider;
+the op's check allows the difference.
 
 Every function is a leaf (it calls no other function of this module), so each
 target compiles them independently. All conversions are exact or round to
@@ -16,11 +28,32 @@ conversions in the tests.
 * ``float32_to_bits(v)`` / ``bits_to_float32(u)``: a float32 value <-> its bit
   pattern (NaN becomes the canonical quiet NaN ``0x7FC00000``; decoding a NaN
   pattern gives a NaN without its payload).
+* ``half_bits_to_float32_bits(h)``: binary16 bits -> the float32 bits of the same
+  value (exact, integer arithmetic only; NaN payloads kept).
+* ``float32_table()``: the float32 value of every binary16 pattern (65536 entries,
+  built once, read-only); the fast paths widen float16 arrays through it.
 """
 
+import functools
 import math
 
 import numpy as np
+
+
+@functools.cache
+def float32_table() -> np.ndarray:
+    """``table[h]``: the float32 value of binary16 pattern ``h`` (NaN payloads kept), read-only."""
+    table = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    table.flags.writeable = False
+    return table
+
+
+def round_once(acc, out) -> None:
+    """Write the float32 accumulator ``acc`` into the float16 ``out`` (NumPy or CuPy), rounding
+    once, nearest-even, overflow to inf; nothing when ``acc is out`` (a float32 result)."""
+    if acc is not out:
+        with np.errstate(over="ignore"):
+            out[...] = acc
 
 
 def rne(x):
@@ -126,3 +159,22 @@ def bits_to_float32(u):
     else:
         v = math.ldexp(np.float64(m + 0x800000), int(e - 150))
     return -v if u & 0x80000000 else v
+
+
+def half_bits_to_float32_bits(h):
+    """float16 bit pattern -> float32 bit pattern (int64; exact, NaN payload kept), integers only."""
+    h = np.int64(h)
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 31:
+        return sign | 0x7F800000 | (m << 13)
+    if e == 0:
+        if m == 0:
+            return sign
+        shift = 0
+        while m < 0x400:  # normalise the subnormal
+            m <<= 1
+            shift += 1
+        return sign | ((113 - shift) << 23) | ((m & 0x3FF) << 13)
+    return sign | ((e + 112) << 23) | (m << 13)

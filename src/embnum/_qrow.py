@@ -5,7 +5,7 @@ in ``embnum.cuda``), as ``embnum._half`` is.
 * ``put_u32(row, at, bits)``: store the low 32 bits of ``bits`` little-endian in
   the uint8 ``row[at:at+4]``.
 * ``make_tbe_element(f16, f32)``: element ``c`` of a quantized TBE row
-  (``shared/spec/tbe.md`` 5.1), built on the target's own decoders
+  (``docs/families/tbe_quantized.md``, row format), built on the target's own decoders
   ``f16(h)`` (float16 bit pattern -> its exact value) and ``f32(u)`` (float32
   bit pattern -> float32), which each target compiles first.
 """

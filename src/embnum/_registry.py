@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _validate
 from ._backend import BACKENDS, is_array, select_backend
+from ._compare import exact_match
 
 
 class Out:
@@ -42,8 +43,15 @@ class Out:
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        self.shape = tuple(map(int, shape))
-        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        shape = tuple(map(int, shape))
+        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        if not _validate.shape_fits(shape + (dtype.itemsize,)):  # before anything is allocated
+            raise ValueError(
+                f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
+                " check the size arguments"
+            )
+        self.shape = shape
+        self.dtype = dtype
 
     def __eq__(self, other):
         return type(other) is Out and self.shape == other.shape and self.dtype == other.dtype
@@ -130,19 +138,26 @@ class Op:
 
         The common case (plain NumPy arrays, no ``backend=``, no ``out=``, one
         output) takes a short path: no backend search, the cpu kernel looked up
-        once, one ``np.empty``. Everything else goes through :meth:`_call`."""
-        if backend is None and out is None and _all_plain_numpy(arguments):
-            plan = self.declaration(**arguments)
-            spec = plan.out
-            if type(spec) is Out:
-                impl = self._implementations.get("cpu")
-                if impl is None or _small_call is None:
-                    impl = self._cpu_implementation()
-                result = np.empty(spec.shape, spec.dtype)
-                _small_call(impl, plan.args, result)  # one thread on small inputs
-                return result
-            return self._call(arguments, out, backend, plan)
-        return self._call(arguments, out, backend)
+        once, one ``np.empty``. Everything else goes through :meth:`_call`.
+        Running out of memory for sizes below the limit is an
+        :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
+        try:
+            if backend is None and out is None and _all_plain_numpy(arguments):
+                plan = self.declaration(**arguments)
+                spec = plan.out
+                if type(spec) is Out:
+                    impl = self._implementations.get("cpu")
+                    if impl is None or _small_call is None:
+                        impl = self._cpu_implementation()
+                    result = np.empty(spec.shape, spec.dtype)
+                    _small_call(impl, plan.args, result)  # one thread on small inputs
+                    return result
+                return self._call(arguments, out, backend, plan)
+            return self._call(arguments, out, backend)
+        except MemoryError as e:
+            if isinstance(e, _validate.AllocationError):
+                raise
+            raise _validate.AllocationError(f"embnum.{self.name}: not enough memory for this call ({e})") from e
 
     def _cpu_call(self, args, out):
         impl = self._implementations.get("cpu")
@@ -160,9 +175,13 @@ class Op:
 
     def _call(self, arguments: dict[str, Any], out, backend, plan: Plan | None = None):
         arrays = _arrays_in(arguments)
+        if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
+            arguments, arrays = _plain_arrays(arguments)
         chosen = select_backend(arrays, backend)
         if plan is None:
             plan = self.declaration(**arguments)
+        if self.mutates:
+            _validate.no_alias(arguments, self.mutates)
         if plan.out is None:
             if out is not None:
                 raise TypeError(f"{self.name} takes no out=")
@@ -181,7 +200,7 @@ class Op:
                 raise TypeError("out must be a list of arrays for this op")
             outs = _validate.out_arrays(out, shapes, arrays, chosen.owns)
         if chosen.name == "ref":
-            result = self.implementation("ref")(**plan.args)
+            result = _zero_d_arrays(self.implementation("ref")(**plan.args))
             results = [result] if single else list(result)
             _check_oracle(self.name, results, shapes)
             if outs is None:
@@ -275,6 +294,38 @@ def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _plain_arrays(arguments: dict[str, Any]):
+    """NumPy subclasses (``np.matrix``, ...) as plain ndarray views, so that no backend
+    sees or returns the caller's class; masked arrays are a ``TypeError`` (their mask
+    would be dropped silently)."""
+
+    def plain(name, a):
+        if isinstance(a, np.ma.MaskedArray):
+            raise TypeError(f"{name} is a masked array; pass its data (a.filled(...) or a.data) instead")
+        return a.view(np.ndarray) if isinstance(a, np.ndarray) and type(a) is not np.ndarray else a
+
+    out = {}
+    for k, v in arguments.items():
+        if isinstance(v, (list, tuple)):
+            items = [plain(f"{k}[{i}]", x) for i, x in enumerate(v)]
+            out[k] = items if isinstance(v, list) else tuple(items)
+        else:
+            out[k] = plain(k, v)
+    return out, _arrays_in(out)
+
+
+def _zero_d_arrays(result):
+    """The oracle's NumPy scalars (a ufunc on a 0-d array returns one) as 0-d arrays, like
+    the other backends' results."""
+    if isinstance(result, np.generic):
+        return np.asarray(result)
+    if isinstance(result, list):
+        return [np.asarray(r) if isinstance(r, np.generic) else r for r in result]
+    if isinstance(result, tuple) and not hasattr(result, "_fields"):
+        return tuple(np.asarray(r) if isinstance(r, np.generic) else r for r in result)
+    return result
+
+
 def _check_oracle(name, results, shapes):
     if len(results) != len(shapes):
         raise AssertionError(f"embnum.ref {name} returned {len(results)} results, expected {len(shapes)}")
@@ -288,34 +339,6 @@ def _check_oracle(name, results, shapes):
             raise AssertionError(
                 f"embnum.ref {name} returned {r.dtype}{tuple(r.shape)}, expected {dtype}{tuple(shape)}"
             )
-
-
-def exact_match(got, want, args) -> tuple[float, bool]:
-    """Default oracle comparison: bit-identical arrays (same shape, dtype, bytes).
-
-    Returns ``(max abs error, ok)``; lists/tuples of arrays are compared
-    pairwise, and a ``None`` entry matches only ``None``.
-    """
-    gots = got if isinstance(got, (list, tuple)) else [got]
-    wants = want if isinstance(want, (list, tuple)) else [want]
-    if len(gots) != len(wants):
-        return float("inf"), False
-    err, ok = 0.0, True
-    for g, w in zip(gots, wants):
-        if g is None or w is None:
-            if g is not None or w is not None:
-                return float("inf"), False
-            continue
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return float("inf"), False
-        if g.size:
-            ok &= g.tobytes() == w.tobytes()
-            with np.errstate(invalid="ignore", over="ignore"):
-                diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
-            finite = diff[np.isfinite(diff)]
-            err = max(err, float(finite.max()) if finite.size else 0.0)
-    return err, ok
 
 
 _OPS: dict[str, Op] = {}

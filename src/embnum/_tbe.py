@@ -1,4 +1,4 @@
-"""TBE helpers that are not ops (``shared/spec/tbe.md``): the layout builder, the
+"""TBE helpers that are not ops (``docs/families/tbe.md``): the layout builder, the
 optimizer description and the sparse-gradient result type.
 
 It also holds the integer codes the kernels of every backend branch on (pooling
@@ -22,7 +22,7 @@ from ._validate import integer, positive
 
 @dataclasses.dataclass(frozen=True)
 class TBELayout:
-    """Where each feature's table lives in the flat weights buffer (spec 1).
+    """Where each feature's table lives in the flat weights buffer (``docs/families/tbe.md``, the flat layout).
 
     weights_offsets: int64 ``[T]`` element offsets; D_offsets: int64 ``[T+1]``
     cumulative dims; hash_size_cumsum: int64 ``[T+1]`` first linear row id of
@@ -96,8 +96,38 @@ _KINDS = {
     "rowwise_adagrad": "rowwise_adagrad",
     "exact_row_wise_adagrad": "rowwise_adagrad",
     "adam": "adam",
+    "lamb": "lamb",
+    "partial_rowwise_adam": "partial_rowwise_adam",
+    "partial_row_wise_adam": "partial_rowwise_adam",
+    "partial_rowwise_lamb": "partial_rowwise_lamb",
+    "partial_row_wise_lamb": "partial_rowwise_lamb",
+    "lars_sgd": "lars_sgd",
 }
 _DECAY_MODES = ("none", "l2", "decoupled")
+# state arrays of each kind: "element" = float32 [W] in the layout of weights, "row" = float32
+# [hash_size_cumsum[T]], one value per physical row at its linear id
+_STATES = {
+    "sgd": {},
+    "adagrad": {"momentum1": "element"},
+    "rowwise_adagrad": {"momentum1": "row"},
+    "adam": {"momentum1": "element", "momentum2": "element"},
+    "lamb": {"momentum1": "element", "momentum2": "element"},
+    "partial_rowwise_adam": {"momentum1": "element", "momentum2": "row"},
+    "partial_rowwise_lamb": {"momentum1": "element", "momentum2": "row"},
+    "lars_sgd": {"momentum1": "element"},
+}
+_BIAS_CORRECTED = ("adam", "lamb", "partial_rowwise_adam", "partial_rowwise_lamb")
+# the weight-decay mode each kind implements (fbgemm applies its decay one way per kind)
+_DECAY_OF = {
+    "sgd": (),
+    "adagrad": (),
+    "rowwise_adagrad": ("l2", "decoupled"),
+    "adam": ("decoupled",),
+    "lamb": ("decoupled",),
+    "partial_rowwise_adam": ("decoupled",),
+    "partial_rowwise_lamb": ("decoupled",),
+    "lars_sgd": ("l2",),
+}
 
 
 def _finite(name, x, *, minimum=None, strict=False):
@@ -109,14 +139,19 @@ def _finite(name, x, *, minimum=None, strict=False):
 
 @dataclasses.dataclass(frozen=True)
 class TBEOptimizer:
-    """The fused optimizer of ``tbe_backward_update`` (spec 3.5): its kind and hyper-parameters.
+    """The fused optimizer of ``tbe_backward_update``: its kind and hyper-parameters
+    (``docs/families/tbe.md``, fused optimizers).
 
-    kind: ``"sgd"``, ``"adagrad"``, ``"rowwise_adagrad"`` or ``"adam"`` (fbgemm's
-    ``"exact_*"`` names are accepted and normalised). Hyper-parameters are used as
-    float32 values (fbgemm passes C floats). ``weight_decay`` needs
-    ``weight_decay_mode`` ``"l2"``/``"decoupled"`` (rowwise Adagrad) or
-    ``"decoupled"`` (Adam); SGD and Adagrad take none. ``max_gradient``: clip the
-    output gradient elementwise to ``[-max_gradient, max_gradient]`` first.
+    kind: ``"sgd"``, ``"adagrad"``, ``"rowwise_adagrad"``, ``"adam"``, ``"lamb"``,
+    ``"partial_rowwise_adam"``, ``"partial_rowwise_lamb"`` or ``"lars_sgd"`` (fbgemm's
+    ``"exact_*"`` / ``"*_row_wise_*"`` names are accepted and normalised). Hyper-parameters
+    are used as float32 values (fbgemm passes C floats). ``weight_decay`` needs the mode the
+    kind implements: ``"l2"``/``"decoupled"`` (rowwise Adagrad), ``"decoupled"`` (Adam, LAMB
+    and their partial row-wise forms), ``"l2"`` (LARS-SGD); SGD and Adagrad take none.
+    ``max_gradient``: clip the output gradient elementwise to ``[-max_gradient,
+    max_gradient]`` first. ``eta``, ``momentum``: LARS-SGD's trust coefficient and momentum
+    (fbgemm's module defaults). ``max_norm``: after the update, scale every updated row
+    whose L2 norm exceeds it down to norm ``max_norm`` (TorchRec's table ``max_norm``).
     """
 
     kind: str
@@ -127,6 +162,9 @@ class TBEOptimizer:
     beta1: float = 0.9
     beta2: float = 0.999
     max_gradient: float | None = None
+    eta: float = 0.001
+    momentum: float = 0.9
+    max_norm: float | None = None
 
     def __post_init__(self):
         kind = self.kind.lower() if isinstance(self.kind, str) else self.kind
@@ -140,21 +178,26 @@ class TBEOptimizer:
         _finite("learning_rate", self.learning_rate)
         _finite("eps", self.eps, minimum=0.0)
         _finite("weight_decay", self.weight_decay, minimum=0.0)
+        _finite("eta", self.eta, minimum=0.0)
+        _finite("momentum", self.momentum, minimum=0.0)
         for name in ("beta1", "beta2"):
             _finite(name, getattr(self, name), minimum=0.0)
             if float(getattr(self, name)) >= 1:
                 raise ValueError(f"{name} must be < 1, got {getattr(self, name)!r}")
-        if self.max_gradient is not None:
-            _finite("max_gradient", self.max_gradient, minimum=0.0, strict=True)
+        for name in ("max_gradient", "max_norm"):
+            if getattr(self, name) is not None:
+                _finite(name, getattr(self, name), minimum=0.0, strict=True)
         decay = float(self.weight_decay) > 0
-        if self.kind in ("sgd", "adagrad") and (decay or mode != "none"):
+        modes = _DECAY_OF[self.kind]
+        if not modes and (decay or mode != "none"):
             raise ValueError(
                 f"{self.kind} takes no weight decay, got weight_decay={self.weight_decay!r}, mode {mode!r}"
             )
-        if self.kind == "rowwise_adagrad" and decay and mode == "none":
-            raise ValueError("rowwise_adagrad with weight_decay > 0 needs weight_decay_mode 'l2' or 'decoupled'")
-        if self.kind == "adam" and (mode == "l2" or (decay and mode != "decoupled")):
-            raise ValueError(f"adam supports only weight_decay_mode 'decoupled', got {mode!r}")
+        if modes and (mode not in ("none",) + modes or (decay and mode == "none")):
+            raise ValueError(
+                f"{self.kind} with weight_decay > 0 needs weight_decay_mode {' or '.join(repr(m) for m in modes)}"
+                f" (the decay it implements), got {mode!r} with weight_decay={self.weight_decay!r}"
+            )
 
     def float32(self) -> dict:
         """Every hyper-parameter rounded to float32 (as fbgemm's C floats)."""
@@ -166,15 +209,18 @@ class TBEOptimizer:
             beta1=f(self.beta1),
             beta2=f(self.beta2),
             max_gradient=None if self.max_gradient is None else f(self.max_gradient),
+            eta=f(self.eta),
+            momentum=f(self.momentum),
+            max_norm=None if self.max_norm is None else f(self.max_norm),
         )
 
     def kernel_parameters(self, step=None) -> tuple:
         """``(lr, eps, wd, beta1, beta2, 1 - beta1**step, 1 - beta2**step)`` as float32
-        (the bias corrections are 1 unless Adam)."""
+        (the bias corrections are 1 unless the kind uses ``step``)."""
         hp = self.float32()
         one = np.float32(1)
         bc1 = bc2 = one
-        if self.kind == "adam":
+        if self.uses_step:
             bc1 = one - hp["beta1"] ** np.float32(step)
             bc2 = one - hp["beta2"] ** np.float32(step)
         return (hp["lr"], hp["eps"], hp["wd"], hp["beta1"], hp["beta2"], np.float32(bc1), np.float32(bc2))
@@ -183,15 +229,33 @@ class TBEOptimizer:
         """The codes and float32 hyper-parameters a fused-update kernel reads (one record)."""
         return OptimizerArgs(KIND_CODES[self.kind], DECAY_CODES[self.weight_decay_mode], *self.kernel_parameters(step))
 
+    def hyper_array(self, step=None) -> np.ndarray:
+        """float32 ``[HP_SLOTS]``: :meth:`kernel_parameters` then ``eta``, ``momentum``,
+        ``max_norm`` (0 = off), the slots of ``embnum._tbe_rows``."""
+        hp = self.float32()
+        extra = (hp["eta"], hp["momentum"], hp["max_norm"] or np.float32(0))
+        return np.array(self.kernel_parameters(step) + extra, dtype=np.float32)
+
     @property
     def states(self) -> tuple[str, ...]:
         """State arrays this kind uses: ``()``, ``("momentum1",)`` or both moments."""
-        return {
-            "sgd": (),
-            "adagrad": ("momentum1",),
-            "rowwise_adagrad": ("momentum1",),
-            "adam": ("momentum1", "momentum2"),
-        }[self.kind]
+        return tuple(_STATES[self.kind])
+
+    @property
+    def state_layout(self) -> dict:
+        """``{state name: "element" | "row"}``: ``"element"`` arrays are float32 ``[W]`` in the
+        layout of ``weights``; ``"row"`` arrays are float32 ``[hash_size_cumsum[T]]``, one
+        value per physical row at its linear id."""
+        return dict(_STATES[self.kind])
+
+    def state_sizes(self, num_weights: int, num_rows: int) -> dict:
+        """``{state name: entries}`` for weights of ``num_weights`` elements in ``num_rows`` rows."""
+        return {k: (num_weights if v == "element" else num_rows) for k, v in _STATES[self.kind].items()}
+
+    @property
+    def uses_step(self) -> bool:
+        """Whether ``tbe_backward_update`` needs ``step`` (the bias-corrected kinds)."""
+        return self.kind in _BIAS_CORRECTED
 
     def encode(self) -> str:
         """A string form (for the torch schema); :meth:`decode` inverts it."""
@@ -199,9 +263,16 @@ class TBEOptimizer:
 
     @classmethod
     def decode(cls, s: str) -> TBEOptimizer:
+        """The optimizer :meth:`encode` wrote (``ValueError`` for any other string)."""
         import ast
 
-        return cls(*ast.literal_eval(s))
+        try:
+            fields = ast.literal_eval(s) if isinstance(s, str) and len(s) < 1000 else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            fields = None
+        if not isinstance(fields, tuple) or len(fields) != len(dataclasses.fields(cls)):
+            raise ValueError(f"optimizer must be an encoded embnum.TBEOptimizer, got {s!r:.80}")
+        return cls(*fields)
 
 
 # -- codes the kernels branch on ------------------------------------------------
@@ -211,8 +282,17 @@ class TBEOptimizer:
 SUM, MEAN, NONE = 0, 1, 2
 POOLING_CODES = {"sum": SUM, "mean": MEAN, "none": NONE}
 # optimizer kind (TBEOptimizer.kind)
-SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM = 0, 1, 2, 3
-KIND_CODES = {"sgd": SGD, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD, "adam": ADAM}
+SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM, LAMB, PARTIAL_ROWWISE_ADAM, PARTIAL_ROWWISE_LAMB, LARS_SGD = range(8)
+KIND_CODES = {
+    "sgd": SGD,
+    "adagrad": ADAGRAD,
+    "rowwise_adagrad": ROWWISE_ADAGRAD,
+    "adam": ADAM,
+    "lamb": LAMB,
+    "partial_rowwise_adam": PARTIAL_ROWWISE_ADAM,
+    "partial_rowwise_lamb": PARTIAL_ROWWISE_LAMB,
+    "lars_sgd": LARS_SGD,
+}
 # weight_decay_mode
 DECAY_NONE, DECAY_L2, DECAY_DECOUPLED = 0, 1, 2
 DECAY_CODES = {"none": DECAY_NONE, "l2": DECAY_L2, "decoupled": DECAY_DECOUPLED}

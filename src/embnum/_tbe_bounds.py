@@ -1,4 +1,4 @@
-"""Bounds checking of TBE ``indices`` / ``offsets`` (``shared/spec/tbe.md`` section 4).
+"""Bounds checking of TBE ``indices`` / ``offsets`` (``docs/families/tbe.md``, bounds checking).
 
 One place for the rule, shared by every TBE op (training and quantized
 lookup) and every backend. Works on NumPy and CuPy arrays alike (``xp`` is

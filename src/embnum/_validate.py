@@ -82,9 +82,13 @@ def integer(name: str, v, *, min=None, max=None, what: str = "an int") -> int:
     return v
 
 
-def size(name: str, v) -> int:
-    """A non-negative Python/NumPy integer (``bool`` is rejected)."""
-    return integer(name, v, min=0, what="a non-negative int")
+def size(name: str, v, *, limit: int | None = None) -> int:
+    """A non-negative Python/NumPy integer (``bool`` is rejected) at most ``limit``
+    (default :data:`MAX_SIZE`: a larger size cannot be an array), as a Python int."""
+    v = integer(name, v, min=0, what="a non-negative int")
+    if v > (MAX_SIZE if limit is None else limit):
+        raise ValueError(f"{name} = {v} exceeds {_limit_text(limit)}")
+    return v
 
 
 def positive(name: str, v) -> int:
@@ -273,3 +277,106 @@ def out_arrays(out, specs, inputs: dict, owns) -> list:
             if outs[j] is not None and overlaps(o, outs[j]):
                 raise ValueError(f"{name} shares memory with out[{j}]")
     return list(outs)
+
+
+# -- overflow-safe checks (issue 11) ----------------------------------------------------
+# Sizes, sums of lengths and ``offset + length`` bounds are computed so that they cannot
+# wrap: scalars as Python ints, arrays with bounds checked before adding or multiplying
+# (``offset > width - length``, never ``offset + length > width``) and sums that stay
+# exact whatever the entries. The kernels then trust what passed.
+
+INT64_MAX = 2**63 - 1
+MAX_SIZE = 2**48
+"""Largest element count (and byte count) of any array an op allocates or indexes.
+
+No 64-bit platform gives a process more than 2**48 bytes of address space today
+(x86-64 with 4-level paging: 2**47; arm64: 2**48), so a larger size cannot be a real
+array; it is rejected with a ``ValueError`` before anything is allocated. Every
+position computed from sizes below it fits int64 with room to spare."""
+
+
+class AllocationError(MemoryError, ValueError):
+    """Not enough memory for a call whose sizes are below :data:`MAX_SIZE` (the registry
+    turns NumPy's ``MemoryError`` into this: still a ``MemoryError``, and a ``ValueError``
+    like every other rejected input)."""
+
+
+def _limit_text(limit) -> str:
+    return "the size limit 2**48 (embnum.MAX_SIZE)" if limit is None or limit == MAX_SIZE else f"{limit}"
+
+
+def shape_fits(shape) -> bool:
+    """Whether every dim is ``>= 0`` and the product of the dims (zeros counted as 1,
+    so that strides computed from the other dims stay small too) is at most MAX_SIZE."""
+    n = 1
+    for d in shape:
+        if d < 0:
+            return False
+        if d:
+            n *= d
+            if n > MAX_SIZE:
+                return False
+    return True
+
+
+def checked_sum(name: str, a, *, limit: int | None = None, what: str = "the sum of") -> int:
+    """Exact sum of the non-negative integer array ``a`` (checked ``>= 0`` by the caller) as a
+    Python int; ``ValueError`` naming ``name`` when it exceeds ``limit`` (default MAX_SIZE).
+
+    The sum never wraps: when ``len(a) * max(a)`` could pass int64 it is taken in chunks
+    whose int64 sums cannot wrap."""
+    limit = MAX_SIZE if limit is None else limit
+    n = a.size
+    if n == 0:
+        return 0
+    flat = a.reshape(-1)
+    if a.dtype.itemsize <= 4 and n < 2**32:  # an int32 entry is < 2**31: n * 2**31 < 2**63
+        total = int(flat.sum(dtype=np.int64))
+    else:
+        top = int(flat.max())
+        if top > limit:
+            i = int(xp_of(a).argmax(flat > limit))
+            raise ValueError(f"{what} {name} exceeds {_limit_text(limit)}: entry {i} alone is {top}")
+        chunk = INT64_MAX // max(top, 1)
+        if chunk >= n:
+            total = int(flat.sum(dtype=np.int64))
+        else:
+            total = sum(int(flat[i : i + chunk].sum(dtype=np.int64)) for i in range(0, n, chunk))
+    if total > limit:
+        raise ValueError(f"{what} {name} = {total} exceeds {_limit_text(limit)}")
+    return total
+
+
+def spans_exceed(start, length, limit):
+    """Elementwise ``start + length > limit`` without forming ``start + length``.
+
+    ``start``, ``length`` and ``limit`` are int64 arrays (or Python ints) with
+    ``length >= 0`` and ``limit >= 0`` (then ``limit - length`` cannot wrap)."""
+    return start > limit - length
+
+
+def no_alias(arguments: dict, written) -> None:
+    """``ValueError`` naming both when an array an in-place op writes (its ``written``
+    argument names) shares memory with any other array argument.
+
+    ``arguments`` maps names to values (arrays, lists of arrays, anything else); every
+    in-place op calls this with all its arguments, so new state arrays are covered."""
+    arrays = {}
+    for k, x in arguments.items():
+        if is_array(x):
+            arrays[k] = x
+        elif isinstance(x, (list, tuple)):
+            for i, item in enumerate(x):
+                if is_array(item):
+                    arrays[f"{k}[{i}]"] = item
+    names = list(arrays)
+    for i, k in enumerate(names):
+        for m in names[i + 1 :]:
+            if (k in written or m in written) and (arrays[k] is arrays[m] or _may_share(arrays[k], arrays[m])):
+                raise ValueError(f"{k} shares memory with {m}: an in-place op needs its arrays apart")
+
+
+def _may_share(a, b) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    return overlaps(a, b)

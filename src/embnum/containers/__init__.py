@@ -6,7 +6,8 @@ hold tensors. ``from_torchrec(obj)`` / ``obj.to_torchrec()`` convert when
 torchrec is importable.
 """
 
-from .jagged_tensor import JaggedTensor, KeyedJaggedTensor
+from .jagged_tensor import JaggedTensor
+from .keyed_jagged_tensor import KeyedJaggedTensor
 from .keyed_tensor import KeyedTensor
 
 

@@ -101,3 +101,45 @@ def same_lengths(lengths, offs) -> None:
         raise ValueError(
             f"offsets and lengths disagree at bag {i}: offsets step {int(A.diff(offs)[i])}, length {int(lengths[i])}"
         )
+
+
+def strides(keys, n_bags, stride, spkpr, spk, inverse_indices):
+    """``(stride, stride_per_key_per_rank or None)`` checked against ``len(lengths)``."""
+    T = len(keys)
+    if spkpr is None and spk is not None:
+        spkpr = [[s] for s in int_list("stride_per_key", spk)]
+    if spkpr is not None:
+        if A.is_supported(spkpr):
+            spkpr = [A.to_list(r) for r in spkpr.reshape(T, -1)] if T else []
+        if not isinstance(spkpr, (list, tuple)) or len(spkpr) != T:
+            raise ValueError(f"stride_per_key_per_rank must hold one list per key ({T}), got {spkpr!r}")
+        spkpr = [int_list(f"stride_per_key_per_rank[{t}]", r) for t, r in enumerate(spkpr)]
+        per_key = [sum(r) for r in spkpr]  # lists, not generators: torch.compile traces this
+        total = sum(per_key)
+        if total != n_bags:
+            raise ValueError(
+                f"stride_per_key_per_rank sums to {total} bags but lengths has {n_bags} entries: they must be equal"
+            )
+        if stride is None:
+            if inverse_indices is not None and inverse_indices[1].numel():
+                stride = int(inverse_indices[1].shape[-1])
+            else:
+                stride = max(per_key) if per_key else 0
+        return int_value("stride", stride), spkpr
+    if T == 0:
+        if n_bags:
+            raise ValueError(f"keys is empty but lengths has {n_bags} entries")
+        return (0 if stride is None else int_value("stride", stride)), None
+    if stride is None:
+        if n_bags % T:
+            raise ValueError(
+                f"len(lengths) = {n_bags} is not a multiple of len(keys) = {T}: give stride_per_key_per_rank "
+                "for a variable batch per key"
+            )
+        return n_bags // T, None
+    stride = int_value("stride", stride)
+    if stride * T != n_bags:
+        raise ValueError(
+            f"stride = {stride} does not fit: len(lengths) = {n_bags} must be stride * len(keys) = {stride * T}"
+        )
+    return stride, None

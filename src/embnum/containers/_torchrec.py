@@ -57,7 +57,7 @@ def _check(obj, name):
 
 
 def kjt_from_torchrec(obj, *, backend=None):
-    from .jagged_tensor import KeyedJaggedTensor
+    from .keyed_jagged_tensor import KeyedJaggedTensor
 
     _check(obj, "KeyedJaggedTensor")
     vbe = obj.variable_stride_per_key()

@@ -3,17 +3,19 @@
 Numba has no float16 on the CPU, and data-movement kernels do not care what
 their elements mean: they see every array as unsigned integers of the same
 width (:func:`bits`), which also keeps the number of compiled specialisations
-small. Arithmetic on float16 goes through :func:`half_to_float`.
+small. Arithmetic on float16 goes through the conversions of ``embnum._half``
+compiled here once (``half_bits_to_float``, ``half_bits_to_float32``,
+``float_to_half_bits``, ...), the shared table (:func:`half_table`) and the
+one accumulation rule (:func:`float32_result`, :func:`round_once`: float32
+accumulation, one rounding to float16).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
 
-from .. import _offsets_walk
+from .. import _half, _offsets_walk
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -42,19 +44,49 @@ def pack_offsets(offsets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return flat, starts
 
 
-@njit(cache=True, inline="always")
-def half_to_float(h):
-    """IEEE binary16 bit pattern (uint16) -> its exact float64 value."""
-    h = np.int64(h)
-    sign = -1.0 if h & 0x8000 else 1.0
-    e = (h >> 10) & 0x1F
-    m = h & 0x3FF
-    if e == 0:
-        return sign * m * 2.0**-24
-    if e == 31:
-        return sign * math.inf if m == 0 else math.nan
-    return sign * (1024 + m) * 2.0 ** (e - 25)
+# -- half precision (embnum._half, compiled for the host) ---------------------------
+_jit = njit(cache=True, inline="always")
+half_bits_to_float = _jit(_half.half_bits_to_float)
+float_to_half_bits = _jit(_half.float_to_half_bits)
+float32_bits_to_half_bits = _jit(_half.float32_bits_to_half_bits)
+half_bits_to_float32_bits = _jit(_half.half_bits_to_float32_bits)
+rne = _jit(_half.rne)
 
+
+@_jit
+def bits_to_float32(u):
+    """``embnum._half.bits_to_float32`` on the host: the float32 with bit pattern ``u``
+    (a reinterpretation; NaN payloads kept)."""
+    return np.uint32(u).view(np.float32)
+
+
+@_jit
+def float32_to_bits(v):
+    """``embnum._half.float32_to_bits`` on the host: the bit pattern (int64) of the float32
+    ``v``, NaN -> 0x7FC00000 (a reinterpretation, which the host has and a GPU kernel has not)."""
+    if v != v:
+        return np.int64(0x7FC00000)
+    return np.int64(np.float32(v).view(np.uint32))
+
+
+@_jit
+def half_bits_to_float32(h):
+    """The float32 value of the float16 bit pattern ``h`` (exact, through the float32 bits)."""
+    return np.uint32(half_bits_to_float32_bits(h)).view(np.float32)
+
+
+def half_table() -> np.ndarray:
+    """The float32 value of every float16 bit pattern (``embnum._half.float32_table``)."""
+    return _half.float32_table()
+
+
+def float32_result(out: np.ndarray) -> np.ndarray:
+    """Where a kernel accumulates a result for ``out``: ``out`` itself when it is float32,
+    else a float32 scratch of its shape (then :func:`round_once` writes ``out``)."""
+    return out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
+
+
+round_once = _half.round_once
 
 leaf_segment = njit(cache=True)(_offsets_walk.leaf_segment)
 slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)

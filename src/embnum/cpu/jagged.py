@@ -10,7 +10,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._common import bits, half_to_float, int64s, leaf_segment, pack_offsets, scalar_bits, slab_of_segment
+from ._common import (
+    bits,
+    float32_result,
+    half_table,
+    int64s,
+    leaf_segment,
+    pack_offsets,
+    round_once,
+    scalar_bits,
+    slab_of_segment,
+)
 
 
 # -- cumulative sums -------------------------------------------------------
@@ -97,11 +107,12 @@ def _segment_sum(values, bounds, acc_zero, out):
 
 
 @njit(cache=True, parallel=True)
-def _segment_sum_half(values, bounds, out):
+def _segment_sum_half(values, table, bounds, out):
+    """float16 bits widened through ``table`` (exact) and summed in float32 (the ``embnum._half`` rule)."""
     for i in prange(bounds.shape[0] - 1):
-        acc = 0.0
+        acc = np.float32(0)
         for j in range(bounds[i], bounds[i + 1]):
-            acc += half_to_float(values[j])
+            acc += table[values[j]]
         out[i] = acc
 
 
@@ -109,9 +120,9 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
     bounds = int64s(csr_seg) * batch_size
     vals = np.ascontiguousarray(values)
     if vals.dtype == np.float16:
-        acc = np.empty(out.shape, np.float64)
-        _segment_sum_half(vals.view(np.uint16), bounds, acc)
-        out[...] = acc  # one rounding to float16
+        acc = float32_result(out)
+        _segment_sum_half(vals.view(np.uint16), half_table(), bounds, acc)
+        round_once(acc, out)
     elif vals.dtype.kind == "f":
         _segment_sum(vals, bounds, np.float64(0), out)
     else:

@@ -23,12 +23,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import _permute_plan as plan
-from .._half import float_to_half_bits
-from ._common import half_to_float
+from ._common import float_to_half_bits, half_bits_to_float
 
 ROWS_PER_TASK = 32  # batch rows per parallel task
-
-half_bits_jit = njit(cache=True, inline="always")(float_to_half_bits)
 
 
 @intrinsic
@@ -159,7 +156,7 @@ def _accumulate_half(slots, srcs, B, like):
                     acc = np.uint16(0)
                     for k in range(k0, k1):
                         s = _at(srcs[k, 0] + b * srcs[k, 1], like)
-                        acc = np.uint16(half_bits_jit(half_to_float(acc) + half_to_float(s[x])))
+                        acc = np.uint16(float_to_half_bits(half_bits_to_float(acc) + half_bits_to_float(s[x])))
                     d[x] = acc
 
 

@@ -3,10 +3,10 @@
 Each public function takes the validated arguments of its op (see
 ``embnum.ops.quant``) plus ``out``, an uninitialised C-contiguous array that
 it fills completely. Row quantizers run one row per ``prange`` iteration in
-float32 arithmetic, exactly as the spec writes it (Numba keeps float32 op
+float32 arithmetic, exactly as the formulas of ``docs/families/quant.md`` write it (Numba keeps float32 op
 float32 in float32 and never contracts to a fused multiply-add without
 fastmath). Float16 has no Numba type on the CPU: float16 data is read and
-written as uint16 bit patterns through ``embnum._half``.
+written as uint16 bit patterns through ``embnum._half`` (compiled in ``._common``).
 """
 
 from __future__ import annotations
@@ -16,34 +16,18 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .. import _half, _qrow
+from .. import _qrow
+from ._common import (
+    bits_to_float32,
+    float32_bits_to_half_bits,
+    float32_to_bits,
+    half_bits_to_float32,
+    half_table,
+    rne,
+)
 
 _jit = njit(cache=True, inline="always")
-half_bits_to_float = _jit(_half.half_bits_to_float)
-float32_bits_to_half_bits = _jit(_half.float32_bits_to_half_bits)
-bits_to_float32 = _jit(_half.bits_to_float32)
-rne = _jit(_half.rne)
 _put_u32 = _jit(_qrow.put_u32)
-
-
-@_jit
-def _half_to_float32_bits(h):
-    """float16 bit pattern -> float32 bit pattern (exact; NaN payload kept), integers only."""
-    h = np.int64(h)
-    sign = (h & 0x8000) << 16
-    e = (h >> 10) & 0x1F
-    m = h & 0x3FF
-    if e == 31:
-        return sign | 0x7F800000 | (m << 13)
-    if e == 0:
-        if m == 0:
-            return sign
-        shift = 0
-        while m < 0x400:  # normalise the subnormal
-            m <<= 1
-            shift += 1
-        return sign | ((113 - shift) << 23) | ((m & 0x3FF) << 13)
-    return sign | ((e + 112) << 23) | (m << 13)
 
 
 F32 = np.float32
@@ -111,14 +95,6 @@ def _code(p, Q):
 
 
 @_jit
-def _bits(v):
-    """float32 bit pattern of ``v`` (int64); NaN -> 0x7FC00000."""
-    if v != v:
-        return np.int64(0x7FC00000)
-    return np.int64(np.float32(v).view(np.uint32))
-
-
-@_jit
 def _get_f32(row, at):
     """The little-endian float32 stored in ``row[at:at+4]``, as a float64."""
     u = (
@@ -128,12 +104,6 @@ def _get_f32(row, at):
         | (np.uint32(row[at + 3]) << 24)
     )
     return np.float64(np.uint32(u).view(np.float32))
-
-
-@_jit
-def _f16(h):
-    """The float32 value of the float16 bit pattern ``h`` (exact, through the float32 bits)."""
-    return np.uint32(_half_to_float32_bits(h)).view(np.float32)
 
 
 # -- 1. fused 8-bit row-wise ----------------------------------------------------
@@ -154,8 +124,8 @@ def _quantize_8bit(x, out):
         else:  # inf or NaN in the row
             for c in range(D):
                 o[c] = _code(np.float32(np.float32(row[c] - mn) * inv), Q)
-        _put_u32(o, D, _bits(scale))
-        _put_u32(o, D + 4, _bits(mn))
+        _put_u32(o, D, float32_to_bits(scale))
+        _put_u32(o, D + 4, float32_to_bits(mn))
 
 
 def float_to_fused_8bit_rowwise(input, out):
@@ -207,11 +177,11 @@ def _quantize_nbit(x, bit_rate, out):
         o = out[r]
         mn, mx = _min_max(row)
         bias16 = float32_bits_to_half_bits(np.float32(mn).view(np.uint32))
-        b = _f16(bias16)
+        b = half_bits_to_float32(bias16)
         rng = np.float32(mx - b)
         scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
         scale16 = float32_bits_to_half_bits(np.float32(scale).view(np.uint32))
-        s = _f16(scale16)
+        s = half_bits_to_float32(scale16)
         if s == 0:  # float16 underflow
             scale16 = np.int64(0x3C00)
             s = np.float32(1.0)
@@ -249,8 +219,8 @@ def _dequantize_nbit(q, bit_rate, out):
     nbytes = C - 4
     for r in prange(R):
         row = q[r]
-        scale = np.float64(_f16(np.int64(row[nbytes]) | (np.int64(row[nbytes + 1]) << 8)))
-        bias = np.float64(_f16(np.int64(row[nbytes + 2]) | (np.int64(row[nbytes + 3]) << 8)))
+        scale = np.float64(half_bits_to_float32(np.int64(row[nbytes]) | (np.int64(row[nbytes + 1]) << 8)))
+        bias = np.float64(half_bits_to_float32(np.int64(row[nbytes + 2]) | (np.int64(row[nbytes + 3]) << 8)))
         o = out[r]
         # float64: exact product, one rounding, then to float32; one loop per rate keeps it vectorizable
         if bit_rate == 8:
@@ -314,17 +284,6 @@ def float_to_fp16(input, saturate, out):
     _to_fp16(np.ascontiguousarray(input).reshape(-1).view(np.uint32), saturate, out.reshape(-1).view(np.uint16))
 
 
-@njit(cache=True)
-def _half_table():
-    t = np.empty(65536, np.float32)
-    for h in range(65536):
-        t[h] = half_bits_to_float(h)
-    return t
-
-
-_HALF_TABLE = []
-
-
 @njit(cache=True, parallel=True)
 def _gather(table, codes, out):
     for i in prange(codes.shape[0]):
@@ -332,9 +291,7 @@ def _gather(table, codes, out):
 
 
 def fp16_to_float(input, out):
-    if not _HALF_TABLE:
-        _HALF_TABLE.append(_half_table())
-    _gather(_HALF_TABLE[0], np.ascontiguousarray(input).reshape(-1).view(np.uint16), out.reshape(-1))
+    _gather(half_table(), np.ascontiguousarray(input).reshape(-1).view(np.uint16), out.reshape(-1))
 
 
 # -- 5. HFP8 ----------------------------------------------------------------------

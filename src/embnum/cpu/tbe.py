@@ -1,8 +1,9 @@
-"""Numba host kernels of the TBE family (``shared/spec/tbe.md``).
+"""Numba host kernels of the TBE family (``docs/families/tbe.md``).
 
 Forward: parallel over blocks of bags of one feature; each bag is pooled into a
 float32 register block and written once. float16 weights are widened through a
-65536-entry lookup table (exact; Numba has no float16 arithmetic on the CPU).
+65536-entry lookup table (``embnum._half``: exact; Numba has no float16 arithmetic on
+the CPU), accumulated in float32 and rounded once.
 
 Backward and the fused optimizers: per physical table, a counting sort of the
 lookups by row (ids are bounded by the table's rows, so no comparison sort),
@@ -25,13 +26,26 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from .._tbe import ADAGRAD, ADAM, DECAY_DECOUPLED, DECAY_L2, MEAN, NONE, ROWWISE_ADAGRAD, SGD, TBESparseGrad
+from .. import _tbe_rows
+from .._tbe import (
+    ADAGRAD,
+    ADAM,
+    DECAY_DECOUPLED,
+    DECAY_L2,
+    KIND_CODES,
+    LAMB,
+    MEAN,
+    NONE,
+    ROWWISE_ADAGRAD,
+    SGD,
+    TBESparseGrad,
+)
 from . import _common
+from ._common import float32_result, half_table, round_once
 
 BAGS_PER_JOB = 64
 PREFETCH_DISTANCE = 8  # forward: lookups ahead (the rows are random in a buffer far larger than the caches)
 UPDATE_PREFETCH_DISTANCE = 4  # fused update: touched rows ahead
-_F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
 _NO_I64 = np.zeros(1, dtype=np.int64)
@@ -87,7 +101,7 @@ def _prefetch_row(w, base, n):
 
 def _weights(weights):
     w = np.ascontiguousarray(weights)
-    return (w.view(np.uint16), _F16_LUT) if w.dtype == np.float16 else (w, _NO_LUT)
+    return (w.view(np.uint16), half_table()) if w.dtype == np.float16 else (w, _NO_LUT)
 
 
 def _one_thread_when_small(entry):
@@ -231,16 +245,14 @@ def tbe_forward(
 ):
     idx, offs = _checked(indices, offsets)
     w, lut = _weights(weights)
-    target = out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
+    target = float32_result(out)
     if pooling == NONE:
         _forward_none(w, lut, weights_offsets, D_offsets, idx, offs, B, target)
     else:
         has_psw = per_sample_weights is not None
         psw = np.ascontiguousarray(per_sample_weights) if has_psw else _NO_F32
         _forward_pooled(w, lut, weights_offsets, D_offsets, idx, offs, B, pooling == MEAN, psw, has_psw, target)
-    if target is not out:
-        with np.errstate(over="ignore"):
-            out[...] = target
+    round_once(target, out)
 
 
 # -- backward: counting sort per table, one pass over touched rows ---------------
@@ -746,6 +758,16 @@ def tbe_backward_update(
     momentum2,
     step,
 ):
+    if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
+        return _update_rows(
+            grad_output,
+            weights,
+            (weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B, pooling, per_sample_weights),
+            optimizer,
+            momentum1,
+            momentum2,
+            step,
+        )
     lk = _prepare(
         grad_output,
         indices,
@@ -774,3 +796,27 @@ def tbe_backward_update(
     _fused_update(lk, w, lut, m1, m2, opt, False, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)
+
+
+# -- the other optimizers and max_norm: sparse gradient, then the shared row rule ----------
+_rule = _tbe_rows.make_update_row(njit(inline="always", error_model="numpy"))
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+    for u in prange(lids.shape[0]):
+        o = voff[u]
+        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+
+
+def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, step):
+    """``tbe_backward_update`` for the kinds without a fused kernel here (LAMB, partial
+    row-wise Adam/LAMB, LARS-SGD) and for ``max_norm``: the summed gradient of the touched
+    rows (``tbe_backward_sparse``), then :func:`embnum._tbe_rows.update_rows` with the
+    shared rule applied to the rows in parallel."""
+    g = np.ascontiguousarray(grad_output, dtype=np.float32)
+    hp = optimizer.float32()
+    if hp["max_gradient"] is not None:
+        g = np.clip(g, -hp["max_gradient"], hp["max_gradient"])
+    sparse = tbe_backward_sparse(g, weights, *lookup)
+    _tbe_rows.update_rows(np, _apply_rows, weights, lookup[:3], sparse, optimizer, momentum1, momentum2, step)

@@ -13,15 +13,9 @@ from numba import njit, prange
 
 from .. import _qrow
 from .._tbe import MEAN, NONE
-from .quant import _f16
+from ._common import bits_to_float32, float32_result, half_bits_to_float32, round_once
 
-
-@njit(inline="always")
-def _f32(u):
-    return np.uint32(u).view(np.float32)
-
-
-_element = njit(inline="always")(_qrow.make_tbe_element(_f16, _f32))  # element c of a row, float32
+_element = njit(inline="always")(_qrow.make_tbe_element(half_bits_to_float32, bits_to_float32))  # float32 element c
 
 
 @njit(cache=True, parallel=True)
@@ -70,7 +64,7 @@ def _rows(weights, layout, indices, offsets, B, out):
 
 
 def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sample_weights, output_dtype, out):
-    target = out if output_dtype == np.float32 else np.empty(out.shape, np.float32)
+    target = float32_result(out)
     w = np.ascontiguousarray(weights)
     idx = np.ascontiguousarray(indices)
     offs = np.ascontiguousarray(offsets, dtype=np.int64)
@@ -82,6 +76,4 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
         psw = np.ascontiguousarray(per_sample_weights) if has else np.zeros(0, np.float32)
         if target.size:
             _pooled(w, layout, idx, offs, B, pooling == MEAN, psw, has, target)
-    if target is not out:
-        with np.errstate(over="ignore"):
-            out[...] = target
+    round_once(target, out)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _permute_plan as plan
+from .._cache import BoundedCache
 from ._rawkernel import raw_kernel
 
 THREADS = 256
 MAX_BLOCKS = 65535
-_TABLES: dict = {}
-_MAX_TABLES = 256
+_TABLES = BoundedCache(256)  # shared by every thread that calls the op
 
 
 def _device_table(table: np.ndarray):
@@ -26,9 +26,7 @@ def _device_table(table: np.ndarray):
     key = (cupy.cuda.Device().id, table.shape, table.tobytes())
     found = _TABLES.get(key)
     if found is None:
-        if len(_TABLES) >= _MAX_TABLES:
-            _TABLES.pop(next(iter(_TABLES)))
-        found = _TABLES[key] = cupy.asarray(table)
+        found = _TABLES.put(key, cupy.asarray(table))
     return found
 
 

@@ -11,55 +11,22 @@ import numba
 import numpy as np
 from numba import cuda
 
-from ._common import TPB, bits, blocks, contiguous, int64s, leaf_segment, pack_offsets, scalar_bits, slab_of_segment, xp
+from ._common import (
+    TPB,
+    bits,
+    blocks,
+    contiguous,
+    inclusive_scan,
+    int64s,
+    leaf_segment,
+    pack_offsets,
+    scalar_bits,
+    slab_of_segment,
+    xp,
+)
 
 
 # -- scans -----------------------------------------------------------------
-@cuda.jit
-def _block_scan(src, dst, block_sums, n):
-    """Inclusive scan of each TPB-element chunk (Hillis-Steele in shared memory)."""
-    sh = cuda.shared.array(TPB, numba.int64)
-    t = cuda.threadIdx.x
-    i = cuda.blockIdx.x * TPB + t
-    sh[t] = src[i] if i < n else 0
-    cuda.syncthreads()
-    step = 1
-    while step < TPB:
-        x = sh[t - step] if t >= step else 0
-        cuda.syncthreads()
-        sh[t] += x
-        cuda.syncthreads()
-        step *= 2
-    if i < n:
-        dst[i] = sh[t]
-    if t == TPB - 1:
-        block_sums[cuda.blockIdx.x] = sh[t]
-
-
-@cuda.jit
-def _add_block_prefix(dst, block_prefix, n):
-    b = cuda.blockIdx.x
-    i = b * TPB + cuda.threadIdx.x
-    if b > 0 and i < n:
-        dst[i] += block_prefix[b - 1]
-
-
-def _inclusive_scan(src):
-    """int64 inclusive scan of a 1-D device array (recursive over block sums)."""
-    n = int(src.shape[0])
-    m = xp()
-    dst = m.empty(n, dtype=np.int64)
-    if n == 0:
-        return dst
-    nb = -(-n // TPB)
-    sums = m.empty(nb, dtype=np.int64)
-    _block_scan[nb, TPB](src, dst, sums, n)
-    if nb > 1:
-        prefix = _inclusive_scan(sums)  # before configuring the launch: the simulator keeps one config per kernel
-        _add_block_prefix[nb, TPB](dst, prefix, n)
-    return dst
-
-
 @cuda.jit
 def _emit_rows(incl, out, N, first):
     """``out[r, j] = incl[r*N + j - first] - (sum of rows before r)``, 0 where ``j < first``."""
@@ -81,7 +48,7 @@ def _cumsum(lengths, out, first):
     N = lengths.shape[-1]
     dst = out if out.ndim == 2 else out[None, :]
     if dst.size:
-        _emit_rows[blocks(dst.size, TPB), TPB](_inclusive_scan(src), dst, N, first)
+        _emit_rows[blocks(dst.size, TPB), TPB](inclusive_scan(src), dst, N, first)
 
 
 def complete_cumsum(lengths, out):
@@ -154,7 +121,7 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
     acc = out if out.dtype == np.dtype(kind) else xp().empty(S, dtype=kind)
     _SEGMENT_SUM[kind][blocks(S), TPB](contiguous(values), bounds, acc)
     if acc is not out:
-        out[...] = acc.astype(out.dtype)  # float16: one rounding; int32: wraps
+        out[...] = acc.astype(out.dtype)  # float16: float32 sums rounded once (embnum._half); int32: wraps
 
 
 @cuda.jit

@@ -16,8 +16,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _bucketize
-from ._common import TPB, bits, blocks, contiguous, int64s, to_host, xp
-from .jagged import _inclusive_scan
+from ._common import TPB, bits, blocks, contiguous, inclusive_scan, int64s, to_host, xp
 
 bucket_of = cuda.jit(device=True)(_bucketize.bucket_of)
 
@@ -27,7 +26,7 @@ def _complete(sizes):
     m = xp()
     offs = m.zeros(sizes.shape[0] + 1, dtype=np.int64)
     if sizes.shape[0]:
-        offs[1:] = _inclusive_scan(int64s(sizes))
+        offs[1:] = inclusive_scan(int64s(sizes))
     return offs
 
 
@@ -225,7 +224,7 @@ def jagged_unique_indices(tables, B, offsets, indices, out):
         flags = m.empty(N, np.int64)
         g = blocks(N, TPB)
         _mark_new[g, TPB](ids, order, m.asarray(first), flags)
-        rank = _inclusive_scan(flags)
+        rank = inclusive_scan(flags)
         _emit_unique[g, TPB](ids, order, flags, rank, unique, reverse)
         ends = [int(rank[hi - 1]) if hi else 0 for hi in bounds[1:]]  # distinct ids up to each table's end
         counts = np.diff(np.array([0] + ends, np.int64))

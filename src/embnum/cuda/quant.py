@@ -3,11 +3,11 @@
 Same contract as ``embnum.cpu.quant``: validated arguments plus ``out``,
 filled completely. Row quantizers and dequantizers give one row to one
 thread (grid-stride over rows); the element-wise codecs give one element to
-one thread. Arithmetic is float32 where the spec says ``fl32`` and float64
+one thread. Arithmetic is float32 where the documented formula rounds with ``fl32`` and float64
 for the dequantizers' ``q * scale + bias`` (written as a separate multiply
-and add, so the result equals the oracle's; the spec would also allow the
+and add, so the result equals the oracle's; the documented tolerance would also allow the
 fused form). Float16 is read and written as uint16 bit patterns through
-``embnum._half``, so the kernels need no device float16 support.
+``embnum._half`` (compiled in ``._common``), so the kernels need no device float16 support.
 """
 
 from __future__ import annotations
@@ -17,17 +17,21 @@ import math
 import numpy as np
 from numba import cuda
 
-from .. import _half, _qrow
-from ._common import TPB, blocks, contiguous, xp
+from .. import _qrow
+from ._common import (
+    TPB,
+    bits_to_float32,
+    blocks,
+    contiguous,
+    float32_bits_to_half_bits,
+    float32_to_bits,
+    float_to_half_bits,
+    half_bits_to_float,
+    rne,
+    xp,
+)
 
-_dev = cuda.jit(device=True)
-float_to_half_bits = _dev(_half.float_to_half_bits)
-half_bits_to_float = _dev(_half.half_bits_to_float)
-float32_bits_to_half_bits = _dev(_half.float32_bits_to_half_bits)
-float32_to_bits = _dev(_half.float32_to_bits)
-bits_to_float32 = _dev(_half.bits_to_float32)
-rne = _dev(_half.rne)
-_put_u32 = _dev(_qrow.put_u32)
+_put_u32 = cuda.jit(device=True)(_qrow.put_u32)
 
 
 def _launch(n):

@@ -18,17 +18,16 @@ import math
 import numpy as np
 from numba import cuda
 
-from .._tbe import DECAY_CODES, KIND_CODES, TBESparseGrad
-from ._common import TPB, blocks, contiguous, xp
-
-_F16_LUT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+from .. import _tbe_rows
+from .._tbe import DECAY_CODES, KIND_CODES, LAMB, TBESparseGrad
+from ._common import TPB, blocks, contiguous, float32_result, half_table, round_once, xp
 
 
 def _weights(weights):
     m = xp()
     w = contiguous(weights)
     if w.dtype == np.float16:
-        return w.view(np.uint16), m.asarray(_F16_LUT), True
+        return w.view(np.uint16), half_table(), True
     return w, m.zeros(1, np.float32), False
 
 
@@ -93,7 +92,7 @@ def tbe_forward(
 ):
     m = xp()
     w, lut, half = _weights(weights)
-    target = out if out.dtype == np.float32 else m.empty(out.shape, np.float32)
+    target = float32_result(out)
     woff, doff, nrows = _dev(weights_offsets), _dev(D_offsets), _dev(rows)
     idx, offs = contiguous(indices), contiguous(offsets)
     if pooling == 2:
@@ -105,8 +104,7 @@ def tbe_forward(
         _forward_pooled[blocks(weights_offsets.shape[0] * B), TPB](
             w, lut, half, woff, doff, nrows, idx, offs, B, pooling == 1, psw, has_psw, target
         )
-    if target is not out:
-        out[...] = target.astype(np.float16)
+    round_once(target, out)
 
 
 # -- backward: sort by (row, position), reduce each run, write each row once ----
@@ -317,7 +315,7 @@ def _apply(
     new,
     pos,
 ):
-    """One thread per touched row: the optimizer step of spec 3.5 (float32)."""
+    """One thread per touched row: the optimizer step of ``docs/families/tbe.md`` (float32)."""
     U = lids.shape[0]
     one = np.float32(1.0)
     for u in range(cuda.grid(1), U, cuda.gridsize(1)):
@@ -389,6 +387,17 @@ def tbe_backward_update(
     U = int(lids.shape[0])
     if not U:
         return
+    if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
+        _update_rows(
+            weights,
+            (weights_offsets, D_offsets, hash_size_cumsum),
+            (lids, values, voff),
+            optimizer,
+            momentum1,
+            momentum2,
+            step,
+        )
+        return
     half = weights.dtype == np.float16
     w, lut, _ = _weights(weights)
     n = int(voff[-1])
@@ -417,3 +426,24 @@ def tbe_backward_update(
     )
     if half:
         weights[pos] = new.astype(np.float16)
+
+
+# -- the other optimizers and max_norm: the shared row rule, one thread per touched row ------
+_rule = _tbe_rows.make_update_row(cuda.jit(device=True))
+
+
+@cuda.jit
+def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+    for u in range(cuda.grid(1), lids.shape[0], cuda.gridsize(1)):
+        o = voff[u]
+        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+
+
+def _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step):
+    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the touched rows gathered
+    as float32 (library gathers), :mod:`embnum._tbe_rows`'s rule per row, one write back."""
+
+    def apply(*args):
+        _apply_rows[blocks(int(sparse[0].shape[0]), TPB), TPB](*args)
+
+    _tbe_rows.update_rows(xp(), apply, weights, layout, sparse, optimizer, momentum1, momentum2, step)

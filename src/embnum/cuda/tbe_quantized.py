@@ -5,7 +5,7 @@ column) for the pooled modes (each sums its bag in index order, in float32,
 so results are the same on every run), one per (index, column) for
 ``"none"``. The ops layer has bounds-checked every index already, so no
 thread can read outside ``weights``. A float16 output is computed in float32
-and then rounded by ``embnum.cuda.quant``'s conversion kernel.
+and rounded once (``._common.round_once``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,18 @@ import numpy as np
 from numba import cuda
 
 from .. import _qrow
-from ._common import TPB, blocks, contiguous, int64s, to_host, xp
-from .quant import bits_to_float32, float_to_fp16, half_bits_to_float
+from ._common import (
+    TPB,
+    bits_to_float32,
+    blocks,
+    contiguous,
+    float32_result,
+    half_bits_to_float,
+    int64s,
+    round_once,
+    to_host,
+    xp,
+)
 
 _element = cuda.jit(device=True)(_qrow.make_tbe_element(half_bits_to_float, bits_to_float32))
 
@@ -58,7 +68,7 @@ def _rows(weights, layout, feature_of_pos, indices, out):
 
 def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sample_weights, output_dtype, out):
     m = xp()
-    target = out if output_dtype == np.float32 else m.empty(out.shape, np.float32)
+    target = float32_result(out)
     lay = int64s(layout)
     offs = int64s(offsets)
     T = int(lay.shape[0])
@@ -78,5 +88,4 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
             _pooled[blocks(target.size, TPB), TPB](
                 contiguous(weights), lay, feature_of_col, contiguous(indices), offs, B, pooling == 1, psw, has, target
             )
-    if target is not out:
-        float_to_fp16(target, False, out)
+    round_once(target, out)

@@ -1,12 +1,13 @@
-"""Op declarations, one module per family. Importing this package registers them all."""
+"""Op declarations, one module per family. Importing this package registers them all.
 
-from . import (
-    jagged,  # noqa: F401
-    keyed_tensor,  # noqa: F401
-    kjt,  # noqa: F401
-    quant,  # noqa: F401
-    tbe,  # noqa: F401
-    tbe_quantized,  # noqa: F401
-)
+The families are the modules of this package (found once, here, with ``pkgutil``):
+adding a family means adding its module; no list names it.
+"""
 
-FAMILIES = ("jagged", "keyed_tensor", "kjt", "quant", "tbe", "tbe_quantized")
+import importlib
+import pkgutil
+
+FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
+for _family in FAMILIES:
+    importlib.import_module(f"{__name__}.{_family}")
+del _family

@@ -1,4 +1,4 @@
-"""Declarations of the jagged family (``shared/spec/jagged.md``).
+"""Declarations of the jagged family (``docs/families/jagged.md``).
 
 Each function below states an op's public signature and validates its
 arguments; the registry turns it into ``embnum.<name>`` and finds the
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as v
+from .._compare import exact_match, within
 from .._registry import Example, Out, Plan, check, example, op
 
 MAX_JAGGED_DIMS = 5
@@ -55,6 +56,14 @@ def complete_cumsum(lengths):
 
     lengths: int32/int64, 1-D or 2-D. Output: the dtype of ``lengths``.
     An int32 result that would overflow is a ``ValueError``.
+
+    Examples
+    --------
+    >>> embnum.complete_cumsum(np.array([2, 0, 3, 1]))
+    array([0, 2, 2, 5, 6])
+    >>> embnum.complete_cumsum(np.array([[1, 2], [3, 0]], dtype=np.int32))
+    array([[0, 1, 3],
+           [0, 3, 3]], dtype=int32)
     """
     v.index_array("lengths", lengths, ndim=(1, 2))
     _cumsum_fits_int32("lengths", lengths, drop_last=False)
@@ -73,6 +82,11 @@ def exclusive_cumsum(lengths):
     """``[N] -> [N]``: ``out[i] = lengths[0] + ... + lengths[i-1]`` (``out[0] = 0``).
 
     lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
+
+    Examples
+    --------
+    >>> embnum.exclusive_cumsum(np.array([2, 0, 3, 1]))
+    array([0, 2, 2, 5])
     """
     return _same_length_scan(lengths, drop_last=True)  # the grand total is not an output
 
@@ -82,6 +96,11 @@ def inclusive_cumsum(lengths):
     """``[N] -> [N]``: ``out[i] = lengths[0] + ... + lengths[i]``.
 
     lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
+
+    Examples
+    --------
+    >>> embnum.inclusive_cumsum(np.array([2, 0, 3, 1]))
+    array([2, 2, 5, 6])
     """
     return _same_length_scan(lengths, drop_last=False)
 
@@ -95,6 +114,11 @@ def offsets_range(offsets, range_size):
     1-D) holds segment starts: the exclusive form ``[N]`` or the complete form
     ``[N+1]`` ending in ``range_size``. It must start at 0, be non-decreasing and
     stay within ``[0, range_size]``.
+
+    Examples
+    --------
+    >>> embnum.offsets_range(np.array([0, 2, 2, 5]), 6)
+    array([0, 1, 0, 1, 2, 0])
     """
     v.index_array("offsets", offsets)
     range_size = v.size("range_size", range_size)
@@ -127,8 +151,13 @@ def segment_sum_csr(batch_size, csr_seg, values):
 
     batch_size: int >= 0. csr_seg: int32/int64 ``[S+1]``, non-decreasing, ``>= 0``.
     values: 1-D float16/float32/float64/int32/int64. Output ``[S]``, dtype of
-    ``values``; float16 is accumulated in float32 or wider and rounded once,
+    ``values``; float16 is accumulated in float32 and rounded once (``embnum._half``; the oracle sums wider),
     integers wrap.
+
+    Examples
+    --------
+    >>> embnum.segment_sum_csr(2, np.array([0, 1, 1, 3]), np.arange(1.0, 7.0))
+    array([ 3.,  0., 18.])
     """
     _value_array("values", values, 1)
     batch_size = _csr_runs(batch_size, csr_seg, values.shape[0], "values")
@@ -145,6 +174,11 @@ def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values):
 
     grad_output: 1-D ``[S]`` (``S = len(csr_seg) - 1``), any value dtype;
     num_values: int ``>= csr_seg[-1] * batch_size``.
+
+    Examples
+    --------
+    >>> embnum.segment_sum_csr_backward(2, np.array([0, 1, 1, 3]), np.array([1.0, 2.0, 3.0]), 7)
+    array([1., 1., 3., 3., 3., 3., 0.])
     """
     _value_array("grad_output", grad_output, 1)
     num_values = v.size("num_values", num_values)
@@ -170,6 +204,19 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
     ``>= 0``. Output ``[B, *max_lengths, D]`` (no ``D`` for 1-D values), dtype of
     ``values``; positions past a segment's end hold ``padding_value``, segments
     longer than the maximum are truncated.
+
+    Examples
+    --------
+    >>> values = np.arange(1.0, 7.0).reshape(3, 2)
+    >>> embnum.jagged_to_padded_dense(values, [np.array([0, 2, 2, 3])], [2], padding_value=-1.0)
+    array([[[ 1.,  2.],
+            [ 3.,  4.]],
+    <BLANKLINE>
+           [[-1., -1.],
+            [-1., -1.]],
+    <BLANKLINE>
+           [[ 5.,  6.],
+            [-1., -1.]]])
     """
     _value_array("values", values, (1, 2))
     offsets = _jagged_offsets(offsets, values.shape[0])
@@ -187,7 +234,16 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
 @op("jagged", differentiable=("values",), same_as="jagged_to_padded_dense")
 def jagged_1d_to_dense(values, offsets, max_sequence_length, padding_value=0):
     """``jagged_to_padded_dense(values, [offsets], [max_sequence_length], padding_value)``
-    for exactly 1-D ``values``: output ``[B, max_sequence_length]``."""
+    for exactly 1-D ``values``: output ``[B, max_sequence_length]``.
+
+    Examples
+    --------
+    >>> embnum.jagged_1d_to_dense(np.array([10, 11, 12, 13]), np.array([0, 2, 3, 3, 4]), 2, -1)
+    array([[10, 11],
+           [12, -1],
+           [-1, -1],
+           [13, -1]])
+    """
     _value_array("values", values, 1)
     v.index_array("offsets", offsets)
     L = v.size("max_sequence_length", max_sequence_length)
@@ -197,7 +253,17 @@ def jagged_1d_to_dense(values, offsets, max_sequence_length, padding_value=0):
 @op("jagged", differentiable=("values",), same_as="jagged_to_padded_dense")
 def jagged_2d_to_dense(values, offsets, max_sequence_length):
     """``jagged_to_padded_dense(values, [offsets], [max_sequence_length], 0.0)`` for exactly
-    2-D ``values [N, D]``: output ``[B, max_sequence_length, D]``."""
+    2-D ``values [N, D]``: output ``[B, max_sequence_length, D]``.
+
+    Examples
+    --------
+    >>> embnum.jagged_2d_to_dense(np.arange(6.0).reshape(3, 2), np.array([0, 1, 3]), 2)
+    array([[[0., 1.],
+            [0., 0.]],
+    <BLANKLINE>
+           [[2., 3.],
+            [4., 5.]]])
+    """
     _value_array("values", values, 2)
     v.index_array("offsets", offsets)
     L = v.size("max_sequence_length", max_sequence_length)
@@ -213,6 +279,15 @@ def dense_to_jagged(dense, offsets, total_L=None):
     total_L: output rows, ``None`` for ``offsets[-1][-1]``; extra rows are 0, and
     so is every row no dense position reaches (truncated tails included).
     Returns the values only (fbgemm also returns the offsets).
+
+    Examples
+    --------
+    >>> dense = np.arange(1.0, 9.0).reshape(2, 2, 2)
+    >>> embnum.dense_to_jagged(dense, [np.array([0, 1, 4])])
+    array([[1., 2.],
+           [5., 6.],
+           [7., 8.],
+           [0., 0.]])
     """
     v.array("dense", dense, dtypes=v.VALUE_DTYPES)
     offsets = v.array_list("offsets", offsets, min_len=1, max_len=MAX_JAGGED_DIMS)
@@ -235,26 +310,19 @@ def dense_to_jagged(dense, offsets, total_L=None):
 # -- oracle comparisons ----------------------------------------------------
 @check(segment_sum_csr)
 def _segment_sum_close(got, want, args):
-    """Per-run error bound of the spec: ``rtol * sum(|v|)`` (float), exact (int)."""
+    """Per-run error bound (``docs/families/jagged.md``): ``rtol * sum(|v|)`` (float), exact (int)."""
     got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf"), False
-    if got.dtype.kind != "f":
-        return float(np.abs(got.astype(np.int64) - want.astype(np.int64)).max(initial=0)), bool(
-            np.array_equal(got, want)
-        )
+    if got.dtype.kind != "f" or got.shape != want.shape or got.dtype != want.dtype:
+        return exact_match(got, want)
     csr = np.asarray(args["csr_seg"]).astype(np.int64) * args["batch_size"]
     vals = np.abs(np.asarray(args["values"]).astype(np.float64))
     scale = np.array([vals[a:b].sum() for a, b in zip(csr[:-1], csr[1:])])
-    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
     if got.dtype == np.float16:
         # one float16 ulp of the result (plus float32 accumulation error)
         tol = np.spacing(np.abs(want)).astype(np.float64) + 1e-6 * scale
     else:
         tol = (1e-12 if got.dtype == np.float64 else 1e-5) * scale + 1e-30
-    same_nan = np.isnan(got) == np.isnan(want)
-    ok = bool(np.all(same_nan & ((err <= tol) | np.isnan(want) | (got == want))))
-    return float(np.nanmax(err, initial=0.0)), ok
+    return within(got, want, tol)
 
 
 # -- realistic inputs for the tour and the benchmarks ----------------------

@@ -1,4 +1,4 @@
-"""Declarations of the keyed_tensor family (``shared/spec/keyed_tensor.md``).
+"""Declarations of the keyed_tensor family (``docs/families/keyed_tensor.md``).
 
 Pooled-embedding permutes: a full permutation of the column groups of one
 ``[B, D]`` array (``permute_pooled_embs``), and regrouping the column groups
@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as v
+from .._cache import BoundedCache
+from .._compare import same_bits
 from .._registry import Example, Out, Plan, check, example, op
 
 # permutes columns
@@ -51,8 +53,7 @@ def _shapes(name, shapes, want, want_name):
             raise ValueError(f"{name}[{k}] = {g} but {want_name} gives {w}")
 
 
-_VALID: dict = {}  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
-_MAX_VALID = 256
+_VALID = BoundedCache(256)  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
 
 
 def _rows(permutes, in_widths, out_widths, in_name, out_name):
@@ -63,12 +64,10 @@ def _rows(permutes, in_widths, out_widths, in_name, out_name):
         raise ValueError(f"permutes must have shape [P, 6], got {tuple(permutes.shape)}")
     rows = host(permutes)
     key = (rows.tobytes(), tuple(in_widths), tuple(out_widths))
-    if key in _VALID:
+    if _VALID.get(key):
         return rows
     _check_rows(rows, in_widths, out_widths, in_name, out_name)
-    if len(_VALID) >= _MAX_VALID:
-        _VALID.pop(next(iter(_VALID)))
-    _VALID[key] = True
+    _VALID.put(key, True)
     return rows
 
 
@@ -86,7 +85,7 @@ def _check_rows(rows, in_widths, out_widths, in_name, out_name):
     ):
         _in_range(rows, o_col, 0, None, None)
         limit = np.asarray(widths, dtype=np.int64)[rows[:, t_col]]
-        bad = rows[:, o_col] + rows[:, LENGTH] > limit
+        bad = v.spans_exceed(rows[:, o_col], rows[:, LENGTH], limit)  # offset + length would wrap
         if bad.any():
             r = int(np.argmax(bad))
             raise ValueError(
@@ -146,6 +145,13 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
     ``permute_list [T]`` a permutation, ``inv_permute_list [T]`` its inverse,
     ``inv_offset_dim_list [T+1]`` the cumsum of the permuted widths. All four are validated.
     Output ``[B, D]``, dtype of ``pooled_embs`` (exact copies).
+
+    Examples
+    --------
+    >>> embs = np.arange(6.0).reshape(2, 3)  # groups: column 0 | columns 1, 2
+    >>> embnum.permute_pooled_embs(embs, np.array([0, 1, 3]), np.array([1, 0]), np.array([0, 2, 3]), np.array([1, 0]))
+    array([[1., 2., 0.],
+           [4., 5., 3.]])
     """
     v.array("pooled_embs", pooled_embs, ndim=2, dtypes=v.VALUE_DTYPES)
     D = pooled_embs.shape[1]
@@ -248,7 +254,19 @@ def kt_regroup_arguments(embs, keys, lengths, groups):
     ``(in_tensor, out_tensor, in_offset, out_offset, length, next)`` per entry of the
     flattened groups), int32 ``in_shapes [n_in]``, int32 ``out_shapes [n_out]`` and the
     Python list ``out_lengths``. ``next`` links the rows of a key used several times
-    (spec section 2).
+    (``docs/families/keyed_tensor.md``).
+
+    Examples
+    --------
+    >>> keys, lengths, groups = [['a', 'b'], ['c']], [[2, 1], [3]], [['c', 'a'], ['b', 'a']]
+    >>> permutes, in_shapes, out_shapes, out_lengths = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    >>> permutes
+    array([[ 1,  0,  0,  0,  3,  0],
+           [ 0,  0,  0,  3,  2,  3],
+           [ 0,  1,  2,  0,  1,  0],
+           [ 0,  1,  0,  1,  2, -4]], dtype=int32)
+    >>> out_lengths
+    [5, 3]
     """
     if embs is not None:
         v.array("embs", embs)
@@ -267,6 +285,14 @@ def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_le
     ``[n_in]``/``[n_out]`` equal to the input widths / ``out_lengths``. out_lengths:
     ints ``>= 0``. Returns ``n_out`` arrays ``[B, out_lengths[j]]``; columns no row covers
     are 0. Every row is validated (ranges, widths, no overlapping writes).
+
+    Examples
+    --------
+    >>> embs = [np.arange(6.0).reshape(2, 3), np.full((2, 1), 9.0)]  # keys a (2 columns), b | c
+    >>> args = embnum.kt_regroup_arguments(None, [['a', 'b'], ['c']], [[2, 1], [1]], [['c', 'a']])
+    >>> embnum.permute_multi_embedding(embs, *args)
+    [array([[9., 0., 1.],
+           [9., 3., 4.]])]
     """
     pooled_embs, B, dtype = _float_list("pooled_embs", pooled_embs)
     in_widths = [int(a.shape[1]) for a in pooled_embs]
@@ -296,6 +322,14 @@ def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shap
     row covers (unused keys) are 0. ``next`` is range-checked, never followed.
     grad_outputs: non-empty list of ``[B, out_shapes[j]]`` float16/32/64 arrays;
     in_lengths: ints, equal to ``in_shapes``.
+
+    Examples
+    --------
+    >>> keys, lengths, groups = [['a', 'b']], [[1, 1]], [['a'], ['a', 'b']]  # a is used twice
+    >>> permutes, in_shapes, out_shapes, out_lengths = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    >>> grads = [np.ones((1, 1)), np.full((1, 2), 2.0)]
+    >>> embnum.permute_multi_embedding_backward(grads, permutes, in_shapes, out_shapes, [2])  # a: 1 + 2
+    [array([[3., 2.]])]
     """
     grad_outputs, B, dtype = _float_list("grad_outputs", grad_outputs)
     out_widths = [int(g.shape[1]) for g in grad_outputs]
@@ -322,6 +356,14 @@ def regroup_keyed_tensor(pooled_embs, keys, lengths, groups):
 
     pooled_embs: ``len(keys)`` 2-D float16/32/64 arrays, ``pooled_embs[i].shape[1] ==
     sum(lengths[i])``. Returns one ``[B, width]`` array per group.
+
+    Examples
+    --------
+    >>> embs = [np.arange(6.0).reshape(2, 3), np.full((2, 1), 9.0)]
+    >>> embnum.regroup_keyed_tensor(embs, [['a', 'b'], ['c']], [[2, 1], [1]], [['c', 'a'], ['b']])
+    [array([[9., 0., 1.],
+           [9., 3., 4.]]), array([[2.],
+           [5.]])]
     """
     pooled_embs, B, dtype = _float_list("pooled_embs", pooled_embs)
     keys, lengths, groups = regroup_keys(keys, lengths, groups)
@@ -338,23 +380,7 @@ def regroup_keyed_tensor(pooled_embs, keys, lengths, groups):
 
 
 # -- oracle comparison for the backward --------------------------------------
-@check(permute_multi_embedding_backward)
-def _same_or_both_nan(got, want, args):
-    """Bit-identical, except that NaNs match any NaN (payloads of NaN sums are not specified)."""
-    if len(got) != len(want):
-        return float("inf"), False
-    err, ok = 0.0, True
-    for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return float("inf"), False
-        nan = np.isnan(g) & np.isnan(w)
-        ok &= bool(np.all(nan | (g.view(f"u{g.itemsize}") == w.view(f"u{w.itemsize}"))))
-        with np.errstate(invalid="ignore", over="ignore"):
-            d = np.abs(g.astype(np.float64) - w.astype(np.float64))
-        d = d[np.isfinite(d)]
-        err = max(err, float(d.max()) if d.size else 0.0)
-    return err, ok
+check(permute_multi_embedding_backward)(same_bits)  # NaNs match any NaN (payloads of NaN sums are not specified)
 
 
 # -- realistic inputs for the tour and the benchmarks ----------------------
@@ -365,7 +391,7 @@ _SMALL_LENGTHS = [[3, 4], [5, 6, 7], [8]]
 
 
 def classic_case(rng, B, *, small=False, dtype=np.float32):
-    """The classic TorchRec case (spec section 5): ``(pooled_embs, keys, lengths, groups)``."""
+    """The classic TorchRec case (``docs/families/keyed_tensor.md``): ``(pooled_embs, keys, lengths, groups)``."""
     lengths = _SMALL_LENGTHS if small else CLASSIC_LENGTHS
     embs = [rng.standard_normal((B, sum(ls))).astype(dtype) for ls in lengths]
     return embs, CLASSIC_KEYS, lengths, CLASSIC_GROUPS

@@ -1,4 +1,4 @@
-"""Declarations of the KeyedJaggedTensor family (``shared/spec/kjt.md``).
+"""Declarations of the KeyedJaggedTensor family (``docs/families/kjt.md``).
 
 Sparse-feature ops that move ids between keys and between ranks before a
 sharded embedding lookup. Each function validates its arguments and returns
@@ -27,9 +27,10 @@ def _nonneg(name, a):
 
 
 def _lengths(name, a, ndim=1):
+    """Non-negative lengths; their exact total (``ValueError`` past MAX_SIZE: it never wraps)."""
     v.index_array(name, a, ndim=ndim)
     _nonneg(name, a)
-    return int(a.sum(dtype=np.int64)) if a.size else 0
+    return v.checked_sum(name, a)
 
 
 def _values(name, a, n):
@@ -72,7 +73,7 @@ def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_s
     """Common part of the two permutes: ``seg_sizes`` are the int64 segment sizes."""
     n_seg = seg_sizes.shape[0]
     _in_range("permute", permute, n_seg)
-    M = int(seg_sizes[permute].sum()) if permute.size else 0
+    M = v.checked_sum("the segments permute selects", seg_sizes[permute], what="the total size of")
     _hint("permuted_lengths_sum", permuted_lengths_sum, M)
     w = weights
     shape = (permute.shape[0],) + tuple(lengths.shape[1:])
@@ -90,6 +91,14 @@ def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_leng
     weights ``None`` or ``[N]`` float16/32/64. Returns ``(lengths[permute]
     [T_out, B], values of keys permute[0], permute[1], ... [M], weights likewise
     or None)``. ``permuted_lengths_sum`` (optional) must equal ``M``.
+
+    Examples
+    --------
+    >>> lengths = np.array([[1, 2], [0, 1]])  # 2 keys, batch of 2
+    >>> embnum.permute_2d_sparse_data(np.array([1, 0, 1]), lengths, np.array([10, 11, 12, 20]))
+    (array([[0, 1],
+           [1, 2],
+           [0, 1]]), array([20, 10, 11, 12, 20]), None)
     """
     N = _lengths("lengths", lengths, ndim=2)
     _values("values", values, N)
@@ -106,6 +115,13 @@ def permute_1d_sparse_data(permute, lengths, values, weights=None, permuted_leng
 
     permute ``[S_out]`` in ``[0, S)``; lengths ``[S]``; values/weights ``[N]``.
     Returns ``(lengths[permute] [S_out], segments permute[0], ... [M], weights or None)``.
+
+    Examples
+    --------
+    >>> lengths, values = np.array([1, 2, 1]), np.array([10, 11, 12, 13])
+    >>> weights = np.array([0.5, 1.0, 1.5, 2.0], dtype=np.float32)
+    >>> embnum.permute_1d_sparse_data(np.array([2, 0]), lengths, values, weights)
+    (array([1, 1]), array([13, 10]), array([2. , 0.5], dtype=float32))
     """
     N = _lengths("lengths", lengths)
     _values("values", values, N)
@@ -173,18 +189,33 @@ def block_bucketize_sparse_features(
     new_indices [N], new_weights [N] or None, new_pos [N] or None,
     unbucketize_permute [N] or None)``, ids/pos/permute in the indices dtype.
     Inside each (bucket, bag) group ids keep their input order on every backend.
-    ``max_B`` is accepted and ignored. See ``shared/spec/kjt.md`` section 3.
+    ``max_B`` is accepted and ignored. See ``docs/families/kjt.md`` (row-wise bucketization).
+
+    Examples
+    --------
+    >>> lengths, ids = np.array([2, 1]), np.array([3, 12, 7])  # one key, two bags
+    >>> block_sizes, my_size = np.array([5]), 2
+    >>> bucketize_pos = sequence = False
+    >>> out = embnum.block_bucketize_sparse_features(lengths, ids, bucketize_pos, sequence, block_sizes, my_size)
+    >>> new_lengths, new_ids = out[0], out[1]
+    >>> new_lengths.reshape(2, -1)  # rows: ranks
+    array([[2, 0],
+           [0, 1]])
+    >>> new_ids
+    array([3, 6, 2])
     """
     N = _lengths("lengths", lengths)
     v.index_array("indices", indices)
     if indices.shape[0] != N:
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal the sum of lengths = {N}")
     v.index_array("block_sizes", block_sizes)
-    my_size = v.integer("my_size", my_size)
+    my_size = v.size("my_size", my_size)
     v.integer("max_B", max_B)
     if my_size < 1:
         raise ValueError(f"my_size must be >= 1, got {my_size}")
     T, n_bags = block_sizes.shape[0], lengths.shape[0]
+    if my_size * max(n_bags, 1) > v.MAX_SIZE:
+        raise ValueError(f"my_size * len(lengths) = {my_size} * {n_bags} exceeds the size limit 2**48")
     _weights(weights, N)
     bs = v.to_host(block_sizes, np.int64)
     if T and int(bs.min()) < 0:
@@ -200,8 +231,9 @@ def block_bucketize_sparse_features(
     else:
         batch = _per_key("batch_size_per_feature", batch_size_per_feature, T)
         _nonneg("batch_size_per_feature", batch)
-        if int(batch.sum()) != n_bags:
-            raise ValueError(f"batch_size_per_feature sums to {int(batch.sum())}, not len(lengths) = {n_bags}")
+        total = v.checked_sum("batch_size_per_feature", batch)
+        if total != n_bags:
+            raise ValueError(f"batch_size_per_feature sums to {total}, not len(lengths) = {n_bags}")
     imax = int(np.iinfo(indices.dtype).max)
     G = _per_key("total_num_blocks", total_num_blocks, T)
     if G is None:
@@ -266,8 +298,15 @@ def keyed_jagged_index_select_dim1(
     Returns the list ``[values_out [M], lengths_out [T * n]]`` plus
     ``weights_out [M]`` when weights are given (output bag ``t*n + j`` is input
     bag ``t*batch_size + indices[j]``).
+
+    Examples
+    --------
+    >>> lengths = np.array([1, 2, 0, 1])  # 2 keys, batch of 2
+    >>> values = np.array([10, 11, 12, 20])
+    >>> embnum.keyed_jagged_index_select_dim1(values, lengths, embnum.complete_cumsum(lengths), np.array([1, 1, 0]), 2)
+    [array([11, 12, 11, 12, 10, 20, 20]), array([2, 2, 1, 1, 1, 0])]
     """
-    batch_size = v.integer("batch_size", batch_size)
+    batch_size = v.size("batch_size", batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     N = _lengths("lengths", lengths)
@@ -277,14 +316,15 @@ def keyed_jagged_index_select_dim1(
     v.index_array("offsets", offsets)
     if offsets.shape[0] != nl + 1:
         raise ValueError(f"offsets must have len(lengths) + 1 = {nl + 1} entries, got {offsets.shape[0]}")
-    if int(offsets[0]) != 0 or (nl and bool((offsets[1:].astype(np.int64) - offsets[:-1] != lengths).any())):
+    # lengths are >= 0 and their total is exact (<= MAX_SIZE), so their int64 cumsum cannot wrap
+    if int(offsets[0]) != 0 or (nl and bool((offsets[1:] != v.xp_of(lengths).cumsum(lengths, dtype=np.int64)).any())):
         raise ValueError("offsets must be the complete cumsum of lengths (start at 0, steps equal to lengths)")
     _values("values", values, N)
     _weights(weights, N)
     _in_range("indices", indices, batch_size)
     T, n = nl // batch_size, indices.shape[0]
     sel = lengths.reshape(T, batch_size)[:, indices] if T and n else lengths[:0]
-    M = int(sel.sum(dtype=np.int64)) if sel.size else 0
+    M = v.checked_sum("the bags indices selects", sel, what="the total size of")
     _hint("selected_lengths_sum", selected_lengths_sum, M)
     outs = [Out((M,), values.dtype), Out((T * n,), lengths.dtype)]
     if weights is not None:
@@ -311,6 +351,11 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
     input segment ``permute[t]``); output_size ``== output_offset[-1]``. Returns
     ``[output_size]`` in the dtype of ``input_offset``:
     ``out[output_offset[t] + i] = input_offset[permute[t]] + i``.
+
+    Examples
+    --------
+    >>> embnum.expand_into_jagged_permute(np.array([1, 0]), np.array([0, 2, 5]), np.array([0, 3, 5]), 5)
+    array([2, 3, 4, 0, 1])
     """
     v.index_array("permute", permute)
     T = permute.shape[0]
@@ -343,7 +388,13 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
 @op("kjt")
 def invert_permute(permute):
     """``result[permute[i]] = i``: permute ``[n]`` int32/int64, a permutation of ``0..n-1``;
-    result ``[n]``, same dtype."""
+    result ``[n]``, same dtype.
+
+    Examples
+    --------
+    >>> embnum.invert_permute(np.array([2, 0, 1]))
+    array([1, 2, 0])
+    """
     v.index_array("permute", permute)
     n = permute.shape[0]
     _in_range("permute", permute, n)
@@ -365,6 +416,13 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     tables); offsets ``[T * B + 1]`` complete cumsum of bag lengths; indices ``[N]``
     ``>= 0``. Returns ``(output_lengths [T*B], output_offsets [T*B + 1]`` (offsets
     dtype), ``unique_indices [K]`` (indices dtype), ``reverse_index [N]`` int64).
+
+    Examples
+    --------
+    >>> hash_size_cumsum, hash_size_offsets = np.array([0, 10, 20]), np.array([0, 1, 2])  # 2 tables of 10 rows
+    >>> offsets = np.array([0, 3, 4])  # one bag per feature
+    >>> embnum.jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, np.array([4, 1, 4, 4]))
+    (array([2, 1]), array([0, 2, 3]), array([1, 4, 4]), array([1, 0, 1, 2]))
     """
     for name, a in (
         ("hash_size_cumsum", hash_size_cumsum),
@@ -399,13 +457,14 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     _nonneg_ids(indices)
     B = nb // T
     offs = v.to_host(offsets, np.int64)
-    for g, (a, b) in enumerate(tables[:-1]):
-        H = int(hsc[b] - hsc[a])
+    for g, (a, b) in enumerate(tables):
+        # the last table's ids are unbounded above (spec), but its keys hash_size_cumsum[a] + id must not wrap
+        last = g == len(tables) - 1
+        H = v.INT64_MAX - int(hsc[a]) + 1 if last else int(hsc[b] - hsc[a])
         ids = indices[int(offs[a * B]) : int(offs[b * B])]
         if ids.size and int(ids.max()) >= H:
-            raise IndexError(
-                f"indices of table {g} (features {a}..{b - 1}) must be < its hash size {H}, got {int(ids.max())}"
-            )
+            what = f"<= 2**63 - 1 - hash_size_cumsum[{a}] = {H - 1}" if last else f"< its hash size {H}"
+            raise IndexError(f"indices of table {g} (features {a}..{b - 1}) must be {what}, got {int(ids.max())}")
     # the output size: tables own contiguous runs of ids, and their keys do not interleave
     xp = v.xp_of(indices)
     K = sum(_distinct(xp, indices[int(offs[a * B]) : int(offs[b * B])]) for a, b in tables)

@@ -1,11 +1,11 @@
-"""Declarations of the quant family (``shared/spec/quant.md``): row-wise
+"""Declarations of the quant family (``docs/families/quant.md``): row-wise
 quantization formats and element-wise communication codecs.
 
 Each function below states an op's public signature and validates its
 arguments; the registry turns it into ``embnum.<name>`` and finds the
 implementations in ``embnum.{ref,cpu,cuda}.quant``. Encoders are bit-exact on
 every backend; decoders too, except that a fused multiply-add may move a
-dequantized value by 1 float32 ulp (spec section 1), which the checks allow.
+dequantized value by 1 float32 ulp (``docs/families/quant.md``), which the checks allow.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .. import _validate as v
+from .._compare import same_bits
 from .._registry import Example, Out, Plan, check, example, op
 
 F16, F32, U8, U16 = (np.dtype(t) for t in (np.float16, np.float32, np.uint8, np.uint16))
@@ -40,7 +41,7 @@ def _bit_rate(bit_rate):
 
 
 def hfp8_format(ebits, exponent_bias):
-    """Validated ``(ebits, exponent_bias, m)`` of an HFP8 format (spec section 5)."""
+    """Validated ``(ebits, exponent_bias, m)`` of an HFP8 format (``docs/families/quant.md``)."""
     ebits = v.integer("ebits", ebits)
     exponent_bias = v.integer("exponent_bias", exponent_bias)
     if not 1 <= ebits <= 7:
@@ -84,10 +85,16 @@ def float_to_fused_8bit_rowwise(input):
 
     input: float32 or float16 ``[..., D]``, ``ndim >= 2``, ``D >= 1``, any strides.
     Output: uint8 ``[..., D + 8]``: D codes, then scale and bias as
-    little-endian float32. Rows holding inf/NaN (unspecified by the spec): every
+    little-endian float32. Rows holding inf/NaN (unspecified): every
     backend gives the same bytes; a NaN scale or bias is stored as
     ``0x7FC00000`` and a NaN code product gives code 0. ``min``/``max`` are the
     first minimal/maximal element of the row (so the sign of a zero bias is fbgemm's).
+
+    Examples
+    --------
+    >>> q = embnum.float_to_fused_8bit_rowwise(np.array([[0.0, 1.0, 2.0, 3.5]], dtype=np.float32))
+    >>> q[:, :4], q[:, 4:].view(np.float32)  # codes, then scale and bias
+    (array([[  0,  73, 146, 255]], dtype=uint8), array([[0.01372549, 0.        ]], dtype=float32))
     """
     _rows_input("input", input, dtypes=HALF_OR_FLOAT)
     D = input.shape[-1]
@@ -103,6 +110,12 @@ def fused_8bit_rowwise_to_float(input, *, output_dtype="float32"):
     input: uint8 ``[..., C]``, ``ndim >= 2``, ``C >= 8``. Output ``[..., C - 8]`` in
     ``output_dtype`` (``"float32"`` or ``"float16"``: the float32 result rounded
     to nearest-even).
+
+    Examples
+    --------
+    >>> q = embnum.float_to_fused_8bit_rowwise(np.array([[0.0, 1.0, 2.0, 3.5]], dtype=np.float32))
+    >>> embnum.fused_8bit_rowwise_to_float(q)
+    array([[0.       , 1.0019608, 2.0039215, 3.5      ]], dtype=float32)
     """
     _rows_input("input", input, dtypes=(U8,))
     C = input.shape[-1]
@@ -121,6 +134,11 @@ def float_to_fused_nbit_rowwise(input, bit_rate):
     ``2 * (8 // bit_rate)``. Output: uint8 ``[R, D // k + 4]`` with
     ``k = 8 // bit_rate`` codes per byte (the first element in the lowest bits),
     then scale and bias as little-endian float16.
+
+    Examples
+    --------
+    >>> embnum.float_to_fused_nbit_rowwise(np.array([[0, 1, 2, 3.5, -0.5, 0.25, 7, 1]], dtype=np.float32), 4)
+    array([[ 49, 133,  32,  63,   0,  56,   0, 184]], dtype=uint8)
     """
     bit_rate = _bit_rate(bit_rate)
     _rows_input("input", input, dtypes=HALF_OR_FLOAT, exactly_2d=True)
@@ -137,6 +155,12 @@ def fused_nbit_rowwise_to_float(input, bit_rate, *, output_dtype="float32"):
 
     input: uint8 ``[R, C]``, ``C >= 4``; bit_rate 2, 4 or 8. Output
     ``[R, (C - 4) * (8 // bit_rate)]`` in ``output_dtype`` (``"float32"``/``"float16"``).
+
+    Examples
+    --------
+    >>> q = embnum.float_to_fused_nbit_rowwise(np.array([[0, 1, 2, 3.5, -0.5, 0.25, 7, 1]], dtype=np.float32), 4)
+    >>> embnum.fused_nbit_rowwise_to_float(q, 4)
+    array([[ 0. ,  1. ,  2. ,  3.5, -0.5,  0.5,  7. ,  1. ]], dtype=float32)
     """
     bit_rate = _bit_rate(bit_rate)
     _rows_input("input", input, dtypes=(U8,), exactly_2d=True)
@@ -156,6 +180,11 @@ def float_to_bfloat16(input):
 
     ``(u + 0x8000) >> 16``: nearest, ties away from zero (fbgemm's rounding);
     NaN stays NaN: ``(u >> 16) | 0x0040``.
+
+    Examples
+    --------
+    >>> [hex(b) for b in embnum.float_to_bfloat16(np.array([1.0, 1.00390625, -2.5e-3], dtype=np.float32))]
+    ['0x3f80', '0x3f81', '0xbb24']
     """
     v.array("input", input, dtypes=(F32,))
     return Plan(dict(input=input), Out(input.shape, U16))
@@ -163,7 +192,13 @@ def float_to_bfloat16(input):
 
 @op("quant")
 def bfloat16_to_float(input):
-    """bfloat16 bit patterns (uint16, or an ``ml_dtypes.bfloat16`` array) -> float32, exact."""
+    """bfloat16 bit patterns (uint16, or an ``ml_dtypes.bfloat16`` array) -> float32, exact.
+
+    Examples
+    --------
+    >>> embnum.bfloat16_to_float(np.array([0x3F80, 0x3F81, 0xBB24], dtype=np.uint16))
+    array([ 1.        ,  1.0078125 , -0.00250244], dtype=float32)
+    """
     bits = _bfloat16_bits("input", input)
     return Plan(dict(input=bits), Out(bits.shape, F32))
 
@@ -176,6 +211,13 @@ def float_to_fp16(input, *, saturate=True):
     ``saturate=True`` (TorchRec's FP16 codec): clamp to ``[-65504, 65504]`` first,
     so inf becomes the largest finite value; NaN stays NaN. ``saturate=False``:
     plain IEEE conversion (overflow gives inf).
+
+    Examples
+    --------
+    >>> embnum.float_to_fp16(np.array([1.0, 1e-8, 1e6], dtype=np.float32))
+    array([1.00e+00, 0.00e+00, 6.55e+04], dtype=float16)
+    >>> embnum.float_to_fp16(np.array([1e6], dtype=np.float32), saturate=False)
+    array([inf], dtype=float16)
     """
     v.array("input", input, dtypes=(F32,))
     return Plan(dict(input=input, saturate=v.flag("saturate", saturate)), Out(input.shape, F16))
@@ -183,7 +225,13 @@ def float_to_fp16(input, *, saturate=True):
 
 @op("quant")
 def fp16_to_float(input):
-    """float16 (any shape) -> float32, exact."""
+    """float16 (any shape) -> float32, exact.
+
+    Examples
+    --------
+    >>> embnum.fp16_to_float(np.array([1.0, 65504.0], dtype=np.float16))
+    array([1.0000e+00, 6.5504e+04], dtype=float32)
+    """
     v.array("input", input, dtypes=(F16,))
     return Plan(dict(input=input), Out(input.shape, F32))
 
@@ -196,6 +244,11 @@ def float_to_hfp8(input, ebits, exponent_bias, max_pos):
     NaN) saturate to ``max_pos``.
 
     ``max_pos``: finite, ``> 0`` and at most the format's largest value.
+
+    Examples
+    --------
+    >>> embnum.float_to_hfp8(np.array([0, 1, -1, 0.3, 100, 1000], dtype=np.float32), 4, 7, 480.0)
+    array([  0,  56, 184,  42, 108, 127], dtype=uint8)
     """
     ebits, exponent_bias, _ = hfp8_format(ebits, exponent_bias)
     v.array("input", input, dtypes=(F32,))
@@ -212,35 +265,24 @@ def float_to_hfp8(input, ebits, exponent_bias, max_pos):
 
 @op("quant")
 def hfp8_to_float(input, ebits, exponent_bias):
-    """HFP8 codes (uint8, any shape) -> float32, exact."""
+    """HFP8 codes (uint8, any shape) -> float32, exact.
+
+    Examples
+    --------
+    >>> embnum.hfp8_to_float(np.array([0, 56, 184, 42, 108, 127], dtype=np.uint8), 4, 7)
+    array([ 0.000e+00,  1.000e+00, -1.000e+00,  3.125e-01,  9.600e+01,
+            4.800e+02], dtype=float32)
+    """
     ebits, exponent_bias, _ = hfp8_format(ebits, exponent_bias)
     v.array("input", input, dtypes=(U8,))
     return Plan(dict(input=input, ebits=ebits, exponent_bias=exponent_bias), Out(input.shape, F32))
 
 
 # -- oracle comparisons -------------------------------------------------------
-def same_or_both_nan(got, want, args, ulps=0) -> tuple[float, bool]:
-    """Equal bytes, except that NaN matches any NaN and floats may differ by ``ulps`` units."""
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf"), False
-    if got.dtype.kind != "f" or got.size == 0:
-        return (0.0, True) if got.tobytes() == want.tobytes() else (float("inf"), False)
-    with np.errstate(invalid="ignore", over="ignore"):
-        g, w = got.astype(np.float64), want.astype(np.float64)
-    both_nan = np.isnan(g) & np.isnan(w)
-    same = (got.view(f"u{got.itemsize}") == want.view(f"u{want.itemsize}")) | both_nan
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(both_nan | same, 0.0, np.abs(g - w))
-        close = np.abs(g - w) <= ulps * np.spacing(np.abs(w).astype(got.dtype)).astype(np.float64)
-    finite = err[np.isfinite(err)]
-    return float(finite.max()) if finite.size else 0.0, bool(np.all(same | (close & np.isfinite(g))))
-
-
 for _decoder in (fused_8bit_rowwise_to_float, fused_nbit_rowwise_to_float):
-    check(_decoder)(lambda got, want, args: same_or_both_nan(got, want, args, ulps=1))
+    check(_decoder)(lambda got, want, args: same_bits(got, want, args, ulps=1))
 for _codec in (fp16_to_float, float_to_fp16, bfloat16_to_float, hfp8_to_float):
-    check(_codec)(same_or_both_nan)
+    check(_codec)(same_bits)
 
 
 # -- tour / benchmark examples ------------------------------------------------

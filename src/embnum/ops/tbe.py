@@ -1,4 +1,4 @@
-"""Declarations of the TBE family: table-batched embedding bags (``shared/spec/tbe.md``).
+"""Declarations of the TBE family: table-batched embedding bags (``docs/families/tbe.md``).
 
 Every op takes the flat layout (``weights``, ``weights_offsets``, ``D_offsets``,
 ``hash_size_cumsum``), ``indices`` and ``offsets``. The declarations validate
@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _tbe_bounds as bounds
 from .. import _validate as v
+from .._compare import within
 from .._registry import Example, Out, Plan, check, example, op
 from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
@@ -44,7 +45,7 @@ def _host(a) -> np.ndarray:
 
 
 def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
-    """Validate the flat layout (spec 1); return host int64 copies and the rows of each feature."""
+    """Validate the flat layout (``docs/families/tbe.md``); return host int64 copies and the rows of each feature."""
     v.array("weights", weights, ndim=1, dtypes=WEIGHT_DTYPES)
     for name, a in (
         ("weights_offsets", weights_offsets),
@@ -59,19 +60,19 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
         if a.shape[0] != T + 1:
             raise ValueError(f"{name} must have len(weights_offsets) + 1 = {T + 1} entries, got {a.shape[0]}")
     woff, doff, hcs = _host(weights_offsets), _host(D_offsets), _host(hash_size_cumsum)
+    # comparisons only (a difference of two int64 entries may wrap); sizes below as Python ints
     if doff[0] != 0:
         raise ValueError(f"D_offsets[0] must be 0, got {doff[0]}")
-    dims = np.diff(doff)
-    if (dims < 1).any():
-        t = int(np.argmax(dims < 1))
+    if (doff[1:] <= doff[:-1]).any():
+        t = int(np.argmax(doff[1:] <= doff[:-1]))
         raise ValueError(
             f"D_offsets must grow by >= 1 per feature, but D_offsets[{t + 1}] = {doff[t + 1]}"
             f" <= D_offsets[{t}] = {doff[t]}"
         )
     if hcs[0] != 0:
         raise ValueError(f"hash_size_cumsum[0] must be 0, got {hcs[0]}")
-    if (np.diff(hcs) < 0).any():
-        t = int(np.argmax(np.diff(hcs) < 0)) + 1
+    if (hcs[1:] < hcs[:-1]).any():
+        t = int(np.argmax(hcs[1:] < hcs[:-1])) + 1
         raise ValueError(
             f"hash_size_cumsum must be non-decreasing, but hash_size_cumsum[{t}] = {hcs[t]}"
             f" < hash_size_cumsum[{t - 1}] = {hcs[t - 1]}"
@@ -81,30 +82,33 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
             f"hash_size_cumsum[{T}] = {hcs[T]} must exceed hash_size_cumsum[{T - 1}] = {hcs[T - 1]}"
             " (every table has >= 1 row)"
         )
-    rows = bounds.rows_per_feature(hcs)
+    rows = bounds.rows_per_feature(hcs)  # differences of non-decreasing entries >= 0: no wrap
     W = weights.shape[0]
+    wo, dl, rl = woff.tolist(), doff.tolist(), rows.tolist()
+    dims = [b - a for a, b in zip(dl[:-1], dl[1:])]
+    end = [wo[t] + rl[t] * dims[t] for t in range(T)]  # Python ints: exact
     spans = {}
     for t in range(T):
-        if woff[t] < 0 or woff[t] + rows[t] * dims[t] > W:
+        if wo[t] < 0 or end[t] > W:
             raise ValueError(
-                f"weights_offsets[{t}] = {woff[t]}: table of feature {t} ({rows[t]} rows x {dims[t]}) "
+                f"weights_offsets[{t}] = {wo[t]}: table of feature {t} ({rl[t]} rows x {dims[t]}) "
                 f"does not fit in weights of length {W}"
             )
         key = int(hcs[t])
         if key in spans:
             t0 = spans[key]
-            if woff[t] != woff[t0] or dims[t] != dims[t0]:
+            if wo[t] != wo[t0] or dims[t] != dims[t0]:
                 raise ValueError(
                     f"features {t0} and {t} share a table (hash_size_cumsum {key}) but have different "
-                    f"weights_offsets ({woff[t0]}, {woff[t]}) or dims ({dims[t0]}, {dims[t]})"
+                    f"weights_offsets ({wo[t0]}, {wo[t]}) or dims ({dims[t0]}, {dims[t]})"
                 )
         else:
             spans[key] = t
-    firsts = sorted(spans.values(), key=lambda t: woff[t])
+    firsts = sorted(spans.values(), key=lambda t: wo[t])
     for a, b in zip(firsts[:-1], firsts[1:]):
-        if woff[a] + rows[a] * dims[a] > woff[b]:
+        if end[a] > wo[b]:
             raise ValueError(
-                f"the tables of features {a} and {b} overlap in weights (weights_offsets {woff[a]}, {woff[b]})"
+                f"the tables of features {a} and {b} overlap in weights (weights_offsets {wo[a]}, {wo[b]})"
             )
     return woff, doff, hcs, rows
 
@@ -121,6 +125,8 @@ def lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_ch
         raise ValueError(f"len(offsets) - 1 = {n_bags} must be a non-negative multiple of T = {T}")
     B = n_bags // T
     N = indices.shape[0]
+    if N > v.INT32_MAX or n_bags > v.INT32_MAX:  # the fast paths count positions and bags in int32
+        raise ValueError(f"len(indices) = {N} and len(offsets) - 1 = {n_bags} must be at most 2**31 - 1")
     if per_sample_weights is not None:
         v.array("per_sample_weights", per_sample_weights, ndim=1, dtypes=F32)
         if per_sample_weights.shape[0] != N:
@@ -187,6 +193,15 @@ def tbe_forward(
     (``"sum"`` only). Output ``[B, total_D]`` (``"sum"``/``"mean"``, an empty bag gives
     0) or ``[N, D]`` (``"none"``; positions outside every bag give 0), in
     ``output_dtype`` (float32 or float16), accumulated in float32.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.arange(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])  # 2 features x batch of 2
+    >>> embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, 'sum')
+    array([[ 4.,  6.,  9., 10., 11.],
+           [ 0.,  0.,  9., 10., 11.]], dtype=float32)
     """
     woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
     pooling = pooling_code(pooling_mode)
@@ -237,6 +252,14 @@ def tbe_backward(
     grad_output: float32/float16 ``[B, total_D]`` (pooled) or ``[N, D]`` (``"none"``).
     Output float32 ``[W]``, zero outside looked-up rows; every contribution to a
     physical row is summed (duplicates, bags, features sharing the table).
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
+    >>> embnum.tbe_backward(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
+    array([1., 1., 0., 0., 1., 1., 0., 0., 0., 2., 2., 2.], dtype=float32)
     """
     args = _backward_plan(
         grad_output,
@@ -272,6 +295,17 @@ def tbe_backward_sparse(
 
     ``linear_ids[u] = hash_size_cumsum[t] + row``; row ``u``'s summed gradient is
     ``values[value_offsets[u]:value_offsets[u+1]]``. Deterministic (fixed summation order).
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
+    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
+    >>> g = embnum.tbe_backward_sparse(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
+    >>> g.linear_ids, g.value_offsets
+    (array([0, 2, 4]), array([0, 2, 4, 7]))
+    >>> g.values
+    array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
     """
     return Plan(
         _backward_plan(
@@ -295,7 +329,16 @@ def tbe_grad_per_sample_weights(
     grad_output, weights, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, *, bounds_check_mode="fatal"
 ):
     """Gradient of the ``"sum"``-pooled forward w.r.t. ``per_sample_weights``: float32 ``[N]``,
-    ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag."""
+    ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
+    >>> weights = np.arange(6, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 1]), np.array([0, 2, 3])
+    >>> embnum.tbe_grad_per_sample_weights(np.ones((2, 2), np.float32), weights, *lay.arrays(), indices, offsets)
+    array([1., 9., 5.], dtype=float32)
+    """
     args = _backward_plan(
         grad_output,
         weights,
@@ -324,9 +367,7 @@ def _state(name, a, kind_uses, weights, numel):
         raise ValueError(f"{name} must have {numel} entries, got {a.shape[0]}")
     if a.dtype != np.float32:
         raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
-    _writable(name, a)
-    if v.overlaps(a, weights):
-        raise ValueError(f"{name} shares memory with weights")
+    _writable(name, a)  # memory shared with any other argument: v.no_alias (the registry, for every in-place op)
 
 
 def _writable(name, a):
@@ -356,12 +397,24 @@ def tbe_backward_update(
 ):
     """Fused backward + optimizer step: update ``weights`` (and the state) in place; returns None.
 
-    optimizer: a :class:`embnum.TBEOptimizer`. State (float32): ``"adagrad"``
-    momentum1 ``[W]``; ``"rowwise_adagrad"`` momentum1 ``[hash_size_cumsum[T]]`` (one
-    per physical row, at its linear id); ``"adam"`` momentum1 and momentum2 ``[W]``
-    and ``step`` (int >= 1, this step's 1-based number). Each touched row is
+    optimizer: a :class:`embnum.TBEOptimizer`. State (float32, ``optimizer.state_layout``):
+    ``"adagrad"`` momentum1 ``[W]``; ``"rowwise_adagrad"`` momentum1 ``[hash_size_cumsum[T]]``
+    (one per physical row, at its linear id); ``"adam"``, ``"lamb"`` momentum1 and momentum2
+    ``[W]``; ``"partial_rowwise_adam"``, ``"partial_rowwise_lamb"`` momentum1 ``[W]`` and
+    momentum2 ``[hash_size_cumsum[T]]``; ``"lars_sgd"`` momentum1 ``[W]``. The Adam and LAMB
+    kinds take ``step`` (int >= 1, this step's 1-based number). Each touched row is
     updated once from its summed gradient; untouched rows are not read or written.
     Everything is validated before anything is written.
+
+    Examples
+    --------
+    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
+    >>> weights = np.ones(lay.num_weights, dtype=np.float32)
+    >>> indices, offsets = np.array([0, 2, 2]), np.array([0, 2, 3])
+    >>> grad, sgd = np.ones((2, 2), np.float32), embnum.TBEOptimizer('sgd', 0.5)
+    >>> embnum.tbe_backward_update(grad, weights, *lay.arrays(), indices, offsets, optimizer=sgd)
+    >>> weights  # rows 0 and 2 stepped by 0.5 per lookup
+    array([0.5, 0.5, 1. , 1. , 0. , 0. ], dtype=float32)
     """
     if not isinstance(optimizer, TBEOptimizer):
         raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
@@ -378,16 +431,13 @@ def tbe_backward_update(
         bounds_check_mode,
     )
     _writable("weights", weights)
-    uses = optimizer.states
-    m1_numel = int(args["hash_size_cumsum"][-1]) if optimizer.kind == "rowwise_adagrad" else weights.shape[0]
-    _state("momentum1", momentum1, "momentum1" in uses, weights, m1_numel)
-    _state("momentum2", momentum2, "momentum2" in uses, weights, weights.shape[0])
-    if momentum1 is not None and momentum2 is not None and v.overlaps(momentum1, momentum2):
-        raise ValueError("momentum1 shares memory with momentum2")
-    if optimizer.kind == "adam":
+    sizes = optimizer.state_sizes(weights.shape[0], int(args["hash_size_cumsum"][-1]))
+    _state("momentum1", momentum1, "momentum1" in sizes, weights, sizes.get("momentum1"))
+    _state("momentum2", momentum2, "momentum2" in sizes, weights, sizes.get("momentum2"))
+    if optimizer.uses_step:
         if step is None:
-            raise ValueError("step is required for adam (an int >= 1)")
-        step = v.integer("step", step, min=1, what="an int >= 1 for adam")
+            raise ValueError(f"step is required for {optimizer.kind} (an int >= 1)")
+        step = v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {optimizer.kind}")
     elif step is not None:
         raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
     return Plan(dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)
@@ -398,21 +448,6 @@ def _quiet(fn, *a, **k):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fn(*a, **k)
-
-
-def _close(got, want, tol) -> tuple[float, bool]:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf"), False
-    if got.size == 0:
-        return 0.0, True
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        err = np.abs(g - w)
-    same = (g == w) | (np.isnan(g) & np.isnan(w))
-    ok = bool(np.all(same | (err <= tol)))
-    finite = err[np.isfinite(err)]
-    return float(finite.max()) if finite.size else 0.0, ok
 
 
 def _abs_args(args, *names):
@@ -426,7 +461,7 @@ def _forward_close(got, want, args):
     tol = 1e-5 * bound.astype(np.float64) + 1e-30
     if want.dtype == np.float16:
         tol = tol + np.spacing(np.abs(want)).astype(np.float64)
-    return _close(got, want, tol)
+    return within(got, want, tol)
 
 
 def _grad_bound(args, op_public):
@@ -436,12 +471,12 @@ def _grad_bound(args, op_public):
 
 @check(tbe_backward)
 def _backward_close(got, want, args):
-    return _close(got, want, 1e-5 * _grad_bound(args, tbe_backward).astype(np.float64) + 1e-30)
+    return within(got, want, 1e-5 * _grad_bound(args, tbe_backward).astype(np.float64) + 1e-30)
 
 
 @check(tbe_grad_per_sample_weights)
 def _psw_close(got, want, args):
-    return _close(got, want, 1e-5 * _grad_bound(args, tbe_grad_per_sample_weights).astype(np.float64) + 1e-30)
+    return within(got, want, 1e-5 * _grad_bound(args, tbe_grad_per_sample_weights).astype(np.float64) + 1e-30)
 
 
 @check(tbe_backward_sparse)
@@ -452,7 +487,7 @@ def _sparse_close(got, want, args):
         if g.dtype != w.dtype or not np.array_equal(g, w):
             return float("inf"), False
     bound = _grad_bound(args, tbe_backward_sparse).values
-    return _close(g_vals, w_vals, 1e-5 * bound.astype(np.float64) + 1e-30)
+    return within(g_vals, w_vals, 1e-5 * bound.astype(np.float64) + 1e-30)
 
 
 @check(tbe_backward_update)
@@ -465,7 +500,7 @@ def _update_close(got, want, args):
         tol = 2e-5 * np.abs(w64) + 1e-6 * max(1.0, np.abs(w64).max(initial=0.0))
         if np.asarray(w).dtype == np.float16:
             tol = tol + np.spacing(np.abs(w)).astype(np.float64)
-        e, o = _close(g, w, tol)
+        e, o = within(g, w, tol)
         err, ok = max(err, e), ok and o
     return err, ok
 

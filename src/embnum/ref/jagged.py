@@ -1,4 +1,4 @@
-"""NumPy oracle of the jagged family (``shared/spec/jagged.md``).
+"""NumPy oracle of the jagged family (``docs/families/jagged.md``).
 
 Arguments arrive validated (``embnum.ops.jagged``); each function returns a
 new array. Plain and obviously right first; speed is not the point.

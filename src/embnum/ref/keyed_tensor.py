@@ -1,7 +1,7 @@
-"""NumPy oracle of the keyed_tensor family (``shared/spec/keyed_tensor.md``).
+"""NumPy oracle of the keyed_tensor family (``docs/families/keyed_tensor.md``).
 
 Arguments arrive validated (``embnum.ops.keyed_tensor``); each function
-returns new arrays. Written as the spec states it, row by row.
+returns new arrays. Written as the documented definition states it, row by row.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""NumPy oracle of the KeyedJaggedTensor family (``shared/spec/kjt.md``).
+"""NumPy oracle of the KeyedJaggedTensor family (``docs/families/kjt.md``).
 
 Arguments arrive validated (``embnum.ops.kjt``). Plain and obviously right:
 segments are cut with int64 offsets and concatenated; bucketization applies
-section 3.2 of the spec to every id, vectorised per key.
+the bucket rule of ``docs/families/kjt.md`` to every id, vectorised per key.
 """
 
 from __future__ import annotations

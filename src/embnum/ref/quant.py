@@ -1,7 +1,7 @@
-"""NumPy oracle of the quant family (``shared/spec/quant.md``).
+"""NumPy oracle of the quant family (``docs/families/quant.md``).
 
 Arguments arrive validated (``embnum.ops.quant``). Float32 arithmetic is done
-on float32 NumPy arrays, so every operation rounds to float32 as the spec's
+on float32 NumPy arrays, so every operation rounds to float32 as the documented
 ``fl32`` does; ``np.rint`` rounds ties to even.
 """
 

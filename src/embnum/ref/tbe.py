@@ -1,4 +1,4 @@
-"""NumPy oracle of the TBE family (``shared/spec/tbe.md``): float64 accumulation,
+"""NumPy oracle of the TBE family (``docs/families/tbe.md``): float64 accumulation,
 one feature at a time, written for reading."""
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ def tbe_grad_per_sample_weights(
 
 
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **kw):
-    """Spec 3.5 in float64 with float32 hyper-parameters; writes ``weights`` and the state."""
+    """The fused-optimizer step (``docs/families/tbe.md``) in float64 with float32 hyper-parameters;
+    writes ``weights`` and the state."""
     hp = {k: (None if x is None else float(x)) for k, x in optimizer.float32().items()}
     g_out = grad_output.astype(np.float32)
     if hp["max_gradient"] is not None:
@@ -175,7 +176,7 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
             mult = lr / (np.sqrt(m) + eps)
             corr = 1 - mult * wd if mode == "l2" else (1 - lr * wd if mode == "decoupled" else 1.0)
             new = corr * w - mult * g
-        else:
+        elif optimizer.kind == "adam":
             b1, b2 = hp["beta1"], hp["beta2"]
             m = b1 * momentum1[sl].astype(np.float64) + (1 - b1) * g
             vv = b2 * momentum2[sl].astype(np.float64) + (1 - b2) * g * g
@@ -183,5 +184,43 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
             m_hat = m / (1 - b1**step)
             v_hat = vv / (1 - b2**step)
             new = w - lr * (m_hat / (np.sqrt(v_hat) + eps) + wd * w)
+        else:
+            new = _new_kinds(optimizer.kind, hp, g, w, momentum1, momentum2, sl, lid, step)
+        if hp["max_norm"] is not None:
+            norm = np.sqrt(np.sum(new * new))
+            if norm > hp["max_norm"]:
+                new = new * (hp["max_norm"] / norm)
         with np.errstate(over="ignore"):
             weights[sl] = new.astype(np.float32).astype(weights.dtype) if weights.dtype == np.float16 else new
+
+
+def _trust(num, den):
+    """``num / den``, 0 when ``den == 0`` (fbgemm gets 0/0 = NaN there; the update is 0 anyway)."""
+    return num / den if den > 0 else 0.0
+
+
+def _new_kinds(kind, hp, g, w, momentum1, momentum2, sl, lid, step):
+    """LAMB, partial row-wise Adam / LAMB and LARS-SGD (fbgemm_gpu's GPU formulas); writes the state."""
+    lr, eps, wd, b1, b2 = hp["lr"], hp["eps"], hp["wd"], hp["beta1"], hp["beta2"]
+    if kind == "lars_sgd":
+        w_norm, g_norm = np.sqrt(np.sum(w * w)), np.sqrt(np.sum(g * g))
+        adjusted_lr = _trust(lr * hp["eta"] * w_norm, g_norm + wd * w_norm)
+        m = hp["momentum"] * momentum1[sl].astype(np.float64) + adjusted_lr * (g + wd * w)
+        momentum1[sl] = m
+        return w - m
+    m = b1 * momentum1[sl].astype(np.float64) + (1 - b1) * g  # first moment: per element for all three
+    momentum1[sl] = m
+    m_hat = m / (1 - b1**step)
+    if kind == "lamb":
+        v = b2 * momentum2[sl].astype(np.float64) + (1 - b2) * g * g
+        momentum2[sl] = v
+        denom = np.sqrt(v / (1 - b2**step)) + eps
+    else:  # partial row-wise: one second moment per row, from the mean squared gradient
+        v = b2 * float(momentum2[lid]) + (1 - b2) * float(np.mean(g * g))
+        momentum2[lid] = v
+        denom = np.sqrt(v / (1 - b2**step)) + eps
+    if kind == "partial_rowwise_adam":
+        return w - lr * (m_hat / denom + wd * w)
+    r = m_hat / denom + wd * w  # LAMB: the Adam direction plus decay, scaled by the trust ratio
+    ratio = _trust(np.sqrt(np.sum(w * w)), np.sqrt(np.sum(r * r)))
+    return w - lr * ratio * r

@@ -1,4 +1,4 @@
-"""NumPy oracle of the quantized TBE lookup (``shared/spec/tbe.md`` section 5).
+"""NumPy oracle of the quantized TBE lookup (``docs/families/tbe_quantized.md``).
 
 Arguments arrive validated and bounds-checked (``embnum.ops.tbe_quantized``):
 ``layout[t] = (byte offset, type code, first output column, D, row bytes)``;
@@ -9,8 +9,6 @@ in float64.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from .._validate import to_host
@@ -18,11 +16,12 @@ from .._validate import to_host
 
 def dequantize_row(weights, start, code, D):
     """Row of ``D`` float32 values starting at byte ``start`` (tbe.md 5.1)."""
+    # contiguous copies of the bytes: a strided ``weights`` (which cpu accepts) cannot be viewed as floats
     if code == 0:
-        return weights[start : start + 4 * D].view("<f4").astype(np.float32)
+        return np.ascontiguousarray(weights[start : start + 4 * D]).view("<f4").astype(np.float32)
     if code == 1:
-        return weights[start : start + 2 * D].view("<f2").astype(np.float32)
-    scale, bias = weights[start : start + 4].view("<f2").astype(np.float64)
+        return np.ascontiguousarray(weights[start : start + 2 * D]).view("<f2").astype(np.float32)
+    scale, bias = np.ascontiguousarray(weights[start : start + 4]).view("<f2").astype(np.float64)
     data = weights[start + 4 :]
     if code == 2:
         q = data[:D]
@@ -72,15 +71,9 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
         return out.astype(np.float32).astype(output_dtype)
 
 
-def bag_magnitudes(args, shape):
-    """``sum(|w_p| * max|row_p|)`` of each output element's bag (the tolerance scale of tbe.md 5.3)."""
-    from ..ops.tbe_quantized import tbe_forward_quantized as public
-
-    op = public.op
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        plan = op.declaration(**op.bind((), dict(args)))
-    a = plan.args
+def bag_magnitudes(a, shape):
+    """``sum(|w_p| * max|row_p|)`` of each output element's bag (the tolerance scale of tbe.md 5.3);
+    ``a``: the op's validated plan arguments."""
     host = lambda x: None if x is None else to_host(x)  # noqa: E731
     weights, layout, indices, offsets = (host(a[k]) for k in ("weights", "layout", "indices", "offsets"))
     psw = host(a["per_sample_weights"])
@@ -92,7 +85,10 @@ def bag_magnitudes(args, shape):
             i = int(indices[p])
             if i == -1:
                 continue
-            m = float(np.abs(dequantize_row(weights, start + i * R, code, D).astype(np.float64)).max())
+            # NaN elements (a NaN scale or bias) are matched as NaN; they must not void the other columns' bound
+            m = float(
+                np.nanmax(np.abs(dequantize_row(weights, start + i * R, code, D).astype(np.float64)), initial=0.0)
+            )
             w = 1.0 if psw is None else abs(float(psw[p]))
             if a["pooling"] == 2:
                 scale[p] = m

@@ -4,22 +4,24 @@
 (``backend=`` included, no ``out=``) with tensors in place of arrays, CPU or
 CUDA, and returns tensors on the same device. Every op is also registered as
 ``torch.ops.embnum.<name>``, with a fake implementation for
-``torch.compile`` and, where the spec gives one, an autograd formula.
+``torch.compile`` and, where the op has one, an autograd formula.
 This is the only package of embnum that imports torch.
 """
 
-from . import jagged as _jagged  # noqa: F401 - describes the family's bridges
-from . import keyed_tensor as _keyed_tensor  # noqa: F401
-from . import kjt as _kjt  # noqa: F401
-from . import quant as _quant  # noqa: F401
-from . import tbe as _tbe  # noqa: F401
-from . import tbe_quantized as _tbe_quantized  # noqa: F401
+import importlib
+
+from ..ops import FAMILIES
 from ._library import BRIDGES, build, to_array, to_tensor
+
+for _family in FAMILIES:  # each family's module here describes its bridges (one module per family)
+    importlib.import_module(f"{__name__}.{_family}")
 
 __all__ = ["to_array", "to_tensor"]
 for _name, _spec in BRIDGES.items():
     globals()[_name] = build(_spec)
     __all__.append(_name)
-del _name, _spec, _jagged, _keyed_tensor, _kjt, _quant, _tbe, _tbe_quantized
+del _name, _spec, _family
 from . import codecs  # noqa: E402,F401 - communication codecs over the ops built above
+from .embedding_bag_collection import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402,F401 - modules
+from .fbgemm_aliases import register_fbgemm_aliases  # noqa: E402,F401 - opt-in torch.ops.fbgemm names
 from .keyed_tensor import PermuteMultiEmbedding  # noqa: E402,F401 - a module, not an op (not in __all__)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import numbers
 from collections.abc import Callable
 
 import numpy as np
@@ -241,8 +242,9 @@ def _direct(args: tuple) -> bool:
 def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callable:
     """``def <name>(<the op's parameters>, *, backend=None)`` calling ``torch_op`` with every
     argument in order: written out (as the registry writes ``embnum.<name>``) so that a call
-    costs no ``inspect`` binding. A codec's parameter is encoded; a tuple passed for a
-    list parameter becomes a list (the schema takes lists). With ``impl`` (functional
+    costs no ``inspect`` binding. A codec's parameter is encoded; every argument is checked
+    against its schema type (:func:`check_types`' rules; a tuple for a list parameter
+    becomes a list). With ``impl`` (functional
     ops), a call that :func:`_direct` allows runs ``impl`` itself."""
     params = list(op.signature.parameters.values())
     defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
@@ -254,11 +256,15 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
     keyword = [declared(p) for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
     def passed(p):
-        if p.name in spec.codecs:
-            return f"_encode[{p.name!r}]({p.name})"
-        if spec.types[p.name].rstrip("?").endswith("]"):
-            return f"list({p.name}) if isinstance({p.name}, tuple) else {p.name}"
-        return p.name
+        """The argument as the schema takes it, checked first (``_check_value``: an error
+        naming the argument, not torch's parser's); a plain tensor for a ``Tensor``
+        parameter needs no check."""
+        kind = spec.types[p.name]
+        x = f"_encode[{p.name!r}]({p.name})" if p.name in spec.codecs else p.name
+        checked = f"_check({p.name!r}, {kind!r}, {x})"
+        if kind == "Tensor" and p.name not in spec.codecs:
+            return f"{x} if type({x}) is _Tensor else {checked}"
+        return checked
 
     head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
     body = ", ".join([passed(p) for p in params] + ["backend"])
@@ -270,11 +276,66 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
         "_torch_op": torch_op,
         "_impl": impl,
         "_direct": _direct,
+        "_check": _check_value,
+        "_Tensor": torch.Tensor,
         "_defaults": defaults,
         "_encode": {k: c[0] for k, c in spec.codecs.items()},
     }
     exec(compile(src, f"<embnum.torch_bridge {op.name}>", "exec"), namespace)
     return namespace[op.name]
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _is_int(x) -> bool:
+    return (isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))) or isinstance(x, torch.SymInt)
+
+
+def _check_value(name: str, kind: str, x):
+    """``x`` as the schema type ``kind`` takes it (NumPy scalars as Python ones);
+    ``TypeError``/``ValueError`` naming ``name`` when it does not fit."""
+    if kind.endswith("?"):
+        if x is None:
+            return None
+        kind = kind[:-1]
+    if kind.endswith("[]"):
+        if not isinstance(x, (list, tuple)):
+            raise TypeError(f"{name} must be a list, got {type(x).__name__}")
+        return [_check_value(f"{name}[{i}]", kind[:-2], item) for i, item in enumerate(x)]
+    if kind.startswith("Tensor"):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    elif kind in ("int", "SymInt"):
+        if isinstance(x, torch.SymInt):
+            return x
+        if not _is_int(x):
+            raise TypeError(f"{name} must be an int, got {x!r}")
+        if not _INT64[0] <= int(x) <= _INT64[1]:
+            raise ValueError(f"{name} = {int(x)} is outside the int64 range the torch schema carries")
+        return int(x)
+    elif kind == "float":
+        if isinstance(x, (torch.SymFloat, torch.SymInt)):
+            return x
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {x!r}")
+        return int(x) if isinstance(x, np.integer) else x  # a NumPy float scalar may carry exact bits
+    elif kind == "bool":
+        if isinstance(x, torch.SymBool):
+            return x
+        if not isinstance(x, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {x!r}")
+        return bool(x)
+    elif kind == "str":
+        if not isinstance(x, str):
+            raise TypeError(f"{name} must be a str, got {x!r}")
+    return x
+
+
+def check_types(spec: Bridge, args: dict) -> dict:
+    """Every argument checked against its schema type before torch's schema parser sees it
+    (which raises ``RuntimeError`` naming no argument); returns them as the schema takes them."""
+    return {name: _check_value(name, spec.types[name], x) for name, x in args.items()}
 
 
 _LIB = None

@@ -33,10 +33,24 @@ takes it):
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 
+import numpy as np
 import torch
 
-from ..ops.quant import hfp8_usual_max_pos
+from .. import _validate as v
+from ..ops.quant import hfp8_format, hfp8_largest, hfp8_usual_max_pos
+
+
+def _row_dim(name, d):
+    if v.size(name, d) < 1:
+        raise ValueError(f"{name} must be >= 1, got {d}")
+
+
+def _backend_name(backend):
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"backend must be a str or None, got {backend!r}")
 
 
 def _op(name):
@@ -65,7 +79,7 @@ class Codec:
         return None
 
     def calc_quantized_size(self, input_len: int, ctx=None) -> int:
-        return int(input_len)
+        return v.size("input_len", input_len)
 
     def round_trip(self, input: torch.Tensor, ctx=None) -> torch.Tensor:
         """``decode(encode(input))`` in ``input``'s shape and dtype, straight-through gradient."""
@@ -82,6 +96,11 @@ class FP16Codec(Codec):
     saturate: bool = True
     backend: str | None = None
     quantized_dtype = torch.float16
+
+    def __post_init__(self):
+        if not isinstance(self.saturate, (bool, np.bool_)):
+            raise TypeError(f"saturate must be a bool, got {self.saturate!r}")
+        _backend_name(self.backend)
 
     def encode(self, input, ctx=None):
         return _op("float_to_fp16")(input.float(), self.saturate, self.backend)
@@ -101,6 +120,9 @@ class BF16Codec(Codec):
 
     backend: str | None = None
     quantized_dtype = torch.bfloat16
+
+    def __post_init__(self):
+        _backend_name(self.backend)
 
     def encode(self, input, ctx=None):
         return _op("float_to_bfloat16")(input.float(), self.backend)
@@ -122,6 +144,17 @@ class HFP8Codec(Codec):
     max_pos: float | None = None
     backend: str | None = None
     quantized_dtype = torch.uint8
+
+    def __post_init__(self):  # the NumPy API's checks, at construction
+        ebits, bias, _ = hfp8_format(self.ebits, self.exponent_bias)
+        if self.max_pos is not None:
+            if isinstance(self.max_pos, (bool, np.bool_)) or not isinstance(self.max_pos, numbers.Real):
+                raise TypeError(f"max_pos must be a real number or None, got {self.max_pos!r}")
+            if not (math.isfinite(float(self.max_pos)) and 0 < float(self.max_pos) <= hfp8_largest(ebits, bias)):
+                raise ValueError(
+                    f"max_pos must be finite, > 0 and at most {hfp8_largest(ebits, bias)}, got {self.max_pos!r}"
+                )
+        _backend_name(self.backend)
 
     @property
     def clamp(self) -> float:
@@ -163,10 +196,21 @@ class Int8RowwiseCodec(Codec):
     backend: str | None = None
     quantized_dtype = torch.uint8
 
+    def __post_init__(self):
+        if self.row_dim is not None:
+            _row_dim("row_dim", self.row_dim)
+        _backend_name(self.backend)
+
     def create_context(self, row_dim: int | None = None):
+        if row_dim is not None:
+            _row_dim("row_dim", row_dim)
         return RowwiseContext(row_dim if row_dim is not None else (self.row_dim or -1))
 
     def _dim(self, ctx, fallback=None) -> int:
+        if ctx is not None and not isinstance(ctx, RowwiseContext):
+            raise TypeError(f"ctx must be a RowwiseContext or None, got {type(ctx).__name__}")
+        if ctx is not None:
+            v.integer("ctx.row_dim", ctx.row_dim)
         d = ctx.row_dim if ctx is not None and ctx.row_dim > 0 else self.row_dim
         d = d if d else fallback
         if not d or d < 1:
@@ -186,6 +230,7 @@ class Int8RowwiseCodec(Codec):
         return _op("fused_8bit_rowwise_to_float")(payload.reshape(-1, D + 8), "float32", self.backend).reshape(-1)
 
     def calc_quantized_size(self, input_len: int, ctx=None) -> int:
+        input_len = v.size("input_len", input_len)
         D = self._dim(ctx)
         if input_len % D:
             raise ValueError(f"input_len = {input_len} is not a multiple of row_dim = {D}")

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
+from .._tbe_bounds import bounds_mode
 from ..ops.tbe import output_dtype_of, pooling_code
 from ._library import bridge
 
@@ -30,14 +31,21 @@ _LAYOUT = {
     "offsets": "Tensor",
 }
 _POOLING_NAMES = ("sum", "mean", "none")
-_CODECS = {
+MODE_CODECS = {  # the NumPy API's rules and errors (tbe_quantized's bridge uses them too)
     "pooling_mode": (lambda x: _POOLING_NAMES[pooling_code(x)], lambda x: x),
     "output_dtype": (lambda x: str(output_dtype_of(x)), lambda x: x),
-    "bounds_check_mode": (
-        lambda x: x if isinstance(x, str) else ("fatal", "warning", "ignore", "none")[int(x)],
-        lambda x: x,
-    ),
+    "bounds_check_mode": (bounds_mode, lambda x: x),  # the NumPy API's rule and errors
 }
+
+
+def _encode_optimizer(o):
+    """A TBEOptimizer as its string form; an already encoded one passes (the op's decode
+    raises ValueError for any other string)."""
+    if isinstance(o, str):
+        return o
+    if not isinstance(o, TBEOptimizer):
+        raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(o).__name__}")
+    return o.encode()
 
 
 def _op(name):
@@ -115,7 +123,7 @@ bridge(
     fake=_forward_fake,
     setup=_forward_setup,
     backward=_forward_backward,
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
     grad_dtype=torch.float32,  # TBE weights are float32/float16 (the op is linear, so float32 gradchecks hold)
 )
 
@@ -125,7 +133,7 @@ bridge(
     "tbe_backward",
     types={**_GRAD, "pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"},
     fake=lambda grad_output, weights, *rest: weights.new_empty(weights.shape, dtype=torch.float32),
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
 )
 bridge(
     "tbe_backward_sparse",
@@ -136,7 +144,7 @@ bridge(
         weights.new_empty((_dyn(),), dtype=torch.float32),
         indices.new_empty((_dyn(),), dtype=torch.int64),
     ),
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
 )
 bridge(
     "tbe_grad_per_sample_weights",
@@ -144,7 +152,7 @@ bridge(
     fake=lambda grad_output, weights, woff, doff, hcs, indices, *rest: weights.new_empty(
         indices.shape, dtype=torch.float32
     ),
-    codecs=_CODECS,
+    codecs=MODE_CODECS,
 )
 bridge(
     "tbe_backward_update",
@@ -160,7 +168,7 @@ bridge(
     },
     returns="()",
     fake=lambda *args: None,
-    codecs={**_CODECS, "optimizer": (lambda o: o.encode() if isinstance(o, TBEOptimizer) else o, TBEOptimizer.decode)},
+    codecs={**MODE_CODECS, "optimizer": (_encode_optimizer, TBEOptimizer.decode)},
 )
 
 
@@ -264,50 +272,19 @@ class _FusedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from . import tbe_backward_update, tbe_grad_per_sample_weights
-
-        m = ctx.module
         indices, offsets, psw = ctx.saved_tensors
-        g = grad.contiguous().float()
-        opt = m.optimizer
-        if opt.max_gradient is not None:
-            g = g.clamp(-opt.max_gradient, opt.max_gradient)
-        psw_grad = None
-        if psw is not None and ctx.needs_input_grad[1]:  # before the update, from the clipped gradient (as fbgemm)
-            psw_grad = tbe_grad_per_sample_weights(
-                g,
-                m.weights.detach(),
-                *m.layout(),
-                indices,
-                offsets,
-                bounds_check_mode=m.bounds_check_mode,
-                backend=m.backend,
-            )
-        m.step += 1
-        with torch.no_grad():
-            tbe_backward_update(
-                g,
-                m.weights.detach(),
-                *m.layout(),
-                indices,
-                offsets,
-                m.pooling_mode,
-                None if psw is None else psw.detach(),
-                optimizer=opt,
-                momentum1=m.momentum1,
-                momentum2=m.momentum2,
-                step=m.step if opt.kind == "adam" else None,
-                bounds_check_mode=m.bounds_check_mode,
-                backend=m.backend,
-            )
+        psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, psw is not None and ctx.needs_input_grad[1])
         return None, psw_grad, None, None, None
 
 
 class FusedTBE(_Tables):
     """Table-batched embedding bags trained as fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen``:
     the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
-    in place. State: ``momentum1``/``momentum2`` buffers laid out as the spec says, and ``step``
-    (incremented before each update, so Adam's first step is 1).
+    in place. State: ``momentum1``/``momentum2`` buffers laid out as ``optimizer.state_layout``
+    says, and the step counter, the int64 buffer ``iter`` (fbgemm's name; :attr:`step` reads it
+    as an int), incremented before each update so Adam's first step is 1. Every piece of state
+    is in ``state_dict()``, so a module restored with ``load_state_dict`` resumes training
+    exactly where the saved one stopped.
     """
 
     def __init__(self, rows, dims, feature_table_map=None, *, optimizer: TBEOptimizer, **kw):
@@ -315,15 +292,65 @@ class FusedTBE(_Tables):
         if not isinstance(optimizer, TBEOptimizer):
             raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
         self.optimizer = optimizer
-        W = self.weights.shape[0]
-        n1 = int(self.hash_size_cumsum[-1]) if optimizer.kind == "rowwise_adagrad" else W
-        uses = optimizer.states
-        self.register_buffer("momentum1", torch.zeros(n1) if "momentum1" in uses else None)
-        self.register_buffer("momentum2", torch.zeros(W) if "momentum2" in uses else None)
-        self.step = 0
+        sizes = optimizer.state_sizes(self.weights.shape[0], int(self.hash_size_cumsum[-1]))
+        for name in ("momentum1", "momentum2"):
+            self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
+        self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (the ``iter`` buffer)."""
+        return int(self.iter)
+
+    @step.setter
+    def step(self, value: int):
+        self.iter.fill_(int(value))
 
     def forward(self, indices, offsets, per_sample_weights=None):
         return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+
+    def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
+        """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
+        lookups ``(indices, offsets, per_sample_weights)``: clip, ``step += 1``, update the weights and
+        state in place. Returns the gradient of ``per_sample_weights`` when ``want_psw_grad`` (computed
+        before the update, from the clipped gradient, as fbgemm), else ``None``. Sharded modules call it
+        with gradients gathered from other ranks."""
+        from . import tbe_backward_update, tbe_grad_per_sample_weights
+
+        g = grad.contiguous().float()
+        opt = self.optimizer
+        if opt.max_gradient is not None:
+            g = g.clamp(-opt.max_gradient, opt.max_gradient)
+        psw = per_sample_weights
+        psw_grad = None
+        if psw is not None and want_psw_grad:
+            psw_grad = tbe_grad_per_sample_weights(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        self.step += 1
+        with torch.no_grad():
+            tbe_backward_update(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                self.pooling_mode,
+                None if psw is None else psw.detach(),
+                optimizer=opt,
+                momentum1=self.momentum1,
+                momentum2=self.momentum2,
+                step=self.step if opt.uses_step else None,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        return psw_grad
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ._library import bridge
+from .tbe import MODE_CODECS
 
 
 def _fake(
@@ -53,4 +54,5 @@ bridge(
         "bounds_check_mode": "str",
     },
     fake=_fake,
+    codecs=MODE_CODECS,  # the NumPy API's rules and errors, before the schema sees the values
 )

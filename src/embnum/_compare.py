@@ -1,0 +1,88 @@
+"""Oracle comparisons, written once: every op's check (``@check`` in its family's
+declarations) is one of these, or one of these with the op's own tolerance.
+
+Each returns ``(max abs error, ok)``; lists and tuples of arrays are compared
+pairwise, and a ``None`` slot matches only ``None``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _pairs(got, want):
+    """``[(g, w), ...]`` of host arrays, or None when the structure differs."""
+    gots = list(got) if isinstance(got, (list, tuple)) else [got]
+    wants = list(want) if isinstance(want, (list, tuple)) else [want]
+    if len(gots) != len(wants):
+        return None
+    pairs = []
+    for g, w in zip(gots, wants):
+        if g is None or w is None:
+            if g is not None or w is not None:
+                return None
+            continue
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return None
+        pairs.append((g, w))
+    return pairs
+
+
+def _max_finite(err) -> float:
+    finite = err[np.isfinite(err)]
+    return float(finite.max()) if finite.size else 0.0
+
+
+def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True) -> tuple[float, bool]:
+    """Equal bytes; with ``any_nan`` a NaN matches any NaN (payloads of computed NaNs are not
+    specified); floats may differ by ``ulps`` units in the last place of ``want``."""
+    pairs = _pairs(got, want)
+    if pairs is None:
+        return float("inf"), False
+    err, ok = 0.0, True
+    for g, w in pairs:
+        if g.size == 0:
+            continue
+        same = g.view(f"u{g.itemsize}") == w.view(f"u{w.itemsize}") if g.dtype.kind in "fiub" else g == w
+        if g.dtype.kind != "f":
+            ok &= bool(np.all(same))
+            with np.errstate(over="ignore"):
+                err = max(err, float(np.abs(g.astype(np.float64) - w.astype(np.float64)).max()))
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            diff = np.abs(g64 - w64)
+        if any_nan:
+            same = same | (np.isnan(g64) & np.isnan(w64))
+        if ulps:
+            with np.errstate(invalid="ignore", over="ignore"):
+                close = (diff <= ulps * np.spacing(np.abs(w)).astype(np.float64)) & np.isfinite(g64)
+            same = same | close
+        ok &= bool(np.all(same))
+        err = max(err, _max_finite(np.where(same, 0.0, diff)))
+    return err, ok
+
+
+def exact_match(got, want, args=None) -> tuple[float, bool]:
+    """The default check: bit-identical arrays (same shape, dtype and bytes, NaN payloads too)."""
+    return same_bits(got, want, args, any_nan=False)
+
+
+def within(got, want, tol) -> tuple[float, bool]:
+    """Every element within ``tol`` (an array broadcast against ``want``, or a number) of
+    ``want``, or equal to it, or both NaN; same shape and dtype."""
+    pairs = _pairs(got, want)
+    if pairs is None:
+        return float("inf"), False
+    err, ok = 0.0, True
+    for g, w in pairs:
+        if g.size == 0:
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            diff = np.abs(g64 - w64)
+            same = (g64 == w64) | (np.isnan(g64) & np.isnan(w64))
+            ok &= bool(np.all(same | (diff <= tol)))
+        err = max(err, _max_finite(diff))
+    return err, ok

@@ -1,0 +1,205 @@
+"""Local process groups: spawn ``world_size`` processes on this machine, and failure agreement.
+
+:func:`spawn` runs ``fn(rank, world_size, *args)`` in fresh processes, each
+with an initialised process group (gloo by default) whose collectives time
+out after ``timeout_s``, small thread counts (``OMP_WAIT_POLICY=PASSIVE``,
+one torch/Numba thread unless told otherwise) and returns every rank's
+result. When a rank raises, the others are given until the deadline to fail
+too; whatever is still running then is terminated and killed, so no process
+is left behind; :class:`SpawnError` carries every rank's error.
+
+Failure agreement: :func:`publish_failure` writes "rank r failed: ..." into
+the process group's store and aborts the group, so peers blocked in a
+collective fail at once instead of at the timeout; :func:`peer_failure`
+reads it back, so that each peer's error names the failing rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import queue as _queue
+import socket
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+_KEY = "embnum/failed"
+_ACK = "embnum/failure_acks"
+
+
+class SpawnError(RuntimeError):
+    """One or more spawned ranks failed; ``errors`` maps rank -> error text."""
+
+    def __init__(self, errors: dict[int, str], message: str):
+        super().__init__(message)
+        self.errors = errors
+
+
+class RankFailedError(RuntimeError):
+    """A collective failed because another rank raised; ``rank`` is the one that failed first."""
+
+    def __init__(self, rank: int, message: str):
+        super().__init__(message)
+        self.rank = rank
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(rank, world_size, port, backend="gloo", timeout_s=60.0, host="127.0.0.1"):
+    """``dist.init_process_group`` over TCP at ``host:port`` with a collective timeout."""
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{host}:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+_STORE = {}  # "store" (kept alive after the group is aborted: rank 0 hosts it), "rank", "world"
+
+
+def remember_store():
+    """Keep the default store, rank and world size (call once after init; failure agreement needs them)."""
+    if dist.is_initialized() and "store" not in _STORE:
+        _STORE.update(
+            store=dist.distributed_c10d._get_default_store(), rank=dist.get_rank(), world=dist.get_world_size()
+        )
+
+
+def _abort_group():
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    if abort is not None:
+        abort()  # closes the connections now: peers blocked in a collective fail at once
+    else:
+        dist.destroy_process_group()
+
+
+def _linger(store, world, wait_s):
+    """Rank 0 hosts the store: keep it up until every peer has read the failure (or ``wait_s``)."""
+    if _STORE.get("rank") != 0:
+        return
+    deadline = time.monotonic() + wait_s
+    while int(store.add(_ACK, 0)) < world - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def publish_failure(exc: BaseException, where: str = "forward", wait_s: float = 10.0) -> None:
+    """Tell every peer that this rank failed (``exc``) through the store, abort the process group so
+    their collectives fail now, and (rank 0, the store's host) wait up to ``wait_s`` for them to read it."""
+    remember_store()
+    if "store" not in _STORE:
+        return
+    store, rank, world = _STORE["store"], _STORE["rank"], _STORE["world"]
+    message = f"rank {rank} failed in {where}: {type(exc).__name__}: {exc}"
+    try:
+        store.compare_set(_KEY, "", message)  # the first failure wins
+        if dist.is_initialized():
+            _abort_group()
+        _linger(store, world, wait_s)
+    except Exception:  # noqa: BLE001 - the store may be gone already; the original error still propagates
+        pass
+
+
+def peer_failure(wait_s: float = 5.0) -> RankFailedError | None:
+    """The failure a peer published (waiting up to ``wait_s`` for it), or ``None``."""
+    remember_store()
+    if "store" not in _STORE:
+        return None
+    store = _STORE["store"]
+    try:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if store.check([_KEY]):
+                message = store.get(_KEY).decode()
+                if message:
+                    store.add(_ACK, 1)
+                    _linger(store, _STORE["world"], wait_s)
+                    rank = int(message.split()[1]) if message.startswith("rank ") else -1
+                    return RankFailedError(rank, message)
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - the store died with its host
+        return None
+    return None
+
+
+def _entry(fn, rank, world_size, port, backend, timeout_s, threads, args, results):
+    torch.set_num_threads(threads)
+    try:
+        init_process_group(rank, world_size, port, backend, timeout_s)
+        remember_store()
+        value = fn(rank, world_size, *args)
+        results.put((rank, "ok", value))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        results.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        raise SystemExit(1) from None
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn(fn, world_size: int, args=(), *, backend="gloo", timeout_s=60.0, deadline_s=None, threads=1) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` local processes; return the results
+    in rank order. ``fn`` must be importable (a module-level function) and its result picklable.
+
+    ``timeout_s``: the collective timeout; ``deadline_s``: the whole run (default ``3 * timeout_s
+    + 120``). Raises :class:`SpawnError` when a rank fails or the deadline passes.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    deadline = time.monotonic() + (deadline_s if deadline_s is not None else 3 * timeout_s + 120)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    env = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        procs = [
+            ctx.Process(target=_entry, args=(fn, r, world_size, port, backend, timeout_s, threads, args, results))
+            for r in range(world_size)
+        ]
+        for p in procs:
+            p.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    values, errors = {}, {}
+    try:
+        while len(values) + len(errors) < world_size and time.monotonic() < deadline:
+            try:
+                rank, status, value = results.get(timeout=0.2)
+                (values if status == "ok" else errors)[rank] = value
+            except _queue.Empty:
+                for r, p in enumerate(procs):  # died without reporting (killed, segfault)
+                    if p.exitcode is not None and r not in values and r not in errors and results.empty():
+                        errors[r] = f"exited with code {p.exitcode} without a result"
+    finally:
+        for p in procs:
+            p.join(timeout=max(0.0, min(5.0, deadline - time.monotonic())))
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(3)
+            if p.is_alive():
+                p.kill()
+                p.join(3)
+        results.close()
+    missing = [r for r in range(world_size) if r not in values and r not in errors]
+    for r in missing:
+        errors[r] = "did not finish before the deadline (terminated)"
+    if errors:
+        text = "\n".join(f"rank {r}: {errors[r]}" for r in sorted(errors))
+        raise SpawnError(errors, f"{len(errors)} of {world_size} ranks failed:\n{text}")
+    return [values[r] for r in range(world_size)]

@@ -1,0 +1,178 @@
+"""Opt-in ``torch.ops.fbgemm.<name>`` aliases backed by embnum, for processes without fbgemm_gpu.
+
+``register_fbgemm_aliases()`` defines, in the ``fbgemm`` op namespace, every fbgemm
+operator below with fbgemm_gpu 1.8.0's own schema (names, argument order, defaults,
+return types), each implemented as a call of the embnum op (``CompositeImplicitAutograd``:
+autograd, fake tensors and ``torch.compile`` come from the embnum custom op it calls).
+So code written against fbgemm, such as TorchRec's ``torch.ops.fbgemm.permute_2D_sparse_data``
+calls, runs on embnum. It refuses when fbgemm_gpu is already loaded (its ops own those
+names), and fbgemm_gpu cannot be loaded into a process after it (the names are taken).
+Semantics are embnum's (``docs/``, the family pages): same results where fbgemm's are defined, clear
+errors where fbgemm reads out of bounds. The TBE training and inference operators are
+not aliased: their fbgemm schemas are internal codegen entry points (use
+``embnum.torch_bridge.tbe`` and the EmbeddingBagCollection instead).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+# fbgemm name -> (fbgemm_gpu 1.8.0 schema without the name, embnum op, adapter or None for "same arguments")
+ALIASES: dict[str, tuple[str, str, object]] = {}
+
+
+def _alias(fbgemm_name, schema, embnum_name, adapter=None):
+    ALIASES[fbgemm_name] = (schema, embnum_name, adapter)
+
+
+_PERMUTE = "(Tensor permute, Tensor lengths, Tensor values, Tensor? weights=None, SymInt? permuted_lengths_sum=None) -> (Tensor, Tensor, Tensor?)"  # noqa: E501
+_DEQ = "(Tensor input) -> Tensor"
+# jagged
+_alias("asynchronous_complete_cumsum", "(Tensor t_in) -> Tensor", "complete_cumsum")
+_alias("asynchronous_exclusive_cumsum", "(Tensor t_in) -> Tensor", "exclusive_cumsum")
+_alias("asynchronous_inclusive_cumsum", "(Tensor t_in) -> Tensor", "inclusive_cumsum")
+_alias("offsets_range", "(Tensor offsets, SymInt range_size) -> Tensor", "offsets_range")
+_alias("segment_sum_csr", "(SymInt batch_size, Tensor csr_seg, Tensor values) -> Tensor", "segment_sum_csr")
+_alias(
+    "jagged_to_padded_dense",
+    "(Tensor values, Tensor[] offsets, SymInt[] max_lengths, float padding_value=0.) -> Tensor",
+    "jagged_to_padded_dense",
+)
+_alias(
+    "jagged_1d_to_dense",
+    "(Tensor values, Tensor offsets, SymInt max_sequence_length, int padding_value) -> Tensor",
+    "jagged_1d_to_dense",
+)
+_alias(
+    "jagged_2d_to_dense", "(Tensor values, Tensor offsets, SymInt max_sequence_length) -> Tensor", "jagged_2d_to_dense"
+)
+_alias(
+    "dense_to_jagged",
+    "(Tensor dense, Tensor[] x_offsets, SymInt? total_L=None) -> (Tensor, Tensor[])",
+    "dense_to_jagged",
+    lambda op, dense, x_offsets, total_L=None: (op(dense, x_offsets, total_L), [o.clone() for o in x_offsets]),
+)
+# keyed_tensor
+_POOLED = "(Tensor pooled_embs, Tensor offset_dim_list, Tensor permute_list, Tensor inv_offset_dim_list, Tensor inv_permute_list) -> Tensor"  # noqa: E501
+_alias("permute_pooled_embs", _POOLED, "permute_pooled_embs")
+_alias("permute_pooled_embs_auto_grad", _POOLED, "permute_pooled_embs")
+_alias(
+    "kt_regroup_arguments",
+    "(Tensor embs, str[][] keys, int[][] lengths, str[][] groups) -> (Tensor, Tensor, Tensor, int[])",
+    "kt_regroup_arguments",
+)
+_alias(
+    "permute_multi_embedding",
+    "(Tensor[] pooled_embs, Tensor permutes, Tensor in_shapes, Tensor out_shapes, SymInt[] out_lengths) -> Tensor[]",
+    "permute_multi_embedding",
+)
+_alias(
+    "regroup_keyed_tensor",
+    "(Tensor[] pooled_embs, str[][] keys, int[][] lengths, str[][] groups) -> Tensor[]",
+    "regroup_keyed_tensor",
+)
+# kjt
+_alias("permute_2D_sparse_data", _PERMUTE, "permute_2d_sparse_data")
+_alias("permute_sparse_data", _PERMUTE, "permute_2d_sparse_data")
+_alias("permute_1D_sparse_data", _PERMUTE, "permute_1d_sparse_data")
+
+
+def _input1d(op, permute, lengths, values, stride, weights=None, permuted_lengths_sum=None):
+    l2, v, w = op(permute, lengths.view(-1, stride), values, weights, permuted_lengths_sum)
+    return l2.view(-1), v, w
+
+
+_alias(
+    "permute_2D_sparse_data_input1D",
+    "(Tensor permute, Tensor lengths, Tensor values, SymInt stride, Tensor? weights=None, "
+    "SymInt? permuted_lengths_sum=None) -> (Tensor, Tensor, Tensor?)",
+    "permute_2d_sparse_data",
+    _input1d,
+)
+_alias(
+    "block_bucketize_sparse_features",
+    "(Tensor lengths, Tensor indices, bool bucketize_pos, bool sequence, Tensor block_sizes, SymInt my_size, "
+    "Tensor? weights=None, Tensor? batch_size_per_feature=None, SymInt max_B=-1, Tensor[]? block_bucketize_pos=None, "
+    "bool keep_orig_idx=False, Tensor? total_num_blocks=None, Tensor? keep_orig_idx_per_feature=None) "
+    "-> (Tensor, Tensor, Tensor?, Tensor?, Tensor?)",
+    "block_bucketize_sparse_features",
+)
+_alias(
+    "keyed_jagged_index_select_dim1",
+    "(Tensor values, Tensor lengths, Tensor offsets, Tensor indices, SymInt batch_size, Tensor? weights=None, "
+    "SymInt? selected_lengths_sum=None) -> Tensor[]",
+    "keyed_jagged_index_select_dim1",
+)
+_alias(
+    "expand_into_jagged_permute",
+    "(Tensor permute, Tensor input_offset, Tensor output_offset, SymInt output_size) -> Tensor",
+    "expand_into_jagged_permute",
+)
+_alias("invert_permute", "(Tensor permute) -> Tensor", "invert_permute")
+_alias(
+    "jagged_unique_indices",
+    "(Tensor hash_size_cumsum, Tensor hash_size_offsets, Tensor offsets, Tensor indices) "
+    "-> (Tensor, Tensor, Tensor, Tensor)",
+    "jagged_unique_indices",
+)
+# quant
+_alias("FloatToFused8BitRowwiseQuantized", "(Tensor t) -> Tensor", "float_to_fused_8bit_rowwise")
+_alias("Fused8BitRowwiseQuantizedToFloat", _DEQ, "fused_8bit_rowwise_to_float")
+_alias(
+    "FloatToFusedNBitRowwiseQuantizedSBHalf", "(Tensor input, int bit_rate) -> Tensor", "float_to_fused_nbit_rowwise"
+)
+_alias(
+    "FusedNBitRowwiseQuantizedSBHalfToFloat", "(Tensor input, int bit_rate) -> Tensor", "fused_nbit_rowwise_to_float"
+)
+_alias("FloatToBfloat16Quantized", _DEQ, "float_to_bfloat16")
+_alias("Bfloat16QuantizedToFloat", _DEQ, "bfloat16_to_float")
+_alias("FloatToHFP8Quantized", "(Tensor input, int ebits, int exponent_bias, float max_pos) -> Tensor", "float_to_hfp8")
+_alias("HFP8QuantizedToFloat", "(Tensor input, int ebits, int exponent_bias) -> Tensor", "hfp8_to_float")
+
+_LIBRARY: torch.library.Library | None = None
+
+
+def _implementation(embnum_name, adapter):
+    op = _user_function(embnum_name)
+    if adapter is None:
+        return lambda *args: op(*args)
+    return lambda *args: adapter(op, *args)
+
+
+def _user_function(name):
+    from .. import torch_bridge
+
+    return getattr(torch_bridge, name)
+
+
+def register_fbgemm_aliases() -> list[str]:
+    """Define ``torch.ops.fbgemm.<name>`` for every fbgemm operator in :data:`ALIASES`, backed by embnum.
+
+    Returns the fbgemm names. Calling it again does nothing more. Raises ``RuntimeError`` when
+    fbgemm_gpu is loaded in this process (its own operators hold those names).
+    """
+    global _LIBRARY
+    if _LIBRARY is not None:
+        return list(ALIASES)
+    taken = [n for n in ALIASES if _defined(n)]
+    if "fbgemm_gpu" in sys.modules or taken:
+        raise RuntimeError(
+            "register_fbgemm_aliases() is for processes without fbgemm_gpu, but fbgemm_gpu is loaded here "
+            f"(torch.ops.fbgemm already defines {taken[:3] or 'its operators'}): its own operators keep those names"
+        )
+    lib = torch.library.Library("fbgemm", "FRAGMENT")
+    for name, (schema, embnum_name, adapter) in ALIASES.items():
+        lib.define(name + schema)
+        lib.impl(name, _implementation(embnum_name, adapter), "CompositeImplicitAutograd")
+    _LIBRARY = lib
+    return list(ALIASES)
+
+
+def _defined(name) -> bool:
+    try:
+        getattr(torch.ops.fbgemm, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
