@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embnum
@@ -1070,3 +1071,30 @@ def test_cuda_row_rule_compiles_to_ptx_and_assembles(tmp_path):
     if os.path.exists(ptxas):
         out = subprocess.run([ptxas, "-arch=sm_80", str(ptx), "-o", str(tmp_path / "rows.cubin")], capture_output=True)
         assert out.returncode == 0, out.stderr.decode()[-3000:]
+
+
+@given(data=st.data())
+@settings(max_examples=200, deadline=None)
+def test_device_bounds_fast_path_accepts_exactly_what_the_checks_accept(data):
+    """``_tbe_bounds.all_valid`` (the one-read check CuPy lookups take first) says True exactly
+    when check_offsets and check_indices accept the lookups unchanged (run here on NumPy)."""
+    from embnum._tbe_bounds import all_valid, check_indices, check_offsets
+
+    T = data.draw(st.integers(1, 3))
+    B = data.draw(st.integers(0, 3))
+    rows = np.array(data.draw(st.lists(st.integers(1, 4), min_size=T, max_size=T)), np.int64)
+    dtype = data.draw(st.sampled_from([np.int32, np.int64]))
+    N = data.draw(st.integers(0, 8))
+    offsets = np.array(data.draw(st.lists(st.integers(-1, 9), min_size=T * B + 1, max_size=T * B + 1)), dtype)
+    if data.draw(st.booleans()):  # mostly valid offsets, so the index rule is exercised too
+        offsets = np.sort(np.clip(offsets, 0, N))
+        offsets[-1] = N
+    indices = np.array(data.draw(st.lists(st.integers(-2, 5), min_size=N, max_size=N)), dtype)
+    pruned_ok = data.draw(st.booleans())
+    try:
+        fixed_offsets, repaired_offsets = check_offsets(offsets, N, "ignore")
+        _, repaired_indices = check_indices(indices, fixed_offsets, B, rows, "ignore", pruned_ok=pruned_ok)
+        accepted = not repaired_offsets and not repaired_indices
+    except IndexError:  # -1 in a training op
+        accepted = False
+    assert all_valid(indices, offsets, B, rows, pruned_ok=pruned_ok) == accepted

@@ -86,6 +86,17 @@ class Example:
     label: str
 
 
+# What an op returns, declared in ``@op(returns=...)``; the plan's ``out`` must agree.
+RETURNS = {
+    "array": "one array; the plan's out is one Out; out= takes one array",
+    "list": "a list of arrays; the plan's out is a list of Out; out= takes a list",
+    "tuple": "a tuple of arrays with None for outputs not requested; the plan's out is a tuple; out= a tuple/list",
+    "computed": "sizes that depend on the data (or small host values): the implementation returns its own result;"
+    " the plan's out is None; no out=",
+    "none": "nothing: an in-place op (implied by mutates=); the plan's out is None; no out=",
+}
+
+
 class Op:
     """One registered op (see the module docstring)."""
 
@@ -95,7 +106,7 @@ class Op:
         family: str,
         *,
         differentiable: tuple[str, ...],
-        takes_out: bool,
+        returns: str,
         same_as: str | None,
         mutates: tuple[str, ...] = (),
     ):
@@ -104,13 +115,23 @@ class Op:
         self.family = family
         self.kernel_name = same_as or self.name
         self.differentiable = differentiable
-        self.takes_out = takes_out
+        self.returns = returns
+        self.takes_out = returns in ("array", "list", "tuple")
         self.mutates = tuple(mutates)
         self.signature = inspect.signature(declaration)
-        self.example_fn: Callable | None = None
+        self._example_fn: Callable | None = None
         self._implementations: dict[str, Callable] = {}
         self.check_fn: Callable = exact_match
         self.public = self._make_public()
+
+    @property
+    def example_fn(self) -> Callable | None:
+        """``fn(rng, size) -> Example``: a realistic input for the tour and the benchmarks, from
+        ``embnum.examples.<family>`` (imported on first use: the examples live apart from the
+        declarations)."""
+        if self._example_fn is None:
+            importlib.import_module(f"embnum.examples.{self.family}")
+        return self._example_fn
 
     # -- implementations -------------------------------------------------
     def implementation(self, backend: str) -> Callable:
@@ -185,6 +206,8 @@ class Op:
         if plan.out is None:
             if out is not None:
                 raise TypeError(f"{self.name} takes no out=")
+            if chosen.name == "ref":
+                _check_returns(self, plan)
             if chosen.name == "cpu":
                 return self._cpu_call(plan.args, None)
             return self.implementation(chosen.name)(**plan.args)
@@ -200,6 +223,7 @@ class Op:
                 raise TypeError("out must be a list of arrays for this op")
             outs = _validate.out_arrays(out, shapes, arrays, chosen.owns)
         if chosen.name == "ref":
+            _check_returns(self, plan)
             result = _zero_d_arrays(self.implementation("ref")(**plan.args))
             results = [result] if single else list(result)
             _check_oracle(self.name, results, shapes)
@@ -326,6 +350,23 @@ def _zero_d_arrays(result):
     return result
 
 
+def _check_returns(op: Op, plan: Plan) -> None:
+    """The declaration's plan agrees with the op's declared ``returns`` (checked on the oracle
+    path, which the tests run for every op)."""
+    out = plan.out
+    kind = (
+        ("computed" if not op.mutates else "none")
+        if out is None
+        else "array"
+        if isinstance(out, Out)
+        else "tuple"
+        if isinstance(out, tuple)
+        else "list"
+    )
+    if kind != op.returns:
+        raise AssertionError(f"{op.name} is declared returns={op.returns!r} but its plan describes {kind!r}")
+
+
 def _check_oracle(name, results, shapes):
     if len(results) != len(shapes):
         raise AssertionError(f"embnum.ref {name} returned {len(results)} results, expected {len(shapes)}")
@@ -347,27 +388,35 @@ _OPS: dict[str, Op] = {}
 def op(
     family: str,
     *,
+    returns: str | None = None,
     differentiable: tuple[str, ...] = (),
-    takes_out: bool = True,
     same_as: str | None = None,
     mutates: tuple[str, ...] = (),
 ):
     """Register the decorated declaration as ``embnum.<name>``; return the public function.
 
+    ``returns`` is the kind of result (:data:`RETURNS`): ``"array"`` (the
+    default), ``"list"``, ``"tuple"``, ``"computed"`` (data-dependent sizes:
+    the implementation returns its own result, no ``out=``) or ``"none"``.
     ``differentiable`` names the array arguments the torch bridge gives a
     gradient. ``same_as`` names another op of the family whose
     implementations serve this one (the declaration then returns that op's
     plan arguments: a special case written as a call of the general op).
-    ``mutates`` names the array arguments an in-place op writes (it then
-    returns ``None`` and takes no ``out=``; its plan passes those arrays
-    through unchanged so that the implementation writes the caller's memory).
+    ``mutates`` names the array arguments an in-place op writes; it implies
+    ``returns="none"`` (no ``out=``); its plan passes those arrays through
+    unchanged so that the implementation writes the caller's memory.
     Parameters may be keyword-only (after ``*``); they stay keyword-only.
     """
+    if mutates and returns not in (None, "none"):
+        raise ValueError(f"an op that mutates {mutates} returns nothing; got returns={returns!r}")
+    returns = returns or ("none" if mutates else "array")
+    if returns not in RETURNS:
+        raise ValueError(f"returns must be one of {sorted(RETURNS)}, got {returns!r}")
+    if returns == "none" and not mutates:
+        raise ValueError("returns='none' is for in-place ops: name the arrays it writes in mutates=")
 
     def register(declaration: Callable) -> Callable:
-        o = Op(
-            declaration, family, differentiable=differentiable, takes_out=takes_out, same_as=same_as, mutates=mutates
-        )
+        o = Op(declaration, family, differentiable=differentiable, returns=returns, same_as=same_as, mutates=mutates)
         if o.name in _OPS:
             raise ValueError(f"op {o.name!r} declared twice")
         _OPS[o.name] = o
@@ -380,7 +429,7 @@ def example(public: Callable):
     """Attach ``fn(rng, size) -> Example`` as the tour/benchmark input of ``public``'s op."""
 
     def attach(fn):
-        public.op.example_fn = fn
+        public.op._example_fn = fn
         return fn
 
     return attach
