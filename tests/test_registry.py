@@ -131,3 +131,155 @@ def test_sizes_reject_bools_and_floats():
     with pytest.raises(TypeError, match="range_size"):
         embnum.offsets_range(np.array([0]), True)
     assert embnum.offsets_range(np.array([0]), np.int64(2)).tolist() == [0, 1]
+
+
+# -- the per-call short paths (issue 12) --------------------------------------------------
+@pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
+def test_one_thread_and_all_threads_agree(op, monkeypatch):
+    """The registry runs small calls on one thread (``cpu._common.SERIAL_BYTES``): the same
+    call with the rule off (every call on all threads) and with every call on one thread
+    gives bit-identical results, and leaves Numba's thread count as it was."""
+    import numba
+
+    from embnum.cpu import _common
+
+    if op.mutates:
+        pytest.skip("in-place op: covered by its family's tests")
+    args = op.example_fn(np.random.default_rng(3), "small").args
+    before = numba.get_num_threads()
+    got = {}
+    for limit in (0, 1 << 62):
+        monkeypatch.setattr(_common, "SERIAL_BYTES", limit)
+        got[limit] = op.public(**{k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()})
+        assert numba.get_num_threads() == before
+    _, ok = exact_match(
+        [got[0]] if not isinstance(got[0], (list, tuple)) else list(got[0]),
+        [got[1 << 62]] if not isinstance(got[1 << 62], (list, tuple)) else list(got[1 << 62]),
+        None,
+    )
+    assert ok
+
+
+def test_one_thread_rule_restores_the_thread_count_when_the_kernel_raises():
+    import numba
+
+    from embnum.cpu import _common
+
+    before = numba.get_num_threads()
+
+    def boom():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        _common.on_one_thread(boom)
+    assert numba.get_num_threads() == before
+
+
+def test_short_path_leaves_subclasses_to_the_general_path():
+    """An ndarray subclass, a CuPy-looking array, or ``out=`` take the general path (the
+    short path is for plain NumPy arrays only)."""
+    from embnum._registry import _all_plain_numpy
+
+    x = np.arange(3)
+    assert _all_plain_numpy({"a": x, "b": [x, x], "c": 3, "d": "sum", "e": None})
+    assert not _all_plain_numpy({"a": x, "m": np.ma.masked_array(x)})
+    assert not _all_plain_numpy({"a": x, "d": [FakeCupyArray()]})
+    assert not _all_plain_numpy({"c": 3})  # no array: the general path decides
+    np.testing.assert_array_equal(embnum.complete_cumsum(np.array([1, 2])), [0, 1, 3])
+    buf = np.empty(3, np.int64)
+    assert embnum.complete_cumsum(np.array([1, 2]), out=buf) is buf
+
+
+def test_returns_is_declared_and_mutates_implies_none():
+    from embnum._registry import RETURNS, op
+
+    for o in embnum.ops():
+        assert o.returns in RETURNS
+        assert o.takes_out == (o.returns in ("array", "list", "tuple"))
+        assert (o.returns == "none") == bool(o.mutates)
+    with pytest.raises(ValueError, match="returns nothing"):
+        op("jagged", returns="array", mutates=("x",))
+    with pytest.raises(ValueError, match="in-place"):
+        op("jagged", returns="none")
+    with pytest.raises(ValueError, match="returns must be"):
+        op("jagged", returns="arrays")
+
+
+@pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
+def test_plan_agrees_with_declared_returns(op):
+    """The example's plan has the declared kind (the oracle path checks it on every call)."""
+    import warnings
+
+    from embnum._registry import _check_returns
+
+    example = op.example_fn(np.random.default_rng(0), "small")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = op.declaration(**op.bind((), dict(example.args)))
+    _check_returns(op, plan)
+
+
+def test_stub_matches_the_registry():
+    """src/embnum/__init__.pyi is what ``python -m embnum._stub`` writes for the ops registered
+    now (regenerate it after changing a declaration)."""
+    from embnum import _stub
+
+    assert _stub.STUB.read_text() == _stub.render(), "stale stub: run python -m embnum._stub"
+    assert _stub.STUB.with_name("py.typed").exists()
+
+
+def test_stub_declares_every_public_name():
+    """Every name ``embnum`` exports appears in the stub (IDE completion, mypy)."""
+    from embnum import _stub
+
+    text = _stub.STUB.read_text()
+    for name in embnum.__all__:
+        assert f"def {name}(" in text or f" as {name}\n" in text or f"{name}:" in text, name
+
+
+@pytest.mark.parametrize("op", [o for o in embnum.ops() if o.takes_out], ids=lambda o: o.name)
+@pytest.mark.parametrize("backend", ["ref", "cpu"])
+def test_rejected_out_is_not_written(op, backend):
+    """``out=`` buffers the op could fill (right shapes and dtypes, garbage-filled), with the
+    last one made unacceptable (read-only): the call raises before writing any of them."""
+    import warnings
+
+    example = op.example_fn(np.random.default_rng(0), "small")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = op.public(**example.args, backend="ref")
+    results = [want] if op.returns == "array" else list(want)
+    bufs = [None if r is None else np.frombuffer(b"\x5a" * r.nbytes, r.dtype).reshape(r.shape).copy() for r in results]
+    last = max(i for i, b in enumerate(bufs) if b is not None)
+    bufs[last].flags.writeable = False
+    out = bufs[0] if op.returns == "array" else tuple(bufs) if op.returns == "tuple" else bufs
+    with pytest.raises(ValueError, match="read-only"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        op.public(**example.args, backend=backend, out=out)
+    for b in bufs:
+        assert b is None or b.tobytes() == b"\x5a" * b.nbytes, "a rejected call wrote into out"
+
+
+def test_out_accepts_an_array_whose_flags_have_no_writeable():
+    """CuPy's ``flags`` has no ``writeable`` (device memory is always writable): ``out=`` must not
+    ask for it (issue 15: every CuPy ``out=`` raised AttributeError)."""
+    from embnum import _validate
+
+    class Flags:
+        c_contiguous = True
+        f_contiguous = False
+        owndata = True
+
+    class DeviceLike:  # what _backend.is_cupy recognises: a cupy module and the CUDA array interface
+        __module__ = "cupy._core.core"
+        __cuda_array_interface__ = {}
+        shape, dtype, flags, size, itemsize = (3,), np.dtype(np.float32), Flags(), 3, 4
+
+        class data:
+            ptr = 4096
+
+        strides = (4,)
+
+    o = DeviceLike()
+    assert _validate.writable(o)
+    assert _validate.out_arrays(o, [((3,), np.float32)], {}, lambda a: True) == [o]

@@ -72,7 +72,7 @@ def lengths_match(lengths_name: str, lengths, values_name: str, n: int) -> None:
         raise ValueError(f"{lengths_name} sums to {s} but len({values_name}) = {n}: they must be equal")
 
 
-def offsets(name: str, offs, values_name: str, n: int) -> None:
+def offsets_array(name: str, offs, values_name: str, n: int) -> None:
     """Starts at 0, non-decreasing, ends at ``n`` (host reads; skipped while torch.compile traces)."""
     if offs.shape[0] == 0:
         raise ValueError(f"{name} must have at least one entry (0), got an empty array")
@@ -143,3 +143,29 @@ def strides(keys, n_bags, stride, spkpr, spk, inverse_indices):
             f"stride = {stride} does not fit: len(lengths) = {n_bags} must be stride * len(keys) = {stride * T}"
         )
     return stride, None
+
+
+def jagged_arrays(cls_name: str, values, weights, lengths, offsets) -> int:
+    """The checks every jagged container makes of its arrays; returns the number of bags."""
+    n = values.shape[0]
+    if lengths is None and offsets is None:
+        raise ValueError(f"{cls_name} needs lengths or offsets, got neither")
+    if lengths is not None:
+        array("lengths", lengths, integer=True)
+        A.same_place("lengths", lengths, values, "values")
+        nonneg("lengths", lengths)
+        lengths_match("lengths", lengths, "values", n)
+        n_bags = lengths.shape[0]
+    if offsets is not None:
+        array("offsets", offsets, integer=True)
+        A.same_place("offsets", offsets, values, "values")
+        offsets_array("offsets", offsets, "values", n)
+        if lengths is not None:
+            same_lengths(lengths, offsets)
+        n_bags = offsets.shape[0] - 1
+    if weights is not None:
+        array("weights", weights, floating=True)
+        A.same_place("weights", weights, values, "values")
+        if weights.shape[0] != n:
+            raise ValueError(f"len(weights) = {weights.shape[0]} must equal len(values) = {n}")
+    return n_bags

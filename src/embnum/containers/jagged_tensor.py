@@ -11,7 +11,46 @@ from . import _arrays as A
 from . import _checks as C
 
 
-class JaggedTensor:
+class JaggedArrays:
+    """The array accessors JaggedTensor and KeyedJaggedTensor share (``_values``, ``_weights``,
+    ``_lengths``, ``_offsets``, ``_backend``): offsets or lengths derived lazily from the other."""
+
+    def values(self):
+        return self._values
+
+    def weights(self):
+        if self._weights is None:
+            raise ValueError(f"this {type(self).__name__} has no weights (use weights_or_none())")
+        return self._weights
+
+    def weights_or_none(self):
+        return self._weights
+
+    def lengths(self):
+        if self._lengths is None:
+            self._lengths = A.diff(self._offsets)
+        return self._lengths
+
+    def lengths_or_none(self):
+        return self._lengths
+
+    def offsets(self):
+        if self._offsets is None:
+            self._offsets = A.ops_for(self._lengths).complete_cumsum(self._lengths, backend=self._backend)
+        return self._offsets
+
+    def offsets_or_none(self):
+        return self._offsets
+
+    def device(self):
+        return A.device_of(self._values)
+
+    @property
+    def backend(self):
+        return self._backend
+
+
+class JaggedTensor(JaggedArrays):
     """One jagged feature: ``values [N, ...]``, ``lengths [B]`` or ``offsets [B + 1]``, optional ``weights [N]``.
 
     Bag ``b`` is ``values[offsets[b]:offsets[b+1]]``. ``backend=`` (keyword) picks the
@@ -20,25 +59,7 @@ class JaggedTensor:
 
     def __init__(self, values, weights=None, lengths=None, offsets=None, *, backend=None):
         C.array("values", values, ndim=(1,))
-        n = values.shape[0]
-        if lengths is None and offsets is None:
-            raise ValueError("JaggedTensor needs lengths or offsets, got neither")
-        if lengths is not None:
-            C.array("lengths", lengths, integer=True)
-            A.same_place("lengths", lengths, values, "values")
-            C.nonneg("lengths", lengths)
-            C.lengths_match("lengths", lengths, "values", n)
-        if offsets is not None:
-            C.array("offsets", offsets, integer=True)
-            A.same_place("offsets", offsets, values, "values")
-            C.offsets("offsets", offsets, "values", n)
-            if lengths is not None:
-                C.same_lengths(lengths, offsets)
-        if weights is not None:
-            C.array("weights", weights, floating=True)
-            A.same_place("weights", weights, values, "values")
-            if weights.shape[0] != n:
-                raise ValueError(f"len(weights) = {weights.shape[0]} must equal len(values) = {n}")
+        C.jagged_arrays("JaggedTensor", values, weights, lengths, offsets)
         self._init(values, weights, lengths, offsets, backend)
 
     def _init(self, values, weights, lengths, offsets, backend):
@@ -82,41 +103,6 @@ class JaggedTensor:
         pos = A.int64_like(range(L), lengths)
         mask = pos[None, :] < lengths[:, None]
         return JaggedTensor(values[mask], None if weights is None else weights[mask], lengths, backend=backend)
-
-    # accessors
-    def values(self):
-        return self._values
-
-    def weights(self):
-        if self._weights is None:
-            raise ValueError("this JaggedTensor has no weights (use weights_or_none())")
-        return self._weights
-
-    def weights_or_none(self):
-        return self._weights
-
-    def lengths(self):
-        if self._lengths is None:
-            self._lengths = A.diff(self._offsets)
-        return self._lengths
-
-    def lengths_or_none(self):
-        return self._lengths
-
-    def offsets(self):
-        if self._offsets is None:
-            self._offsets = A.ops_for(self._lengths).complete_cumsum(self._lengths, backend=self._backend)
-        return self._offsets
-
-    def offsets_or_none(self):
-        return self._offsets
-
-    def device(self):
-        return A.device_of(self._values)
-
-    @property
-    def backend(self):
-        return self._backend
 
     # dense forms
     def to_dense(self) -> list:

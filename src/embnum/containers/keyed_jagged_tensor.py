@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from . import _arrays as A
 from . import _checks as C
-from .jagged_tensor import JaggedTensor, empty_arrays, padded_dense
+from .jagged_tensor import JaggedArrays, JaggedTensor, empty_arrays, padded_dense
 
 _UNSET = object()
 
@@ -29,7 +29,7 @@ def _op(like, name):
     return getattr(A.ops_for(like), name)
 
 
-class KeyedJaggedTensor:
+class KeyedJaggedTensor(JaggedArrays):
     """Jagged features by key, TorchRec's layout (see the module docstring).
 
     ``KeyedJaggedTensor(keys, values, weights=None, lengths=None, offsets=None, stride=None,
@@ -66,27 +66,7 @@ class KeyedJaggedTensor:
     ):
         keys = C.keys("keys", keys)
         C.array("values", values)
-        n = values.shape[0]
-        if lengths is None and offsets is None:
-            raise ValueError("KeyedJaggedTensor needs lengths or offsets, got neither")
-        if lengths is not None:
-            C.array("lengths", lengths, integer=True)
-            A.same_place("lengths", lengths, values, "values")
-            C.nonneg("lengths", lengths)
-            C.lengths_match("lengths", lengths, "values", n)
-            n_bags = lengths.shape[0]
-        if offsets is not None:
-            C.array("offsets", offsets, integer=True)
-            A.same_place("offsets", offsets, values, "values")
-            C.offsets("offsets", offsets, "values", n)
-            if lengths is not None:
-                C.same_lengths(lengths, offsets)
-            n_bags = offsets.shape[0] - 1
-        if weights is not None:
-            C.array("weights", weights, floating=True)
-            A.same_place("weights", weights, values, "values")
-            if weights.shape[0] != n:
-                raise ValueError(f"len(weights) = {weights.shape[0]} must equal len(values) = {n}")
+        n_bags = C.jagged_arrays("KeyedJaggedTensor", values, weights, lengths, offsets)
         stride, spkpr = C.strides(keys, n_bags, stride, stride_per_key_per_rank, stride_per_key, inverse_indices)
         self._init(keys, values, weights, lengths, offsets, stride, spkpr, backend)
         if length_per_key is not None:
@@ -119,51 +99,21 @@ class KeyedJaggedTensor:
     # -- constructors ----------------------------------------------------------------
     @staticmethod
     def from_lengths_sync(
-        keys,
-        values,
-        lengths,
-        weights=None,
-        stride=None,
-        stride_per_key_per_rank=None,
-        inverse_indices=None,
-        *,
-        backend=None,
+        keys, values, lengths, weights=None, stride=None, stride_per_key_per_rank=None, inverse_indices=None, **kw
     ):
-        kjt = KeyedJaggedTensor(
-            keys,
-            values,
-            weights,
-            lengths=lengths,
-            stride=stride,
-            stride_per_key_per_rank=stride_per_key_per_rank,
-            inverse_indices=inverse_indices,
-            backend=backend,
-        )
-        return kjt.sync()
+        """``KeyedJaggedTensor(...)`` from lengths, then :meth:`sync` (``backend=`` as a keyword)."""
+        return KeyedJaggedTensor(
+            keys, values, weights, lengths, None, stride, stride_per_key_per_rank, inverse_indices=inverse_indices, **kw
+        ).sync()
 
     @staticmethod
     def from_offsets_sync(
-        keys,
-        values,
-        offsets,
-        weights=None,
-        stride=None,
-        stride_per_key_per_rank=None,
-        inverse_indices=None,
-        *,
-        backend=None,
+        keys, values, offsets, weights=None, stride=None, stride_per_key_per_rank=None, inverse_indices=None, **kw
     ):
-        kjt = KeyedJaggedTensor(
-            keys,
-            values,
-            weights,
-            offsets=offsets,
-            stride=stride,
-            stride_per_key_per_rank=stride_per_key_per_rank,
-            inverse_indices=inverse_indices,
-            backend=backend,
-        )
-        return kjt.sync()
+        """``KeyedJaggedTensor(...)`` from offsets, then :meth:`sync` (``backend=`` as a keyword)."""
+        return KeyedJaggedTensor(
+            keys, values, weights, None, offsets, stride, stride_per_key_per_rank, inverse_indices=inverse_indices, **kw
+        ).sync()
 
     @staticmethod
     def from_jt_dict(jt_dict, force_variable_stride=False, *, backend=None):
@@ -240,33 +190,6 @@ class KeyedJaggedTensor:
     def keys(self) -> list[str]:
         return self._keys
 
-    def values(self):
-        return self._values
-
-    def weights(self):
-        if self._weights is None:
-            raise ValueError("this KeyedJaggedTensor has no weights (use weights_or_none())")
-        return self._weights
-
-    def weights_or_none(self):
-        return self._weights
-
-    def lengths(self):
-        if self._lengths is None:
-            self._lengths = A.diff(self._offsets)
-        return self._lengths
-
-    def lengths_or_none(self):
-        return self._lengths
-
-    def offsets(self):
-        if self._offsets is None:
-            self._offsets = _op(self._lengths, "complete_cumsum")(self._lengths, backend=self._backend)
-        return self._offsets
-
-    def offsets_or_none(self):
-        return self._offsets
-
     def stride(self) -> int:
         return self._stride
 
@@ -289,13 +212,6 @@ class KeyedJaggedTensor:
 
     def inverse_indices_or_none(self):
         return self._inverse_indices
-
-    def device(self):
-        return A.device_of(self._values)
-
-    @property
-    def backend(self):
-        return self._backend
 
     def index_per_key(self) -> dict[str, int]:
         if self._index_per_key is None:
