@@ -226,6 +226,8 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
     pad = v.scalar_for("padding_value", padding_value, values.dtype)
     B = offsets[0].shape[0] - 1
     shape = (B, *max_lengths) + tuple(values.shape[1:])
+    if not v.shape_fits(shape + (values.dtype.itemsize,)):
+        raise ValueError(f"max_lengths = {max_lengths} give an output of shape {shape}, above the size limit 2**48")
     return Plan(
         dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), Out(shape, values.dtype)
     )
@@ -300,7 +302,7 @@ def dense_to_jagged(dense, offsets, total_L=None):
     if offsets[0].ndim == 1 and offsets[0].shape[0] != B + 1:
         raise ValueError(f"offsets[0] must have dense.shape[0] + 1 = {B + 1} entries, got {offsets[0].shape[0]}")
     offsets = _jagged_offsets(offsets, None)
-    needed = int(offsets[-1][-1])
+    needed = v.size(f"offsets[{J - 1}][-1]", int(offsets[-1][-1]))  # the output's rows: bounded before allocation
     total_L = needed if total_L is None else v.size("total_L", total_L)
     if total_L < needed:
         raise ValueError(f"total_L = {total_L} is smaller than offsets[-1][-1] = {needed}")

@@ -210,7 +210,7 @@ def block_bucketize_sparse_features(
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal the sum of lengths = {N}")
     v.index_array("block_sizes", block_sizes)
     my_size = v.size("my_size", my_size)
-    v.integer("max_B", max_B)
+    v.integer("max_B", max_B, min=-v.INT64_MAX - 1, max=v.INT64_MAX)  # ignored, but an int64 as in fbgemm
     if my_size < 1:
         raise ValueError(f"my_size must be >= 1, got {my_size}")
     T, n_bags = block_sizes.shape[0], lengths.shape[0]
