@@ -5,6 +5,11 @@
 * Hypothesis profiles: ``ci`` (default), ``thorough`` (more examples), ``dev``
   (a quick local run), chosen
   with ``HYPOTHESIS_PROFILE``.
+* Under the simulator, every kernel launch is recorded (kernel, argument
+  types). ``tests/test_cuda_compile.py`` compiles the signatures of
+  ``tests/cuda_signatures.txt`` for the GPU; any other signature this
+  session launched is compiled at its end (a failure fails the session).
+  ``EMBNUM_RECORD_SIGNATURES=1`` adds the new ones to the file instead.
 * ``--hostile-examples=N`` (or ``EMBNUM_HOSTILE_EXAMPLES``): hostile cases drawn per
   op by the adversarial tier (``test_hostile.py``); its counts are printed at the end.
 * ``fast_backend``: every backend the oracle is compared with, as a
@@ -92,3 +97,68 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if path:
         with open(path, "w") as f:
             json.dump(dict(counts), f, indent=1, sort_keys=True)
+
+
+# -- launch signatures (see embnum.cuda._ptx) -------------------------------------------------
+SIGNATURES = os.path.join(os.path.dirname(__file__), "cuda_signatures.txt")
+_seen: set = set()
+
+
+def _record_launches():
+    from numba.cuda.simulator import kernel as sim
+
+    from embnum.cuda import _ptx
+
+    names: dict = {}
+    call = sim.FakeCUDAKernel.__call__
+
+    def recording_call(self, *args):
+        if not self._device and not sim._kernel_context:
+            if not names:
+                names.update({id(k): n for n, k in _ptx.kernels().items()})
+            name = names.get(id(self))
+            if name is not None:
+                _seen.add((name, _ptx.signature_of(args)))
+        return call(self, *args)
+
+    sim.FakeCUDAKernel.__call__ = recording_call
+
+
+if numba.core.config.ENABLE_CUDASIM:
+    _record_launches()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Launch signatures missing from tests/cuda_signatures.txt (a drawn input can reach a new
+    dtype combination) are compiled here for sm_90 and sm_80, so every signature this run
+    launched was compiled; a failure fails the session. With EMBNUM_RECORD_SIGNATURES=1 they are
+    added to the file instead."""
+    if not _seen:
+        return
+    from embnum.cuda import _ptx
+
+    declared = set(_ptx.read_signatures(SIGNATURES)) if os.path.exists(SIGNATURES) else set()
+    new = sorted(_seen - declared)
+    if not new:
+        return
+    if os.environ.get("EMBNUM_RECORD_SIGNATURES"):
+        with open(SIGNATURES, "w") as f:
+            f.write(_ptx.format_signatures(declared | _seen))
+        return
+    report = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = "\n".join(f"  {k}({s})" for k, s in new)
+    try:
+        import nvidia.cuda_nvcc  # noqa: F401
+    except ImportError:
+        report.write_line(f"launch signatures not compiled for the GPU (no nvidia-cuda-nvcc-cu12):\n{lines}")
+        return
+    failed = [r for r in _ptx.compile_all(new) if r["error"]]
+    report.write_line(
+        f"compiled {len(new)} launch signature(s) missing from tests/cuda_signatures.txt for sm_90/sm_80 "
+        f"({len(failed)} failed):\n{lines}\n(EMBNUM_RECORD_SIGNATURES=1 adds them to the file)",
+        red=bool(failed),
+    )
+    for r in failed:
+        report.write_line(f"FAILED {r['kernel']}({r['signature']}) sm_{r['cc'][0]}{r['cc'][1]}: {r['error']}", red=True)
+    if failed:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -178,20 +178,16 @@ def backends_of(flavor: Flavor | None = None):
 
 
 def check_rejects(name: str, args: dict, exc: type, words: tuple[str, ...], flavor: Flavor):
-    """The op raises ``exc`` naming ``words`` on ref and on ``flavor``, before
-    writing anything to ``out`` or changing an input."""
+    """The op raises ``exc`` naming ``words`` on ref and on ``flavor`` without changing an
+    input. (That a rejected call writes nothing into ``out=`` is checked once for every op
+    in ``test_registry.test_rejected_out_is_not_written``, with buffers the op could fill.)"""
     op = embnum.get_op(name)
     for backend in ("ref", flavor.backend):
         f = flavor if backend != "ref" else Flavor("ref", "ref", False, 1.0)
         dev_args = f.to_device(args)
         before = snapshot(dev_args)
-        extra = {}
-        if op.takes_out:
-            extra["out"] = f.to_device(np.full(3, 7, dtype=np.int64))
         with pytest.raises(exc) as info:
-            op.public(**dev_args, backend=backend, **extra)
+            op.public(**dev_args, backend=backend)
         for w in words:
             assert w in str(info.value), f"{exc.__name__} message {str(info.value)!r} does not name {w!r}"
         assert_unchanged(before, dev_args)
-        if extra:
-            assert to_host(extra["out"]).tolist() == [7, 7, 7], "a failed call wrote into out"

@@ -178,3 +178,51 @@ def test_stub_declares_every_public_name():
     text = _stub.STUB.read_text()
     for name in embnum.__all__:
         assert f"def {name}(" in text or f" as {name}\n" in text or f"{name}:" in text, name
+
+
+@pytest.mark.parametrize("op", [o for o in embnum.ops() if o.takes_out], ids=lambda o: o.name)
+@pytest.mark.parametrize("backend", ["ref", "cpu"])
+def test_rejected_out_is_not_written(op, backend):
+    """``out=`` buffers the op could fill (right shapes and dtypes, garbage-filled), with the
+    last one made unacceptable (read-only): the call raises before writing any of them."""
+    import warnings
+
+    example = op.example_fn(np.random.default_rng(0), "small")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = op.public(**example.args, backend="ref")
+    results = [want] if op.returns == "array" else list(want)
+    bufs = [None if r is None else np.frombuffer(b"\x5a" * r.nbytes, r.dtype).reshape(r.shape).copy() for r in results]
+    last = max(i for i, b in enumerate(bufs) if b is not None)
+    bufs[last].flags.writeable = False
+    out = bufs[0] if op.returns == "array" else tuple(bufs) if op.returns == "tuple" else bufs
+    with pytest.raises(ValueError, match="read-only"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        op.public(**example.args, backend=backend, out=out)
+    for b in bufs:
+        assert b is None or b.tobytes() == b"\x5a" * b.nbytes, "a rejected call wrote into out"
+
+
+def test_out_accepts_an_array_whose_flags_have_no_writeable():
+    """CuPy's ``flags`` has no ``writeable`` (device memory is always writable): ``out=`` must not
+    ask for it (issue 15: every CuPy ``out=`` raised AttributeError)."""
+    from embnum import _validate
+
+    class Flags:
+        c_contiguous = True
+        f_contiguous = False
+        owndata = True
+
+    class DeviceLike:  # what _backend.is_cupy recognises: a cupy module and the CUDA array interface
+        __module__ = "cupy._core.core"
+        __cuda_array_interface__ = {}
+        shape, dtype, flags, size, itemsize = (3,), np.dtype(np.float32), Flags(), 3, 4
+
+        class data:
+            ptr = 4096
+
+        strides = (4,)
+
+    o = DeviceLike()
+    assert _validate.writable(o)
+    assert _validate.out_arrays(o, [((3,), np.float32)], {}, lambda a: True) == [o]

@@ -110,10 +110,19 @@ class Op:
         self.takes_out = returns in ("array", "list", "tuple")
         self.mutates = tuple(mutates)
         self.signature = inspect.signature(declaration)
-        self.example_fn: Callable | None = None
+        self._example_fn: Callable | None = None
         self._implementations: dict[str, Callable] = {}
         self.check_fn: Callable = exact_match
         self.public = self._make_public()
+
+    @property
+    def example_fn(self) -> Callable | None:
+        """``fn(rng, size) -> Example``: a realistic input for the tour and the benchmarks, from
+        ``embnum.examples.<family>`` (imported on first use: the examples live apart from the
+        declarations)."""
+        if self._example_fn is None:
+            importlib.import_module(f"embnum.examples.{self.family}")
+        return self._example_fn
 
     # -- implementations -------------------------------------------------
     def implementation(self, backend: str) -> Callable:
@@ -346,7 +355,7 @@ def example(public: Callable):
     """Attach ``fn(rng, size) -> Example`` as the tour/benchmark input of ``public``'s op."""
 
     def attach(fn):
-        public.op.example_fn = fn
+        public.op._example_fn = fn
         return fn
 
     return attach

@@ -20,6 +20,7 @@ import warnings
 
 import numpy as np
 
+from ._backend import is_cupy
 from ._validate import choice, to_host, xp_of
 
 MODES = ("fatal", "warning", "ignore", "none")
@@ -124,9 +125,39 @@ def _raise(indices, offsets, B, t, p, E, every_mode=False):
     )
 
 
+def all_valid(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = False) -> bool:
+    """Whether :func:`check_offsets` and :func:`check_indices` would accept the lookups as they
+    are (no error, no repair), computed with whole-array operations of the arrays' module and
+    read back once: the device path of :func:`check`, one host read per call instead of one per
+    feature. The rules are the checks' own: offsets in ``[0, N]``, non-decreasing, the last
+    ``N``; every index inside a bag of feature ``t`` in ``[0, rows[t])`` as unsigned (so
+    negatives fail), ``-1`` allowed only when ``pruned_ok``."""
+    xp = xp_of(indices)
+    N = int(indices.shape[0])
+    o = offsets.astype(xp.int64)
+    ok = (o[-1] == N) & ~((o < 0) | (o > N)).any()
+    if o.shape[0] > 1:
+        ok &= ~(o[1:] < o[:-1]).any()
+    T = rows.shape[0]
+    if B > 0 and N > 0:
+        t = xp.searchsorted(o[::B], xp.arange(N), side="right") - 1  # feature of each position
+        inside = (t >= 0) & (t < T)
+        E = xp.asarray(rows, dtype=xp.uint64)[xp.clip(t, 0, T - 1)]
+        unsigned = indices.view(xp.uint32 if indices.dtype == xp.int32 else xp.uint64).astype(xp.uint64)
+        bad = inside & (unsigned >= E)
+        if pruned_ok:
+            bad &= indices != -1
+        ok &= ~bad.any()
+    return bool(to_host(ok))
+
+
 def check(indices, offsets, B: int, rows: np.ndarray, mode: str, *, pruned_ok: bool = False):
     """Both checks; returns the (possibly repaired) ``(indices, offsets)``. Emits one
-    ``RuntimeWarning`` per call in ``warning`` mode when anything was repaired."""
+    ``RuntimeWarning`` per call in ``warning`` mode when anything was repaired. Device (CuPy)
+    lookups are first checked by :func:`all_valid` (one host read); only lookups it rejects take
+    the feature-by-feature path that names the culprit or repairs a copy."""
+    if is_cupy(indices) and all_valid(indices, offsets, B, rows, pruned_ok=pruned_ok):
+        return indices, offsets
     offsets, fixed_offsets = check_offsets(offsets, int(indices.shape[0]), mode)
     indices, fixed_indices = check_indices(indices, offsets, B, rows, mode, pruned_ok=pruned_ok)
     warn_if_repaired(mode, fixed_offsets, fixed_indices)

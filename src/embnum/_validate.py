@@ -157,8 +157,16 @@ def int_list(name: str, v, *, length=None) -> list[int]:
     return out
 
 
-def _first(xp, mask) -> int:
-    return int(xp.argmax(mask))
+def _offsets_summary(offs) -> tuple[int, int, int]:
+    """``(offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1])``, read back once (one
+    device-to-host copy for CuPy offsets instead of one per rule)."""
+    xp = xp_of(offs)
+    drop = xp.zeros((), xp.int64)
+    if offs.shape[0] > 1:
+        falls = offs[1:] < offs[:-1]
+        drop = xp.where(falls.any(), xp.argmax(falls) + 1, 0)
+    parts = [xp.asarray(x, dtype=xp.int64) for x in (offs[0], drop, offs[-1])]
+    return tuple(int(x) for x in to_host(xp.stack(parts)))
 
 
 def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None):
@@ -167,20 +175,14 @@ def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=Non
     index_array(name, offs)
     if offs.shape[0] < 1:
         raise ValueError(f"{name} must have at least 1 entry, got 0")
-    xp = xp_of(offs)
-    first = int(offs[0])
+    first, i, last = _offsets_summary(offs)
     if first < 0 or (first_zero and first != 0):
         want = "0" if first_zero else ">= 0"
         raise ValueError(f"{name}[0] must be {want}, got {first}")
-    if offs.shape[0] > 1:
-        drop = offs[1:] < offs[:-1]
-        if bool(drop.any()):
-            i = _first(xp, drop) + 1
-            raise ValueError(
-                f"{name} must be non-decreasing, but {name}[{i}] = {int(offs[i])} "
-                f"< {name}[{i - 1}] = {int(offs[i - 1])}"
-            )
-    last = int(offs[-1])
+    if i > 0:
+        raise ValueError(
+            f"{name} must be non-decreasing, but {name}[{i}] = {int(offs[i])} < {name}[{i - 1}] = {int(offs[i - 1])}"
+        )
     if n_values is not None and last > n_values:
         raise ValueError(f"{name}[-1] = {last} exceeds the {n_values} available rows")
     if last_equals is not None and last != last_equals:
@@ -233,6 +235,12 @@ def _byte_span(a) -> tuple[int, int]:
     return (lo, hi + a.itemsize)
 
 
+def writable(a) -> bool:
+    """Whether ``a`` may be written: NumPy's ``flags.writeable``; CuPy arrays have no such flag
+    (device memory is always writable)."""
+    return bool(getattr(a.flags, "writeable", True))
+
+
 def overlaps(a, b) -> bool:
     (a0, a1), (b0, b1) = _byte_span(a), _byte_span(b)
     return a0 < b1 and b0 < a1
@@ -268,7 +276,7 @@ def out_arrays(out, specs, inputs: dict, owns) -> list:
             raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {o.dtype}")
         if not o.flags.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous")
-        if not o.flags.writeable:
+        if not writable(o):
             raise ValueError(f"{name} is read-only")
         for k, a in inputs.items():
             if overlaps(o, a):

@@ -778,17 +778,17 @@ _rule = _tbe_rows.make_update_row(njit(inline="always", error_model="numpy"))
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+def _apply_rows(kind, decay, rows, rstart, g, voff, elem, lids, m1, m2, hp):
     for u in prange(lids.shape[0]):
-        o = voff[u]
-        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+        go = voff[u]
+        _rule(kind, decay, rows, rstart[u], g, go, voff[u + 1] - go, m1, m2, elem[u], lids[u], hp)
 
 
 def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, step):
     """``tbe_backward_update`` for the kinds without a fused kernel here (LAMB, partial
     row-wise Adam/LAMB, LARS-SGD) and for ``max_norm``: the summed gradient of the touched
-    rows (``tbe_backward_sparse``), then :func:`embnum._tbe_rows.update_rows` with the
-    shared rule applied to the rows in parallel."""
+    rows (``tbe_backward_sparse``), then :func:`embnum._tbe_rows.update_rows`: the shared
+    rule on the rows in parallel, in place on float32 weights."""
     g = np.ascontiguousarray(grad_output, dtype=np.float32)
     hp = optimizer.float32()
     if hp["max_gradient"] is not None:

@@ -9,7 +9,8 @@ small because every simulated thread is a Python thread.
 
 from __future__ import annotations
 
-import numba
+import os
+
 import numpy as np
 from numba import cuda
 
@@ -17,8 +18,11 @@ from .. import _half, _offsets_walk
 from .._backend import cuda_simulated, to_host  # noqa: F401 - to_host: the one device-to-host copy
 
 SIMULATED = cuda_simulated()
-TPB = 8 if SIMULATED else 256  # threads per block; a power of two
+# Threads per block (a power of two). Under the simulator every thread is a Python thread, so
+# blocks are small unless EMBNUM_SIM_TPB asks for the production size (tests/test_cuda_blocks.py).
+TPB = int(os.environ.get("EMBNUM_SIM_TPB", "8")) if SIMULATED else 256
 MAX_BLOCKS = 8 if SIMULATED else 8192  # grid-stride loops cover the rest
+LANES = min(32, TPB)  # threads that share one row: a warp on a GPU
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -101,47 +105,57 @@ def float32_result(out):
     return out if out.dtype == np.float32 else xp().empty(out.shape, np.float32)
 
 
-# -- scans (int64, on the device) -----------------------------------------------------
-@cuda.jit
-def _block_scan(src, dst, block_sums, n):
-    """Inclusive scan of each TPB-element chunk (Hillis-Steele in shared memory)."""
-    sh = cuda.shared.array(TPB, numba.int64)
-    t = cuda.threadIdx.x
-    i = cuda.blockIdx.x * TPB + t
-    sh[t] = src[i] if i < n else 0
-    cuda.syncthreads()
-    step = 1
-    while step < TPB:
-        x = sh[t - step] if t >= step else 0
-        cuda.syncthreads()
-        sh[t] += x
-        cuda.syncthreads()
-        step *= 2
-    if i < n:
-        dst[i] = sh[t]
-    if t == TPB - 1:
-        block_sums[cuda.blockIdx.x] = sh[t]
+# -- scans ------------------------------------------------------------------------------
+def inclusive_scan(a):
+    """int64 inclusive scan of a 1-D device array: one library scan (CUB through CuPy on a GPU),
+    wrapping on overflow as the int64 kernels do."""
+    return xp().cumsum(a, dtype=np.int64)
 
 
-@cuda.jit
-def _add_block_prefix(dst, block_prefix, n):
-    b = cuda.blockIdx.x
-    i = b * TPB + cuda.threadIdx.x
-    if b > 0 and i < n:
-        dst[i] += block_prefix[b - 1]
+# -- launches and constant tables ------------------------------------------------------------
+def _current_stream():
+    """Numba's handle of CuPy's current stream (cached per stream pointer)."""
+    import cupy
+
+    ptr = cupy.cuda.get_current_stream().ptr
+    s = _STREAMS.get(ptr)
+    if s is None:
+        s = _STREAMS[ptr] = cuda.external_stream(ptr)
+    return s
 
 
-def inclusive_scan(src):
-    """int64 inclusive scan of a 1-D device array (recursive over block sums)."""
-    n = int(src.shape[0])
-    m = xp()
-    dst = m.empty(n, dtype=np.int64)
-    if n == 0:
-        return dst
-    nb = -(-n // TPB)
-    sums = m.empty(nb, dtype=np.int64)
-    _block_scan[nb, TPB](src, dst, sums, n)
-    if nb > 1:
-        prefix = inclusive_scan(sums)  # before configuring the launch: the simulator keeps one config per kernel
-        _add_block_prefix[nb, TPB](dst, prefix, n)
-    return dst
+_STREAMS: dict = {}
+
+
+def launch(kernel, n_blocks: int, tpb: int, *args) -> None:
+    """``kernel[n_blocks, tpb](*args)`` on the caller's current CuPy stream (the torch bridge
+    makes torch's current stream CuPy's for the call), so a launch never waits for, or races
+    with, work on another stream. Under the simulator there are no streams."""
+    if SIMULATED:
+        kernel[n_blocks, tpb](*args)
+    else:
+        kernel[n_blocks, tpb, _current_stream()](*args)
+
+
+_CONSTANTS: dict = {}
+_MAX_CONSTANTS = 512
+
+
+def constant(a):
+    """A device copy of the small host array ``a`` (layout tables, plans), uploaded once per
+    device and content, and kept (at most 512 of them, the oldest dropped first). Device
+    arrays pass through unchanged. Kernels only read it."""
+    if not isinstance(a, np.ndarray):
+        return a
+    if SIMULATED:
+        return a
+    import cupy
+
+    a = np.ascontiguousarray(a)
+    key = (cupy.cuda.Device().id, a.dtype.str, a.shape, a.tobytes())
+    found = _CONSTANTS.get(key)
+    if found is None:
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:
+            _CONSTANTS.pop(next(iter(_CONSTANTS)))
+        found = _CONSTANTS[key] = cupy.asarray(a)
+    return found

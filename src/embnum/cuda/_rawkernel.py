@@ -24,6 +24,23 @@ class CompileError(RuntimeError):
     pass
 
 
+@functools.cache
+def nvrtc_missing() -> str | None:
+    """Why NVRTC cannot compile here (``None`` when it can): ``cuda-bindings`` is not
+    installed, or it is but the NVRTC library (``nvidia-cuda-nvrtc-cu12``) does not load."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        return f"cuda-bindings is not installed ({e}); install the nvrtc extra"
+    try:
+        err, *_ = nvrtc.nvrtcVersion()
+    except Exception as e:  # noqa: BLE001 - cuda-bindings raises RuntimeError (or OSError) when libnvrtc is absent
+        return f"the NVRTC library does not load ({type(e).__name__}: {e}); install nvidia-cuda-nvrtc-cu12"
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return f"nvrtcVersion failed: {err}"
+    return None
+
+
 def compile_ptx(code: str, name: str = "source.cu", arch: str = "compute_90") -> str:
     """Compile CUDA C ``code`` to PTX with NVRTC; raise :class:`CompileError` with the log."""
     from cuda.bindings import nvrtc

@@ -18,6 +18,7 @@ from ._common import (
     contiguous,
     inclusive_scan,
     int64s,
+    launch,
     leaf_segment,
     pack_offsets,
     scalar_bits,
@@ -27,7 +28,7 @@ from ._common import (
 
 
 # -- scans -----------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _emit_rows(incl, out, N, first):
     """``out[r, j] = incl[r*N + j - first] - (sum of rows before r)``, 0 where ``j < first``."""
     R, W = out.shape[0], out.shape[1]
@@ -48,7 +49,7 @@ def _cumsum(lengths, out, first):
     N = lengths.shape[-1]
     dst = out if out.ndim == 2 else out[None, :]
     if dst.size:
-        _emit_rows[blocks(dst.size, TPB), TPB](inclusive_scan(src), dst, N, first)
+        launch(_emit_rows, blocks(dst.size, TPB), TPB, inclusive_scan(src), dst, N, first)
 
 
 def complete_cumsum(lengths, out):
@@ -64,7 +65,7 @@ def inclusive_cumsum(lengths, out):
 
 
 # -- offsets_range ---------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _offsets_range(offs, range_size, out):
     n = offs.shape[0]
     for k in range(cuda.blockIdx.x, n, cuda.gridDim.x):
@@ -76,12 +77,12 @@ def _offsets_range(offs, range_size, out):
 
 def offsets_range(offsets, range_size, out):
     if range_size:
-        _offsets_range[blocks(offsets.shape[0]), TPB](int64s(offsets), range_size, out)
+        launch(_offsets_range, blocks(offsets.shape[0]), TPB, int64s(offsets), range_size, out)
 
 
 # -- segment sums ----------------------------------------------------------
 def _make_segment_sum(acc_type):
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(values, bounds, out):
         """One block per run: strided partial sums, then a fixed tree reduction."""
         sh = cuda.shared.array(TPB, acc_type)
@@ -119,12 +120,12 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
     bounds = int64s(csr_seg) * batch_size
     kind = {"f2": "float32", "f4": "float32", "f8": "float64"}.get(values.dtype.str[1:], "int64")
     acc = out if out.dtype == np.dtype(kind) else xp().empty(S, dtype=kind)
-    _SEGMENT_SUM[kind][blocks(S), TPB](contiguous(values), bounds, acc)
+    launch(_SEGMENT_SUM[kind], blocks(S), TPB, contiguous(values), bounds, acc)
     if acc is not out:
         out[...] = acc.astype(out.dtype)  # float16: float32 sums rounded once (embnum._half); int32: wraps
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _broadcast_runs(grad, bounds, out):
     n = out.shape[0]
     lo, hi = bounds[0], bounds[bounds.shape[0] - 1]
@@ -141,11 +142,11 @@ def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values, out):
     if num_values:
         bounds = int64s(csr_seg) * batch_size
         n_work = max(num_values // TPB, int(csr_seg.shape[0]))
-        _broadcast_runs[blocks(n_work), TPB](bits(grad_output), bounds, out.view(bits(grad_output).dtype))
+        launch(_broadcast_runs, blocks(n_work), TPB, bits(grad_output), bounds, out.view(bits(grad_output).dtype))
 
 
 # -- jagged <-> dense --------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _to_dense(values, offs, starts, lens, pad, out, M, D):
     """values ``[N*D]``, out ``[n_slabs*M*D]``: one block per slab (grid-stride)."""
     J = lens.shape[0]
@@ -174,10 +175,10 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
     lens = xp().asarray(np.asarray(max_lengths, dtype=np.int64))
     pad = src.dtype.type(scalar_bits(padding_value, values.dtype))
     n_slabs = out.size // (M * D)
-    _to_dense[blocks(n_slabs), TPB](src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), M, D)
+    launch(_to_dense, blocks(n_slabs), TPB, src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), M, D)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _to_jagged(dense, offs, starts, lens, out, M, D):
     """dense ``[n_slabs*M*D]``, out ``[total_L*D]``: one block per leaf segment, plus
     zeros on the rows before the first and after the last segment."""
@@ -208,4 +209,4 @@ def dense_to_jagged(dense, offsets, total_L, out):
     lens = xp().asarray(np.asarray(dense.shape[1:-1], dtype=np.int64))
     n_seg = int(offsets[-1].shape[0]) - 1
     n_work = max(n_seg, total_L * D // TPB)
-    _to_jagged[blocks(n_work), TPB](src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)
+    launch(_to_jagged, blocks(n_work), TPB, src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)

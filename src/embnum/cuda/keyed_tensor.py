@@ -19,13 +19,13 @@ import numpy as np
 from numba import cuda
 
 from .. import _permute_plan as plan
-from ._common import SIMULATED, TPB, blocks, xp
+from ._common import SIMULATED, TPB, blocks, launch, xp
 
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 # -- Numba-CUDA kernels --------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _copy_kernel(srcs, dsts, segs, B):
     """One block per (segment, batch row) in a grid-stride loop, threads across columns.
     segs ``[S, 5]``: (src array or -1 for zeros, src col, dst array, dst col, n)."""
@@ -44,7 +44,7 @@ def _copy_kernel(srcs, dsts, segs, B):
                 dst[b, c + k] = src[b, a + k]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _accumulate_kernel(grads, dsts, slots, srcs, B, zero):
     """One block per (slot, batch row); each thread owns columns of the slot and adds its
     sources in row order: ``0 + g_1 + ... + g_m`` in the value dtype."""
@@ -97,7 +97,7 @@ def _copy(segs: np.ndarray, srcs, dsts, B):
         _keyed_tensor_raw.copy(segs, srcs, dsts, B)
         return
     n = segs.shape[0] * B
-    _copy_kernel[blocks(n), TPB](_as_tuple(srcs, True), _as_tuple(dsts, True), _device(segs), B)
+    launch(_copy_kernel, blocks(n), TPB, _as_tuple(srcs, True), _as_tuple(dsts, True), _device(segs), B)
 
 
 def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list, out):
@@ -139,6 +139,14 @@ def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shap
         return
     zero = xp().zeros(1, dtype=out[0].dtype)
     n = slots.shape[0] * B
-    _accumulate_kernel[blocks(n), TPB](
-        _as_tuple(grad_outputs, False), tuple(out), _device(slots), _device(srcs), B, zero
+    launch(
+        _accumulate_kernel,
+        blocks(n),
+        TPB,
+        _as_tuple(grad_outputs, False),
+        tuple(out),
+        _device(slots),
+        _device(srcs),
+        B,
+        zero,
     )

@@ -16,7 +16,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _bucketize
-from ._common import TPB, bits, blocks, contiguous, inclusive_scan, int64s, to_host, xp
+from ._common import TPB, bits, blocks, contiguous, inclusive_scan, int64s, launch, to_host, xp
 
 bucket_of = cuda.jit(device=True)(_bucketize.bucket_of)
 
@@ -31,7 +31,7 @@ def _complete(sizes):
 
 
 # -- segment gathers ---------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _gather(src, src_offs, seg, dst_offs, dst):
     for j in range(cuda.blockIdx.x, seg.shape[0], cuda.gridDim.x):
         base = src_offs[seg[j]]
@@ -42,7 +42,7 @@ def _gather(src, src_offs, seg, dst_offs, dst):
 
 def _gather_segments(data, src_offs, seg, dst_offs, dst):
     if dst.shape[0] and seg.shape[0]:
-        _gather[blocks(seg.shape[0]), TPB](bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
+        launch(_gather, blocks(seg.shape[0]), TPB, bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
 
 
 def _permute(permute, values, weights, sizes, out):
@@ -77,7 +77,7 @@ def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size
 
 
 # -- block bucketize -------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, counts):
     n_bags = bag_key.shape[0]
     m = np.int64(mu)
@@ -91,7 +91,7 @@ def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, counts):
             counts[b * n_bags + k] += 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _bucket_scatter(
     offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, cursor, new_idx, want_pos, new_pos, want_dst, dst
 ):
@@ -112,7 +112,7 @@ def _bucket_scatter(
                 dst[i] = slot
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _scatter_to(src, dst_index, dst):
     for i in range(cuda.grid(1), src.shape[0], cuda.gridsize(1)):
         dst[dst_index[i]] = src[i]
@@ -138,14 +138,17 @@ def block_bucketize_sparse_features(
     )
     counts = m.empty(my_size * n_bags, np.int64)
     grid = blocks(n_bags, TPB)
-    _bucket_count[grid, TPB](offs, uidx, bag_key, *params, counts)
+    launch(_bucket_count, grid, TPB, offs, uidx, bag_key, *params, counts)
     new_lengths[...] = counts
     cursor = _complete(counts)  # the scan: bucket-major slots
     want_dst = sequence or weights is not None
     dst = m.empty(max(N, 1) if want_dst else 1, np.int64)
     pos_out = new_pos if bucketize_pos else m.empty(1, indices.dtype)
     keep_d = m.asarray(keep.astype(np.uint8))
-    _bucket_scatter[grid, TPB](
+    launch(
+        _bucket_scatter,
+        grid,
+        TPB,
         offs,
         uidx,
         bag_key,
@@ -159,13 +162,13 @@ def block_bucketize_sparse_features(
         dst,
     )
     if weights is not None and N:
-        _scatter_to[blocks(N, TPB), TPB](bits(weights), dst, new_weights.view(bits(new_weights).dtype))
+        launch(_scatter_to, blocks(N, TPB), TPB, bits(weights), dst, new_weights.view(bits(new_weights).dtype))
     if sequence:
         unbucketize[...] = dst[:N]
 
 
 # -- small permutation ops ---------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _expand(permute, io, oo, out):
     for t in range(cuda.blockIdx.x, permute.shape[0], cuda.gridDim.x):
         base = io[permute[t]]
@@ -176,10 +179,12 @@ def _expand(permute, io, oo, out):
 
 def expand_into_jagged_permute(permute, input_offset, output_offset, out):
     if permute.shape[0] and out.shape[0]:
-        _expand[blocks(permute.shape[0]), TPB](int64s(permute), int64s(input_offset), int64s(output_offset), out)
+        launch(
+            _expand, blocks(permute.shape[0]), TPB, int64s(permute), int64s(input_offset), int64s(output_offset), out
+        )
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _invert(permute, out):
     for i in range(cuda.grid(1), permute.shape[0], cuda.gridsize(1)):
         out[permute[i]] = i
@@ -187,18 +192,18 @@ def _invert(permute, out):
 
 def invert_permute(permute, out):
     if permute.shape[0]:
-        _invert[blocks(permute.shape[0], TPB), TPB](contiguous(permute), out)
+        launch(_invert, blocks(permute.shape[0], TPB), TPB, contiguous(permute), out)
 
 
 # -- unique ids per table -------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _mark_new(ids, order, first, flags):
     """``flags[r] = 1`` where sorted position ``r`` starts a new distinct id (or a table)."""
     for r in range(cuda.grid(1), order.shape[0], cuda.gridsize(1)):
         flags[r] = 1 if (first[r] or ids[order[r]] != ids[order[r - 1]]) else 0
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _emit_unique(ids, order, flags, rank, unique, reverse):
     for r in range(cuda.grid(1), order.shape[0], cuda.gridsize(1)):
         i = order[r]
@@ -223,9 +228,9 @@ def jagged_unique_indices(tables, B, offsets, indices, out):
         first[[b for b in bounds[:-1] if b < N]] = 1
         flags = m.empty(N, np.int64)
         g = blocks(N, TPB)
-        _mark_new[g, TPB](ids, order, m.asarray(first), flags)
+        launch(_mark_new, g, TPB, ids, order, m.asarray(first), flags)
         rank = inclusive_scan(flags)
-        _emit_unique[g, TPB](ids, order, flags, rank, unique, reverse)
+        launch(_emit_unique, g, TPB, ids, order, flags, rank, unique, reverse)
         ends = [int(rank[hi - 1]) if hi else 0 for hi in bounds[1:]]  # distinct ids up to each table's end
         counts = np.diff(np.array([0] + ends, np.int64))
     lengths = np.zeros(offs.shape[0] - 1, np.int64)

@@ -27,6 +27,7 @@ from ._common import (
     float32_to_bits,
     float_to_half_bits,
     half_bits_to_float,
+    launch,
     rne,
     xp,
 )
@@ -79,7 +80,7 @@ def _get_u32(row, at):
 
 
 # -- 1. fused 8-bit row-wise ----------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _quantize_8bit(x, out):
     R, D = x.shape
     Q = np.float32(255.0)
@@ -100,7 +101,7 @@ def float_to_fused_8bit_rowwise(input, out):
     D = input.shape[-1]
     x = _float32_rows(input, D)
     if x.shape[0]:
-        _quantize_8bit[_launch(x.shape[0])](x, out.reshape(-1, D + 8))
+        launch(_quantize_8bit, *_launch(x.shape[0]), x, out.reshape(-1, D + 8))
 
 
 @cuda.jit(device=True)
@@ -112,7 +113,7 @@ def _store(out16, out32, r, c, v):
         out32[r, c] = np.float32(v)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _dequantize_8bit(q, D, out16, out32):
     R = q.shape[0]
     for e in range(cuda.grid(1), R * D, cuda.gridsize(1)):
@@ -138,11 +139,11 @@ def fused_8bit_rowwise_to_float(input, output_dtype, out):
     D = C - 8
     q = contiguous(input).reshape(-1, C)
     if q.shape[0] and D:
-        _dequantize_8bit[_launch(q.shape[0] * D)](q, D, *_outputs(out, output_dtype, D))
+        launch(_dequantize_8bit, *_launch(q.shape[0] * D), q, D, *_outputs(out, output_dtype, D))
 
 
 # -- 2. fused N-bit row-wise ----------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _quantize_nbit(x, bit_rate, out):
     R, D = x.shape
     k = 8 // bit_rate
@@ -176,10 +177,10 @@ def _quantize_nbit(x, bit_rate, out):
 def float_to_fused_nbit_rowwise(input, bit_rate, out):
     x = _float32_rows(input, input.shape[1])
     if x.shape[0]:
-        _quantize_nbit[_launch(x.shape[0])](x, bit_rate, out)
+        launch(_quantize_nbit, *_launch(x.shape[0]), x, bit_rate, out)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _dequantize_nbit(q, bit_rate, out16, out32):
     R, C = q.shape
     k = 8 // bit_rate
@@ -201,11 +202,11 @@ def fused_nbit_rowwise_to_float(input, bit_rate, output_dtype, out):
     q = contiguous(input)
     D = out.shape[1]
     if q.shape[0] and D:
-        _dequantize_nbit[_launch(q.shape[0] * D)](q, bit_rate, *_outputs(out, output_dtype, D))
+        launch(_dequantize_nbit, *_launch(q.shape[0] * D), q, bit_rate, *_outputs(out, output_dtype, D))
 
 
 # -- 3. bfloat16 ------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _to_bfloat16(u, out):
     for i in range(cuda.grid(1), u.shape[0], cuda.gridsize(1)):
         x = np.int64(u[i])
@@ -221,10 +222,10 @@ def _flat(a, dtype):
 
 def float_to_bfloat16(input, out):
     if out.size:
-        _to_bfloat16[_launch(out.size)](_flat(input, np.uint32), out.reshape(-1))
+        launch(_to_bfloat16, *_launch(out.size), _flat(input, np.uint32), out.reshape(-1))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _from_bfloat16(h, out):
     for i in range(cuda.grid(1), h.shape[0], cuda.gridsize(1)):
         out[i] = np.uint32(np.int64(h[i]) << 16)
@@ -232,11 +233,11 @@ def _from_bfloat16(h, out):
 
 def bfloat16_to_float(input, out):
     if out.size:
-        _from_bfloat16[_launch(out.size)](_flat(input, np.uint16), out.reshape(-1).view(np.uint32))
+        launch(_from_bfloat16, *_launch(out.size), _flat(input, np.uint16), out.reshape(-1).view(np.uint32))
 
 
 # -- 4. float16 -------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _to_fp16(u, saturate, out):
     for i in range(cuda.grid(1), u.shape[0], cuda.gridsize(1)):
         x = np.int64(u[i])
@@ -248,10 +249,10 @@ def _to_fp16(u, saturate, out):
 
 def float_to_fp16(input, saturate, out):
     if out.size:
-        _to_fp16[_launch(out.size)](_flat(input, np.uint32), saturate, out.reshape(-1).view(np.uint16))
+        launch(_to_fp16, *_launch(out.size), _flat(input, np.uint32), saturate, out.reshape(-1).view(np.uint16))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _from_fp16(h, out):
     for i in range(cuda.grid(1), h.shape[0], cuda.gridsize(1)):
         out[i] = np.float32(half_bits_to_float(h[i]))
@@ -259,11 +260,11 @@ def _from_fp16(h, out):
 
 def fp16_to_float(input, out):
     if out.size:
-        _from_fp16[_launch(out.size)](_flat(input, np.uint16), out.reshape(-1))
+        launch(_from_fp16, *_launch(out.size), _flat(input, np.uint16), out.reshape(-1))
 
 
 # -- 5. HFP8 ----------------------------------------------------------------------
-@cuda.jit
+@cuda.jit(cache=True)
 def _to_hfp8(u, m, bias, max_bits, out):
     min_normal = np.int64(1 - bias + 127) << 23
     shift = 23 - m
@@ -285,10 +286,12 @@ def _to_hfp8(u, m, bias, max_bits, out):
 def float_to_hfp8(input, ebits, exponent_bias, max_pos, out):
     max_bits = int(np.array(max_pos, np.float32).view(np.uint32))
     if out.size:
-        _to_hfp8[_launch(out.size)](_flat(input, np.uint32), 7 - ebits, exponent_bias, max_bits, out.reshape(-1))
+        launch(
+            _to_hfp8, *_launch(out.size), _flat(input, np.uint32), 7 - ebits, exponent_bias, max_bits, out.reshape(-1)
+        )
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _from_hfp8(c, ebits, bias, out):
     m = 7 - ebits
     for i in range(cuda.grid(1), c.shape[0], cuda.gridsize(1)):
@@ -304,4 +307,4 @@ def _from_hfp8(c, ebits, bias, out):
 
 def hfp8_to_float(input, ebits, exponent_bias, out):
     if out.size:
-        _from_hfp8[_launch(out.size)](_flat(input, np.uint8), ebits, exponent_bias, out.reshape(-1))
+        launch(_from_hfp8, *_launch(out.size), _flat(input, np.uint8), ebits, exponent_bias, out.reshape(-1))

@@ -4,76 +4,181 @@ Same contract as ``embnum.cpu.tbe``. The declarations have already checked (or
 repaired a copy of) every index, and the kernels still skip any row id outside
 its table, so no id can make a kernel read or write out of bounds.
 
-Forward: one block per bag (grid-stride), threads over the embedding dim.
-Backward: the lookups are sorted by ``(linear row id, position)`` with the
-array module's sort (a unique key, so the order is fixed), each run of one
-row is reduced by one block in position order, and each unique row is
-written once: no float atomics, identical results from run to run.
+Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator):
+
+* forward: one lane group per bag (grid-stride over bags), each lane owning
+  ``COLS`` columns ``lane, lane + LANES, ...`` of a 128-column chunk, so every
+  row read is ``COLS`` independent loads per lane, each coalesced across the
+  group (128 contiguous bytes of float32 per load instruction). Each lane sums
+  its columns in lookup order (float32), as the oracle does; float16 weights are
+  converted by the hardware (``cvt.f32.f16``), and a float16 output is written
+  rounded to nearest even (``cvt.rn.f16.f32``) by the same kernel.
+* ``"none"`` pooling: one lane group per bag copies its rows, coalesced.
+* backward: the lookups are sorted by ``(linear row id, position)`` with one
+  CuPy radix sort (a unique key, so the order is fixed); a CuPy scan numbers the
+  runs; one lane group per run reduces the run's gradient in position order,
+  lanes over the columns (coalesced reads of ``grad_output``), and writes the row
+  once. No float atomics: identical results from run to run. The number of runs
+  stays on the device (the grid is sized by the lookups), so ``tbe_backward``
+  and ``tbe_backward_update`` read nothing back; ``tbe_backward_sparse`` reads the
+  run count once (its output's size).
+* ``tbe_grad_per_sample_weights``: one lane group per lookup, a dot product over
+  the columns reduced in shared memory in a fixed tree order.
+* the fused optimizer step: one thread per touched row (see the note in
+  ``/work/notes`` of issue 15: not yet a warp per row).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda
 
 from .. import _tbe_rows
-from .._tbe import DECAY_CODES, KIND_CODES, LAMB, TBESparseGrad
-from ._common import TPB, blocks, contiguous, float32_result, half_table, round_once, xp
+from .._tbe import (
+    ADAGRAD,
+    DECAY_DECOUPLED,
+    DECAY_L2,
+    KIND_CODES,
+    LAMB,
+    MEAN,
+    NONE,
+    ROWWISE_ADAGRAD,
+    SGD,
+    TBESparseGrad,
+)
+from ._common import LANES, TPB, blocks, constant, contiguous, launch, to_host, xp
+
+COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
 
 
-def _weights(weights):
-    m = xp()
-    w = contiguous(weights)
-    if w.dtype == np.float16:
-        return w.view(np.uint16), half_table(), True
-    return w, m.zeros(1, np.float32), False
+class Lookups(NamedTuple):
+    """Device arrays every TBE kernel takes, prepared once per call: the layout (int64, cached
+    per device), the rows of each feature's table, and the lookups themselves."""
+
+    woff: object
+    doff: object
+    hcs: object
+    rows: object
+    indices: object
+    offsets: object
+    B: int
+    T: int
+    n_rows: int  # hash_size_cumsum[T]: total rows, also the sort key of positions outside every bag
 
 
-def _dev(a, dtype=np.int64):
-    return xp().asarray(a, dtype=dtype)
+def _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B) -> Lookups:
+    if offsets.dtype != indices.dtype:  # one index type per call (offsets are the small array)
+        offsets = offsets.astype(indices.dtype)
+    return Lookups(
+        constant(weights_offsets),
+        constant(D_offsets),
+        constant(hash_size_cumsum),
+        constant(rows),
+        contiguous(indices),
+        contiguous(offsets),
+        B,
+        int(weights_offsets.shape[0]),
+        int(hash_size_cumsum[-1]),
+    )
 
 
-@cuda.jit
-def _forward_pooled(w, lut, half, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, out):
+def _groups(n_items: int) -> int:
+    """Blocks for ``n_items`` lane-group work items."""
+    return blocks(n_items, TPB // LANES)
+
+
+# -- forward ------------------------------------------------------------------------------
+@cuda.jit(cache=True)
+def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, out):
+    """out ``[B, total_D]`` (float32 or float16): lane group per bag, ``COLS`` columns per lane."""
+    lane = cuda.threadIdx.x % LANES
+    group = cuda.grid(1) // LANES
+    n_groups = cuda.gridsize(1) // LANES
     T = woff.shape[0]
-    for k in range(cuda.blockIdx.x, T * B, cuda.gridDim.x):
+    one = np.float32(1.0)
+    for k in range(group, T * B, n_groups):
         t = k // B
         b = k - t * B
         D = doff[t + 1] - doff[t]
+        E = rows[t]
+        base = woff[t]
+        col = doff[t]
         s = offsets[k]
         e = offsets[k + 1]
-        for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
-            acc = np.float32(0.0)
+        for c0 in range(0, D, LANES * COLS):
+            d0 = c0 + lane
+            d1 = d0 + LANES
+            d2 = d1 + LANES
+            d3 = d2 + LANES
+            a0 = np.float32(0.0)
+            a1 = np.float32(0.0)
+            a2 = np.float32(0.0)
+            a3 = np.float32(0.0)
             for p in range(s, e):
                 r = indices[p]
-                if r < 0 or r >= rows[t]:
+                if r < 0 or r >= E:
                     continue
-                i = woff[t] + r * D + d
-                x = lut[w[i]] if half else w[i]
-                acc += psw[p] * x if has_psw else x
+                row = base + r * D
+                c = psw[p] if has_psw else one
+                if d3 < D:  # the common case: four independent loads in flight
+                    x0 = np.float32(w[row + d0])
+                    x1 = np.float32(w[row + d1])
+                    x2 = np.float32(w[row + d2])
+                    x3 = np.float32(w[row + d3])
+                    a0 += c * x0
+                    a1 += c * x1
+                    a2 += c * x2
+                    a3 += c * x3
+                else:
+                    if d0 < D:
+                        a0 += c * np.float32(w[row + d0])
+                    if d1 < D:
+                        a1 += c * np.float32(w[row + d1])
+                    if d2 < D:
+                        a2 += c * np.float32(w[row + d2])
             if mean and e > s:
-                acc = acc / np.float32(e - s)
-            out[b, doff[t] + d] = acc
+                n = np.float32(e - s)
+                a0 = a0 / n
+                a1 = a1 / n
+                a2 = a2 / n
+                a3 = a3 / n
+            if d0 < D:
+                out[b, col + d0] = a0
+            if d1 < D:
+                out[b, col + d1] = a1
+            if d2 < D:
+                out[b, col + d2] = a2
+            if d3 < D:
+                out[b, col + d3] = a3
 
 
-@cuda.jit
-def _forward_none(w, lut, half, woff, doff, rows, indices, offsets, B, out):
+@cuda.jit(cache=True)
+def _forward_none(w, woff, doff, rows, indices, offsets, B, out):
+    """out ``[N, D]``: lane group per bag copies its rows (lanes over columns); positions
+    before ``offsets[0]`` (outside every bag) get 0."""
+    lane = cuda.threadIdx.x % LANES
+    group = cuda.grid(1) // LANES
+    n_groups = cuda.gridsize(1) // LANES
     T = woff.shape[0]
     D = doff[1]
-    for p in range(cuda.blockIdx.x, offsets[0], cuda.gridDim.x):  # outside every bag: 0
-        for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+    for p in range(group, offsets[0], n_groups):
+        for d in range(lane, D, LANES):
             out[p, d] = 0.0
-    for k in range(cuda.blockIdx.x, T * B, cuda.gridDim.x):
+    for k in range(group, T * B, n_groups):
         t = k // B
+        E = rows[t]
         for p in range(offsets[k], offsets[k + 1]):
             r = indices[p]
-            if r < 0 or r >= rows[t]:
+            if r < 0 or r >= E:
+                for d in range(lane, D, LANES):
+                    out[p, d] = 0.0
                 continue
-            for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
-                i = woff[t] + r * D + d
-                out[p, d] = lut[w[i]] if half else w[i]
+            row = woff[t] + r * D
+            for d in range(lane, D, LANES):
+                out[p, d] = np.float32(w[row + d])
 
 
 def tbe_forward(
@@ -90,125 +195,170 @@ def tbe_forward(
     output_dtype,
     out,
 ):
-    m = xp()
-    w, lut, half = _weights(weights)
-    target = float32_result(out)
-    woff, doff, nrows = _dev(weights_offsets), _dev(D_offsets), _dev(rows)
-    idx, offs = contiguous(indices), contiguous(offsets)
-    if pooling == 2:
-        if target.size:
-            _forward_none[blocks(indices.shape[0] + 1), TPB](w, lut, half, woff, doff, nrows, idx, offs, B, target)
-    elif target.size:
-        has_psw = per_sample_weights is not None
-        psw = contiguous(per_sample_weights) if has_psw else m.zeros(1, np.float32)
-        _forward_pooled[blocks(weights_offsets.shape[0] * B), TPB](
-            w, lut, half, woff, doff, nrows, idx, offs, B, pooling == 1, psw, has_psw, target
-        )
-    round_once(target, out)
+    if out.size == 0:
+        return
+    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    w = contiguous(weights)
+    if pooling == NONE:
+        n = max(lk.T * B, int(indices.shape[0]))
+        launch(_forward_none, _groups(n), TPB, w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, out)
+        return
+    has_psw = per_sample_weights is not None
+    psw = contiguous(per_sample_weights) if has_psw else _NO_FLOATS()
+    args = (w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, pooling == MEAN, psw, has_psw, out)
+    launch(_forward_pooled, _groups(lk.T * B), TPB, *args)
 
 
-# -- backward: sort by (row, position), reduce each run, write each row once ----
-def _runs(hash_size_cumsum, weights_offsets, D_offsets, indices, offsets, B):
-    """Sorted lookups: ``(order, unique linear ids, run starts [U+1], feature of each run, D of each run)``."""
+def _NO_FLOATS():
+    return constant(np.zeros(1, np.float32))
+
+
+# -- backward: sort by (row, position), reduce each run, write each row once ----------------
+class Runs(NamedTuple):
+    """The sorted lookups: ``order`` (positions sorted by (linear id, position)), ``bag`` of
+    each sorted position (-1 outside every bag), ``lid`` sorted linear ids, ``new`` int64 1 where
+    a sorted position starts a run, ``run_start`` int64 ``[N + 1]`` (entries ``0..U``),
+    ``n_runs`` int64 ``[1]`` (``U``, on the device)."""
+
+    order: object
+    bag: object
+    lid: object
+    new: object
+    run_start: object
+    n_runs: object
+
+
+@cuda.jit(cache=True)
+def _linear_ids(hcs, indices, offsets, B, bag, lid):
+    """Bag of each position (binary search of ``offsets``) and its linear row id; positions
+    outside every bag get ``hash_size_cumsum[T]``, larger than every id, so they sort last."""
+    n_bags = offsets.shape[0] - 1
+    big = hcs[hcs.shape[0] - 1]
+    for p in range(cuda.grid(1), indices.shape[0], cuda.gridsize(1)):
+        if p < offsets[0] or p >= offsets[n_bags]:
+            bag[p] = -1
+            lid[p] = big
+            continue
+        lo = 0
+        hi = n_bags
+        while hi - lo > 1:  # offsets[lo] <= p < offsets[hi]
+            mid = (lo + hi) // 2
+            if offsets[mid] <= p:
+                lo = mid
+            else:
+                hi = mid
+        bag[p] = lo
+        lid[p] = hcs[lo // B] + indices[p]
+
+
+@cuda.jit(cache=True)
+def _run_starts(lid, big, rank, run_start, n_runs):
+    """With ``rank`` the inclusive scan of the run-start flags: ``run_start[rank[q] - 1] = q``
+    where sorted position ``q`` starts a run; the last in-bag position writes ``U`` and the end
+    of the last run."""
+    N = lid.shape[0]
+    for q in range(cuda.grid(1), N, cuda.gridsize(1)):
+        x = lid[q]
+        if x == big:
+            continue
+        if q == 0 or lid[q - 1] != x:
+            run_start[rank[q] - 1] = q
+        if q == N - 1 or lid[q + 1] == big:
+            n_runs[0] = rank[q]
+            run_start[rank[q]] = q + 1
+
+
+@cuda.jit(cache=True)
+def _new_run(lid, big, new):
+    for q in range(cuda.grid(1), lid.shape[0], cuda.gridsize(1)):
+        x = lid[q]
+        new[q] = 1 if x != big and (q == 0 or lid[q - 1] != x) else 0
+
+
+def _runs(lk: Lookups) -> Runs:
+    """Sort the lookups and number the runs of equal rows, all on the device (no host read)."""
     m = xp()
-    offs = offsets.astype(np.int64)
-    first, N = int(offs[0]), int(indices.shape[0])
-    pos = m.arange(first, N, dtype=np.int64)
-    bag = m.searchsorted(offs, pos, side="right") - 1
-    feat = bag // max(B, 1)
-    hcs = _dev(hash_size_cumsum)
-    lid = hcs[feat] + indices[first:].astype(np.int64)
-    order = m.argsort(lid * max(N, 1) + pos)  # unique keys: a fixed order whatever the sort
+    N = int(lk.indices.shape[0])
+    run_start = m.zeros(N + 1, np.int64)
+    n_runs = m.zeros(1, np.int64)
+    if N == 0:
+        empty = m.zeros(0, np.int64)
+        return Runs(empty, empty, empty, empty, run_start, n_runs)
+    bag = m.empty(N, np.int64)
+    lid = m.empty(N, np.int64)
+    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.indices, lk.offsets, lk.B, bag, lid)
+    order = m.argsort(lid * N + m.arange(N, dtype=np.int64))  # a unique key: a fixed order
     lid_sorted = lid[order]
-    if lid_sorted.shape[0]:
-        new = m.concatenate([m.ones(1, bool), lid_sorted[1:] != lid_sorted[:-1]])
-        starts = m.nonzero(new)[0]
-    else:
-        starts = m.zeros(0, np.int64)
-    U = int(starts.shape[0])
-    run_start = m.concatenate([starts, m.asarray([lid_sorted.shape[0]])]).astype(np.int64)
-    run_feat = feat[order[starts]] if U else m.zeros(0, np.int64)
-    dims = _dev(np.diff(D_offsets))
-    run_D = dims[run_feat] if U else m.zeros(0, np.int64)
-    return (pos[order], bag[order]), lid_sorted[starts] if U else m.zeros(0, np.int64), run_start, run_feat, run_D
+    new = m.empty(N, np.int64)
+    launch(_new_run, blocks(N, TPB), TPB, lid_sorted, lk.n_rows, new)
+    rank = m.cumsum(new)  # one scan
+    launch(_run_starts, blocks(N, TPB), TPB, lid_sorted, lk.n_rows, rank, run_start, n_runs)
+    return Runs(order, bag[order], lid_sorted, new, run_start, n_runs)
 
 
-@cuda.jit
-def _reduce_runs(sorted_pos, sorted_bag, run_start, run_feat, voff, offsets, B, doff, pooling, g, psw, has_psw, values):
-    """``values[voff[u] + d]`` = summed gradient of run ``u`` (block per run, threads over d)."""
-    U = run_start.shape[0] - 1
-    for u in range(cuda.blockIdx.x, U, cuda.gridDim.x):
-        t = run_feat[u]
+@cuda.jit(device=True)
+def _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw):
+    """Summed gradient of column ``d`` over sorted lookups ``q0..q1`` (position order)."""
+    acc = np.float32(0.0)
+    for q in range(q0, q1):
+        p = order[q]
+        if pooling == NONE:
+            acc += np.float32(g[p, d])
+            continue
+        k = sbag[q]
+        tt = k // B
+        b = k - tt * B
+        if has_psw:
+            c = psw[p]
+        elif pooling == MEAN:
+            c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
+        else:
+            c = np.float32(1.0)
+        acc += c * np.float32(g[b, doff[tt] + d])
+    return acc
+
+
+@cuda.jit(cache=True)
+def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, psw, has_psw, out):
+    """Lane group per run (lanes over columns): the run's summed gradient written to its row of
+    the dense gradient ``out`` [W] (zero elsewhere, set by the caller)."""
+    lane = cuda.threadIdx.x % LANES
+    group = cuda.grid(1) // LANES
+    n_groups = cuda.gridsize(1) // LANES
+    for u in range(group, n_runs[0], n_groups):
+        q0 = run_start[u]
+        q1 = run_start[u + 1]
+        t = sbag[q0] // B
         D = doff[t + 1] - doff[t]
-        for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
-            acc = np.float32(0.0)
-            for q in range(run_start[u], run_start[u + 1]):
-                p = sorted_pos[q]
-                if pooling == 2:
-                    acc += g[p, d]
-                    continue
-                k = sorted_bag[q]
-                tt = k // B
-                b = k - tt * B
-                if has_psw:
-                    c = psw[p]
-                elif pooling == 1:
-                    c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
-                else:
-                    c = np.float32(1.0)
-                acc += c * g[b, doff[tt] + d]
+        at = woff[t] + (lid[q0] - hcs[t]) * D
+        for d in range(lane, D, LANES):
+            out[at + d] = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+
+
+@cuda.jit(cache=True)
+def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling, g, psw, has_psw, values):
+    """Lane group per run: the run's summed gradient written to ``values[voff[u]:]``."""
+    lane = cuda.threadIdx.x % LANES
+    group = cuda.grid(1) // LANES
+    n_groups = cuda.gridsize(1) // LANES
+    for u in range(group, n_runs[0], n_groups):
+        q0 = run_start[u]
+        t = sbag[q0] // B
+        for d in range(lane, doff[t + 1] - doff[t], LANES):
+            acc = _run_grad(q0, run_start[u + 1], d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
             values[voff[u] + d] = acc
 
 
-def _sparse(
-    grad_output, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, B, pooling, per_sample_weights, g=None
-):
-    m = xp()
-    idx, offs = contiguous(indices), contiguous(offsets)
-    (spos, sbag), lids, run_start, run_feat, run_D = _runs(hash_size_cumsum, weights_offsets, D_offsets, idx, offs, B)
-    U = int(lids.shape[0])
-    voff = m.zeros(U + 1, np.int64)
-    if U:
-        voff[1:] = m.cumsum(run_D)
-    values = m.empty(int(voff[-1]), np.float32)
-    if U:
-        g = contiguous(grad_output).astype(np.float32) if g is None else g
-        has_psw = per_sample_weights is not None
-        psw = contiguous(per_sample_weights) if has_psw else m.zeros(1, np.float32)
-        _reduce_runs[blocks(U), TPB](
-            spos, sbag, run_start, run_feat, voff, offs, B, _dev(D_offsets), pooling, g, psw, has_psw, values
-        )
-    return lids, values, voff, run_feat
+def _gradient(grad_output, max_gradient=None):
+    g = contiguous(grad_output)
+    if max_gradient is not None:
+        g = xp().clip(g.astype(np.float32), -max_gradient, max_gradient)
+    return g
 
 
-def tbe_backward_sparse(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-):
-    lids, values, voff, _ = _sparse(
-        grad_output, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, B, pooling, per_sample_weights
-    )
-    return TBESparseGrad(lids, values, voff)
-
-
-@cuda.jit
-def _scatter_rows(lids, run_feat, voff, woff, doff, hcs, values, dense):
-    U = lids.shape[0]
-    for u in range(cuda.blockIdx.x, U, cuda.gridDim.x):
-        t = run_feat[u]
-        D = doff[t + 1] - doff[t]
-        base = woff[t] + (lids[u] - hcs[t]) * D
-        for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
-            dense[base + d] = values[voff[u] + d]
+def _psw(per_sample_weights):
+    has = per_sample_weights is not None
+    return (contiguous(per_sample_weights) if has else _NO_FLOATS()), has
 
 
 def tbe_backward(
@@ -225,35 +375,99 @@ def tbe_backward(
     per_sample_weights,
     out,
 ):
-    lids, values, voff, run_feat = _sparse(
-        grad_output, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, B, pooling, per_sample_weights
-    )
     out[...] = 0
-    if lids.shape[0]:
-        _scatter_rows[blocks(int(lids.shape[0])), TPB](
-            lids, run_feat, voff, _dev(weights_offsets), _dev(D_offsets), _dev(hash_size_cumsum), values, out
-        )
+    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    N = int(lk.indices.shape[0])
+    if N == 0:
+        return
+    rs = _runs(lk)
+    psw, has_psw = _psw(per_sample_weights)
+    g = _gradient(grad_output)
+    args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, B, lk.doff, lk.hcs, lk.woff, pooling)
+    launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
 
 
-@cuda.jit
-def _grad_psw(w, lut, half, woff, doff, rows, indices, offsets, B, g, out):
-    T = woff.shape[0]
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    for p in range(start, offsets[0], stride):
-        out[p] = 0.0
-    for k in range(start, T * B, stride):
-        t = k // B
-        b = k - t * B
-        D = doff[t + 1] - doff[t]
-        for p in range(offsets[k], offsets[k + 1]):
+@cuda.jit(cache=True)
+def _value_offsets(sbag, B, doff, run_start, n_runs, voff):
+    """``voff[u]`` = exclusive prefix of the runs' dims (from the run-start flags' dims scanned)."""
+    for u in range(cuda.grid(1), n_runs[0], cuda.gridsize(1)):
+        q = run_start[u]
+        t = sbag[q] // B
+        voff[u] = voff[u] - (doff[t + 1] - doff[t])
+
+
+def _sparse(lk: Lookups, g, pooling, per_sample_weights) -> TBESparseGrad:
+    """The row-wise gradient; the one host read: the number of rows ``U`` and of values (the
+    outputs' sizes)."""
+    m = xp()
+    if int(lk.indices.shape[0]) == 0:
+        return TBESparseGrad(m.zeros(0, np.int64), m.zeros(0, np.float32), m.zeros(1, np.int64))
+    rs = _runs(lk)
+    B = lk.B
+    dims = m.diff(lk.doff)
+    run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(B, 1)]
+    vend = m.cumsum(run_dims)  # inclusive: value end of the run starting at each position
+    U, total = (int(x) for x in to_host(m.stack([rs.n_runs[0], vend[-1]])))
+    voff = m.empty(U + 1, np.int64)
+    voff[:U] = vend[rs.run_start[:U]]
+    voff[U] = total
+    values = m.empty(total, np.float32)
+    if U:
+        launch(_value_offsets, blocks(U, TPB), TPB, rs.bag, B, lk.doff, rs.run_start, rs.n_runs, voff)
+        psw, has_psw = _psw(per_sample_weights)
+        args = (rs.order, rs.bag, rs.run_start, rs.n_runs, voff, lk.offsets, B, lk.doff, pooling)
+        launch(_sparse_grad, _groups(U), TPB, *args, g, psw, has_psw, values)
+    return TBESparseGrad(rs.lid[rs.run_start[:U]], values, voff)
+
+
+def tbe_backward_sparse(
+    grad_output,
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    rows,
+    indices,
+    offsets,
+    B,
+    pooling,
+    per_sample_weights,
+):
+    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights)
+
+
+# -- gradient of the per-sample weights ------------------------------------------------------
+@cuda.jit(cache=True)
+def _grad_psw(w, woff, doff, rows, indices, offsets, B, bag, g, out):
+    """out[p] = dot(g[b, cols of t], row): lane group per lookup, lane partial sums reduced
+    in shared memory in a fixed order (block-uniform loop: every thread reaches each barrier)."""
+    part = cuda.shared.array(TPB, np.float32)
+    tid = cuda.threadIdx.x
+    lane = tid % LANES
+    per_block = cuda.blockDim.x // LANES
+    N = indices.shape[0]
+    for p0 in range(cuda.blockIdx.x * per_block, N, cuda.gridDim.x * per_block):
+        p = p0 + tid // LANES
+        acc = np.float32(0.0)
+        k = bag[p] if p < N else -1
+        if k >= 0:
+            t = k // B
+            b = k - t * B
+            D = doff[t + 1] - doff[t]
             r = indices[p]
-            acc = np.float32(0.0)
             if r >= 0 and r < rows[t]:
-                for d in range(D):
-                    i = woff[t] + r * D + d
-                    acc += g[b, doff[t] + d] * (lut[w[i]] if half else w[i])
-            out[p] = acc
+                row = woff[t] + r * D
+                for d in range(lane, D, LANES):
+                    acc += np.float32(g[b, doff[t] + d]) * np.float32(w[row + d])
+        part[tid] = acc
+        cuda.syncthreads()
+        if lane == 0 and p < N:
+            s = np.float32(0.0)
+            for j in range(LANES):
+                s += part[tid + j]
+            out[p] = s
+        cuda.syncthreads()
 
 
 def tbe_grad_per_sample_weights(
@@ -270,36 +484,36 @@ def tbe_grad_per_sample_weights(
     per_sample_weights,
     out,
 ):
-    w, lut, half = _weights(weights)
-    g = contiguous(grad_output).astype(np.float32)
-    if out.shape[0]:
-        _grad_psw[blocks(max(weights_offsets.shape[0] * B, int(offsets[0]), 1), TPB), TPB](
-            w,
-            lut,
-            half,
-            _dev(weights_offsets),
-            _dev(D_offsets),
-            _dev(rows),
-            contiguous(indices),
-            contiguous(offsets),
-            B,
-            g,
-            out,
-        )
+    N = int(indices.shape[0])
+    if N == 0:
+        return
+    m = xp()
+    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    bag = m.empty(N, np.int64)
+    lid = m.empty(N, np.int64)
+    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.indices, lk.offsets, B, bag, lid)
+    args = (contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, bag, _gradient(grad_output))
+    launch(_grad_psw, _groups(N), TPB, *args, out)
 
 
-@cuda.jit
+# -- the fused optimizer step ------------------------------------------------------------------
+@cuda.jit(cache=True)
 def _apply(
-    lids,
-    run_feat,
-    voff,
-    woff,
+    order,
+    sbag,
+    lid,
+    run_start,
+    n_runs,
+    offsets,
+    B,
     doff,
     hcs,
-    values,
+    woff,
+    pooling,
+    g,
+    psw,
+    has_psw,
     w,
-    lut,
-    half,
     m1,
     m2,
     kind,
@@ -311,52 +525,73 @@ def _apply(
     b2,
     bc1,
     bc2,
-    in_place,
-    new,
-    pos,
 ):
-    """One thread per touched row: the optimizer step of ``docs/families/tbe.md`` (float32)."""
-    U = lids.shape[0]
+    """Lane group per touched row (lanes over columns, coalesced weight and state updates):
+    the optimizer step of spec 3.5 in float32 from the run's summed gradient. Row-wise
+    Adagrad reduces its sum of squares in shared memory (fixed order), so the loop over rows
+    is block-uniform: every thread reaches each barrier."""
+    part = cuda.shared.array(TPB, np.float32)
+    tid = cuda.threadIdx.x
+    lane = tid % LANES
+    per_block = cuda.blockDim.x // LANES
     one = np.float32(1.0)
-    for u in range(cuda.grid(1), U, cuda.gridsize(1)):
-        t = run_feat[u]
-        D = doff[t + 1] - doff[t]
-        base = woff[t] + (lids[u] - hcs[t]) * D
-        v0 = voff[u]
+    U = n_runs[0]
+    for u0 in range(cuda.blockIdx.x * per_block, U, cuda.gridDim.x * per_block):
+        u = u0 + tid // LANES
+        active = u < U
+        q0 = 0
+        q1 = 0
+        D = 0
+        base = 0
+        row_id = 0
+        if active:
+            q0 = run_start[u]
+            q1 = run_start[u + 1]
+            t = sbag[q0] // B
+            D = doff[t + 1] - doff[t]
+            row_id = lid[q0]
+            base = woff[t] + (row_id - hcs[t]) * D
         mult = one
         corr = one
-        if kind == 2:
+        if kind == ROWWISE_ADAGRAD:
             ssq = np.float32(0.0)
-            for d in range(D):
-                x = lut[w[base + d]] if half else w[base + d]
-                ge = values[v0 + d] + wd * x if decay == 1 else values[v0 + d]
+            for d in range(lane, D, LANES):
+                gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+                ge = gd + wd * np.float32(w[base + d]) if decay == DECAY_L2 else gd
                 ssq += ge * ge
-            mm = m1[lids[u]] + ssq / np.float32(D)
-            m1[lids[u]] = mm
+            part[tid] = ssq
+            cuda.syncthreads()
+            if lane == 0 and active:
+                s = np.float32(0.0)
+                for j in range(LANES):
+                    s += part[tid + j]
+                mm = m1[row_id] + s / np.float32(D)
+                m1[row_id] = mm
+                part[tid] = mm
+            cuda.syncthreads()
+            mm = part[tid - lane]
             mult = lr / (np.float32(math.sqrt(mm)) + eps)
-            corr = one - mult * wd if decay == 1 else (one - lr * wd if decay == 2 else one)
-        for d in range(D):
-            x = lut[w[base + d]] if half else w[base + d]
-            gd = values[v0 + d]
-            if kind == 0:
+            corr = one - mult * wd if decay == DECAY_L2 else (one - lr * wd if decay == DECAY_DECOUPLED else one)
+            cuda.syncthreads()
+        for d in range(lane, D, LANES):
+            gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+            i = base + d
+            x = np.float32(w[i])
+            if kind == SGD:
                 x = x - lr * gd
-            elif kind == 1:
-                mm = m1[base + d] + gd * gd
-                m1[base + d] = mm
+            elif kind == ADAGRAD:
+                mm = m1[i] + gd * gd
+                m1[i] = mm
                 x = x - lr * gd / (np.float32(math.sqrt(mm)) + eps)
-            elif kind == 2:
+            elif kind == ROWWISE_ADAGRAD:
                 x = corr * x - mult * gd
-            else:
-                a = b1 * m1[base + d] + (one - b1) * gd
-                v = b2 * m2[base + d] + (one - b2) * gd * gd
-                m1[base + d] = a
-                m2[base + d] = v
+            else:  # ADAM
+                a = b1 * m1[i] + (one - b1) * gd
+                v = b2 * m2[i] + (one - b2) * gd * gd
+                m1[i] = a
+                m2[i] = v
                 x = x - lr * ((a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x)
-            if in_place:
-                w[base + d] = x
-            else:
-                new[v0 + d] = x
-                pos[v0 + d] = base + d
+            w[i] = x
 
 
 def tbe_backward_update(
@@ -376,74 +611,53 @@ def tbe_backward_update(
     momentum2,
     step,
 ):
-    m = xp()
-    g = contiguous(grad_output).astype(np.float32)
-    hp = optimizer.float32()
-    if hp["max_gradient"] is not None:
-        g = m.clip(g, -hp["max_gradient"], hp["max_gradient"])
-    lids, values, voff, run_feat = _sparse(
-        None, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, B, pooling, per_sample_weights, g=g
-    )
-    U = int(lids.shape[0])
-    if not U:
+    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    N = int(lk.indices.shape[0])
+    if N == 0:
         return
+    g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
-        _update_rows(
-            weights,
-            (weights_offsets, D_offsets, hash_size_cumsum),
-            (lids, values, voff),
-            optimizer,
-            momentum1,
-            momentum2,
-            step,
-        )
+        sparse = _sparse(lk, g, pooling, per_sample_weights)
+        layout = (weights_offsets, D_offsets, hash_size_cumsum)
+        _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step)
         return
-    half = weights.dtype == np.float16
-    w, lut, _ = _weights(weights)
-    n = int(voff[-1])
-    new = m.empty(n if half else 1, np.float32)
-    pos = m.empty(n if half else 1, np.int64)
-    none = m.zeros(1, np.float32)
-    _apply[blocks(U, TPB), TPB](
-        lids,
-        run_feat,
-        voff,
-        _dev(weights_offsets),
-        _dev(D_offsets),
-        _dev(hash_size_cumsum),
-        values,
-        w,
-        lut,
-        half,
+    rs = _runs(lk)
+    psw, has_psw = _psw(per_sample_weights)
+    none = _NO_FLOATS()
+    args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, B, lk.doff, lk.hcs, lk.woff, pooling)
+    launch(
+        _apply,
+        _groups(N),
+        TPB,
+        *args,
+        g,
+        psw,
+        has_psw,
+        weights,
         none if momentum1 is None else momentum1,
         none if momentum2 is None else momentum2,
-        KIND_CODES[optimizer.kind],
-        DECAY_CODES[optimizer.weight_decay_mode],
-        *optimizer.kernel_parameters(step),
-        not half,
-        new,
-        pos,
+        *optimizer.kernel_args(step),
     )
-    if half:
-        weights[pos] = new.astype(np.float16)
 
 
 # -- the other optimizers and max_norm: the shared row rule, one thread per touched row ------
 _rule = _tbe_rows.make_update_row(cuda.jit(device=True))
 
 
-@cuda.jit
-def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+@cuda.jit(cache=True)
+def _apply_rows(kind, decay, rows, rstart, g, voff, elem, lids, m1, m2, hp):
     for u in range(cuda.grid(1), lids.shape[0], cuda.gridsize(1)):
-        o = voff[u]
-        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+        go = voff[u]
+        _rule(kind, decay, rows, rstart[u], g, go, voff[u + 1] - go, m1, m2, elem[u], lids[u], hp)
 
 
 def _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step):
-    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the touched rows gathered
-    as float32 (library gathers), :mod:`embnum._tbe_rows`'s rule per row, one write back."""
+    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: :mod:`embnum._tbe_rows`'s
+    rule per touched row, one thread per row, on the caller's stream, in place on float32 weights
+    (float16 rows are gathered as float32 by the array library, which reads the value count back,
+    and written back once). Not yet the lane-group shape of ``_apply`` (issue 15)."""
 
     def apply(*args):
-        _apply_rows[blocks(int(sparse[0].shape[0]), TPB), TPB](*args)
+        launch(_apply_rows, blocks(int(sparse[0].shape[0]), TPB), TPB, *args)
 
     _tbe_rows.update_rows(xp(), apply, weights, layout, sparse, optimizer, momentum1, momentum2, step)

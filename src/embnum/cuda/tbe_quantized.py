@@ -22,6 +22,7 @@ from ._common import (
     float32_result,
     half_bits_to_float,
     int64s,
+    launch,
     round_once,
     to_host,
     xp,
@@ -30,7 +31,7 @@ from ._common import (
 _element = cuda.jit(device=True)(_qrow.make_tbe_element(half_bits_to_float, bits_to_float32))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _pooled(weights, layout, feature_of_col, indices, offsets, B, mean, psw, has_psw, out):
     total_D = out.shape[1]
     for e in range(cuda.grid(1), B * total_D, cuda.gridsize(1)):
@@ -52,7 +53,7 @@ def _pooled(weights, layout, feature_of_col, indices, offsets, B, mean, psw, has
         out[b, col] = acc
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def _rows(weights, layout, feature_of_pos, indices, out):
     N, D = out.shape
     for e in range(cuda.grid(1), N * D, cuda.gridsize(1)):
@@ -79,13 +80,25 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
             k = m.searchsorted(offs, pos, side="right") - 1  # the bag holding each position
             inside = (pos >= offs[0]) & (pos < offs[T * B]) if B else m.zeros(N, bool)
             feature = m.where(inside, k // max(B, 1), -1).astype(np.int64)
-            _rows[blocks(target.size, TPB), TPB](contiguous(weights), lay, feature, contiguous(indices), target)
+            launch(_rows, blocks(target.size, TPB), TPB, contiguous(weights), lay, feature, contiguous(indices), target)
         else:
             dims = to_host(layout[:, 3])
             feature_of_col = m.asarray(np.repeat(np.arange(T, dtype=np.int64), dims))
             has = per_sample_weights is not None
             psw = contiguous(per_sample_weights) if has else m.zeros(1, np.float32)
-            _pooled[blocks(target.size, TPB), TPB](
-                contiguous(weights), lay, feature_of_col, contiguous(indices), offs, B, pooling == 1, psw, has, target
+            launch(
+                _pooled,
+                blocks(target.size, TPB),
+                TPB,
+                contiguous(weights),
+                lay,
+                feature_of_col,
+                contiguous(indices),
+                offs,
+                B,
+                pooling == 1,
+                psw,
+                has,
+                target,
             )
     round_once(target, out)

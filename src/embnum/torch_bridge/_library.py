@@ -14,6 +14,7 @@ From that and the op's declaration this module builds
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -40,6 +41,31 @@ def to_array(t: torch.Tensor):
 
         return cupy.from_dlpack(t)
     raise TypeError(f"embnum.torch_bridge takes CPU or CUDA tensors, got one on {t.device}")
+
+
+def on_torch_stream(values):
+    """A context in which CuPy's current stream is torch's current stream of the first CUDA
+    tensor's device (a null context without one). Every embnum launch and CuPy call of the op
+    then runs on that stream, in order with the caller's torch work before and after it (an
+    in-place op's writes included), and the DLPack exchanges need no cross-stream wait."""
+    first = next(
+        (
+            t
+            for v in values
+            for t in (v if isinstance(v, (list, tuple)) else [v])
+            if isinstance(t, torch.Tensor) and t.device.type == "cuda"
+        ),
+        None,
+    )
+    if first is None:
+        return contextlib.nullcontext()
+    import cupy
+
+    device = first.device.index if first.device.index is not None else torch.cuda.current_device()
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(device))
+    stack.enter_context(cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device))
+    return stack
 
 
 def to_tensor(a) -> torch.Tensor:
@@ -150,15 +176,16 @@ def build(spec: Bridge) -> Callable:
         # ``backend`` is the schema's only default (None): a caller of torch.ops.embnum.<name>
         # may leave it out, and the dispatcher then passes one argument fewer.
         values, backend = args[: len(names)], (args[len(names)] if len(args) > len(names) else None)
-        arrays, bf16 = _convert_inputs(spec.decode(dict(zip(names, values))), spec)
-        result = op.public(**arrays, backend=backend)
-        if result is None:  # an in-place op (it wrote its ``mutates`` arguments)
-            return None
-        if isinstance(result, tuple):
-            return tuple(_convert_output(r, spec, bf16) for r in result)
-        if isinstance(result, list):
-            return [_convert_output(r, spec, bf16) for r in result]
-        return _convert_output(result, spec, bf16)
+        with on_torch_stream(values):
+            arrays, bf16 = _convert_inputs(spec.decode(dict(zip(names, values))), spec)
+            result = op.public(**arrays, backend=backend)
+            if result is None:  # an in-place op (it wrote its ``mutates`` arguments)
+                return None
+            if isinstance(result, tuple):
+                return tuple(_convert_output(r, spec, bf16) for r in result)
+            if isinstance(result, list):
+                return [_convert_output(r, spec, bf16) for r in result]
+            return _convert_output(result, spec, bf16)
 
     custom = torch.library.custom_op(
         f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=_schema(op, spec.types, spec.returns)
@@ -189,6 +216,13 @@ def _is_int(x) -> bool:
     return (isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))) or isinstance(x, torch.SymInt)
 
 
+def _exact_float(i: int) -> bool:
+    try:
+        return int(float(i)) == i
+    except OverflowError:
+        return False
+
+
 def _check_value(name: str, kind: str, x):
     """``x`` as the schema type ``kind`` takes it (NumPy scalars as Python ones);
     ``TypeError``/``ValueError`` naming ``name`` when it does not fit."""
@@ -216,6 +250,8 @@ def _check_value(name: str, kind: str, x):
             return x
         if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
             raise TypeError(f"{name} must be a real number, got {x!r}")
+        if isinstance(x, numbers.Integral) and not _exact_float(int(x)):
+            raise ValueError(f"{name} = {int(x)} cannot be carried exactly by the torch schema (a float64)")
         return int(x) if isinstance(x, np.integer) else x  # a NumPy float scalar may carry exact bits
     elif kind == "bool":
         if isinstance(x, torch.SymBool):
