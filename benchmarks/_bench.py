@@ -29,6 +29,53 @@ def median_time(fn, *, min_runs: int = 7, min_seconds: float = 0.3, warmup: int 
     return statistics.median(times)
 
 
+def load() -> str:
+    """The 1/5/15-minute load averages (printed before and after every benchmark: this
+    machine is shared, and a figure means little without the load it was taken under)."""
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def interleaved(contenders: dict, *, rounds: int = 15, block_s: float = 0.002, timer=time.perf_counter, threads=None):
+    """Time every contender in turn, round after round, so that a burst of load from the
+    neighbours hits all of them alike; returns ``{name: torch.utils.benchmark.Measurement}``
+    (``.median``, ``.iqr`` over the ``rounds`` blocks, per call).
+
+    The harness is ``torch.utils.benchmark`` (maintained with torch, already pinned for the
+    tests): its ``Timer`` runs in this process, so the peers (fbgemm, torch) and embnum
+    share one process and can be interleaved block by block, which pyperf's worker
+    processes and pytest-benchmark's one-benchmark-at-a-time runs do not give. Each block
+    calls the contender enough times to last about ``block_s``. ``timer``:
+    ``time.perf_counter`` (wall) or ``time.thread_time`` (this thread's CPU time: on a
+    loaded machine it leaves out the time the thread waited for a core). ``threads``:
+    torch's thread count during the timing (the Timer's default is 1)."""
+    from torch.utils import benchmark
+
+    n_threads = threads or optional_torch().get_num_threads()
+    timers = {
+        k: benchmark.Timer(stmt="fn()", globals={"fn": fn}, label=k, timer=timer, num_threads=n_threads)
+        for k, fn in contenders.items()
+    }
+    numbers = {}
+    for k, t in timers.items():  # calibrate (and warm up) each contender
+        n = 1
+        while True:
+            m = t.timeit(n)
+            if m.raw_times[0] >= block_s or n >= 1 << 20:
+                break
+            n *= 4
+        numbers[k] = n
+    blocks = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for k, t in timers.items():
+            blocks[k].append(t.timeit(numbers[k]))
+    return {k: benchmark.Measurement.merge(ms)[0] for k, ms in blocks.items()}
+
+
+def fmt_us(m) -> str:
+    """``median [IQR]`` of a Measurement in microseconds."""
+    return f"{m.median * 1e6:.2f} [{m.iqr * 1e6:.2f}]"
+
+
 def optional_torch():
     """torch, or None where it is not installed (the benchmarks then skip its column)."""
     try:

@@ -132,6 +132,22 @@ def worker(rank, W, Bglob, steps, with_torchrec):
     return result
 
 
+def _copy_into_dmp(model, init):
+    """Write the whole initial tables into DMP's local shards (its state dict views the TBE weights:
+    the sharded module does not take the unsharded module's values)."""
+    with torch.no_grad():
+        for key, v in model.state_dict().items():
+            if not key.endswith(".weight"):
+                continue
+            whole = init["embedding_bags." + key.split("embedding_bags.")[-1]]
+            if hasattr(v, "local_shards"):
+                for sh in v.local_shards():
+                    (r0, c0), (r, c) = sh.metadata.shard_offsets, sh.metadata.shard_sizes
+                    sh.tensor.copy_(whole[r0 : r0 + r, c0 : c0 + c])
+            else:
+                v.copy_(whole)
+
+
 def _torchrec(rank, W, B, steps, tables, init, first_embnum):
     """TorchRec's DMP on the same tables, plan, initial weights and batches (fused SGD)."""
     import torch.distributed as dist
@@ -169,15 +185,19 @@ def _torchrec(rank, W, B, steps, tables, init, first_embnum):
     mplan = construct_module_sharding_plan(ebc, per_param_sharding=per, local_size=W, world_size=W, device_type="cpu")
     plan = ShardingPlan({"": mplan})
     model = DistributedModelParallel(ebc, device=torch.device("cpu"), plan=plan, init_data_parallel=True)
+    _copy_into_dmp(model, init)
 
-    def fwd(kjt):
+    def fwd(kjt, ordered=False):
         keys, lengths, values = kjt
         out = model(torchrec.KeyedJaggedTensor(keys=keys, values=values, lengths=lengths))
         out = out.wait() if hasattr(out, "wait") else out
+        if ordered:  # DMP's KeyedTensor keys follow its sharding, not the EBC's order
+            d = out.to_dict()
+            return torch.cat([d[t.feature_names[0]] for t in tables], dim=1)
         return out.values()
 
     with torch.no_grad():
-        first = fwd(_batch(0, rank, B))
+        first = fwd(_batch(0, rank, B), ordered=True)
     diff = float((first - first_embnum).abs().max()) if first.shape == first_embnum.shape else float("nan")
     dist.barrier()
     return _time_steps(None, fwd, rank, W, B, steps, parts=False), diff

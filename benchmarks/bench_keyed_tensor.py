@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import embnum  # noqa: E402
 from _bench import copy_floor, fmt_ms, machine, median_time, optional_fbgemm, optional_torch, table  # noqa: E402
-from embnum.ops.keyed_tensor import classic_case  # noqa: E402
+from embnum.examples.keyed_tensor import classic_case  # noqa: E402
 
 
 def fresh_copy_floor(nbytes_read: int, nbytes_written: int) -> float:

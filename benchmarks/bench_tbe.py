@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import embnum  # noqa: E402
 from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
-from embnum.ops.tbe import make_batch  # noqa: E402
+from embnum.examples.tbe import make_batch  # noqa: E402
 
 
 def _fbgemm_module(torch, T, rows, D, lr):

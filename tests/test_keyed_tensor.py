@@ -300,7 +300,7 @@ def test_permute_pooled_embs_worked(fast_backend):
 
 # -- edges --------------------------------------------------------------------------
 def _classic(B, dtype=np.float32, small=True):
-    from embnum.ops.keyed_tensor import classic_case
+    from embnum.examples.keyed_tensor import classic_case
 
     return classic_case(np.random.default_rng(B), B, small=small, dtype=dtype)
 
@@ -651,7 +651,7 @@ def test_bfloat16_backward_rounds_after_every_addition():
 
 
 def test_module_caches_arguments_and_never_concatenates(monkeypatch):
-    from embnum.ops.keyed_tensor import CLASSIC_GROUPS, CLASSIC_KEYS
+    from embnum.examples.keyed_tensor import CLASSIC_GROUPS, CLASSIC_KEYS
 
     lengths = [[3, 4], [5, 6, 7], [8]]
     m = tb.PermuteMultiEmbedding(CLASSIC_KEYS, lengths, CLASSIC_GROUPS)

@@ -133,6 +133,63 @@ def test_sizes_reject_bools_and_floats():
     assert embnum.offsets_range(np.array([0]), np.int64(2)).tolist() == [0, 1]
 
 
+# -- the per-call short paths (issue 12) --------------------------------------------------
+@pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
+def test_one_thread_and_all_threads_agree(op, monkeypatch):
+    """The registry runs small calls on one thread (``cpu._common.SERIAL_BYTES``): the same
+    call with the rule off (every call on all threads) and with every call on one thread
+    gives bit-identical results, and leaves Numba's thread count as it was."""
+    import numba
+
+    from embnum.cpu import _common
+
+    if op.mutates:
+        pytest.skip("in-place op: covered by its family's tests")
+    args = op.example_fn(np.random.default_rng(3), "small").args
+    before = numba.get_num_threads()
+    got = {}
+    for limit in (0, 1 << 62):
+        monkeypatch.setattr(_common, "SERIAL_BYTES", limit)
+        got[limit] = op.public(**{k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()})
+        assert numba.get_num_threads() == before
+    _, ok = exact_match(
+        [got[0]] if not isinstance(got[0], (list, tuple)) else list(got[0]),
+        [got[1 << 62]] if not isinstance(got[1 << 62], (list, tuple)) else list(got[1 << 62]),
+        None,
+    )
+    assert ok
+
+
+def test_one_thread_rule_restores_the_thread_count_when_the_kernel_raises():
+    import numba
+
+    from embnum.cpu import _common
+
+    before = numba.get_num_threads()
+
+    def boom():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        _common.on_one_thread(boom)
+    assert numba.get_num_threads() == before
+
+
+def test_short_path_leaves_subclasses_to_the_general_path():
+    """An ndarray subclass, a CuPy-looking array, or ``out=`` take the general path (the
+    short path is for plain NumPy arrays only)."""
+    from embnum._registry import _all_plain_numpy
+
+    x = np.arange(3)
+    assert _all_plain_numpy({"a": x, "b": [x, x], "c": 3, "d": "sum", "e": None})
+    assert not _all_plain_numpy({"a": x, "m": np.ma.masked_array(x)})
+    assert not _all_plain_numpy({"a": x, "d": [FakeCupyArray()]})
+    assert not _all_plain_numpy({"c": 3})  # no array: the general path decides
+    np.testing.assert_array_equal(embnum.complete_cumsum(np.array([1, 2])), [0, 1, 3])
+    buf = np.empty(3, np.int64)
+    assert embnum.complete_cumsum(np.array([1, 2]), out=buf) is buf
+
+
 def test_returns_is_declared_and_mutates_implies_none():
     from embnum._registry import RETURNS, op
 

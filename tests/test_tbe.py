@@ -1035,44 +1035,6 @@ def test_fbgemm_cpu_ops_backward_and_per_sample_weights():
     np.testing.assert_allclose(embnum.tbe_grad_per_sample_weights(GRAD, *BASE), got.numpy(), rtol=1e-6)
 
 
-# -- the shared optimizer row rule compiles for a real GPU ----------------------------
-_PTX_SCRIPT = """
-import re, sys, types as _t
-import numba.cuda.dispatcher as disp
-disp.get_current_device = lambda: _t.SimpleNamespace(compute_capability=(8, 0))  # no driver here
-from numba import cuda, types
-from embnum.cuda import tbe
-f32, i64 = types.Array(types.float32, 1, "C"), types.Array(types.int64, 1, "C")
-sig = (types.int64, types.int64, f32, f32, i64, i64, i64, f32, f32, f32)
-ptx, _ = cuda.compile_ptx(tbe._apply_rows.py_func, sig, cc=(8, 0))
-open(sys.argv[1], "w").write(ptx)
-"""
-
-
-def test_cuda_row_rule_compiles_to_ptx_and_assembles(tmp_path):
-    """The simulator is not a compiler: NVVM compiles the kernel of the shared optimizer rule
-    (``embnum._tbe_rows``, every kind) and ptxas assembles it; float32 only, no atomics."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    nvcc = pytest.importorskip("nvidia.cuda_nvcc", reason="needs nvidia-cuda-nvcc-cu12 (NVVM, ptxas)")
-    ptx = tmp_path / "rows.ptx"
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    run = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, str(ptx)], env=env, capture_output=True, text=True)
-    if run.returncode and "NVVM" in run.stderr and "not found" in run.stderr.lower():
-        pytest.skip("libNVVM is not available")
-    assert run.returncode == 0, run.stderr[-3000:]
-    text = ptx.read_text()
-    assert ".entry" in text and "atom." not in text
-    assert ".f64" not in text  # float32 throughout: no float64 arithmetic, no conversions
-    ptxas = shutil.which("ptxas") or os.path.join(list(nvcc.__path__)[0], "bin", "ptxas")
-    if os.path.exists(ptxas):
-        out = subprocess.run([ptxas, "-arch=sm_80", str(ptx), "-o", str(tmp_path / "rows.cubin")], capture_output=True)
-        assert out.returncode == 0, out.stderr.decode()[-3000:]
-
-
 @given(data=st.data())
 @settings(max_examples=200, deadline=None)
 def test_device_bounds_fast_path_accepts_exactly_what_the_checks_accept(data):

@@ -231,3 +231,47 @@ def test_cuda_tensors_stay_on_the_device():
     want = embnum.jagged_to_padded_dense(values.detach().cpu().numpy(), [offsets.cpu().numpy()], [2], backend="ref")
     np.testing.assert_array_equal(dense.detach().cpu().numpy(), want)
     assert values.grad.device == values.device
+
+
+# -- the bridge's direct path (issue 12) ----------------------------------------------------
+def test_direct_path_only_for_plain_cpu_calls_without_grad():
+    """A bridge call runs the implementation without the dispatcher only when nothing could
+    notice: plain CPU tensors, no gradient wanted, no mode, no tracing, no profiler."""
+    from torch.overrides import TorchFunctionMode
+
+    from embnum.torch_bridge._library import _direct
+
+    x = torch.arange(4)
+    assert _direct((x, [x, x], 3, None))
+    assert not _direct((torch.ones(2, requires_grad=True),))
+    with torch.no_grad():
+        assert _direct((torch.ones(2, requires_grad=True),))
+    assert not _direct((torch.empty(2, device="meta"),))
+    assert not _direct(([x, torch.nn.Parameter(torch.ones(2), requires_grad=False)],))  # a subclass
+    with TorchFunctionMode():
+        assert not _direct((x,))
+    with torch.autograd.profiler.profile():
+        assert not _direct((x,))
+
+
+def test_modes_and_fake_tensors_see_the_torch_op():
+    """Calls that must reach the dispatcher do: a function mode sees the custom op, and fake
+    tensors get the fake implementation (not the NumPy kernel)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.overrides import TorchFunctionMode
+
+    seen = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    lengths = torch.tensor([2, 0, 3])
+    with Spy():
+        tb.complete_cumsum(lengths)
+    assert any("embnum.complete_cumsum" in s for s in seen)
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(lengths)
+        out = tb.complete_cumsum(fake)
+    assert out.shape == (4,) and type(out).__name__ == "FakeTensor"

@@ -34,26 +34,35 @@ from ._backend import BACKENDS, is_array, select_backend
 from ._compare import exact_match
 
 
-@dataclasses.dataclass(frozen=True)
 class Out:
-    """Shape and dtype of one output array."""
+    """Shape and dtype of one output array (``shape``: a tuple of Python ints).
 
-    shape: tuple
-    dtype: np.dtype
+    A slotted class rather than a frozen dataclass: every call builds one, and a frozen
+    dataclass's ``__init__`` costs twice as much (it is the per-call path)."""
 
-    def __post_init__(self):
-        shape = tuple(int(n) for n in self.shape)
-        dtype = np.dtype(self.dtype)
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        shape = tuple(map(int, shape))
+        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         if not _validate.shape_fits(shape + (dtype.itemsize,)):  # before anything is allocated
             raise ValueError(
                 f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
                 " check the size arguments"
             )
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "dtype", dtype)
+        self.shape = shape
+        self.dtype = dtype
+
+    def __eq__(self, other):
+        return type(other) is Out and self.shape == other.shape and self.dtype == other.dtype
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Out(shape={self.shape}, dtype={self.dtype!r})"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Plan:
     """What a validated call will do.
 
@@ -110,10 +119,19 @@ class Op:
         self.takes_out = returns in ("array", "list", "tuple")
         self.mutates = tuple(mutates)
         self.signature = inspect.signature(declaration)
-        self.example_fn: Callable | None = None
+        self._example_fn: Callable | None = None
         self._implementations: dict[str, Callable] = {}
         self.check_fn: Callable = exact_match
         self.public = self._make_public()
+
+    @property
+    def example_fn(self) -> Callable | None:
+        """``fn(rng, size) -> Example``: a realistic input for the tour and the benchmarks, from
+        ``embnum.examples.<family>`` (imported on first use: the examples live apart from the
+        declarations)."""
+        if self._example_fn is None:
+            importlib.import_module(f"embnum.examples.{self.family}")
+        return self._example_fn
 
     # -- implementations -------------------------------------------------
     def implementation(self, backend: str) -> Callable:
@@ -139,21 +157,50 @@ class Op:
     def call(self, arguments: dict[str, Any], out, backend):
         """Run the op on bound ``arguments`` (every parameter by name).
 
+        The common case (plain NumPy arrays, no ``backend=``, no ``out=``, one
+        output) takes a short path: no backend search, the cpu kernel looked up
+        once, one ``np.empty``. Everything else goes through :meth:`_call`.
         Running out of memory for sizes below the limit is an
         :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
         try:
+            if backend is None and out is None and _all_plain_numpy(arguments):
+                plan = self.declaration(**arguments)
+                spec = plan.out
+                if type(spec) is Out:
+                    impl = self._implementations.get("cpu")
+                    if impl is None or _small_call is None:
+                        impl = self._cpu_implementation()
+                    result = np.empty(spec.shape, spec.dtype)
+                    _small_call(impl, plan.args, result)  # one thread on small inputs
+                    return result
+                return self._call(arguments, out, backend, plan)
             return self._call(arguments, out, backend)
         except MemoryError as e:
             if isinstance(e, _validate.AllocationError):
                 raise
             raise _validate.AllocationError(f"embnum.{self.name}: not enough memory for this call ({e})") from e
 
-    def _call(self, arguments: dict[str, Any], out, backend):
+    def _cpu_call(self, args, out):
+        impl = self._implementations.get("cpu")
+        if impl is None or _small_call is None:
+            impl = self._cpu_implementation()
+        return _small_call(impl, args, out)
+
+    def _cpu_implementation(self) -> Callable:
+        global _small_call
+        select_backend({}, "cpu")  # raises where Numba is missing
+        from .cpu._common import small_call
+
+        _small_call = small_call
+        return self.implementation("cpu")
+
+    def _call(self, arguments: dict[str, Any], out, backend, plan: Plan | None = None):
         arrays = _arrays_in(arguments)
         if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
             arguments, arrays = _plain_arrays(arguments)
         chosen = select_backend(arrays, backend)
-        plan = self.declaration(**arguments)
+        if plan is None:
+            plan = self.declaration(**arguments)
         if self.mutates:
             _validate.no_alias(arguments, self.mutates)
         if plan.out is None:
@@ -161,6 +208,8 @@ class Op:
                 raise TypeError(f"{self.name} takes no out=")
             if chosen.name == "ref":
                 _check_returns(self, plan)
+            if chosen.name == "cpu":
+                return self._cpu_call(plan.args, None)
             return self.implementation(chosen.name)(**plan.args)
         single = isinstance(plan.out, Out)
         as_tuple = isinstance(plan.out, tuple)
@@ -186,7 +235,11 @@ class Op:
         else:
             if outs is None:
                 outs = [None if s is None else chosen.empty(*s) for s in shapes]
-            self.implementation(chosen.name)(**plan.args, out=outs[0] if single else tuple(outs) if as_tuple else outs)
+            given = outs[0] if single else tuple(outs) if as_tuple else outs
+            if chosen.name == "cpu":
+                self._cpu_call(plan.args, given)
+            else:
+                self.implementation(chosen.name)(**plan.args, out=given)
         if out is not None:
             return out
         return outs[0] if single else tuple(outs) if as_tuple else outs
@@ -221,6 +274,36 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<embnum op {self.family}.{self.name}>"
+
+
+_small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba is loaded
+
+_SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
+
+
+def _other_array(v) -> bool:
+    """An array that is not a plain ``np.ndarray`` (a subclass, a CuPy array)."""
+    t = type(v)
+    return t not in _SCALAR_TYPES and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
+
+
+def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
+    """Whether the arrays among ``arguments`` (lists' items included) are all plain
+    ``np.ndarray`` and there is at least one: the call then runs on the cpu backend."""
+    seen = False
+    for v in arguments.values():
+        t = type(v)
+        if t is np.ndarray:
+            seen = True
+        elif t is list or t is tuple:
+            for x in v:
+                if type(x) is np.ndarray:
+                    seen = True
+                elif _other_array(x):
+                    return False
+        elif _other_array(v):
+            return False
+    return seen
 
 
 def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +429,7 @@ def example(public: Callable):
     """Attach ``fn(rng, size) -> Example`` as the tour/benchmark input of ``public``'s op."""
 
     def attach(fn):
-        public.op.example_fn = fn
+        public.op._example_fn = fn
         return fn
 
     return attach

@@ -4,9 +4,10 @@ once in plain Python and compiled by both fast paths (``numba.njit`` in ``embnum
 
 :func:`update_row` updates one touched row from its summed gradient, in float32:
 
-* ``rows[o : o + D]``: the row's old values (float32), replaced by the new ones (the caller
-  gathers them from the weights and writes them back, so float16 weights are rounded once);
-* ``g[o : o + D]``: the row's summed gradient (float32); LAMB overwrites it with its
+* ``rows[ro : ro + D]``: the row's old values (float32), replaced by the new ones: float32
+  weights themselves (``ro`` = the row's element offset), or float16 rows the caller gathered
+  as float32 and writes back once (so they are rounded once);
+* ``g[go : go + D]``: the row's summed gradient (float32); LAMB overwrites it with its
   update direction (the caller's scratch copy, never user data);
 * ``m1``, ``m2``: the state arrays (float32; a length-1 dummy when the kind has none);
   element-wise state of the row starts at ``e`` (its element offset in ``weights``),
@@ -43,7 +44,7 @@ HP_SLOTS = 10
 
 
 def make_update_row(jit):
-    """``update_row(kind, decay, rows, g, o, D, m1, m2, e, lid, hp)`` compiled by ``jit``."""
+    """``update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp)`` compiled by ``jit``."""
 
     @jit
     def sum_squares(a, o, D):
@@ -65,8 +66,8 @@ def make_update_row(jit):
         return r
 
     @jit
-    def update_row(kind, decay, rows, g, o, D, m1, m2, e, lid, hp):
-        """One optimizer step of the row at ``rows[o:o+D]`` (module docstring), then the
+    def update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp):
+        """One optimizer step of the row at ``rows[ro:ro+D]`` (gradient ``g[go:go+D]``) (module docstring), then the
         ``max_norm`` clipping when ``hp[MAX_NORM] > 0``."""
         one = np.float32(1.0)
         lr = hp[LR]
@@ -78,18 +79,18 @@ def make_update_row(jit):
         bc2 = hp[BC2]
         if kind == SGD:
             for d in range(D):
-                rows[o + d] = rows[o + d] - lr * g[o + d]
+                rows[ro + d] = rows[ro + d] - lr * g[go + d]
         elif kind == ADAGRAD:
             for d in range(D):
-                m = m1[e + d] + g[o + d] * g[o + d]
+                m = m1[e + d] + g[go + d] * g[go + d]
                 m1[e + d] = m
-                rows[o + d] = rows[o + d] - lr * g[o + d] / (sqrt(m) + eps)
+                rows[ro + d] = rows[ro + d] - lr * g[go + d] / (sqrt(m) + eps)
         elif kind == ROWWISE_ADAGRAD:
             s = np.float32(0.0)
             for d in range(D):
-                ge = g[o + d]
+                ge = g[go + d]
                 if decay == DECAY_L2:
-                    ge = ge + wd * rows[o + d]
+                    ge = ge + wd * rows[ro + d]
                 s += ge * ge
             m = m1[lid] + s / np.float32(D)
             m1[lid] = m
@@ -100,67 +101,67 @@ def make_update_row(jit):
             elif decay == DECAY_DECOUPLED:
                 corr = one - lr * wd
             for d in range(D):
-                rows[o + d] = corr * rows[o + d] - mult * g[o + d]
+                rows[ro + d] = corr * rows[ro + d] - mult * g[go + d]
         elif kind == ADAM:
             for d in range(D):
-                gd = g[o + d]
+                gd = g[go + d]
                 m = b1 * m1[e + d] + (one - b1) * gd
                 v = b2 * m2[e + d] + (one - b2) * gd * gd
                 m1[e + d] = m
                 m2[e + d] = v
-                x = rows[o + d]
-                rows[o + d] = x - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * x)
+                x = rows[ro + d]
+                rows[ro + d] = x - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * x)
         elif kind == PARTIAL_ROWWISE_ADAM:
-            v = b2 * m2[lid] + (one - b2) * (sum_squares(g, o, D) / np.float32(D))
+            v = b2 * m2[lid] + (one - b2) * (sum_squares(g, go, D) / np.float32(D))
             m2[lid] = v
             den = sqrt(v / bc2) + eps
             for d in range(D):
-                m = b1 * m1[e + d] + (one - b1) * g[o + d]
+                m = b1 * m1[e + d] + (one - b1) * g[go + d]
                 m1[e + d] = m
-                x = rows[o + d]
-                rows[o + d] = x - lr * ((m / bc1) / den + wd * x)
+                x = rows[ro + d]
+                rows[ro + d] = x - lr * ((m / bc1) / den + wd * x)
         elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
             inv = one  # partial: 1 / (sqrt(v_hat) + eps) of the row
             if kind == PARTIAL_ROWWISE_LAMB:
-                v = b2 * m2[lid] + (one - b2) * (sum_squares(g, o, D) / np.float32(D))
+                v = b2 * m2[lid] + (one - b2) * (sum_squares(g, go, D) / np.float32(D))
                 m2[lid] = v
                 inv = one / (sqrt(v / bc2) + eps)
             wsq = np.float32(0.0)
             rsq = np.float32(0.0)
             for d in range(D):
-                gd = g[o + d]
+                gd = g[go + d]
                 m = b1 * m1[e + d] + (one - b1) * gd
                 m1[e + d] = m
-                x = rows[o + d]
+                x = rows[ro + d]
                 if kind == LAMB:
                     v = b2 * m2[e + d] + (one - b2) * gd * gd
                     m2[e + d] = v
                     r = (m / bc1) / (sqrt(v / bc2) + eps) + wd * x
                 else:
                     r = (m / bc1) * inv + wd * x
-                g[o + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
+                g[go + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
                 wsq += x * x
                 rsq += r * r
             step = lr * ratio(sqrt(wsq), sqrt(rsq))
             for d in range(D):
-                rows[o + d] = rows[o + d] - step * g[o + d]
+                rows[ro + d] = rows[ro + d] - step * g[go + d]
         elif kind == LARS_SGD:
-            wn = sqrt(sum_squares(rows, o, D))
-            gn = sqrt(sum_squares(g, o, D))
+            wn = sqrt(sum_squares(rows, ro, D))
+            gn = sqrt(sum_squares(g, go, D))
             alr = ratio(lr * hp[ETA] * wn, gn + wd * wn)
             mom = hp[MOMENTUM]
             for d in range(D):
-                x = rows[o + d]
-                m = mom * m1[e + d] + alr * (g[o + d] + wd * x)
+                x = rows[ro + d]
+                m = mom * m1[e + d] + alr * (g[go + d] + wd * x)
                 m1[e + d] = m
-                rows[o + d] = x - m
+                rows[ro + d] = x - m
         max_norm = hp[MAX_NORM]
         if max_norm > np.float32(0.0):
-            n = sqrt(sum_squares(rows, o, D))
+            n = sqrt(sum_squares(rows, ro, D))
             if n > max_norm:
                 c = max_norm / n
                 for d in range(D):
-                    rows[o + d] = rows[o + d] * c
+                    rows[ro + d] = rows[ro + d] * c
 
     return update_row
 
@@ -189,20 +190,24 @@ def element_positions(xp, elements, value_offsets):
 
 def update_rows(xp, apply, weights, layout, sparse, optimizer, momentum1, momentum2, step):
     """The update of the touched rows of ``sparse = (linear_ids, values, value_offsets)``
-    (their summed gradients): gather each row as float32, run ``apply(kind, decay, rows, g,
-    value_offsets, elements, linear_ids, m1, m2, hp)`` (the target's kernel of
-    :func:`make_update_row`, one row per thread), write the rows back once (float16 weights
-    rounded once). ``layout``: host ``(weights_offsets, D_offsets, hash_size_cumsum)``."""
+    (their summed gradients) by ``apply(kind, decay, rows, row_starts, g, value_offsets,
+    elements, linear_ids, m1, m2, hp)``, the target's kernel of :func:`make_update_row` (one
+    row per iteration or thread). float32 weights are updated in place; float16 rows are
+    gathered as float32 and written back once (rounded once). ``layout``: host
+    ``(weights_offsets, D_offsets, hash_size_cumsum)``."""
     lids, values, voff = sparse
     if not lids.shape[0]:
         return
     elem = row_elements(xp, lids, *layout)
-    pos = element_positions(xp, elem, voff)
-    rows = weights[pos].astype(np.float32)
     none = xp.zeros(1, np.float32)
     args = optimizer.kernel_args(step)
-    m1 = none if momentum1 is None else momentum1
-    m2 = none if momentum2 is None else momentum2
-    apply(args.kind, args.decay, rows, values, voff, elem, lids, m1, m2, xp.asarray(optimizer.hyper_array(step)))
+    state = (none if momentum1 is None else momentum1, none if momentum2 is None else momentum2)
+    hp = xp.asarray(optimizer.hyper_array(step))
+    if weights.dtype == np.float32:
+        apply(args.kind, args.decay, weights, elem, values, voff, elem, lids, *state, hp)
+        return
+    pos = element_positions(xp, elem, voff)
+    rows = weights[pos].astype(np.float32)
+    apply(args.kind, args.decay, rows, voff, values, voff, elem, lids, *state, hp)
     with np.errstate(over="ignore"):
         weights[pos] = rows.astype(weights.dtype)

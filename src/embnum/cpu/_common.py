@@ -90,3 +90,66 @@ round_once = _half.round_once
 
 leaf_segment = njit(cache=True)(_offsets_walk.leaf_segment)
 slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
+
+
+# -- small calls on one thread ----------------------------------------------------------
+# A parallel region waits for every Numba thread; on a machine whose cores are busy a
+# tiny call then waits for a time slice (median 54 us, p90 8 ms for a tiny TBE forward
+# on two threads here), while its work takes microseconds. Below SERIAL_BYTES of input
+# and output the registry runs the kernel with one thread (the parallel loops then run
+# inline on the calling thread, no other thread is woken).
+SERIAL_BYTES = 1 << 16  # benchmarks/bench_tail.py: below it one thread is as fast as two (see RESULTS.md)
+
+
+def _thread_control():
+    """``(get, set)`` of Numba's thread count: the runtime's own C entry points where this
+    Numba exposes them (a fraction of a microsecond), else the public functions."""
+    import numba
+    from numba.np.ufunc import parallel
+
+    parallel._launch_threads()
+    get, put = getattr(parallel, "_get_num_threads", None), getattr(parallel, "_set_num_threads", None)
+    if get is None or put is None:
+        return numba.get_num_threads, numba.set_num_threads
+    return get, put
+
+
+_GET_THREADS, _SET_THREADS = _thread_control()
+
+
+def array_bytes(args: dict, out, limit: int) -> int:
+    """Bytes of the arrays among ``args`` (lists of arrays included) and ``out`` (an array,
+    a list/tuple of arrays, or None), counted until ``limit`` is reached."""
+    total = 0
+    for a in (out, *args.values()):
+        if type(a) is np.ndarray:
+            total += a.nbytes
+        elif type(a) is list or type(a) is tuple:
+            for x in a:
+                if type(x) is np.ndarray:
+                    total += x.nbytes
+        if total >= limit:
+            break
+    return total
+
+
+def on_one_thread(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with Numba's thread count set to 1 for the call."""
+    n = _GET_THREADS()
+    if n == 1:
+        return fn(*args, **kwargs)
+    _SET_THREADS(1)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _SET_THREADS(n)
+
+
+def small_call(impl, args: dict, out):
+    """``impl(**args, out=out)`` (``out`` omitted when None), on one thread when the arrays
+    it touches hold fewer than ``SERIAL_BYTES``. Kernels whose work is not told by their
+    arrays' sizes (a lookup into a large table) apply the rule to their own work."""
+    kw = args if out is None else {**args, "out": out}
+    if array_bytes(args, out, SERIAL_BYTES) < SERIAL_BYTES:
+        return on_one_thread(impl, **kw)
+    return impl(**kw)

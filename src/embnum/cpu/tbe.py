@@ -17,6 +17,7 @@ prepared lookups as one ``Lookups`` record; the optimizer step takes
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import llvmlite.ir as ir
@@ -39,6 +40,7 @@ from .._tbe import (
     SGD,
     TBESparseGrad,
 )
+from . import _common
 from ._common import float32_result, half_table, round_once
 
 BAGS_PER_JOB = 64
@@ -100,6 +102,24 @@ def _prefetch_row(w, base, n):
 def _weights(weights):
     w = np.ascontiguousarray(weights)
     return (w.view(np.uint16), half_table()) if w.dtype == np.float16 else (w, _NO_LUT)
+
+
+def _one_thread_when_small(entry):
+    """Run the entry point on one thread when its lookups move fewer than
+    ``SERIAL_BYTES`` (lookups x mean dim x 8 bytes: a row read and an output or
+    gradient element written per element). The registry's own rule counts every
+    array, the weights included, which says nothing about a lookup's work."""
+
+    @functools.wraps(entry)
+    def run(*args, **kw):
+        idx, doff = kw.get("indices"), kw.get("D_offsets")
+        if idx is not None and doff is not None and doff.shape[0] > 1:
+            work = idx.shape[0] * (int(doff[-1]) // (doff.shape[0] - 1) + 1) * 8
+            if work < _common.SERIAL_BYTES:
+                return _common.on_one_thread(entry, *args, **kw)
+        return entry(*args, **kw)
+
+    return run
 
 
 def _checked(indices, offsets):
@@ -208,6 +228,7 @@ def _forward_none(w, lut, woff, doff, indices, offsets, B, out):
                 out[p, d] = _load(w, lut, base + d)
 
 
+@_one_thread_when_small
 def tbe_forward(
     weights,
     weights_offsets,
@@ -607,6 +628,7 @@ def _starts(lk):
     return row_start, value_start
 
 
+@_one_thread_when_small
 def tbe_backward(
     grad_output,
     weights,
@@ -643,6 +665,7 @@ def _zero(a):
         a[i] = 0.0
 
 
+@_one_thread_when_small
 def tbe_backward_sparse(
     grad_output,
     weights,
@@ -695,6 +718,7 @@ def _grad_psw(w, lut, woff, doff, indices, offsets, B, g, out):
             out[p] = acc
 
 
+@_one_thread_when_small
 def tbe_grad_per_sample_weights(
     grad_output,
     weights,
@@ -716,6 +740,7 @@ def tbe_grad_per_sample_weights(
     )
 
 
+@_one_thread_when_small
 def tbe_backward_update(
     grad_output,
     weights,
@@ -778,17 +803,17 @@ _rule = _tbe_rows.make_update_row(njit(inline="always", error_model="numpy"))
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+def _apply_rows(kind, decay, rows, rstart, g, voff, elem, lids, m1, m2, hp):
     for u in prange(lids.shape[0]):
-        o = voff[u]
-        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+        go = voff[u]
+        _rule(kind, decay, rows, rstart[u], g, go, voff[u + 1] - go, m1, m2, elem[u], lids[u], hp)
 
 
 def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, step):
     """``tbe_backward_update`` for the kinds without a fused kernel here (LAMB, partial
     row-wise Adam/LAMB, LARS-SGD) and for ``max_norm``: the summed gradient of the touched
-    rows (``tbe_backward_sparse``), then :func:`embnum._tbe_rows.update_rows` with the
-    shared rule applied to the rows in parallel."""
+    rows (``tbe_backward_sparse``), then :func:`embnum._tbe_rows.update_rows`: the shared
+    rule on the rows in parallel, in place on float32 weights."""
     g = np.ascontiguousarray(grad_output, dtype=np.float32)
     hp = optimizer.float32()
     if hp["max_gradient"] is not None:

@@ -645,16 +645,17 @@ _rule = _tbe_rows.make_update_row(cuda.jit(device=True))
 
 
 @cuda.jit(cache=True)
-def _apply_rows(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+def _apply_rows(kind, decay, rows, rstart, g, voff, elem, lids, m1, m2, hp):
     for u in range(cuda.grid(1), lids.shape[0], cuda.gridsize(1)):
-        o = voff[u]
-        _rule(kind, decay, rows, g, o, voff[u + 1] - o, m1, m2, elem[u], lids[u], hp)
+        go = voff[u]
+        _rule(kind, decay, rows, rstart[u], g, go, voff[u + 1] - go, m1, m2, elem[u], lids[u], hp)
 
 
 def _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step):
     """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: :mod:`embnum._tbe_rows`'s
-    rule per touched row, one thread per row, on the caller's stream. Its gathers read the
-    value count back: not yet the lane-group shape of ``_apply`` (issue 15)."""
+    rule per touched row, one thread per row, on the caller's stream, in place on float32 weights
+    (float16 rows are gathered as float32 by the array library, which reads the value count back,
+    and written back once). Not yet the lane-group shape of ``_apply`` (issue 15)."""
 
     def apply(*args):
         launch(_apply_rows, blocks(int(sparse[0].shape[0]), TPB), TPB, *args)

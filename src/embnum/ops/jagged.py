@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _validate as v
 from .._compare import exact_match, within
-from .._registry import Example, Out, Plan, check, example, op
+from .._registry import Out, Plan, check, op
 
 MAX_JAGGED_DIMS = 5
 
@@ -226,6 +226,8 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
     pad = v.scalar_for("padding_value", padding_value, values.dtype)
     B = offsets[0].shape[0] - 1
     shape = (B, *max_lengths) + tuple(values.shape[1:])
+    if not v.shape_fits(shape + (values.dtype.itemsize,)):
+        raise ValueError(f"max_lengths = {max_lengths} give an output of shape {shape}, above the size limit 2**48")
     return Plan(
         dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), Out(shape, values.dtype)
     )
@@ -300,7 +302,7 @@ def dense_to_jagged(dense, offsets, total_L=None):
     if offsets[0].ndim == 1 and offsets[0].shape[0] != B + 1:
         raise ValueError(f"offsets[0] must have dense.shape[0] + 1 = {B + 1} entries, got {offsets[0].shape[0]}")
     offsets = _jagged_offsets(offsets, None)
-    needed = int(offsets[-1][-1])
+    needed = v.size(f"offsets[{J - 1}][-1]", int(offsets[-1][-1]))  # the output's rows: bounded before allocation
     total_L = needed if total_L is None else v.size("total_L", total_L)
     if total_L < needed:
         raise ValueError(f"total_L = {total_L} is smaller than offsets[-1][-1] = {needed}")
@@ -323,101 +325,3 @@ def _segment_sum_close(got, want, args):
     else:
         tol = (1e-12 if got.dtype == np.float64 else 1e-5) * scale + 1e-30
     return within(got, want, tol)
-
-
-# -- realistic inputs for the tour and the benchmarks ----------------------
-def _lengths(rng, B, max_len):
-    return rng.integers(0, max_len + 1, size=B)
-
-
-def _offsets(lengths, dtype=np.int64):
-    return np.concatenate([[0], np.cumsum(lengths)]).astype(dtype)
-
-
-_SIZES = {"small": dict(B=24, L=6, D=5, N=100), "large": dict(B=4096, L=64, D=128, N=26 * 4096)}
-
-
-@example(complete_cumsum)
-def _(rng, size):
-    N = _SIZES[size]["N"]
-    return Example(dict(lengths=_lengths(rng, N, 64).astype(np.int32)), f"[{N}] int32")
-
-
-@example(exclusive_cumsum)
-def _(rng, size):
-    N = _SIZES[size]["N"]
-    return Example(dict(lengths=_lengths(rng, N, 64)), f"[{N}] int64")
-
-
-@example(inclusive_cumsum)
-def _(rng, size):
-    N = _SIZES[size]["N"]
-    return Example(dict(lengths=_lengths(rng, N, 64)), f"[{N}] int64")
-
-
-@example(offsets_range)
-def _(rng, size):
-    s = _SIZES[size]
-    offs = _offsets(_lengths(rng, s["B"] * 26, s["L"] // 2))
-    return Example(dict(offsets=offs[:-1], range_size=int(offs[-1])), f"{len(offs) - 1} segments, {offs[-1]} elements")
-
-
-@example(segment_sum_csr)
-def _(rng, size):
-    s = _SIZES[size]
-    bs = s["B"]
-    csr = _offsets(_lengths(rng, 26, 8))
-    vals = rng.standard_normal(int(csr[-1]) * bs).astype(np.float32)
-    return Example(dict(batch_size=bs, csr_seg=csr, values=vals), f"26 runs, {vals.size} float32")
-
-
-@example(segment_sum_csr_backward)
-def _(rng, size):
-    s = _SIZES[size]
-    bs = s["B"]
-    csr = _offsets(_lengths(rng, 26, 8))
-    grad = rng.standard_normal(26).astype(np.float32)
-    return Example(
-        dict(batch_size=bs, csr_seg=csr, grad_output=grad, num_values=int(csr[-1]) * bs),
-        f"26 runs -> {int(csr[-1]) * bs}",
-    )
-
-
-def _jagged_2d(rng, size, dtype=np.float32):
-    s = _SIZES[size]
-    offs = _offsets(_lengths(rng, s["B"], s["L"]))
-    vals = rng.standard_normal((int(offs[-1]), s["D"])).astype(dtype)
-    return s, vals, offs
-
-
-@example(jagged_to_padded_dense)
-def _(rng, size):
-    s, vals, offs = _jagged_2d(rng, size)
-    return Example(
-        dict(values=vals, offsets=[offs], max_lengths=[s["L"]], padding_value=0.0),
-        f"B={s['B']}, L<={s['L']}, D={s['D']} float32",
-    )
-
-
-@example(jagged_1d_to_dense)
-def _(rng, size):
-    s = _SIZES[size]
-    offs = _offsets(_lengths(rng, s["B"] * 8, s["L"]))
-    ids = rng.integers(0, 10**6, size=int(offs[-1]))
-    return Example(
-        dict(values=ids, offsets=offs, max_sequence_length=s["L"] // 2, padding_value=-1), f"B={s['B'] * 8} int64 ids"
-    )
-
-
-@example(jagged_2d_to_dense)
-def _(rng, size):
-    s, vals, offs = _jagged_2d(rng, size, np.float16)
-    return Example(dict(values=vals, offsets=offs, max_sequence_length=s["L"]), f"B={s['B']}, D={s['D']} float16")
-
-
-@example(dense_to_jagged)
-def _(rng, size):
-    s = _SIZES[size]
-    offs = _offsets(_lengths(rng, s["B"], s["L"]))
-    dense = rng.standard_normal((s["B"], s["L"], s["D"])).astype(np.float32)
-    return Example(dict(dense=dense, offsets=[offs]), f"B={s['B']}, L<={s['L']}, D={s['D']} float32")

@@ -19,7 +19,7 @@ import numpy as np
 from .. import _tbe_bounds as tbe_bounds
 from .. import _validate as v
 from .._compare import within
-from .._registry import Example, Out, Plan, check, example, op
+from .._registry import Out, Plan, check, op
 from .._tbe import NONE, POOLING_CODES
 from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
 
@@ -287,28 +287,3 @@ def _bag_scale(args, shape):
         warnings.simplefilter("ignore")  # the repair modes warn again; the call itself warned already
         plan = tbe_forward_quantized.op.declaration(**tbe_forward_quantized.op.bind((), dict(args)))
     return bag_magnitudes(plan.args, shape)
-
-
-# -- tour example ----------------------------------------------------------------
-@example(tbe_forward_quantized)
-def _(rng, size):
-    T, B, L, rows, D = (3, 4, 3, 20, 8) if size == "small" else (8, 512, 20, 10000, 64)
-    tys = ["int4", "int8", "fp16", "int2", "fp32", "int4", "int8", "int4"][:T]
-    tables = [rng.standard_normal((rows, D)).astype(np.float32) for _ in range(T)]
-    weights, woffs = tbe_pack_quantized(tables, tys)
-    lengths = rng.integers(0, 2 * L + 1, size=T * B)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    indices = rng.integers(-1, rows, size=int(offsets[-1])).astype(np.int64)  # -1: pruned rows
-    return Example(
-        dict(
-            weights=weights,
-            weights_offsets=woffs,
-            weights_tys=np.array([TYPE_CODES[t] for t in tys], np.uint8),
-            D_offsets=np.arange(T + 1, dtype=np.int64) * D,
-            rows_per_table=np.full(T, rows, np.int64),
-            indices=indices,
-            offsets=offsets,
-            pooling_mode="sum",
-        ),
-        f"T={T} B={B} L~{L} D={D} mixed types",
-    )

@@ -32,10 +32,13 @@ BF16_UINT16 = "uint16"  # bit-level codecs: bfloat16 tensors in are uint16 array
 
 
 def to_array(t: torch.Tensor):
-    """A NumPy (CPU) or CuPy (CUDA) view of ``t``: shared memory, no copy."""
+    """A NumPy (CPU) or CuPy (CUDA) view of ``t``: shared memory, no copy.
+
+    CPU tensors through ``Tensor.numpy`` (about a third of ``np.from_dlpack``'s cost,
+    the same view: strides and storage offset kept)."""
+    if t.is_cpu:
+        return (t.detach() if t.requires_grad else t).numpy()
     t = t.detach()
-    if t.device.type == "cpu":
-        return np.from_dlpack(t)
     if t.device.type == "cuda":
         import cupy
 
@@ -43,22 +46,31 @@ def to_array(t: torch.Tensor):
     raise TypeError(f"embnum.torch_bridge takes CPU or CUDA tensors, got one on {t.device}")
 
 
+_NO_STREAM = contextlib.nullcontext()
+
+
+def _first_cuda(values):
+    """The first CUDA tensor among ``values`` (lists included), or None (a plain loop: this
+    runs on every call, CPU ones included)."""
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if v.is_cuda:
+                return v
+        elif isinstance(v, (list, tuple)):
+            for t in v:
+                if isinstance(t, torch.Tensor) and t.is_cuda:
+                    return t
+    return None
+
+
 def on_torch_stream(values):
     """A context in which CuPy's current stream is torch's current stream of the first CUDA
     tensor's device (a null context without one). Every embnum launch and CuPy call of the op
     then runs on that stream, in order with the caller's torch work before and after it (an
     in-place op's writes included), and the DLPack exchanges need no cross-stream wait."""
-    first = next(
-        (
-            t
-            for v in values
-            for t in (v if isinstance(v, (list, tuple)) else [v])
-            if isinstance(t, torch.Tensor) and t.device.type == "cuda"
-        ),
-        None,
-    )
+    first = _first_cuda(values)
     if first is None:
-        return contextlib.nullcontext()
+        return _NO_STREAM
     import cupy
 
     device = first.device.index if first.device.index is not None else torch.cuda.current_device()
@@ -69,7 +81,10 @@ def on_torch_stream(values):
 
 
 def to_tensor(a) -> torch.Tensor:
-    """A torch view of a NumPy/CuPy array: shared memory, no copy."""
+    """A torch view of a NumPy/CuPy array: shared memory, no copy (a writeable NumPy
+    array through ``torch.from_numpy``, about half of ``torch.from_dlpack``'s cost)."""
+    if type(a) is np.ndarray and a.flags.writeable:
+        return torch.from_numpy(a)
     return torch.from_dlpack(a)
 
 
@@ -121,14 +136,33 @@ def _annotate(torch_type: str, k: int) -> str:
     return torch_type.replace("Tensor", alias, 1)
 
 
+def _has_bf16(args: dict) -> bool:
+    for a in args.values():
+        if isinstance(a, torch.Tensor):
+            if a.dtype == torch.bfloat16:
+                return True
+        elif isinstance(a, (list, tuple)):
+            for t in a:
+                if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16:
+                    return True
+    return False
+
+
 def _convert_inputs(args: dict, spec: Bridge):
     """Tensors (and lists of tensors) to arrays, applying the bfloat16 policy.
     Returns the converted args and whether bfloat16 was involved."""
-    tensors = [
-        t for a in args.values() for t in (a if isinstance(a, (list, tuple)) else [a]) if isinstance(t, torch.Tensor)
-    ]
-    bf16 = any(t.dtype == torch.bfloat16 for t in tensors)
-    if bf16 and spec.bf16 is None:
+    if not _has_bf16(args):  # the common case: views only
+        out = {}
+        for k, a in args.items():
+            if isinstance(a, torch.Tensor):
+                out[k] = to_array(a)
+            elif isinstance(a, (list, tuple)):
+                out[k] = [to_array(t) if isinstance(t, torch.Tensor) else t for t in a]
+            else:
+                out[k] = a
+        return out, False
+    bf16 = True
+    if spec.bf16 is None:
         raise TypeError(f"{spec.name} does not take bfloat16 tensors")
 
     def one(t):
@@ -171,14 +205,16 @@ def build(spec: Bridge) -> Callable:
     signature = op.signature.replace(parameters=params)
 
     names = list(op.signature.parameters)
+    decode = spec.decode if spec.codecs else None
 
     def impl(*args):
         # ``backend`` is the schema's only default (None): a caller of torch.ops.embnum.<name>
         # may leave it out, and the dispatcher then passes one argument fewer.
         values, backend = args[: len(names)], (args[len(names)] if len(args) > len(names) else None)
+        arguments = dict(zip(names, values))
         with on_torch_stream(values):
-            arrays, bf16 = _convert_inputs(spec.decode(dict(zip(names, values))), spec)
-            result = op.public(**arrays, backend=backend)
+            arrays, bf16 = _convert_inputs(decode(arguments) if decode else arguments, spec)
+            result = op.call(arrays, None, backend)  # every parameter bound by name: no second binding
             if result is None:  # an in-place op (it wrote its ``mutates`` arguments)
                 return None
             if isinstance(result, tuple):
@@ -187,21 +223,19 @@ def build(spec: Bridge) -> Callable:
                 return [_convert_output(r, spec, bf16) for r in result]
             return _convert_output(result, spec, bf16)
 
-    custom = torch.library.custom_op(
-        f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=_schema(op, spec.types, spec.returns)
-    )
-    custom.register_fake(spec.fake)
-    if spec.backward is not None:
-        _register_autograd(custom, spec, [p.name for p in params])
+    schema = _schema(op, spec.types, spec.returns)
+    if op.mutates:
+        # an in-place op: custom_op also bumps the version counters of the tensors it writes
+        custom = torch.library.custom_op(f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=schema)
+        custom.register_fake(spec.fake)
+        if spec.backward is not None:
+            _register_autograd(custom.register_autograd, spec, [p.name for p in params])
+    else:
+        _register_functional(spec, impl, schema, [p.name for p in params])
     torch_op = getattr(torch.ops.embnum, spec.name).default
 
-    @functools.wraps(op.declaration)
-    def user_function(*args, backend=None, **kwargs):
-        bound = op.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        call = list(check_types(spec, spec.encode(bound.arguments)).values())
-        return torch_op(*call, backend)
-
+    user_function = _user_function(op, spec, torch_op, None if op.mutates else impl)
+    functools.update_wrapper(user_function, op.declaration)
     del user_function.__wrapped__
     user_function.__signature__ = signature
     user_function.__module__ = "embnum.torch_bridge"
@@ -209,11 +243,96 @@ def build(spec: Bridge) -> Callable:
     return user_function
 
 
+def _direct(args: tuple) -> bool:
+    """Whether a call of a functional op may run its implementation without the dispatcher:
+    plain CPU tensors only (no subclass: fake, functional, DTensor; no meta), none that needs
+    a gradient, and nothing that watches the dispatcher (torch.compile tracing, a dispatch
+    or function mode, jit tracing, the profiler). The dispatcher itself would then only
+    pass through its autograd wrapper to the same implementation; skipping it saves most
+    of the bridge's per-call cost on small inputs."""
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._is_torch_function_mode_enabled()
+        or torch._C._get_tracing_state() is not None
+        or torch.autograd.profiler._is_profiler_enabled
+    ):
+        return False
+    grad = torch.is_grad_enabled()
+    for a in args:
+        if type(a) is torch.Tensor:
+            if not a.is_cpu or (grad and a.requires_grad):
+                return False
+        elif type(a) is list:
+            for t in a:
+                if type(t) is torch.Tensor:
+                    if not t.is_cpu or (grad and t.requires_grad):
+                        return False
+                elif isinstance(t, torch.Tensor):
+                    return False
+        elif isinstance(a, torch.Tensor):
+            return False
+    return True
+
+
+def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callable:
+    """``def <name>(<the op's parameters>, *, backend=None)`` calling ``torch_op`` with every
+    argument in order: written out (as the registry writes ``embnum.<name>``) so that a call
+    costs no ``inspect`` binding. A codec's parameter is encoded; every argument is checked
+    against its schema type (:func:`check_types`' rules; a tuple for a list parameter
+    becomes a list). With ``impl`` (functional
+    ops), a call that :func:`_direct` allows runs ``impl`` itself."""
+    params = list(op.signature.parameters.values())
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+    def declared(p):
+        return f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name
+
+    positional = [declared(p) for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [declared(p) for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    def passed(p):
+        """The argument as the schema takes it, checked first (``_check_value``: an error
+        naming the argument, not torch's parser's); a plain tensor for a ``Tensor``
+        parameter needs no check."""
+        kind = spec.types[p.name]
+        x = f"_encode[{p.name!r}]({p.name})" if p.name in spec.codecs else p.name
+        checked = f"_check({p.name!r}, {kind!r}, {x})"
+        if kind == "Tensor" and p.name not in spec.codecs:
+            return f"{x} if type({x}) is _Tensor else {checked}"
+        return checked
+
+    head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
+    body = ", ".join([passed(p) for p in params] + ["backend"])
+    src = f"def {op.name}({head}):\n    args = ({body},)\n"
+    if impl is not None:
+        src += "    if _direct(args):\n        return _impl(*args)\n"
+    src += "    return _torch_op(*args)\n"
+    namespace = {
+        "_torch_op": torch_op,
+        "_impl": impl,
+        "_direct": _direct,
+        "_check": _check_value,
+        "_Tensor": torch.Tensor,
+        "_defaults": defaults,
+        "_encode": {k: c[0] for k, c in spec.codecs.items()},
+    }
+    exec(compile(src, f"<embnum.torch_bridge {op.name}>", "exec"), namespace)
+    return namespace[op.name]
+
+
 _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _is_int(x) -> bool:
     return (isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))) or isinstance(x, torch.SymInt)
+
+
+def _exact_float(i: int) -> bool:
+    try:
+        return int(float(i)) == i
+    except OverflowError:
+        return False
 
 
 def _check_value(name: str, kind: str, x):
@@ -243,6 +362,8 @@ def _check_value(name: str, kind: str, x):
             return x
         if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
             raise TypeError(f"{name} must be a real number, got {x!r}")
+        if isinstance(x, numbers.Integral) and not _exact_float(int(x)):
+            raise ValueError(f"{name} = {int(x)} cannot be carried exactly by the torch schema (a float64)")
         return int(x) if isinstance(x, np.integer) else x  # a NumPy float scalar may carry exact bits
     elif kind == "bool":
         if isinstance(x, torch.SymBool):
@@ -262,7 +383,39 @@ def check_types(spec: Bridge, args: dict) -> dict:
     return {name: _check_value(name, spec.types[name], x) for name, x in args.items()}
 
 
-def _register_autograd(custom, spec: Bridge, names: list[str]) -> None:
+_LIB = None
+
+
+def _register_functional(spec: Bridge, impl: Callable, schema: str, names: list[str]) -> None:
+    """A functional op through a ``torch.library.Library``: the schema, ``impl`` as the kernel
+    of every device, the fake implementation and the autograd formula. What ``custom_op`` does
+    minus its per-call wrappers (its own dispatch-level Python wrapper, a torch.compile
+    guard and an aliasing check around every call), which cost about three times the
+    bare dispatch on a tiny input. An op without a formula gets one that raises, as
+    ``custom_op`` does, so that backpropagating through it is an error, not a warning."""
+    global _LIB
+    if _LIB is None:
+        _LIB = torch.library.Library("embnum", "FRAGMENT")
+    _LIB.define(f"{spec.name}{schema}")
+    qualname = f"embnum::{spec.name}"
+    # one kernel for every device, and for calls without a tensor (as custom_op registers it)
+    _LIB.impl(spec.name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(qualname, spec.fake, lib=_LIB)
+
+    def register(backward, setup_context):
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=_LIB)
+
+    if spec.backward is not None:
+        _register_autograd(register, spec, names)
+    else:
+
+        def no_formula(ctx, *grads):
+            raise RuntimeError(f"Trying to backward through embnum::{spec.name}, which has no autograd formula")
+
+        register(no_formula, None)
+
+
+def _register_autograd(register: Callable, spec: Bridge, names: list[str]) -> None:
     """Adapt the family's ``setup(ctx, args, output)`` / ``backward(ctx, *grads) -> {name: grad}``
     to torch's positional, structure-matching convention."""
 
@@ -282,7 +435,7 @@ def _register_autograd(custom, spec: Bridge, names: list[str]) -> None:
             by_name.get(name, None if n is None else [None] * n) for name, n in zip(names, ctx.embnum_structure)
         )
 
-    custom.register_autograd(backward, setup_context=setup_context)
+    register(backward, setup_context=setup_context)
 
 
 BRIDGES: dict[str, Bridge] = {}

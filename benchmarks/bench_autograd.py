@@ -1,0 +1,87 @@
+"""permute_multi_embedding forward + backward through torch autograd, beside fbgemm and the raw ops.
+
+    python benchmarks/bench_autograd.py [--B 2048 16384] [--rounds 11]
+
+The classic keyed-tensor case (``embnum.ops.keyed_tensor.classic_case``, float32).
+Contenders, interleaved round by round in one process (``_bench.interleaved``):
+
+* ``bridge``: ``embnum.torch_bridge.permute_multi_embedding`` on tensors that
+  require grad, then ``torch.autograd.backward(outputs, grads)``;
+* ``fbgemm``: the same with ``torch.ops.fbgemm.permute_multi_embedding``;
+* ``raw``: ``embnum.permute_multi_embedding`` + ``embnum.permute_multi_embedding_backward``
+  on the NumPy arrays (the floor the bridge adds to).
+
+Targets (issue 12): bridge at least 5x faster than fbgemm, within 1.5x of raw.
+Prints the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _bench  # noqa: E402
+import embnum  # noqa: E402
+from embnum.ops.keyed_tensor import classic_case  # noqa: E402
+
+
+def case(B, torch, tb, fb):
+    rng = np.random.default_rng(B)
+    embs, keys, lengths, groups = classic_case(rng, B)
+    perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    in_lengths = ins.tolist()
+    grads = [rng.standard_normal((B, w)).astype(np.float32) for w in ol]
+    xt = [torch.from_numpy(e).requires_grad_() for e in embs]
+    gt = [torch.from_numpy(g) for g in grads]
+    pt, it, ot = (torch.from_numpy(a) for a in (perm, ins, outs))
+
+    def through_autograd(forward):
+        def run():
+            for x in xt:
+                x.grad = None
+            torch.autograd.backward(forward(), gt)
+
+        return run
+
+    def raw():
+        embnum.permute_multi_embedding(embs, perm, ins, outs, ol)
+        embnum.permute_multi_embedding_backward(grads, perm, ins, outs, in_lengths)
+
+    fns = {"bridge": through_autograd(lambda: tb.permute_multi_embedding(xt, pt, it, ot, ol)), "raw": raw}
+    if fb is not None:
+        fns["fbgemm"] = through_autograd(lambda: fb.permute_multi_embedding(xt, pt, it, ot, ol))
+    return fns
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--B", type=int, nargs="+", default=[2048, 16384])
+    p.add_argument("--rounds", type=int, default=11)
+    a = p.parse_args()
+    torch = _bench.optional_torch()
+    if torch is None:
+        sys.exit("needs torch")
+    from embnum import torch_bridge as tb
+
+    fb = _bench.optional_fbgemm(torch)
+    print(_bench.machine())
+    print(f"- before: {_bench.load()}")
+    rows = []
+    for B in a.B:
+        ms = _bench.interleaved(case(B, torch, tb, fb), rounds=a.rounds, block_s=0.05)
+        row = {"B": B, **{k: f"{m.median * 1e3:.3f} [{m.iqr * 1e3:.3f}]" for k, m in ms.items()}}
+        row["bridge / raw"] = f"{ms['bridge'].median / ms['raw'].median:.2f}"
+        if "fbgemm" in ms:
+            row["fbgemm / bridge"] = f"{ms['fbgemm'].median / ms['bridge'].median:.2f}x"
+        rows.append(row)
+    print(f"- after: {_bench.load()}")
+    print("\nforward + backward, ms: median [IQR]\n")
+    print(_bench.table(rows, ["B", "bridge", "fbgemm", "raw", "fbgemm / bridge", "bridge / raw"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Realistic inputs of the kjt family for the tour (``python -m embnum tour``) and the
+benchmarks: ``@example(op)`` attaches ``fn(rng, size) -> Example`` to an op, kept apart
+from the declarations (``embnum.ops.kjt``). The registry imports this module the first
+time an op's ``example_fn`` is asked for."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._registry import Example, example
+from ..ops.kjt import (
+    block_bucketize_sparse_features,
+    expand_into_jagged_permute,
+    invert_permute,
+    jagged_unique_indices,
+    keyed_jagged_index_select_dim1,
+    permute_1d_sparse_data,
+    permute_2d_sparse_data,
+)
+
+
+def _kjt(rng, T, B, mean_len, dtype=np.int64, id_range=10_000, lengths_dtype=np.int32):
+    lengths = rng.poisson(mean_len, T * B).astype(lengths_dtype)
+    n = int(lengths.sum())
+    return lengths, rng.integers(0, id_range, n).astype(dtype)
+
+
+def _size(size, small, large):
+    return small if size == "small" else large
+
+
+@example(permute_2d_sparse_data)
+def _(rng, size):
+    T, B = _size(size, (4, 3), (26, 4096))
+    lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
+    w = rng.random(values.shape[0], dtype=np.float32)
+    return Example(
+        dict(permute=rng.permutation(T), lengths=lengths.reshape(T, B), values=values, weights=w),
+        f"T={T} B={B} weights",
+    )
+
+
+@example(permute_1d_sparse_data)
+def _(rng, size):
+    T, B = _size(size, (3, 3), (26, 4096))
+    lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
+    w = rng.random(values.shape[0], dtype=np.float32)
+    return Example(
+        dict(permute=rng.permutation(T * B), lengths=lengths, values=values, weights=w), f"S={T * B} weights"
+    )
+
+
+@example(block_bucketize_sparse_features)
+def _(rng, size):
+    T, B, my_size = _size(size, (3, 4, 3), (26, 4096, 8))
+    lengths, ids = _kjt(rng, T, B, _size(size, 3, 20), id_range=_size(size, 40, 1_200_000))
+    bs = rng.integers(_size(size, 5, 100_000), _size(size, 12, 150_000), T).astype(np.int64)
+    w = rng.random(ids.shape[0], dtype=np.float32)
+    args = dict(
+        lengths=lengths, indices=ids, bucketize_pos=True, sequence=True, block_sizes=bs, my_size=my_size, weights=w
+    )
+    return Example(args, f"T={T} B={B} my_size={my_size} seq")
+
+
+@example(keyed_jagged_index_select_dim1)
+def _(rng, size):
+    T, B = _size(size, (3, 4), (26, 1024))
+    lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    indices = rng.integers(0, B, _size(size, 3, 512))
+    w = rng.random(values.shape[0], dtype=np.float32)
+    args = dict(
+        values=values, lengths=lengths.astype(np.int64), offsets=offsets, indices=indices, batch_size=B, weights=w
+    )
+    return Example(args, f"T={T} B={B} n={indices.shape[0]}")
+
+
+@example(expand_into_jagged_permute)
+def _(rng, size):
+    T = _size(size, 6, 26 * 4096)
+    sizes = rng.poisson(_size(size, 2, 20), T)
+    perm = rng.permutation(T)
+    inp = np.concatenate([[0], np.cumsum(sizes)])
+    outp = np.concatenate([[0], np.cumsum(sizes[perm])])
+    return Example(dict(permute=perm, input_offset=inp, output_offset=outp, output_size=int(outp[-1])), f"T={T}")
+
+
+@example(invert_permute)
+def _(rng, size):
+    n = _size(size, 10, 1_000_000)
+    return Example(dict(permute=rng.permutation(n)), f"n={n}")
+
+
+@example(jagged_unique_indices)
+def _(rng, size):
+    T, B = _size(size, (3, 2), (26, 4096))
+    hs = rng.integers(_size(size, 5, 1000), _size(size, 10, 100_000), T)
+    hsc = np.concatenate([[0], np.cumsum(hs)])
+    lengths = rng.poisson(_size(size, 2, 20), T * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    feat = np.repeat(np.repeat(np.arange(T), B), lengths)
+    ids = (rng.random(feat.shape[0]) * hs[feat]).astype(np.int64)
+    args = dict(hash_size_cumsum=hsc, hash_size_offsets=np.arange(T + 1), offsets=offsets, indices=ids)
+    return Example(args, f"T={T} B={B}")
