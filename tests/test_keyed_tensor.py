@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import embnum
-from harness import check_matches_ref, check_rejects, matches_ref
+from harness import check_matches_ref, check_rejects
 from strategies import FLOAT_DTYPES, float_dtypes, index_dtypes, maybe_strided, value_arrays, value_dtypes
 
 FAMILY = [op.name for op in embnum.ops("keyed_tensor")]
@@ -155,13 +155,7 @@ STRATEGIES = {
 }
 
 
-def test_every_op_has_a_strategy():
-    assert sorted(STRATEGIES) == sorted(FAMILY)
-
-
-@pytest.mark.parametrize("name", FAMILY)
-def test_matches_ref(name, fast_backend):
-    matches_ref(name, STRATEGIES[name], fast_backend)
+# test_matches_ref: tests/test_ops.py runs STRATEGIES for every op on every backend
 
 
 # -- the spec's worked examples (fbgemm's numbers), on every backend ---------------

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import embnum
 from embnum import TBEOptimizer, tbe_layout
-from harness import check_matches_ref, check_rejects, matches_ref
+from harness import check_matches_ref, check_rejects
 from strategies import index_dtypes
 
 DIMS = (1, 3, 4, 8, 64, 130)
@@ -150,19 +150,14 @@ def update_args(draw):
     )
 
 
-# -- every fast backend against the oracle -------------------------------------
-@pytest.mark.parametrize(
-    "name,strategy",
-    [
-        ("tbe_forward", forward_args()),
-        ("tbe_backward", backward_args()),
-        ("tbe_backward_sparse", backward_args()),
-        ("tbe_grad_per_sample_weights", psw_grad_args()),
-        ("tbe_backward_update", update_args()),
-    ],
-)
-def test_matches_ref(name, strategy, fast_backend):
-    matches_ref(name, strategy, fast_backend)
+# -- every fast backend against the oracle: tests/test_ops.py runs this table ---------
+STRATEGIES = {
+    "tbe_forward": forward_args(),
+    "tbe_backward": backward_args(),
+    "tbe_backward_sparse": backward_args(),
+    "tbe_grad_per_sample_weights": psw_grad_args(),
+    "tbe_backward_update": update_args(),
+}
 
 
 @pytest.mark.parametrize("D", DIMS)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import embnum
 from embnum.ops.tbe_quantized import TYPE_CODES
-from harness import check_matches_ref, check_rejects, matches_ref
+from harness import check_matches_ref, check_rejects
 
 TYPES = list(TYPE_CODES)
 I64 = np.int64
@@ -90,10 +90,9 @@ def lookup_args(draw):
     return args
 
 
-def test_matches_ref(fast_backend):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the 'warning' mode warns by design
-        matches_ref("tbe_forward_quantized", lookup_args(), fast_backend)
+# every fast backend against the oracle: tests/test_ops.py runs this table
+STRATEGIES = {"tbe_forward_quantized": lookup_args()}
+EXPECTED_WARNINGS = (RuntimeWarning,)  # the 'warning' bounds mode warns by design
 
 
 # -- the spec's worked example (fbgemm's numbers) ------------------------------------

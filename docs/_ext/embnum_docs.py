@@ -371,7 +371,7 @@ def benchmark_plots(results: Path, dst: Path) -> list[Path]:
         slug = re.sub(r"[^a-z0-9]+", "_", table["section"].lower()).strip("_")[:40] or "results"
         seen[slug] = seen.get(slug, 0) + 1
         name = f"{slug}_{seen[slug]}.png"
-        fig, ax = plt.subplots(figsize=(9, 0.55 * len(rows) * max(1, len(series) / 2.5) + 1.4), layout="constrained")
+        fig, ax = plt.subplots(figsize=(11, 0.55 * len(rows) * max(1, len(series) / 2.5) + 1.4), layout="constrained")
         height = 0.8 / max(1, len(series))
         for s, col in enumerate(series):
             k = header.index(col)
@@ -399,7 +399,7 @@ def benchmark_plots(results: Path, dst: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.set_xlabel("time, ms (log scale; bars: median, whiskers: range over runs)")
         ax.set_title(table["section"], fontsize=10)
-        ax.legend(handles=handles, fontsize=7, loc="lower right")
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
         fig.savefig(dst / name, dpi=110)
         plt.close(fig)
         table["image"] = name
