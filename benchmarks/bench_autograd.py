@@ -2,7 +2,7 @@
 
     python benchmarks/bench_autograd.py [--B 2048 16384] [--rounds 11]
 
-The classic keyed-tensor case (``embnum.ops.keyed_tensor.classic_case``, float32).
+The classic keyed-tensor case (``embnum.examples.keyed_tensor.classic_case``, float32).
 Contenders, interleaved round by round in one process (``_bench.interleaved``):
 
 * ``bridge``: ``embnum.torch_bridge.permute_multi_embedding`` on tensors that
@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import _bench  # noqa: E402
 import embnum  # noqa: E402
-from embnum.ops.keyed_tensor import classic_case  # noqa: E402
+from embnum.examples.keyed_tensor import classic_case  # noqa: E402
 
 
 def case(B, torch, tb, fb):

@@ -98,7 +98,9 @@ slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
 # on two threads here), while its work takes microseconds. Below SERIAL_BYTES of input
 # and output the registry runs the kernel with one thread (the parallel loops then run
 # inline on the calling thread, no other thread is woken).
-SERIAL_BYTES = 1 << 16  # benchmarks/bench_tail.py: below it one thread is as fast as two (see RESULTS.md)
+# An estimate (a parallel launch, ~10 us idle, against a second core's streaming), not a
+# measurement: bench_tail.py --sweep found no usable crossover on the loaded machine (RESULTS.md).
+SERIAL_BYTES = 1 << 16
 
 
 def _thread_control():

@@ -148,7 +148,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--world-size", type=int, default=None, help="spawn this many local processes (no torchrun)")
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=256, help="per rank")
     p.add_argument("--qcomm", default=None, help="codec of the pooled collectives: fp16, bf16, fp8 or int8")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds")
