@@ -34,9 +34,10 @@ def _max_finite(err) -> float:
     return float(finite.max()) if finite.size else 0.0
 
 
-def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True) -> tuple[float, bool]:
+def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True, tol=None) -> tuple[float, bool]:
     """Equal bytes; with ``any_nan`` a NaN matches any NaN (payloads of computed NaNs are not
-    specified); floats may differ by ``ulps`` units in the last place of ``want``."""
+    specified); floats may differ by ``ulps`` units in the last place of ``want``, or by
+    ``tol`` (absolute, an array broadcast against ``want`` or a number) where given."""
     pairs = _pairs(got, want)
     if pairs is None:
         return float("inf"), False
@@ -55,12 +56,15 @@ def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True) -> t
             diff = np.abs(g64 - w64)
         if any_nan:
             same = same | (np.isnan(g64) & np.isnan(w64))
+        err = max(err, _max_finite(np.where(same, 0.0, diff)))  # what differs, allowed or not
         if ulps:
             with np.errstate(invalid="ignore", over="ignore"):
                 close = (diff <= ulps * np.spacing(np.abs(w)).astype(np.float64)) & np.isfinite(g64)
             same = same | close
+        if tol is not None:
+            with np.errstate(invalid="ignore"):
+                same = same | (g64 == w64) | (diff <= tol)
         ok &= bool(np.all(same))
-        err = max(err, _max_finite(np.where(same, 0.0, diff)))
     return err, ok
 
 
@@ -72,17 +76,4 @@ def exact_match(got, want, args=None) -> tuple[float, bool]:
 def within(got, want, tol) -> tuple[float, bool]:
     """Every element within ``tol`` (an array broadcast against ``want``, or a number) of
     ``want``, or equal to it, or both NaN; same shape and dtype."""
-    pairs = _pairs(got, want)
-    if pairs is None:
-        return float("inf"), False
-    err, ok = 0.0, True
-    for g, w in pairs:
-        if g.size == 0:
-            continue
-        with np.errstate(invalid="ignore", over="ignore"):
-            g64, w64 = g.astype(np.float64), w.astype(np.float64)
-            diff = np.abs(g64 - w64)
-            same = (g64 == w64) | (np.isnan(g64) & np.isnan(w64))
-            ok &= bool(np.all(same | (diff <= tol)))
-        err = max(err, _max_finite(diff))
-    return err, ok
+    return same_bits(got, want, tol=tol)

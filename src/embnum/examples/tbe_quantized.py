@@ -1,7 +1,4 @@
-"""Realistic inputs of the tbe_quantized family for the tour (``python -m embnum tour``) and the
-benchmarks: ``@example(op)`` attaches ``fn(rng, size) -> Example`` to an op, kept apart
-from the declarations (``embnum.ops.tbe_quantized``). The registry imports this module the first
-time an op's ``example_fn`` is asked for."""
+"""Tour and benchmark inputs of the tbe_quantized family (``@example``; see ``embnum.examples``)."""
 
 from __future__ import annotations
 
