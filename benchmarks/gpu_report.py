@@ -230,7 +230,7 @@ def peers(name, label, args):
 def cases(size: str, tiny: bool):
     """(op, label, args) for every registered op, then the TBE headline cases."""
     import embnum
-    from embnum.ops.tbe import make_batch
+    from embnum.examples.tbe import make_batch
 
     for op in embnum.ops():
         ex = op.example_fn(np.random.default_rng(0), size)
