@@ -6,6 +6,9 @@ fbgemm_gpu."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -840,12 +843,20 @@ def test_cuda_c_kernels_on_the_host(cu_on_host, case):
 
 
 def test_cuda_c_source_uses_16_byte_vectors():
-    from embnum.cuda._rawkernel import KERNELS, compile_ptx, nvrtc_missing
+    from embnum.cuda._rawkernel import nvrtc_missing
 
     if nvrtc_missing():
         pytest.skip(nvrtc_missing())
 
-    ptx = compile_ptx((KERNELS / "keyed_tensor.cu").read_text(), "keyed_tensor.cu")
+    # NVRTC runs in a child process: compiling inside the test process broke later torch.load calls (see
+    # test_cuda_sources.py)
+    code = (
+        "import sys; from embnum.cuda._rawkernel import KERNELS, compile_ptx; "
+        "sys.stdout.write(compile_ptx((KERNELS / 'keyed_tensor.cu').read_text(), 'keyed_tensor.cu'))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ptx = run.stdout
     for entry in ("kt_copy", "kt_accumulate_f16", "kt_accumulate_f32", "kt_accumulate_f64"):
         assert f".entry {entry}" in ptx
     assert "ld.v4.u32" in ptx or "ld.global.v4.u32" in ptx
