@@ -68,6 +68,7 @@ def pack_offsets(offsets):
 
 leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)
 slab_of_segment = cuda.jit(device=True)(_offsets_walk.slab_of_segment)
+segment_of = cuda.jit(device=True)(_offsets_walk.segment_of)
 
 
 # -- half precision (embnum._half, compiled as device functions) ----------------------
@@ -110,6 +111,14 @@ def inclusive_scan(a):
     """int64 inclusive scan of a 1-D device array: one library scan (CUB through CuPy on a GPU),
     wrapping on overflow as the int64 kernels do."""
     return xp().cumsum(a, dtype=np.int64)
+
+
+def stable_argsort(a):
+    """int64 positions that sort the 1-D device array ``a``, equal entries in input order
+    (one library sort: CuPy's is always stable)."""
+    m = xp()
+    order = m.argsort(a, kind="stable") if m is np else m.argsort(a)
+    return order.astype(np.int64, copy=False)
 
 
 # -- launches and constant tables ------------------------------------------------------------
