@@ -68,6 +68,7 @@ def pack_offsets(offsets):
 
 leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)
 slab_of_segment = cuda.jit(device=True)(_offsets_walk.slab_of_segment)
+segment_of = cuda.jit(device=True)(_offsets_walk.segment_of)
 
 
 # -- lane-group exchange ------------------------------------------------------------------
@@ -173,6 +174,14 @@ def running_max(a):
     out = xp().empty(a.shape[0], np.int64)
     launch(_running_max, 1, TPB, int64s(a), out)
     return out
+
+
+def stable_argsort(a):
+    """int64 positions that sort the 1-D device array ``a``, equal entries in input order
+    (one library sort: CuPy's is always stable)."""
+    m = xp()
+    order = m.argsort(a, kind="stable") if m is np else m.argsort(a)
+    return order.astype(np.int64, copy=False)
 
 
 # -- launches and constant tables ------------------------------------------------------------
