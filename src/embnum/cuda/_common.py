@@ -68,6 +68,34 @@ def pack_offsets(offsets):
 
 leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)
 slab_of_segment = cuda.jit(device=True)(_offsets_walk.slab_of_segment)
+segment_of = cuda.jit(device=True)(_offsets_walk.segment_of)
+
+
+# -- lane-group exchange ------------------------------------------------------------------
+FULL_MASK = 0xFFFFFFFF
+
+if SIMULATED:
+
+    @cuda.jit(device=True)
+    def shfl_xor(v, off):
+        """The value ``v`` of lane ``lane ^ off`` of this lane group. The simulator has no warp
+        shuffles, so there the exchange goes through shared memory (float64: exact for float32
+        values and for integers below 2**53); every thread of the block must call it, as on a
+        GPU every lane of the warp must call ``shfl_xor_sync``."""
+        buf = cuda.shared.array(TPB, np.float64)
+        tid = cuda.threadIdx.x
+        cuda.syncthreads()
+        buf[tid] = v
+        cuda.syncthreads()
+        return buf[tid ^ off]
+
+else:
+
+    @cuda.jit(device=True)
+    def shfl_xor(v, off):
+        """The value ``v`` of lane ``lane ^ off`` of this warp (``shfl.sync.bfly``); every lane of
+        the warp must call it."""
+        return cuda.shfl_xor_sync(FULL_MASK, v, off)
 
 
 # -- half precision (embnum._half, compiled as device functions) ----------------------
@@ -110,6 +138,50 @@ def inclusive_scan(a):
     """int64 inclusive scan of a 1-D device array: one library scan (CUB through CuPy on a GPU),
     wrapping on overflow as the int64 kernels do."""
     return xp().cumsum(a, dtype=np.int64)
+
+
+@cuda.jit(cache=True)
+def _running_max(a, out):
+    """out[i] = max(a[:i + 1]) (int64) in one block: each thread takes a contiguous chunk, chunk
+    maxima are scanned in shared memory by thread 0 (fixed order), then each chunk is written."""
+    part = cuda.shared.array(TPB, np.int64)
+    tid = cuda.threadIdx.x
+    n = a.shape[0]
+    chunk = (n + cuda.blockDim.x - 1) // cuda.blockDim.x
+    lo = min(n, tid * chunk)
+    hi = min(n, lo + chunk)
+    m = a[lo] if lo < hi else a[0]
+    for i in range(lo, hi):
+        if a[i] > m:
+            m = a[i]
+    part[tid] = m
+    cuda.syncthreads()
+    if tid == 0:
+        for j in range(1, cuda.blockDim.x):
+            if part[j - 1] > part[j]:
+                part[j] = part[j - 1]
+    cuda.syncthreads()
+    m = part[tid - 1] if tid > 0 else a[0]
+    for i in range(lo, hi):
+        if a[i] > m:
+            m = a[i]
+        out[i] = m
+
+
+def running_max(a):
+    """Inclusive running maximum of a non-empty 1-D int64 device array, on the device (one launch of one
+    block; CuPy has no ``maximum.accumulate``). No host read."""
+    out = xp().empty(a.shape[0], np.int64)
+    launch(_running_max, 1, TPB, int64s(a), out)
+    return out
+
+
+def stable_argsort(a):
+    """int64 positions that sort the 1-D device array ``a``, equal entries in input order
+    (one library sort: CuPy's is always stable)."""
+    m = xp()
+    order = m.argsort(a, kind="stable") if m is np else m.argsort(a)
+    return order.astype(np.int64, copy=False)
 
 
 # -- launches and constant tables ------------------------------------------------------------
