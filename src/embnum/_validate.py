@@ -157,25 +157,67 @@ def int_list(name: str, v, *, length=None) -> list[int]:
     return out
 
 
-def _offsets_summary(offs) -> tuple[int, int, int]:
-    """``(offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1])``, read back once (one
-    device-to-host copy for CuPy offsets instead of one per rule)."""
+# -- device summaries: several checks of device data, read back in ONE copy ----------------
+def read_ints(*parts) -> np.ndarray:
+    """Device scalars and small 1-D device arrays (bools, integers) as one host int64 array, in
+    order: one device-to-host copy for CuPy however many checks feed it (nothing to copy for NumPy)."""
+    arrays = [p for p in parts if is_array(p)]
+    xp = xp_of(arrays[0]) if arrays else np
+    flat = [xp.asarray(p, dtype=xp.int64).reshape(-1) for p in parts]
+    return to_host(xp.concatenate(flat) if flat else xp.zeros(0, xp.int64))
+
+
+def sum_parts(a) -> list:
+    """``[min, int64 sum, big]`` of the integer array ``a`` as device scalars (for :func:`read_ints`);
+    ``big`` is 1 where the exact sum may pass MAX_SIZE (then the int64 sum may have wrapped).
+    :func:`sum_fits` tells from the three read-back values whether the int64 sum is exact."""
+    xp = xp_of(a)
+    if a.size == 0:
+        return [0, 0, 0]
+    flat = a.reshape(-1)
+    big = (flat.max() > MAX_SIZE) | (flat.sum(dtype=xp.float64) > 2.0 * MAX_SIZE)
+    return [flat.min(), flat.sum(dtype=xp.int64), big]
+
+
+def sum_fits(mn, total, big) -> bool:
+    """Read-back :func:`sum_parts`: every entry ``>= 0`` and the exact sum ``<= MAX_SIZE``. Then the
+    int64 sum did not wrap: a true sum past 2**63 makes the float64 sum (relative error below 1e-12)
+    pass 2 * MAX_SIZE, and a true sum below 2**63 is the int64 sum itself."""
+    return mn >= 0 and not big and 0 <= total <= MAX_SIZE
+
+
+def range_parts(a, n) -> list:
+    """``[1 if every entry of the index array a lies in [0, n) else 0]`` as a device scalar."""
+    if a.size == 0:
+        return [1]
+    return [(a.min() >= 0) & (a.max() < n)]
+
+
+def offsets_parts(offs) -> list:
+    """``[offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1]]`` as device scalars
+    (``offs`` 1-D with at least one entry)."""
     xp = xp_of(offs)
-    drop = xp.zeros((), xp.int64)
+    drop = 0
     if offs.shape[0] > 1:
         falls = offs[1:] < offs[:-1]
         drop = xp.where(falls.any(), xp.argmax(falls) + 1, 0)
-    parts = [xp.asarray(x, dtype=xp.int64) for x in (offs[0], drop, offs[-1])]
-    return tuple(int(x) for x in to_host(xp.stack(parts)))
+    return [offs[0], drop, offs[-1]]
 
 
-def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None):
+def _offsets_summary(offs) -> tuple[int, int, int]:
+    """``(offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1])``, read back once (one
+    device-to-host copy for CuPy offsets instead of one per rule)."""
+    return tuple(int(x) for x in read_ints(*offsets_parts(offs)))
+
+
+def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None, summary=None):
     """Valid offsets: 1-D int32/int64, ``len >= 1``, ``offs[0] >= 0``, non-decreasing,
-    ``offs[-1] <= n_values`` (when given)."""
+    ``offs[-1] <= n_values`` (when given). ``summary``: the read-back :func:`offsets_parts`
+    of ``offs`` when the caller read it with other checks (else it is read here, once)."""
     index_array(name, offs)
     if offs.shape[0] < 1:
         raise ValueError(f"{name} must have at least 1 entry, got 0")
-    first, i, last = _offsets_summary(offs)
+    first, i, last = _offsets_summary(offs) if summary is None else (int(x) for x in summary)
     if first < 0 or (first_zero and first != 0):
         want = "0" if first_zero else ">= 0"
         raise ValueError(f"{name}[0] must be {want}, got {first}")
