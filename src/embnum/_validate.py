@@ -157,9 +157,47 @@ def int_list(name: str, v, *, length=None) -> list[int]:
     return out
 
 
+_NUMBA = None  # embnum._validate_numba once loaded; False where Numba is missing
+
+
+def _compiled():
+    """The Numba-compiled one-pass checks (:mod:`embnum._validate_numba`), or None where
+    Numba is missing (loaded on first use: ``import embnum`` loads no Numba)."""
+    global _NUMBA
+    if _NUMBA is None:
+        try:
+            from . import _validate_numba as compiled
+        except ImportError:
+            compiled = False
+        _NUMBA = compiled
+    return _NUMBA or None
+
+
+def _fast(a):
+    """The compiled checks when ``a`` is a plain NumPy int32/int64 array, else None."""
+    if type(a) is np.ndarray and a.dtype in INDEX_DTYPES:
+        return _NUMBA or _compiled()
+    return None
+
+
+def min_max(a) -> tuple[int, int]:
+    """``(min(a), max(a))`` of a non-empty integer array as Python ints: one compiled pass
+    for NumPy int32/int64 arrays (two reductions otherwise)."""
+    fast = _fast(a)
+    if fast is not None:
+        lo, hi = fast.min_max(a)
+        return int(lo), int(hi)
+    return int(a.min()), int(a.max())
+
+
 def _offsets_summary(offs) -> tuple[int, int, int]:
-    """``(offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1])``, read back once (one
-    device-to-host copy for CuPy offsets instead of one per rule)."""
+    """``(offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1])``, in one compiled
+    pass for NumPy offsets, read back once for CuPy ones (one device-to-host copy instead
+    of one per rule)."""
+    fast = _fast(offs)
+    if fast is not None:
+        first, i, last = fast.offsets_summary(offs)
+        return int(first), int(i), int(last)
     xp = xp_of(offs)
     drop = xp.zeros((), xp.int64)
     if offs.shape[0] > 1:
@@ -337,6 +375,12 @@ def checked_sum(name: str, a, *, limit: int | None = None, what: str = "the sum 
     n = a.size
     if n == 0:
         return 0
+    fast = _fast(a)
+    if fast is not None and 0 <= limit <= INT64_MAX:
+        total = int(fast.bounded_sum(a, limit))
+        if total >= 0:
+            return total
+        # over the limit (or a negative entry): the path below finds which and says so
     flat = a.reshape(-1)
     if a.dtype.itemsize <= 4 and n < 2**32:  # an int32 entry is < 2**31: n * 2**31 < 2**63
         total = int(flat.sum(dtype=np.int64))

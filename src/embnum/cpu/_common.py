@@ -151,7 +151,11 @@ def small_call(impl, args: dict, out):
     """``impl(**args, out=out)`` (``out`` omitted when None), on one thread when the arrays
     it touches hold fewer than ``SERIAL_BYTES``. Kernels whose work is not told by their
     arrays' sizes (a lookup into a large table) apply the rule to their own work."""
-    kw = args if out is None else {**args, "out": out}
-    if array_bytes(args, out, SERIAL_BYTES) < SERIAL_BYTES:
-        return on_one_thread(impl, **kw)
-    return impl(**kw)
+    n = _GET_THREADS()
+    if n != 1 and array_bytes(args, out, SERIAL_BYTES) < SERIAL_BYTES:
+        _SET_THREADS(1)  # on_one_thread written inline: this is every small call's path
+        try:
+            return impl(**args) if out is None else impl(**args, out=out)
+        finally:
+            _SET_THREADS(n)
+    return impl(**args) if out is None else impl(**args, out=out)

@@ -22,7 +22,8 @@ def _cumsum_fits_int32(name, lengths, *, drop_last):
     if lengths.dtype != np.int32 or lengths.size == 0:
         return
     xp = v.xp_of(lengths)
-    bound = max(-int(lengths.min()), int(lengths.max())) * lengths.shape[-1]
+    lo, hi = v.min_max(lengths)
+    bound = max(-lo, hi) * lengths.shape[-1]
     if bound <= v.INT32_MAX:  # no prefix of a row can reach past int32
         return
     prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)
