@@ -133,6 +133,9 @@ def _row(*xs, dtype=F32):
     return np.array([xs], dtype=dtype)
 
 
+_SIGNED_ZEROS = np.ones((2, 40), F32)
+_SIGNED_ZEROS[0, 5], _SIGNED_ZEROS[0, 38], _SIGNED_ZEROS[1, 5], _SIGNED_ZEROS[1, 38] = 0.0, -0.0, -0.0, 0.0
+
 EDGES = {
     "constant rows 8-bit": (
         "float_to_fused_8bit_rowwise",
@@ -154,6 +157,9 @@ EDGES = {
     "beyond float16 4-bit": ("float_to_fused_nbit_rowwise", dict(input=_row(7e4, 1, 2, 3), bit_rate=4)),
     "smallest subnormals 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_row(1e-45, -1e-45, 0.0))),
     "float16 subnormal range 8-bit rate": ("float_to_fused_nbit_rowwise", dict(input=_row(1e-45, 3e-45), bit_rate=8)),
+    # +0 and -0 tie for the minimum in different lanes (also of a 32-lane group): the first one is the bias
+    "signed zeros across lanes 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_SIGNED_ZEROS)),
+    "signed zeros across lanes 8-bit rate": ("float_to_fused_nbit_rowwise", dict(input=_SIGNED_ZEROS, bit_rate=8)),
     "D=1": ("float_to_fused_8bit_rowwise", dict(input=np.array([[2.5], [-1.0]], F32))),
     "float16 input 8-bit": ("float_to_fused_8bit_rowwise", dict(input=np.array([[65504, -65504, 1e-7]], F16))),
     "float16 input 2-bit": (

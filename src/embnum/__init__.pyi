@@ -35,461 +35,186 @@ from .ops.tbe_quantized import tbe_pack_quantized as tbe_pack_quantized
 def complete_cumsum(lengths: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Offsets from lengths: ``[N] -> [N+1]`` with a leading 0; ``[R, N] -> [R, N+1]`` row by row.
 
-    lengths: int32/int64, 1-D or 2-D. Output: the dtype of ``lengths``.
-    An int32 result that would overflow is a ``ValueError``.
-
-    Examples
-    --------
-    >>> embnum.complete_cumsum(np.array([2, 0, 3, 1]))
-    array([0, 2, 2, 5, 6])
-    >>> embnum.complete_cumsum(np.array([[1, 2], [3, 0]], dtype=np.int32))
-    array([[0, 1, 3],
-           [0, 3, 3]], dtype=int32)
+    Full text: ``help(embnum.complete_cumsum)`` (declared in ``embnum.ops.jagged``).
     """
 
 def exclusive_cumsum(lengths: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """``[N] -> [N]``: ``out[i] = lengths[0] + ... + lengths[i-1]`` (``out[0] = 0``).
 
-    lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
-
-    Examples
-    --------
-    >>> embnum.exclusive_cumsum(np.array([2, 0, 3, 1]))
-    array([0, 2, 2, 5])
+    Full text: ``help(embnum.exclusive_cumsum)`` (declared in ``embnum.ops.jagged``).
     """
 
 def inclusive_cumsum(lengths: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """``[N] -> [N]``: ``out[i] = lengths[0] + ... + lengths[i]``.
 
-    lengths: int32/int64, exactly 1-D. Output: the dtype of ``lengths``.
-
-    Examples
-    --------
-    >>> embnum.inclusive_cumsum(np.array([2, 0, 3, 1]))
-    array([2, 2, 5, 6])
+    Full text: ``help(embnum.inclusive_cumsum)`` (declared in ``embnum.ops.jagged``).
     """
 
 def offsets_range(offsets: Any, range_size: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Position of each element inside its segment: ``[range_size]``, dtype of ``offsets``.
 
-    ``out[j] = j - max{offsets[k] : offsets[k] <= j}``. ``offsets`` (int32/int64,
-    1-D) holds segment starts: the exclusive form ``[N]`` or the complete form
-    ``[N+1]`` ending in ``range_size``. It must start at 0, be non-decreasing and
-    stay within ``[0, range_size]``.
-
-    Examples
-    --------
-    >>> embnum.offsets_range(np.array([0, 2, 2, 5]), 6)
-    array([0, 1, 0, 1, 2, 0])
+    Full text: ``help(embnum.offsets_range)`` (declared in ``embnum.ops.jagged``).
     """
 
 def segment_sum_csr(batch_size: Any, csr_seg: Any, values: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Sums of runs of ``values``: ``out[i] = sum(values[csr_seg[i]*batch_size : csr_seg[i+1]*batch_size])``.
 
-    batch_size: int >= 0. csr_seg: int32/int64 ``[S+1]``, non-decreasing, ``>= 0``.
-    values: 1-D float16/float32/float64/int32/int64. Output ``[S]``, dtype of
-    ``values``; float16 is accumulated in float32 and rounded once (``embnum._half``; the oracle sums wider),
-    integers wrap.
-
-    Examples
-    --------
-    >>> embnum.segment_sum_csr(2, np.array([0, 1, 1, 3]), np.arange(1.0, 7.0))
-    array([ 3.,  0., 18.])
+    Full text: ``help(embnum.segment_sum_csr)`` (declared in ``embnum.ops.jagged``).
     """
 
 def segment_sum_csr_backward(batch_size: Any, csr_seg: Any, grad_output: Any, num_values: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Adjoint of :func:`segment_sum_csr`: ``[num_values]``, ``grad_output[i]`` on every element
     of run ``i`` and 0 on elements in no run.
 
-    grad_output: 1-D ``[S]`` (``S = len(csr_seg) - 1``), any value dtype;
-    num_values: int ``>= csr_seg[-1] * batch_size``.
-
-    Examples
-    --------
-    >>> embnum.segment_sum_csr_backward(2, np.array([0, 1, 1, 3]), np.array([1.0, 2.0, 3.0]), 7)
-    array([1., 1., 3., 3., 3., 3., 0.])
+    Full text: ``help(embnum.segment_sum_csr_backward)`` (declared in ``embnum.ops.jagged``).
     """
 
 def jagged_to_padded_dense(values: Any, offsets: Any, max_lengths: Any, padding_value: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Scatter a jagged tensor with ``J`` jagged dims into a padded dense array.
 
-    values: ``[N, D]`` or ``[N]``, float16/32/64 or int32/64. offsets: list of
-    ``J`` (1..5) int32/int64 arrays, ``offsets[0]`` of length ``B+1``,
-    ``offsets[k]`` of length ``offsets[k-1][-1] + 1``. max_lengths: ``J`` ints
-    ``>= 0``. Output ``[B, *max_lengths, D]`` (no ``D`` for 1-D values), dtype of
-    ``values``; positions past a segment's end hold ``padding_value``, segments
-    longer than the maximum are truncated.
-
-    Examples
-    --------
-    >>> values = np.arange(1.0, 7.0).reshape(3, 2)
-    >>> embnum.jagged_to_padded_dense(values, [np.array([0, 2, 2, 3])], [2], padding_value=-1.0)
-    array([[[ 1.,  2.],
-            [ 3.,  4.]],
-    <BLANKLINE>
-           [[-1., -1.],
-            [-1., -1.]],
-    <BLANKLINE>
-           [[ 5.,  6.],
-            [-1., -1.]]])
+    Full text: ``help(embnum.jagged_to_padded_dense)`` (declared in ``embnum.ops.jagged``).
     """
 
 def jagged_1d_to_dense(values: Any, offsets: Any, max_sequence_length: Any, padding_value: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """``jagged_to_padded_dense(values, [offsets], [max_sequence_length], padding_value)``
     for exactly 1-D ``values``: output ``[B, max_sequence_length]``.
 
-    Examples
-    --------
-    >>> embnum.jagged_1d_to_dense(np.array([10, 11, 12, 13]), np.array([0, 2, 3, 3, 4]), 2, -1)
-    array([[10, 11],
-           [12, -1],
-           [-1, -1],
-           [13, -1]])
+    Full text: ``help(embnum.jagged_1d_to_dense)`` (declared in ``embnum.ops.jagged``).
     """
 
 def jagged_2d_to_dense(values: Any, offsets: Any, max_sequence_length: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """``jagged_to_padded_dense(values, [offsets], [max_sequence_length], 0.0)`` for exactly
     2-D ``values [N, D]``: output ``[B, max_sequence_length, D]``.
 
-    Examples
-    --------
-    >>> embnum.jagged_2d_to_dense(np.arange(6.0).reshape(3, 2), np.array([0, 1, 3]), 2)
-    array([[[0., 1.],
-            [0., 0.]],
-    <BLANKLINE>
-           [[2., 3.],
-            [4., 5.]]])
+    Full text: ``help(embnum.jagged_2d_to_dense)`` (declared in ``embnum.ops.jagged``).
     """
 
 def dense_to_jagged(dense: Any, offsets: Any, total_L: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Gather the valid positions of ``dense [B, M_1..M_J, D]`` into jagged values ``[total_L, D]``.
 
-    offsets: as in :func:`jagged_to_padded_dense`, ``len(offsets[0]) == B + 1``.
-    total_L: output rows, ``None`` for ``offsets[-1][-1]``; extra rows are 0, and
-    so is every row no dense position reaches (truncated tails included).
-    Returns the values only (fbgemm also returns the offsets).
-
-    Examples
-    --------
-    >>> dense = np.arange(1.0, 9.0).reshape(2, 2, 2)
-    >>> embnum.dense_to_jagged(dense, [np.array([0, 1, 4])])
-    array([[1., 2.],
-           [5., 6.],
-           [7., 8.],
-           [0., 0.]])
+    Full text: ``help(embnum.dense_to_jagged)`` (declared in ``embnum.ops.jagged``).
     """
 
 def permute_pooled_embs(pooled_embs: Any, offset_dim_list: Any, permute_list: Any, inv_offset_dim_list: Any, inv_permute_list: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Permute the ``T`` column groups of ``pooled_embs [B, D]``: output group ``t`` is input group
     ``permute_list[t]``, placed at column ``inv_offset_dim_list[t]``.
 
-    pooled_embs: exactly 2-D, float16/32/64 or int32/64. The four lists: 1-D int32/int64,
-    ``offset_dim_list [T+1]`` the cumsum of the group widths (ending at ``D``),
-    ``permute_list [T]`` a permutation, ``inv_permute_list [T]`` its inverse,
-    ``inv_offset_dim_list [T+1]`` the cumsum of the permuted widths. All four are validated.
-    Output ``[B, D]``, dtype of ``pooled_embs`` (exact copies).
-
-    Examples
-    --------
-    >>> embs = np.arange(6.0).reshape(2, 3)  # groups: column 0 | columns 1, 2
-    >>> embnum.permute_pooled_embs(embs, np.array([0, 1, 3]), np.array([1, 0]), np.array([0, 2, 3]), np.array([1, 0]))
-    array([[1., 2., 0.],
-           [4., 5., 3.]])
+    Full text: ``help(embnum.permute_pooled_embs)`` (declared in ``embnum.ops.keyed_tensor``).
     """
 
 def kt_regroup_arguments(embs: Any, keys: Any, lengths: Any, groups: Any, *, backend: str | None = None) -> Any:
     """Build ``(permutes, in_shapes, out_shapes, out_lengths)`` for :func:`permute_multi_embedding`.
 
-    embs: a NumPy/CuPy array or None; only its kind matters (the three arrays come back as
-    NumPy for NumPy/None, CuPy for CuPy). keys: ``n_in`` lists of str; lengths: the widths,
-    same nesting; groups: ``n_out`` lists of str. Returns int32 ``permutes [P, 6]`` (one row
-    ``(in_tensor, out_tensor, in_offset, out_offset, length, next)`` per entry of the
-    flattened groups), int32 ``in_shapes [n_in]``, int32 ``out_shapes [n_out]`` and the
-    Python list ``out_lengths``. ``next`` links the rows of a key used several times
-    (``docs/families/keyed_tensor.md``).
-
-    Examples
-    --------
-    >>> keys, lengths, groups = [['a', 'b'], ['c']], [[2, 1], [3]], [['c', 'a'], ['b', 'a']]
-    >>> permutes, in_shapes, out_shapes, out_lengths = embnum.kt_regroup_arguments(None, keys, lengths, groups)
-    >>> permutes
-    array([[ 1,  0,  0,  0,  3,  0],
-           [ 0,  0,  0,  3,  2,  3],
-           [ 0,  1,  2,  0,  1,  0],
-           [ 0,  1,  0,  1,  2, -4]], dtype=int32)
-    >>> out_lengths
-    [5, 3]
+    Full text: ``help(embnum.kt_regroup_arguments)`` (declared in ``embnum.ops.keyed_tensor``).
     """
 
 def permute_multi_embedding(pooled_embs: Any, permutes: Any, in_shapes: Any, out_shapes: Any, out_lengths: Any, *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:
     """Copy column slices of several ``[B, D_i]`` arrays into several ``[B, E_j]`` outputs.
 
-    pooled_embs: non-empty list of 2-D float16/32/64 arrays, one dtype, one ``B``.
-    permutes: int32/int64 ``[P, 6]``: for each row ``(i, j, a, c, n, next)``,
-    ``out[j][:, c:c+n] = pooled_embs[i][:, a:a+n]``. in_shapes/out_shapes: int32/int64
-    ``[n_in]``/``[n_out]`` equal to the input widths / ``out_lengths``. out_lengths:
-    ints ``>= 0``. Returns ``n_out`` arrays ``[B, out_lengths[j]]``; columns no row covers
-    are 0. Every row is validated (ranges, widths, no overlapping writes).
-
-    Examples
-    --------
-    >>> embs = [np.arange(6.0).reshape(2, 3), np.full((2, 1), 9.0)]  # keys a (2 columns), b | c
-    >>> args = embnum.kt_regroup_arguments(None, [['a', 'b'], ['c']], [[2, 1], [1]], [['c', 'a']])
-    >>> embnum.permute_multi_embedding(embs, *args)
-    [array([[9., 0., 1.],
-           [9., 3., 4.]])]
+    Full text: ``help(embnum.permute_multi_embedding)`` (declared in ``embnum.ops.keyed_tensor``).
     """
 
 def permute_multi_embedding_backward(grad_outputs: Any, permutes: Any, in_shapes: Any, out_shapes: Any, in_lengths: Any, *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:
     """Adjoint of :func:`permute_multi_embedding`: ``n_in`` arrays ``[B, in_lengths[i]]``.
 
-    Starting from zeros, for each row ``(i, j, a, c, n, next)`` in ascending row order,
-    ``grad[i][:, a:a+n] += grad_outputs[j][:, c:c+n]`` rounded to the dtype after every
-    addition (float16 included). Duplicated keys are summed in row order; columns no
-    row covers (unused keys) are 0. ``next`` is range-checked, never followed.
-    grad_outputs: non-empty list of ``[B, out_shapes[j]]`` float16/32/64 arrays;
-    in_lengths: ints, equal to ``in_shapes``.
-
-    Examples
-    --------
-    >>> keys, lengths, groups = [['a', 'b']], [[1, 1]], [['a'], ['a', 'b']]  # a is used twice
-    >>> permutes, in_shapes, out_shapes, out_lengths = embnum.kt_regroup_arguments(None, keys, lengths, groups)
-    >>> grads = [np.ones((1, 1)), np.full((1, 2), 2.0)]
-    >>> embnum.permute_multi_embedding_backward(grads, permutes, in_shapes, out_shapes, [2])  # a: 1 + 2
-    [array([[3., 2.]])]
+    Full text: ``help(embnum.permute_multi_embedding_backward)`` (declared in ``embnum.ops.keyed_tensor``).
     """
 
 def regroup_keyed_tensor(pooled_embs: Any, keys: Any, lengths: Any, groups: Any, *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:
     """``permute_multi_embedding(pooled_embs, *kt_regroup_arguments(pooled_embs[0], keys, lengths, groups))``.
 
-    pooled_embs: ``len(keys)`` 2-D float16/32/64 arrays, ``pooled_embs[i].shape[1] ==
-    sum(lengths[i])``. Returns one ``[B, width]`` array per group.
-
-    Examples
-    --------
-    >>> embs = [np.arange(6.0).reshape(2, 3), np.full((2, 1), 9.0)]
-    >>> embnum.regroup_keyed_tensor(embs, [['a', 'b'], ['c']], [[2, 1], [1]], [['c', 'a'], ['b']])
-    [array([[9., 0., 1.],
-           [9., 3., 4.]]), array([[2.],
-           [5.]])]
+    Full text: ``help(embnum.regroup_keyed_tensor)`` (declared in ``embnum.ops.keyed_tensor``).
     """
 
 def permute_2d_sparse_data(permute: Any, lengths: Any, values: Any, weights: Any = ..., permuted_lengths_sum: Any = ..., *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
     """Reorder, repeat or drop the keys of a fixed-batch KJT.
 
-    permute ``[T_out]`` int32/int64 in ``[0, T)``; lengths ``[T, B]`` int32/int64
-    ``>= 0``; values ``[N]`` (int32/int64/float16/32/64), ``N = lengths.sum()``;
-    weights ``None`` or ``[N]`` float16/32/64. Returns ``(lengths[permute]
-    [T_out, B], values of keys permute[0], permute[1], ... [M], weights likewise
-    or None)``. ``permuted_lengths_sum`` (optional) must equal ``M``.
-
-    Examples
-    --------
-    >>> lengths = np.array([[1, 2], [0, 1]])  # 2 keys, batch of 2
-    >>> embnum.permute_2d_sparse_data(np.array([1, 0, 1]), lengths, np.array([10, 11, 12, 20]))
-    (array([[0, 1],
-           [1, 2],
-           [0, 1]]), array([20, 10, 11, 12, 20]), None)
+    Full text: ``help(embnum.permute_2d_sparse_data)`` (declared in ``embnum.ops.kjt``).
     """
 
 def permute_1d_sparse_data(permute: Any, lengths: Any, values: Any, weights: Any = ..., permuted_lengths_sum: Any = ..., *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
     """The gather of :func:`permute_2d_sparse_data` on a flat list of ``S`` segments.
 
-    permute ``[S_out]`` in ``[0, S)``; lengths ``[S]``; values/weights ``[N]``.
-    Returns ``(lengths[permute] [S_out], segments permute[0], ... [M], weights or None)``.
-
-    Examples
-    --------
-    >>> lengths, values = np.array([1, 2, 1]), np.array([10, 11, 12, 13])
-    >>> weights = np.array([0.5, 1.0, 1.5, 2.0], dtype=np.float32)
-    >>> embnum.permute_1d_sparse_data(np.array([2, 0]), lengths, values, weights)
-    (array([1, 1]), array([13, 10]), array([2. , 0.5], dtype=float32))
+    Full text: ``help(embnum.permute_1d_sparse_data)`` (declared in ``embnum.ops.kjt``).
     """
 
 def block_bucketize_sparse_features(lengths: Any, indices: Any, bucketize_pos: Any, sequence: Any, block_sizes: Any, my_size: Any, weights: Any = ..., batch_size_per_feature: Any = ..., max_B: Any = ..., block_bucketize_pos: Any = ..., keep_orig_idx: Any = ..., total_num_blocks: Any = ..., keep_orig_idx_per_feature: Any = ..., *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
     """Split every bag into ``my_size`` buckets (row-wise sharding) and rewrite ids locally.
 
-    lengths ``[N_bags]`` int32/int64 ``>= 0``; indices ``[N]`` int32/int64 (read as
-    unsigned: negative ids go modulo); block_sizes ``[T]`` ``>= 0``; my_size ``>= 1``.
-    Returns ``(new_lengths [my_size * N_bags] (lengths dtype, bucket-major),
-    new_indices [N], new_weights [N] or None, new_pos [N] or None,
-    unbucketize_permute [N] or None)``, ids/pos/permute in the indices dtype.
-    Inside each (bucket, bag) group ids keep their input order on every backend.
-    ``max_B`` is accepted and ignored. See ``docs/families/kjt.md`` (row-wise bucketization).
-
-    Examples
-    --------
-    >>> lengths, ids = np.array([2, 1]), np.array([3, 12, 7])  # one key, two bags
-    >>> block_sizes, my_size = np.array([5]), 2
-    >>> bucketize_pos = sequence = False
-    >>> out = embnum.block_bucketize_sparse_features(lengths, ids, bucketize_pos, sequence, block_sizes, my_size)
-    >>> new_lengths, new_ids = out[0], out[1]
-    >>> new_lengths.reshape(2, -1)  # rows: ranks
-    array([[2, 0],
-           [0, 1]])
-    >>> new_ids
-    array([3, 6, 2])
+    Full text: ``help(embnum.block_bucketize_sparse_features)`` (declared in ``embnum.ops.kjt``).
     """
 
 def keyed_jagged_index_select_dim1(values: Any, lengths: Any, offsets: Any, indices: Any, batch_size: Any, weights: Any = ..., selected_lengths_sum: Any = ..., *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:
     """Select batch rows ``indices`` from every key of a fixed-batch KJT.
 
-    values ``[N]``; lengths ``[T * batch_size]``; offsets ``[T * batch_size + 1]``,
-    the complete cumsum of lengths; indices ``[n]`` in ``[0, batch_size)``.
-    Returns the list ``[values_out [M], lengths_out [T * n]]`` plus
-    ``weights_out [M]`` when weights are given (output bag ``t*n + j`` is input
-    bag ``t*batch_size + indices[j]``).
-
-    Examples
-    --------
-    >>> lengths = np.array([1, 2, 0, 1])  # 2 keys, batch of 2
-    >>> values = np.array([10, 11, 12, 20])
-    >>> embnum.keyed_jagged_index_select_dim1(values, lengths, embnum.complete_cumsum(lengths), np.array([1, 1, 0]), 2)
-    [array([11, 12, 11, 12, 10, 20, 20]), array([2, 2, 1, 1, 1, 0])]
+    Full text: ``help(embnum.keyed_jagged_index_select_dim1)`` (declared in ``embnum.ops.kjt``).
     """
 
 def expand_into_jagged_permute(permute: Any, input_offset: Any, output_offset: Any, output_size: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Turn a permute of ``T`` segments into a permute of their elements.
 
-    permute ``[T]`` in ``[0, T)``; input_offset/output_offset ``[T + 1]``
-    complete cumsums of the segment sizes (output segment ``t`` has the size of
-    input segment ``permute[t]``); output_size ``== output_offset[-1]``. Returns
-    ``[output_size]`` in the dtype of ``input_offset``:
-    ``out[output_offset[t] + i] = input_offset[permute[t]] + i``.
-
-    Examples
-    --------
-    >>> embnum.expand_into_jagged_permute(np.array([1, 0]), np.array([0, 2, 5]), np.array([0, 3, 5]), 5)
-    array([2, 3, 4, 0, 1])
+    Full text: ``help(embnum.expand_into_jagged_permute)`` (declared in ``embnum.ops.kjt``).
     """
 
 def invert_permute(permute: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """``result[permute[i]] = i``: permute ``[n]`` int32/int64, a permutation of ``0..n-1``;
     result ``[n]``, same dtype.
 
-    Examples
-    --------
-    >>> embnum.invert_permute(np.array([2, 0, 1]))
-    array([1, 2, 0])
+    Full text: ``help(embnum.invert_permute)`` (declared in ``embnum.ops.kjt``).
     """
 
 def jagged_unique_indices(hash_size_cumsum: Any, hash_size_offsets: Any, offsets: Any, indices: Any, *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
     """De-duplicate the ids of a KJT per embedding table.
 
-    hash_size_cumsum ``[T + 1]``; hash_size_offsets ``[T + 1]`` (feature ranges of the
-    tables); offsets ``[T * B + 1]`` complete cumsum of bag lengths; indices ``[N]``
-    ``>= 0``. Returns ``(output_lengths [T*B], output_offsets [T*B + 1]`` (offsets
-    dtype), ``unique_indices [K]`` (indices dtype), ``reverse_index [N]`` int64).
-
-    Examples
-    --------
-    >>> hash_size_cumsum, hash_size_offsets = np.array([0, 10, 20]), np.array([0, 1, 2])  # 2 tables of 10 rows
-    >>> offsets = np.array([0, 3, 4])  # one bag per feature
-    >>> embnum.jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, np.array([4, 1, 4, 4]))
-    (array([2, 1]), array([0, 2, 3]), array([1, 4, 4]), array([1, 0, 1, 2]))
+    Full text: ``help(embnum.jagged_unique_indices)`` (declared in ``embnum.ops.kjt``).
     """
 
 def float_to_fused_8bit_rowwise(input: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Quantize each row (last axis) to 8-bit codes with a float32 scale and bias.
 
-    input: float32 or float16 ``[..., D]``, ``ndim >= 2``, ``D >= 1``, any strides.
-    Output: uint8 ``[..., D + 8]``: D codes, then scale and bias as
-    little-endian float32. Rows holding inf/NaN (unspecified): every
-    backend gives the same bytes; a NaN scale or bias is stored as
-    ``0x7FC00000`` and a NaN code product gives code 0. ``min``/``max`` are the
-    first minimal/maximal element of the row (so the sign of a zero bias is fbgemm's).
-
-    Examples
-    --------
-    >>> q = embnum.float_to_fused_8bit_rowwise(np.array([[0.0, 1.0, 2.0, 3.5]], dtype=np.float32))
-    >>> q[:, :4], q[:, 4:].view(np.float32)  # codes, then scale and bias
-    (array([[  0,  73, 146, 255]], dtype=uint8), array([[0.01372549, 0.        ]], dtype=float32))
+    Full text: ``help(embnum.float_to_fused_8bit_rowwise)`` (declared in ``embnum.ops.quant``).
     """
 
 def fused_8bit_rowwise_to_float(input: Any, *, output_dtype: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Dequantize fused 8-bit rows: ``out[c] = fl32(q[c] * scale + bias)`` (float64 arithmetic).
 
-    input: uint8 ``[..., C]``, ``ndim >= 2``, ``C >= 8``. Output ``[..., C - 8]`` in
-    ``output_dtype`` (``"float32"`` or ``"float16"``: the float32 result rounded
-    to nearest-even).
-
-    Examples
-    --------
-    >>> q = embnum.float_to_fused_8bit_rowwise(np.array([[0.0, 1.0, 2.0, 3.5]], dtype=np.float32))
-    >>> embnum.fused_8bit_rowwise_to_float(q)
-    array([[0.       , 1.0019608, 2.0039215, 3.5      ]], dtype=float32)
+    Full text: ``help(embnum.fused_8bit_rowwise_to_float)`` (declared in ``embnum.ops.quant``).
     """
 
 def float_to_fused_nbit_rowwise(input: Any, bit_rate: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Quantize each row to ``bit_rate``-bit codes (2, 4 or 8) with a float16 scale and bias.
 
-    input: float32 or float16 ``[R, D]``, ``D`` a positive multiple of
-    ``2 * (8 // bit_rate)``. Output: uint8 ``[R, D // k + 4]`` with
-    ``k = 8 // bit_rate`` codes per byte (the first element in the lowest bits),
-    then scale and bias as little-endian float16.
-
-    Examples
-    --------
-    >>> embnum.float_to_fused_nbit_rowwise(np.array([[0, 1, 2, 3.5, -0.5, 0.25, 7, 1]], dtype=np.float32), 4)
-    array([[ 49, 133,  32,  63,   0,  56,   0, 184]], dtype=uint8)
+    Full text: ``help(embnum.float_to_fused_nbit_rowwise)`` (declared in ``embnum.ops.quant``).
     """
 
 def fused_nbit_rowwise_to_float(input: Any, bit_rate: Any, *, output_dtype: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Dequantize fused N-bit rows: ``out[c] = fl32(float64(scale) * q[c] + float64(bias))``.
 
-    input: uint8 ``[R, C]``, ``C >= 4``; bit_rate 2, 4 or 8. Output
-    ``[R, (C - 4) * (8 // bit_rate)]`` in ``output_dtype`` (``"float32"``/``"float16"``).
-
-    Examples
-    --------
-    >>> q = embnum.float_to_fused_nbit_rowwise(np.array([[0, 1, 2, 3.5, -0.5, 0.25, 7, 1]], dtype=np.float32), 4)
-    >>> embnum.fused_nbit_rowwise_to_float(q, 4)
-    array([[ 0. ,  1. ,  2. ,  3.5, -0.5,  0.5,  7. ,  1. ]], dtype=float32)
+    Full text: ``help(embnum.fused_nbit_rowwise_to_float)`` (declared in ``embnum.ops.quant``).
     """
 
 def float_to_bfloat16(input: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """float32 (any shape) -> bfloat16 bit patterns (uint16, same shape).
 
-    ``(u + 0x8000) >> 16``: nearest, ties away from zero (fbgemm's rounding);
-    NaN stays NaN: ``(u >> 16) | 0x0040``.
-
-    Examples
-    --------
-    >>> [hex(b) for b in embnum.float_to_bfloat16(np.array([1.0, 1.00390625, -2.5e-3], dtype=np.float32))]
-    ['0x3f80', '0x3f81', '0xbb24']
+    Full text: ``help(embnum.float_to_bfloat16)`` (declared in ``embnum.ops.quant``).
     """
 
 def bfloat16_to_float(input: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """bfloat16 bit patterns (uint16, or an ``ml_dtypes.bfloat16`` array) -> float32, exact.
 
-    Examples
-    --------
-    >>> embnum.bfloat16_to_float(np.array([0x3F80, 0x3F81, 0xBB24], dtype=np.uint16))
-    array([ 1.        ,  1.0078125 , -0.00250244], dtype=float32)
+    Full text: ``help(embnum.bfloat16_to_float)`` (declared in ``embnum.ops.quant``).
     """
 
 def float_to_fp16(input: Any, *, saturate: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """float32 (any shape) -> float16, nearest-even.
 
-    ``saturate=True`` (TorchRec's FP16 codec): clamp to ``[-65504, 65504]`` first,
-    so inf becomes the largest finite value; NaN stays NaN. ``saturate=False``:
-    plain IEEE conversion (overflow gives inf).
-
-    Examples
-    --------
-    >>> embnum.float_to_fp16(np.array([1.0, 1e-8, 1e6], dtype=np.float32))
-    array([1.00e+00, 0.00e+00, 6.55e+04], dtype=float16)
-    >>> embnum.float_to_fp16(np.array([1e6], dtype=np.float32), saturate=False)
-    array([inf], dtype=float16)
+    Full text: ``help(embnum.float_to_fp16)`` (declared in ``embnum.ops.quant``).
     """
 
 def fp16_to_float(input: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """float16 (any shape) -> float32, exact.
 
-    Examples
-    --------
-    >>> embnum.fp16_to_float(np.array([1.0, 65504.0], dtype=np.float16))
-    array([1.0000e+00, 6.5504e+04], dtype=float32)
+    Full text: ``help(embnum.fp16_to_float)`` (declared in ``embnum.ops.quant``).
     """
 
 def float_to_hfp8(input: Any, ebits: Any, exponent_bias: Any, max_pos: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
@@ -497,141 +222,49 @@ def float_to_hfp8(input: Any, ebits: Any, exponent_bias: Any, max_pos: Any, *, o
     exponent bits, ``7 - ebits`` mantissa bits, nearest-even; magnitudes (and
     NaN) saturate to ``max_pos``.
 
-    ``max_pos``: finite, ``> 0`` and at most the format's largest value.
-
-    Examples
-    --------
-    >>> embnum.float_to_hfp8(np.array([0, 1, -1, 0.3, 100, 1000], dtype=np.float32), 4, 7, 480.0)
-    array([  0,  56, 184,  42, 108, 127], dtype=uint8)
+    Full text: ``help(embnum.float_to_hfp8)`` (declared in ``embnum.ops.quant``).
     """
 
 def hfp8_to_float(input: Any, ebits: Any, exponent_bias: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """HFP8 codes (uint8, any shape) -> float32, exact.
 
-    Examples
-    --------
-    >>> embnum.hfp8_to_float(np.array([0, 56, 184, 42, 108, 127], dtype=np.uint8), 4, 7)
-    array([ 0.000e+00,  1.000e+00, -1.000e+00,  3.125e-01,  9.600e+01,
-            4.800e+02], dtype=float32)
+    Full text: ``help(embnum.hfp8_to_float)`` (declared in ``embnum.ops.quant``).
     """
 
 def tbe_forward(weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, output_dtype: Any = ..., bounds_check_mode: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Look up and pool ``T`` features at once from the flat ``weights`` buffer.
 
-    weights: float32/float16 ``[W]``; weights_offsets ``[T]``, D_offsets ``[T+1]``,
-    hash_size_cumsum ``[T+1]``: the layout (see :func:`embnum.tbe_layout`);
-    indices ``[N]`` and offsets ``[T*B+1]`` int32/int64 (bag ``(t, b)`` is
-    ``indices[offsets[t*B+b]:offsets[t*B+b+1]]``); per_sample_weights float32 ``[N]``
-    (``"sum"`` only). Output ``[B, total_D]`` (``"sum"``/``"mean"``, an empty bag gives
-    0) or ``[N, D]`` (``"none"``; positions outside every bag give 0), in
-    ``output_dtype`` (float32 or float16), accumulated in float32.
-
-    Examples
-    --------
-    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
-    >>> weights = np.arange(lay.num_weights, dtype=np.float32)
-    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])  # 2 features x batch of 2
-    >>> embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, 'sum')
-    array([[ 4.,  6.,  9., 10., 11.],
-           [ 0.,  0.,  9., 10., 11.]], dtype=float32)
+    Full text: ``help(embnum.tbe_forward)`` (declared in ``embnum.ops.tbe``).
     """
 
 def tbe_backward(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Dense gradient of ``sum(grad_output * tbe_forward(...))`` with respect to ``weights``.
 
-    grad_output: float32/float16 ``[B, total_D]`` (pooled) or ``[N, D]`` (``"none"``).
-    Output float32 ``[W]``, zero outside looked-up rows; every contribution to a
-    physical row is summed (duplicates, bags, features sharing the table).
-
-    Examples
-    --------
-    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
-    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
-    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
-    >>> embnum.tbe_backward(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
-    array([1., 1., 0., 0., 1., 1., 0., 0., 0., 2., 2., 2.], dtype=float32)
+    Full text: ``help(embnum.tbe_backward)`` (declared in ``embnum.ops.tbe``).
     """
 
 def tbe_backward_sparse(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., backend: str | None = None) -> Any:
     """Row-wise gradient of the touched rows: ``TBESparseGrad(linear_ids int64 [U] strictly
     increasing, values float32 [value_offsets[U]], value_offsets int64 [U+1])``.
 
-    ``linear_ids[u] = hash_size_cumsum[t] + row``; row ``u``'s summed gradient is
-    ``values[value_offsets[u]:value_offsets[u+1]]``. Deterministic (fixed summation order).
-
-    Examples
-    --------
-    >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
-    >>> weights = np.zeros(lay.num_weights, dtype=np.float32)
-    >>> indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
-    >>> g = embnum.tbe_backward_sparse(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
-    >>> g.linear_ids, g.value_offsets
-    (array([0, 2, 4]), array([0, 2, 4, 7]))
-    >>> g.values
-    array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
+    Full text: ``help(embnum.tbe_backward_sparse)`` (declared in ``embnum.ops.tbe``).
     """
 
 def tbe_grad_per_sample_weights(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, *, bounds_check_mode: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Gradient of the ``"sum"``-pooled forward w.r.t. ``per_sample_weights``: float32 ``[N]``,
     ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag.
 
-    Examples
-    --------
-    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
-    >>> weights = np.arange(6, dtype=np.float32)
-    >>> indices, offsets = np.array([0, 2, 1]), np.array([0, 2, 3])
-    >>> embnum.tbe_grad_per_sample_weights(np.ones((2, 2), np.float32), weights, *lay.arrays(), indices, offsets)
-    array([1., 9., 5.], dtype=float32)
+    Full text: ``help(embnum.tbe_grad_per_sample_weights)`` (declared in ``embnum.ops.tbe``).
     """
 
 def tbe_backward_update(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, optimizer: Any, momentum1: Any = ..., momentum2: Any = ..., step: Any = ..., bounds_check_mode: Any = ..., backend: str | None = None) -> None:
     """Fused backward + optimizer step: update ``weights`` (and the state) in place; returns None.
 
-    optimizer: a :class:`embnum.TBEOptimizer`. State (float32, ``optimizer.state_layout``):
-    ``"adagrad"`` momentum1 ``[W]``; ``"rowwise_adagrad"`` momentum1 ``[hash_size_cumsum[T]]``
-    (one per physical row, at its linear id); ``"adam"``, ``"lamb"`` momentum1 and momentum2
-    ``[W]``; ``"partial_rowwise_adam"``, ``"partial_rowwise_lamb"`` momentum1 ``[W]`` and
-    momentum2 ``[hash_size_cumsum[T]]``; ``"lars_sgd"`` momentum1 ``[W]``. The Adam and LAMB
-    kinds take ``step`` (int >= 1, this step's 1-based number). Each touched row is
-    updated once from its summed gradient; untouched rows are not read or written.
-    Everything is validated before anything is written.
-
-    Examples
-    --------
-    >>> lay = embnum.tbe_layout(rows=[3], dims=[2])
-    >>> weights = np.ones(lay.num_weights, dtype=np.float32)
-    >>> indices, offsets = np.array([0, 2, 2]), np.array([0, 2, 3])
-    >>> grad, sgd = np.ones((2, 2), np.float32), embnum.TBEOptimizer('sgd', 0.5)
-    >>> embnum.tbe_backward_update(grad, weights, *lay.arrays(), indices, offsets, optimizer=sgd)
-    >>> weights  # rows 0 and 2 stepped by 0.5 per lookup
-    array([0.5, 0.5, 1. , 1. , 0. , 0. ], dtype=float32)
+    Full text: ``help(embnum.tbe_backward_update)`` (declared in ``embnum.ops.tbe``).
     """
 
 def tbe_forward_quantized(weights: Any, weights_offsets: Any, weights_tys: Any, D_offsets: Any, rows_per_table: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, row_alignment: Any = ..., output_dtype: Any = ..., bounds_check_mode: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Pooled lookup of quantized rows (fbgemm's inference TBE on CPU).
 
-    weights: uint8 ``[W]``; weights_offsets: int ``[T]`` byte offsets; weights_tys:
-    ``T`` type names or fbgemm codes (``"fp32"`` 0, ``"fp16"`` 1, ``"int8"`` 2,
-    ``"int4"`` 3, ``"int2"`` 4); D_offsets: int ``[T+1]``; rows_per_table: int
-    ``[T]`` (each ``>= 1``); indices int ``[N]``; offsets int ``[T*B+1]``
-    (feature-major bags). pooling_mode ``"sum"``/``"mean"``/``"none"`` (or 0/1/2);
-    per_sample_weights float32 ``[N]`` or None (``"mean"`` with weights divides
-    the weighted sum by the bag length). Output float32 (or float16:
-    ``output_dtype="float16"``) ``[B, D_offsets[T]]``, or ``[N, D]`` for ``"none"``
-    (one ``D`` for all features; indices outside every bag give zero rows).
-    ``-1`` is a pruned row in every bounds mode: it adds nothing but counts in
-    the ``"mean"`` divisor. Other bad indices/offsets: section 4 (``"fatal"``
-    and ``"none"`` raise, ``"warning"``/``"ignore"`` repair a private copy).
-    Accumulation in float32 (fast paths) or float64 (oracle).
-
-    Examples
-    --------
-    >>> table = np.array([[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]], dtype=np.float32)
-    >>> weights, weights_offsets = embnum.tbe_pack_quantized([table], ['fp16'])
-    >>> D_offsets, rows_per_table = np.array([0, 4]), np.array([2])
-    >>> indices, offsets = np.array([0, 1, -1]), np.array([0, 2, 3])  # -1: a pruned row
-    >>> tys = ['fp16']
-    >>> embnum.tbe_forward_quantized(weights, weights_offsets, tys, D_offsets, rows_per_table, indices, offsets, 'mean')
-    array([[2., 3., 4., 5.],
-           [0., 0., 0., 0.]], dtype=float32)
+    Full text: ``help(embnum.tbe_forward_quantized)`` (declared in ``embnum.ops.tbe_quantized``).
     """

@@ -64,3 +64,19 @@ def slab_of_segment(offs, starts, lens, seg):
         stride *= lens[k]
         s = a - lo
     return s * stride + slab
+
+
+def segment_of(offs, lo, hi, e):
+    """The last ``p`` in ``[lo, hi]`` with ``offs[p] <= e`` (``offs`` non-decreasing and
+    ``offs[lo] <= e``): the segment that holds element ``e`` when ``offs`` are segment
+    starts, empty segments skipped. A binary search, so a thread can find its segment
+    from its element alone (grids over elements, not over segments)."""
+    a = np.int64(lo)
+    b = np.int64(hi)
+    while a < b:
+        mid = (a + b + 1) // 2
+        if offs[mid] <= e:
+            a = mid
+        else:
+            b = mid - 1
+    return a

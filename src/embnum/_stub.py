@@ -3,8 +3,10 @@
 The ops are generated at import time from their declarations (``embnum._registry``),
 which static tools cannot run; the stub writes each one out as a plain ``def`` with
 its parameters, ``out=`` when it takes one, ``backend=``, its result type (from the
-declared ``returns=``) and its docstring. It is committed, and a test regenerates
-it and compares, so it always matches the registry.
+declared ``returns=``) and the docstring's summary (its first paragraph) with a pointer to the
+full text. The full docstring is written once, in the declaration, and the runtime function
+carries it (``help(embnum.<op>)``, the docs), so the stub does not repeat it. The stub is
+committed, and a test regenerates it and compares, so it always matches the registry.
 
     python -m embnum._stub          # rewrite src/embnum/__init__.pyi
     python -m embnum._stub --check  # exit 1 when the committed stub is stale
@@ -64,10 +66,15 @@ def _param(p: inspect.Parameter) -> str:
     return f"{p.name}: Any" + (" = ..." if p.default is not inspect.Parameter.empty else "")
 
 
-def _doc(doc: str | None) -> str:
-    text = inspect.cleandoc(doc or "").replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    body = "\n".join(("    " + line).rstrip() for line in text.splitlines())
-    return f'    """{body.strip()}\n    """' if "\n" in text else f'    """{text}"""'
+def _doc(op) -> str:
+    """The docstring's summary (first paragraph) and where the full text is."""
+    summary = inspect.cleandoc(op.declaration.__doc__ or "").split("\n\n")[0]
+    summary = summary.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    lines = summary.splitlines() + [
+        "",
+        f"Full text: ``help(embnum.{op.name})`` (declared in ``{op.declaration.__module__}``).",
+    ]
+    return '    """' + "\n".join(("    " + line).rstrip() if i else line for i, line in enumerate(lines)) + '\n    """'
 
 
 def _function(op) -> str:
@@ -78,7 +85,7 @@ def _function(op) -> str:
         keyword.append(f"out: {_OUT[op.returns]} = None")
     keyword.append("backend: str | None = None")
     args = ", ".join(positional + ["*"] + keyword)
-    return f"def {op.name}({args}) -> {_RESULT[op.returns]}:\n{_doc(op.declaration.__doc__)}\n"
+    return f"def {op.name}({args}) -> {_RESULT[op.returns]}:\n{_doc(op)}\n"
 
 
 def render() -> str:

@@ -315,6 +315,45 @@ class OptimizerArgs(NamedTuple):
     bc2: np.float32
 
 
+class LookupArgs(NamedTuple):
+    """The lookup arguments every backend's TBE entry point receives from the declaration
+    (by keyword; the entry points take them as ``**lookup`` and build this record once).
+
+    weights_offsets ``[T]``, D_offsets ``[T+1]``, hash_size_cumsum ``[T+1]``, rows ``[T]``:
+    int64 layout; indices ``[N]``, offsets ``[T*B+1]``: int32 or int64 (checked, every index
+    readable); B: bags per feature; pooling: ``SUM``/``MEAN``/``NONE``; per_sample_weights:
+    float32 ``[N]`` or None."""
+
+    weights_offsets: object
+    D_offsets: object
+    hash_size_cumsum: object
+    rows: object
+    indices: object
+    offsets: object
+    B: int
+    pooling: int
+    per_sample_weights: object
+
+    @property
+    def has_psw(self) -> bool:
+        return self.per_sample_weights is not None
+
+
+def uses_row_rule(optimizer) -> bool:
+    """Whether ``tbe_backward_update`` applies :mod:`embnum._tbe_rows`' shared rule to the
+    row-wise gradient instead of a backend's fused kernel: the kinds from ``LAMB`` on, and
+    any ``max_norm``."""
+    return KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None
+
+
+def clipped_gradient(xp, grad_output, max_gradient):
+    """``grad_output`` clipped elementwise to ``[-max_gradient, max_gradient]`` as float32
+    (``xp``: NumPy or CuPy); unchanged when ``max_gradient`` is None."""
+    if max_gradient is None:
+        return grad_output
+    return xp.clip(grad_output.astype(np.float32), -max_gradient, max_gradient)
+
+
 class TBESparseGrad(NamedTuple):
     """Row-wise gradient of ``tbe_backward_sparse``: ``linear_ids`` int64 ``[U]`` strictly
     increasing, ``values`` float32 ``[value_offsets[U]]``, ``value_offsets`` int64 ``[U+1]``."""

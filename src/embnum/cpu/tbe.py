@@ -32,13 +32,14 @@ from .._tbe import (
     ADAM,
     DECAY_DECOUPLED,
     DECAY_L2,
-    KIND_CODES,
-    LAMB,
     MEAN,
     NONE,
     ROWWISE_ADAGRAD,
     SGD,
+    LookupArgs,
     TBESparseGrad,
+    clipped_gradient,
+    uses_row_rule,
 )
 from . import _common
 from ._common import float32_result, half_table, round_once
@@ -229,30 +230,23 @@ def _forward_none(w, lut, woff, doff, indices, offsets, B, out):
 
 
 @_one_thread_when_small
-def tbe_forward(
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    output_dtype,
-    out,
-):
-    idx, offs = _checked(indices, offsets)
+def tbe_forward(weights, output_dtype, out, **lookup):
+    a = LookupArgs(**lookup)
+    idx, offs = _checked(a.indices, a.offsets)
     w, lut = _weights(weights)
     target = float32_result(out)
-    if pooling == NONE:
-        _forward_none(w, lut, weights_offsets, D_offsets, idx, offs, B, target)
+    if a.pooling == NONE:
+        _forward_none(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, target)
     else:
-        has_psw = per_sample_weights is not None
-        psw = np.ascontiguousarray(per_sample_weights) if has_psw else _NO_F32
-        _forward_pooled(w, lut, weights_offsets, D_offsets, idx, offs, B, pooling == MEAN, psw, has_psw, target)
+        psw = _psw(a)
+        _forward_pooled(
+            w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, a.pooling == MEAN, psw, a.has_psw, target
+        )
     round_once(target, out)
+
+
+def _psw(a):
+    return np.ascontiguousarray(a.per_sample_weights) if a.has_psw else _NO_F32
 
 
 # -- backward: counting sort per table, one pass over touched rows ---------------
@@ -585,35 +579,21 @@ def _update_row(g, D, base, lid, w, lut, m1, m2, opt, in_place, new, pos, vo, pa
 
 
 # -- entry points --------------------------------------------------------------------
-def _prepare(
-    grad_output,
-    indices,
-    offsets,
-    B,
-    rows,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    pooling,
-    per_sample_weights,
-    max_gradient=None,
-) -> Lookups:
-    idx, offs = _checked(indices, offsets)
-    g = np.ascontiguousarray(grad_output, dtype=np.float32)
-    if max_gradient is not None:
-        g = np.clip(g, -max_gradient, max_gradient)
-    has_psw = per_sample_weights is not None
+def _prepare(grad_output, lookup: dict, max_gradient=None) -> Lookups:
+    a = LookupArgs(**lookup)
+    idx, offs = _checked(a.indices, a.offsets)
+    g = np.ascontiguousarray(clipped_gradient(np, grad_output, max_gradient), dtype=np.float32)
     return Lookups(
         indices=idx,
         offsets=offs,
         bag=_bag_of_position(offs, offs.shape[0] - 1, idx.shape[0]),
-        B=int(B),
-        doff=D_offsets,
-        pooling=int(pooling),
+        B=int(a.B),
+        doff=a.D_offsets,
+        pooling=int(a.pooling),
         grad=g.reshape(-1),
-        psw=np.ascontiguousarray(per_sample_weights) if has_psw else _NO_F32,
-        has_psw=has_psw,
-        tables=_tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offs, B),
+        psw=_psw(a),
+        has_psw=a.has_psw,
+        tables=_tables(a.hash_size_cumsum, a.weights_offsets, a.D_offsets, a.rows, offs, a.B),
     )
 
 
@@ -629,32 +609,8 @@ def _starts(lk):
 
 
 @_one_thread_when_small
-def tbe_backward(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    out,
-):
-    lk = _prepare(
-        grad_output,
-        indices,
-        offsets,
-        B,
-        rows,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        pooling,
-        per_sample_weights,
-    )
+def tbe_backward(grad_output, weights, out, **lookup):
+    lk = _prepare(grad_output, lookup)
     _zero(out)
     _dense_grad(lk, out)
 
@@ -666,31 +622,8 @@ def _zero(a):
 
 
 @_one_thread_when_small
-def tbe_backward_sparse(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-):
-    lk = _prepare(
-        grad_output,
-        indices,
-        offsets,
-        B,
-        rows,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        pooling,
-        per_sample_weights,
-    )
+def tbe_backward_sparse(grad_output, weights, **lookup):
+    lk = _prepare(grad_output, lookup)
     row_start, value_start = _starts(lk)
     lids = np.empty(int(row_start[-1]), dtype=np.int64)
     values = np.empty(int(value_start[-1]), dtype=np.float32)
@@ -719,68 +652,19 @@ def _grad_psw(w, lut, woff, doff, indices, offsets, B, g, out):
 
 
 @_one_thread_when_small
-def tbe_grad_per_sample_weights(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    out,
-):
-    idx, offs = _checked(indices, offsets)
+def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
+    a = LookupArgs(**lookup)
+    idx, offs = _checked(a.indices, a.offsets)
     w, lut = _weights(weights)
-    _grad_psw(
-        w, lut, weights_offsets, D_offsets, idx, offs, B, np.ascontiguousarray(grad_output, dtype=np.float32), out
-    )
+    g = np.ascontiguousarray(grad_output, dtype=np.float32)
+    _grad_psw(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, g, out)
 
 
 @_one_thread_when_small
-def tbe_backward_update(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    optimizer,
-    momentum1,
-    momentum2,
-    step,
-):
-    if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
-        return _update_rows(
-            grad_output,
-            weights,
-            (weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B, pooling, per_sample_weights),
-            optimizer,
-            momentum1,
-            momentum2,
-            step,
-        )
-    lk = _prepare(
-        grad_output,
-        indices,
-        offsets,
-        B,
-        rows,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        pooling,
-        per_sample_weights,
-        optimizer.float32()["max_gradient"],
-    )
+def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
+    if uses_row_rule(optimizer):
+        return _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, step)
+    lk = _prepare(grad_output, lookup, optimizer.float32()["max_gradient"])
     opt = optimizer.kernel_args(step)
     m1 = _NO_F32 if momentum1 is None else momentum1
     m2 = _NO_F32 if momentum2 is None else momentum2
@@ -814,9 +698,8 @@ def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, 
     row-wise Adam/LAMB, LARS-SGD) and for ``max_norm``: the summed gradient of the touched
     rows (``tbe_backward_sparse``), then :func:`embnum._tbe_rows.update_rows`: the shared
     rule on the rows in parallel, in place on float32 weights."""
-    g = np.ascontiguousarray(grad_output, dtype=np.float32)
-    hp = optimizer.float32()
-    if hp["max_gradient"] is not None:
-        g = np.clip(g, -hp["max_gradient"], hp["max_gradient"])
-    sparse = tbe_backward_sparse(g, weights, *lookup)
-    _tbe_rows.update_rows(np, _apply_rows, weights, lookup[:3], sparse, optimizer, momentum1, momentum2, step)
+    g = clipped_gradient(np, grad_output, optimizer.float32()["max_gradient"])
+    sparse = tbe_backward_sparse(g, weights, **lookup)
+    a = LookupArgs(**lookup)
+    layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)
+    _tbe_rows.update_rows(np, _apply_rows, weights, layout, sparse, optimizer, momentum1, momentum2, step)

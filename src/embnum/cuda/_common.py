@@ -68,6 +68,34 @@ def pack_offsets(offsets):
 
 leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)
 slab_of_segment = cuda.jit(device=True)(_offsets_walk.slab_of_segment)
+segment_of = cuda.jit(device=True)(_offsets_walk.segment_of)
+
+
+# -- lane-group exchange ------------------------------------------------------------------
+FULL_MASK = 0xFFFFFFFF
+
+if SIMULATED:
+
+    @cuda.jit(device=True)
+    def shfl_xor(v, off):
+        """The value ``v`` of lane ``lane ^ off`` of this lane group. The simulator has no warp
+        shuffles, so there the exchange goes through shared memory (float64: exact for float32
+        values and for integers below 2**53); every thread of the block must call it, as on a
+        GPU every lane of the warp must call ``shfl_xor_sync``."""
+        buf = cuda.shared.array(TPB, np.float64)
+        tid = cuda.threadIdx.x
+        cuda.syncthreads()
+        buf[tid] = v
+        cuda.syncthreads()
+        return buf[tid ^ off]
+
+else:
+
+    @cuda.jit(device=True)
+    def shfl_xor(v, off):
+        """The value ``v`` of lane ``lane ^ off`` of this warp (``shfl.sync.bfly``); every lane of
+        the warp must call it."""
+        return cuda.shfl_xor_sync(FULL_MASK, v, off)
 
 
 # -- half precision (embnum._half, compiled as device functions) ----------------------
@@ -110,6 +138,14 @@ def inclusive_scan(a):
     """int64 inclusive scan of a 1-D device array: one library scan (CUB through CuPy on a GPU),
     wrapping on overflow as the int64 kernels do."""
     return xp().cumsum(a, dtype=np.int64)
+
+
+def stable_argsort(a):
+    """int64 positions that sort the 1-D device array ``a``, equal entries in input order
+    (one library sort: CuPy's is always stable)."""
+    m = xp()
+    order = m.argsort(a, kind="stable") if m is np else m.argsort(a)
+    return order.astype(np.int64, copy=False)
 
 
 # -- launches and constant tables ------------------------------------------------------------

@@ -3,6 +3,11 @@
 Same contract as ``embnum.cpu.jagged``: validated arguments plus ``out``,
 filled completely. All loops are grid-stride loops with 64-bit indices, and
 every reduction has a fixed shape, so results are the same on every run.
+Element-wise kernels (offsets_range, the segment-sum backward, jagged <-> dense)
+run a grid over output elements: a thread finds its segment by a binary search
+of the offsets (``embnum._offsets_walk``), so consecutive lanes write
+consecutive elements and no lane idles on a short segment. The segment sum is
+one block per run (a fixed tree reduction). Nothing here reads device data back.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ._common import (
     leaf_segment,
     pack_offsets,
     scalar_bits,
+    segment_of,
     slab_of_segment,
     xp,
 )
@@ -66,18 +72,16 @@ def inclusive_cumsum(lengths, out):
 
 # -- offsets_range ---------------------------------------------------------
 @cuda.jit(cache=True)
-def _offsets_range(offs, range_size, out):
-    n = offs.shape[0]
-    for k in range(cuda.blockIdx.x, n, cuda.gridDim.x):
-        start = offs[k]
-        end = offs[k + 1] if k + 1 < n else range_size
-        for j in range(start + cuda.threadIdx.x, end, cuda.blockDim.x):
-            out[j] = j - start
+def _offsets_range(offs, out):
+    """``out[j] = j - offs[k]`` for the last ``k`` with ``offs[k] <= j``: a grid over ``out``."""
+    last = offs.shape[0] - 1
+    for j in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[j] = j - offs[segment_of(offs, 0, last, j)]
 
 
 def offsets_range(offsets, range_size, out):
     if range_size:
-        launch(_offsets_range, blocks(offsets.shape[0]), TPB, int64s(offsets), range_size, out)
+        launch(_offsets_range, blocks(range_size, TPB), TPB, int64s(offsets), out)
 
 
 # -- segment sums ----------------------------------------------------------
@@ -127,42 +131,42 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
 
 @cuda.jit(cache=True)
 def _broadcast_runs(grad, bounds, out):
-    n = out.shape[0]
-    lo, hi = bounds[0], bounds[bounds.shape[0] - 1]
-    for j in range(cuda.grid(1), n, cuda.gridsize(1)):
+    """``out[j] = grad[i]`` for ``bounds[i] <= j < bounds[i+1]``, 0 outside every run: a grid over ``out``."""
+    last = bounds.shape[0] - 1
+    lo, hi = bounds[0], bounds[last]
+    for j in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
         if j < lo or j >= hi:
             out[j] = 0
-    for i in range(cuda.blockIdx.x, bounds.shape[0] - 1, cuda.gridDim.x):
-        g = grad[i]
-        for j in range(bounds[i] + cuda.threadIdx.x, bounds[i + 1], cuda.blockDim.x):
-            out[j] = g
+        else:
+            out[j] = grad[segment_of(bounds, 0, last - 1, j)]
 
 
 def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values, out):
     if num_values:
         bounds = int64s(csr_seg) * batch_size
-        n_work = max(num_values // TPB, int(csr_seg.shape[0]))
-        launch(_broadcast_runs, blocks(n_work), TPB, bits(grad_output), bounds, out.view(bits(grad_output).dtype))
+        launch(
+            _broadcast_runs, blocks(num_values, TPB), TPB, bits(grad_output), bounds, out.view(bits(grad_output).dtype)
+        )
 
 
 # -- jagged <-> dense --------------------------------------------------------
 @cuda.jit(cache=True)
 def _to_dense(values, offs, starts, lens, pad, out, M, D):
-    """values ``[N*D]``, out ``[n_slabs*M*D]``: one block per slab (grid-stride)."""
+    """values ``[N*D]``, out ``[n_slabs*M*D]``: a grid over ``out``; element ``e`` is column
+    ``e % D`` of row ``(e // D) % M`` of slab ``e // (M*D)``, which walks to its leaf segment."""
     J = lens.shape[0]
     leaf = starts[J - 1]
-    n_slabs = out.shape[0] // (M * D)
-    for slab in range(cuda.blockIdx.x, n_slabs, cuda.gridDim.x):
+    MD = M * D
+    for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        slab = e // MD
+        w = e - slab * MD
         seg = leaf_segment(offs, starts, lens, slab)
-        start = 0
-        n = 0
+        v = pad
         if seg >= 0:
             start = offs[leaf + seg]
-            n = min(offs[leaf + seg + 1] - start, M)
-        base = slab * M * D
-        for e in range(cuda.threadIdx.x, M * D, cuda.blockDim.x):
-            i = e // D
-            out[base + e] = values[start * D + e] if i < n else pad
+            if w // D < offs[leaf + seg + 1] - start:
+                v = values[start * D + w]
+        out[e] = v
 
 
 def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
@@ -174,30 +178,32 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
     flat, starts = pack_offsets(offsets)
     lens = xp().asarray(np.asarray(max_lengths, dtype=np.int64))
     pad = src.dtype.type(scalar_bits(padding_value, values.dtype))
-    n_slabs = out.size // (M * D)
-    launch(_to_dense, blocks(n_slabs), TPB, src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), M, D)
+    launch(_to_dense, blocks(out.size, TPB), TPB, src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), M, D)
 
 
 @cuda.jit(cache=True)
 def _to_jagged(dense, offs, starts, lens, out, M, D):
-    """dense ``[n_slabs*M*D]``, out ``[total_L*D]``: one block per leaf segment, plus
-    zeros on the rows before the first and after the last segment."""
+    """dense ``[n_slabs*M*D]``, out ``[total_L*D]``: a grid over ``out``; row ``e // D`` finds its
+    leaf segment (binary search), that segment its slab; 0 where no dense position reaches."""
     J = lens.shape[0]
     leaf = starts[J - 1]
     n_seg = starts[J] - 1 - leaf
-    lo = offs[leaf] * D
-    hi = offs[leaf + n_seg] * D
+    lo = offs[leaf]
+    hi = offs[leaf + n_seg]
     for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        if e < lo or e >= hi:
+        row = e // D
+        src = np.int64(-1)
+        if row >= lo and row < hi:
+            seg = segment_of(offs, leaf, leaf + n_seg - 1, row) - leaf
+            i = row - offs[leaf + seg]
+            if i < M:
+                slab = slab_of_segment(offs, starts, lens, seg)
+                if slab >= 0:
+                    src = (slab * M + i) * D + e - row * D
+        if src >= 0:
+            out[e] = dense[src]
+        else:
             out[e] = 0
-    for seg in range(cuda.blockIdx.x, n_seg, cuda.gridDim.x):
-        start = offs[leaf + seg]
-        end = offs[leaf + seg + 1]
-        slab = slab_of_segment(offs, starts, lens, seg)
-        n = min(end - start, M) if slab >= 0 else 0
-        for e in range(cuda.threadIdx.x, (end - start) * D, cuda.blockDim.x):
-            i = e // D
-            out[start * D + e] = dense[slab * M * D + e] if i < n else 0
 
 
 def dense_to_jagged(dense, offsets, total_L, out):
@@ -207,6 +213,4 @@ def dense_to_jagged(dense, offsets, total_L, out):
     src = bits(dense).reshape(-1)
     flat, starts = pack_offsets(offsets)
     lens = xp().asarray(np.asarray(dense.shape[1:-1], dtype=np.int64))
-    n_seg = int(offsets[-1].shape[0]) - 1
-    n_work = max(n_seg, total_L * D // TPB)
-    launch(_to_jagged, blocks(n_work), TPB, src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)
+    launch(_to_jagged, blocks(out.size, TPB), TPB, src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)

@@ -1,13 +1,17 @@
 """Numba-CUDA kernels of the KeyedJaggedTensor family.
 
-Same contract as ``embnum.cpu.kjt``. Segment gathers run one block per
-output segment (grid-stride), threads striding over its elements. Block
-bucketize is count -> scan -> scatter: one thread per bag counts its ids per
-bucket, a device scan turns the bucket-major counts into slots, and the same
-thread walks its bag again in input order, so the order inside every
-(bucket, bag) group is the input order and results are identical on every
-run (fbgemm's CUDA kernel gives up that order when ``sequence=False``).
-Index bounds were checked by the declaration, so no kernel reads out of range.
+Same contract as ``embnum.cpu.kjt``. Every grid is sized by the work (output
+elements), never by the number of keys or bags: output offsets come from one
+library scan, then each thread takes output elements in a grid-stride loop and
+finds its segment by a binary search of those offsets
+(``embnum._offsets_walk.segment_of``), so consecutive lanes write consecutive
+elements (coalesced) and read consecutive ones inside a segment, with no idle
+lanes on short segments. Block bucketize computes every id's (bucket, bag) key
+on a grid over ids, then one stable library sort by that key gives the
+bucket-major order with the input order kept inside every (bucket, bag) group,
+so results are identical on every run (fbgemm's CUDA kernel gives up that order
+when ``sequence=False``). Index bounds were checked by the declaration, so no
+kernel reads out of range. No op here reads device data back to the host.
 """
 
 from __future__ import annotations
@@ -16,7 +20,19 @@ import numpy as np
 from numba import cuda
 
 from .. import _bucketize
-from ._common import TPB, bits, blocks, contiguous, inclusive_scan, int64s, launch, to_host, xp
+from ._common import (
+    TPB,
+    bits,
+    blocks,
+    constant,
+    contiguous,
+    inclusive_scan,
+    int64s,
+    launch,
+    segment_of,
+    stable_argsort,
+    xp,
+)
 
 bucket_of = cuda.jit(device=True)(_bucketize.bucket_of)
 
@@ -33,16 +49,18 @@ def _complete(sizes):
 # -- segment gathers ---------------------------------------------------------------
 @cuda.jit(cache=True)
 def _gather(src, src_offs, seg, dst_offs, dst):
-    for j in range(cuda.blockIdx.x, seg.shape[0], cuda.gridDim.x):
-        base = src_offs[seg[j]]
-        lo = dst_offs[j]
-        for e in range(lo + cuda.threadIdx.x, dst_offs[j + 1], cuda.blockDim.x):
-            dst[e] = src[base + e - lo]
+    """Element ``e`` of output segment ``j`` (``dst_offs[j] <= e < dst_offs[j+1]``) is element
+    ``e - dst_offs[j]`` of source segment ``seg[j]``: a grid over output elements."""
+    last = seg.shape[0] - 1
+    for e in range(cuda.grid(1), dst.shape[0], cuda.gridsize(1)):
+        j = segment_of(dst_offs, 0, last, e)
+        dst[e] = src[src_offs[seg[j]] + e - dst_offs[j]]
 
 
 def _gather_segments(data, src_offs, seg, dst_offs, dst):
-    if dst.shape[0] and seg.shape[0]:
-        launch(_gather, blocks(seg.shape[0]), TPB, bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
+    n = dst.shape[0]
+    if n and seg.shape[0]:
+        launch(_gather, blocks(n, TPB), TPB, bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
 
 
 def _permute(permute, values, weights, sizes, out):
@@ -78,44 +96,21 @@ def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size
 
 # -- block bucketize -------------------------------------------------------------------
 @cuda.jit(cache=True)
-def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, counts):
-    n_bags = bag_key.shape[0]
-    m = np.int64(mu)
-    for k in range(cuda.grid(1), n_bags, cuda.gridsize(1)):
-        t = bag_key[k]
-        bs, G, lb, width, limit = kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
-        for p in range(m):
-            counts[p * n_bags + k] = 0
-        for i in range(offs[k], offs[k + 1]):
-            b, nw = bucket_of(np.uint64(uidx[i]), bs, G, lb, width, limit, t, mu, pos, has_pos, mask)
-            counts[b * n_bags + k] += 1
-
-
-@cuda.jit(cache=True)
-def _bucket_scatter(
-    offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, cursor, new_idx, want_pos, new_pos, want_dst, dst
-):
-    n_bags = bag_key.shape[0]
-    for k in range(cuda.grid(1), n_bags, cuda.gridsize(1)):
-        t = bag_key[k]
-        bs, G, lb, width, limit = kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
-        start = offs[k]
-        for i in range(start, offs[k + 1]):
-            u = np.uint64(uidx[i])
-            b, nw = bucket_of(u, bs, G, lb, width, limit, t, mu, pos, has_pos, mask)
-            slot = cursor[b * n_bags + k]
-            cursor[b * n_bags + k] = slot + 1
-            new_idx[slot] = u if keep[t] else nw
-            if want_pos:
-                new_pos[slot] = i - start
-            if want_dst:
-                dst[i] = slot
-
-
-@cuda.jit(cache=True)
-def _scatter_to(src, dst_index, dst):
-    for i in range(cuda.grid(1), src.shape[0], cuda.gridsize(1)):
-        dst[dst_index[i]] = src[i]
+def _bucket_keys(offs, uidx, key_offs, kc, mu, pos, has_pos, mask, keep, key, new_id, in_bag):
+    """For every id ``i`` (a grid over ids): its bag ``k`` and that bag's key ``t`` (binary
+    searches), then ``key[i] = bucket * n_bags + k``, its new id and its position in the bag."""
+    n_bags = offs.shape[0] - 1
+    last_key = key_offs.shape[0] - 2
+    for i in range(cuda.grid(1), uidx.shape[0], cuda.gridsize(1)):
+        k = segment_of(offs, 0, n_bags - 1, i)
+        t = segment_of(key_offs, 0, last_key, k)
+        u = np.uint64(uidx[i])
+        b, nw = bucket_of(
+            u, kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4], t, mu, pos, has_pos, mask
+        )
+        key[i] = b * n_bags + k
+        new_id[i] = u if keep[t] else nw
+        in_bag[i] = i - offs[k]
 
 
 def block_bucketize_sparse_features(
@@ -126,61 +121,57 @@ def block_bucketize_sparse_features(
     n_bags, N = lengths.shape[0], indices.shape[0]
     if n_bags == 0:
         return  # every output is empty
+    if N == 0:
+        new_lengths[...] = 0
+        return
     offs = _complete(lengths)
-    bag_key = m.asarray(np.repeat(np.arange(batch.shape[0], dtype=np.int64), batch))
+    key_offs = constant(np.concatenate([[0], np.cumsum(batch)]).astype(np.int64))
     uidx = bits(indices)
-    params = (
-        m.asarray(_bucketize.key_constants(block_sizes, total_num_blocks, my_size).reshape(-1)),
-        np.uint64(my_size),
-        m.asarray(np.zeros(1, np.uint64) if pos is None else pos.reshape(-1).astype(np.uint64)),
-        pos is not None,
-        np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
-    )
-    counts = m.empty(my_size * n_bags, np.int64)
-    grid = blocks(n_bags, TPB)
-    launch(_bucket_count, grid, TPB, offs, uidx, bag_key, *params, counts)
-    new_lengths[...] = counts
-    cursor = _complete(counts)  # the scan: bucket-major slots
-    want_dst = sequence or weights is not None
-    dst = m.empty(max(N, 1) if want_dst else 1, np.int64)
-    pos_out = new_pos if bucketize_pos else m.empty(1, indices.dtype)
-    keep_d = m.asarray(keep.astype(np.uint8))
+    key = m.empty(N, np.int64)
+    new_id = m.empty(N, uidx.dtype)
+    in_bag = m.empty(N, np.int64)
     launch(
-        _bucket_scatter,
-        grid,
+        _bucket_keys,
+        blocks(N, TPB),
         TPB,
         offs,
         uidx,
-        bag_key,
-        *params,
-        keep_d,
-        cursor,
-        new_indices.view(uidx.dtype),
-        bucketize_pos,
-        pos_out,
-        want_dst,
-        dst,
+        key_offs,
+        constant(_bucketize.key_constants(block_sizes, total_num_blocks, my_size).reshape(-1)),
+        np.uint64(my_size),
+        constant(np.zeros(1, np.uint64) if pos is None else pos.reshape(-1).astype(np.uint64)),
+        pos is not None,
+        np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
+        constant(keep.astype(np.uint8)),
+        key,
+        new_id,
+        in_bag,
     )
-    if weights is not None and N:
-        launch(_scatter_to, blocks(N, TPB), TPB, bits(weights), dst, new_weights.view(bits(new_weights).dtype))
+    new_lengths[...] = m.bincount(key, minlength=my_size * n_bags)  # integer counts: exact, no float atomics
+    order = stable_argsort(key)  # bucket-major, bag-minor, input order inside a group
+    m.take(new_id, order, out=new_indices.view(uidx.dtype))
+    if bucketize_pos:
+        new_pos[...] = m.take(in_bag, order)
+    if weights is not None:
+        m.take(bits(weights), order, out=new_weights.view(bits(new_weights).dtype))
     if sequence:
-        unbucketize[...] = dst[:N]
+        unbucketize[order] = m.arange(N, dtype=unbucketize.dtype)
 
 
 # -- small permutation ops ---------------------------------------------------------------
 @cuda.jit(cache=True)
 def _expand(permute, io, oo, out):
-    for t in range(cuda.blockIdx.x, permute.shape[0], cuda.gridDim.x):
-        base = io[permute[t]]
-        lo = oo[t]
-        for e in range(lo + cuda.threadIdx.x, oo[t + 1], cuda.blockDim.x):
-            out[e] = base + e - lo
+    """A grid over output elements: element ``e`` of output segment ``t`` is ``io[permute[t]] + e - oo[t]``."""
+    last = permute.shape[0] - 1
+    for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        t = segment_of(oo, 0, last, e)
+        out[e] = io[permute[t]] + e - oo[t]
 
 
 def expand_into_jagged_permute(permute, input_offset, output_offset, out):
     if permute.shape[0] and out.shape[0]:
         launch(
-            _expand, blocks(permute.shape[0]), TPB, int64s(permute), int64s(input_offset), int64s(output_offset), out
+            _expand, blocks(out.shape[0], TPB), TPB, int64s(permute), int64s(input_offset), int64s(output_offset), out
         )
 
 
@@ -197,10 +188,15 @@ def invert_permute(permute, out):
 
 # -- unique ids per table -------------------------------------------------------------------
 @cuda.jit(cache=True)
-def _mark_new(ids, order, first, flags):
-    """``flags[r] = 1`` where sorted position ``r`` starts a new distinct id (or a table)."""
+def _mark_new(ids, group, order, flags):
+    """``flags[r] = 1`` where sorted position ``r`` starts a new (table, id) pair."""
     for r in range(cuda.grid(1), order.shape[0], cuda.gridsize(1)):
-        flags[r] = 1 if (first[r] or ids[order[r]] != ids[order[r - 1]]) else 0
+        i = order[r]
+        if r == 0:
+            flags[r] = 1
+        else:
+            p = order[r - 1]
+            flags[r] = 1 if (group[i] != group[p] or ids[i] != ids[p]) else 0
 
 
 @cuda.jit(cache=True)
@@ -213,30 +209,40 @@ def _emit_unique(ids, order, flags, rank, unique, reverse):
 
 
 def jagged_unique_indices(tables, B, offsets, indices, out):
+    """Two stable library sorts (by id, then by table) order the ids by (table, id); mark ->
+    scan -> emit numbers the distinct pairs. Table ``g``'s ids are the contiguous run
+    ``offsets[a*B] : offsets[b*B]``, so its distinct count is the scan at the run's end. The
+    per-bag lengths spread each table's count over its bags on the device: nothing is read back."""
     m = xp()
     out_lengths, out_offsets, unique, reverse = out
-    offs = to_host(offsets, np.int64)
     ids = contiguous(indices)
-    N = ids.shape[0]
-    bounds = [int(offs[a * B]) for a, _ in tables] + [int(offs[tables[-1][1] * B])]
-    counts = np.zeros(len(tables), np.int64)
+    N, nb = ids.shape[0], offsets.shape[0] - 1
+    G = len(tables)
+    first_feature = np.array([a for a, _ in tables], np.int64)
+    n_features = np.array([b - a for a, b in tables], np.int64)
+    group_of_feature = np.repeat(np.arange(G, dtype=np.int64), n_features)  # tables cover every feature
+    offs = int64s(offsets)
+    counts = m.zeros(G, np.int64)
     if N:
-        # a library sort per table (CuPy on the device), then mark -> scan -> emit; the order among
-        # equal ids does not matter
-        order = m.concatenate([lo + m.argsort(ids[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])])
-        first = np.zeros(N, np.uint8)
-        first[[b for b in bounds[:-1] if b < N]] = 1
+        bag = m.searchsorted(offs, m.arange(N, dtype=np.int64), side="right") - 1
+        group = constant(group_of_feature)[bag // B]
+        order = stable_argsort(ids)
+        order = order[stable_argsort(group[order])]
         flags = m.empty(N, np.int64)
         g = blocks(N, TPB)
-        launch(_mark_new, g, TPB, ids, order, m.asarray(first), flags)
+        launch(_mark_new, g, TPB, ids, group, order, flags)
         rank = inclusive_scan(flags)
         launch(_emit_unique, g, TPB, ids, order, flags, rank, unique, reverse)
-        ends = [int(rank[hi - 1]) if hi else 0 for hi in bounds[1:]]  # distinct ids up to each table's end
-        counts = np.diff(np.array([0] + ends, np.int64))
-    lengths = np.zeros(offs.shape[0] - 1, np.int64)
-    for gi, (a, b) in enumerate(tables):
-        n, c = (b - a) * B, int(counts[gi])
-        if n:
-            lengths[a * B : b * B] = c // n + (np.arange(n) < c % n)
-    out_lengths[...] = m.asarray(lengths)
-    out_offsets[...] = m.asarray(np.concatenate([[0], np.cumsum(lengths)]))
+        ends = offs[constant((first_feature + n_features) * B)]  # each table's end in the ids
+        upto = m.where(ends > 0, rank[m.maximum(ends - 1, 0)], 0)  # distinct pairs up to that end
+        counts[0] = upto[0]
+        counts[1:] = upto[1:] - upto[:-1]
+    q = m.arange(nb, dtype=np.int64)
+    gq = constant(group_of_feature)[q // B]
+    n = constant(n_features * B)[gq]
+    p = q - constant(first_feature * B)[gq]
+    c = counts[gq]
+    lengths = c // n + (p < c % n)
+    out_lengths[...] = lengths
+    out_offsets[0] = 0
+    out_offsets[1:] = inclusive_scan(lengths)

@@ -1,13 +1,28 @@
 """Numba-CUDA kernels of the quant family.
 
 Same contract as ``embnum.cpu.quant``: validated arguments plus ``out``,
-filled completely. Row quantizers and dequantizers give one row to one
-thread (grid-stride over rows); the element-wise codecs give one element to
-one thread. Arithmetic is float32 where the documented formula rounds with ``fl32`` and float64
+filled completely.
+
+Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator):
+
+* row quantizers (8-bit and n-bit, float -> rows): one lane group per row, lanes
+  over the columns (loads of ``x`` coalesced across the group); each lane keeps the
+  first minimum and maximum of its columns, and the group combines them with
+  ``shfl_xor`` butterflies (min/max are exact, and ties go to the lower column, so the
+  result is the oracle's "first minimal / maximal element" whatever the lane count);
+  then every lane encodes its own columns (n-bit: its own output bytes) and stores
+  them coalesced, and lane 0 stores the row's scale and bias. The loop over rows is
+  block-uniform (every thread takes the same number of trips), as the shuffles need.
+* row dequantizers (rows -> float): one lane group per row, lanes over the output
+  columns; scale and bias are one broadcast load per group.
+* the element-wise codecs give one element to one thread.
+
+Arithmetic is float32 where the documented formula rounds with ``fl32`` and float64
 for the dequantizers' ``q * scale + bias`` (written as a separate multiply
 and add, so the result equals the oracle's; the documented tolerance would also allow the
 fused form). Float16 is read and written as uint16 bit patterns through
 ``embnum._half`` (compiled in ``._common``), so the kernels need no device float16 support.
+No atomics anywhere.
 """
 
 from __future__ import annotations
@@ -19,6 +34,7 @@ from numba import cuda
 
 from .. import _qrow
 from ._common import (
+    LANES,
     TPB,
     bits_to_float32,
     blocks,
@@ -29,6 +45,7 @@ from ._common import (
     half_bits_to_float,
     launch,
     rne,
+    shfl_xor,
     xp,
 )
 
@@ -39,23 +56,50 @@ def _launch(n):
     return blocks(n, TPB), TPB
 
 
+def _row_groups(R):
+    """Grid of one lane group per row."""
+    return blocks(R, TPB // LANES), TPB
+
+
 def _float32_rows(a, D):
     return xp().ascontiguousarray(a, dtype=np.float32).reshape(-1, D)
 
 
 @cuda.jit(device=True)
-def _min_max(row):
-    mn = row[0]
-    mx = row[0]
-    bad = False
-    for c in range(row.shape[0]):
-        v = row[c]
-        if v < mn:
-            mn = v
-        if v > mx:
-            mx = v
-        if v != v:
-            bad = True
+def _min_max(x, r, active, lane):
+    """(min, max) of row ``r`` of ``x`` over the lane group, every lane gets them; NaN for both
+    if the row holds a NaN. Every thread of the block calls it (``active`` False: no reads)."""
+    D = x.shape[1]
+    mn = np.float32(0.0)
+    mx = np.float32(0.0)
+    imn = D  # column of the lane's first minimum, D while it has none
+    imx = D
+    bad = 0
+    if active:
+        for c in range(lane, D, LANES):
+            v = np.float32(x[r, c])
+            if v != v:
+                bad = 1
+            if imn == D or v < mn:
+                mn = v
+                imn = c
+            if imx == D or v > mx:
+                mx = v
+                imx = c
+    off = LANES // 2
+    while off > 0:
+        omn = np.float32(shfl_xor(mn, off))
+        oimn = np.int64(shfl_xor(imn, off))
+        omx = np.float32(shfl_xor(mx, off))
+        oimx = np.int64(shfl_xor(imx, off))
+        bad |= np.int64(shfl_xor(bad, off))
+        if oimn < D and (imn == D or omn < mn or (omn == mn and oimn < imn)):
+            mn = omn
+            imn = oimn
+        if oimx < D and (imx == D or omx > mx or (omx == mx and oimx < imx)):
+            mx = omx
+            imx = oimx
+        off //= 2
     if bad:
         mn = np.float32(np.nan)
         mx = mn
@@ -82,26 +126,31 @@ def _get_u32(row, at):
 # -- 1. fused 8-bit row-wise ----------------------------------------------------
 @cuda.jit(cache=True)
 def _quantize_8bit(x, out):
+    """out ``[R, D + 8]`` uint8: lane group per row (block-uniform loop over rows)."""
     R, D = x.shape
     Q = np.float32(255.0)
-    for r in range(cuda.grid(1), R, cuda.gridsize(1)):
-        row = x[r]
-        o = out[r]
-        mn, mx = _min_max(row)
-        rng = np.float32(mx - mn)
-        scale = np.float32(rng / Q)
-        inv = np.float32(Q / np.float32(rng + np.float32(1e-8)))
-        for c in range(D):
-            o[c] = _code(np.float32(np.float32(row[c] - mn) * inv), Q)
-        _put_u32(o, D, float32_to_bits(scale))
-        _put_u32(o, D + 4, float32_to_bits(mn))
+    lane = cuda.threadIdx.x % LANES
+    per_block = cuda.blockDim.x // LANES
+    for r0 in range(cuda.blockIdx.x * per_block, R, cuda.gridDim.x * per_block):
+        r = r0 + cuda.threadIdx.x // LANES
+        active = r < R
+        mn, mx = _min_max(x, r, active, lane)
+        if active:
+            rng = np.float32(mx - mn)
+            inv = np.float32(Q / np.float32(rng + np.float32(1e-8)))
+            for c in range(lane, D, LANES):
+                out[r, c] = _code(np.float32(np.float32(x[r, c] - mn) * inv), Q)
+            if lane == 0:
+                o = out[r]
+                _put_u32(o, D, float32_to_bits(np.float32(rng / Q)))
+                _put_u32(o, D + 4, float32_to_bits(mn))
 
 
 def float_to_fused_8bit_rowwise(input, out):
     D = input.shape[-1]
     x = _float32_rows(input, D)
     if x.shape[0]:
-        launch(_quantize_8bit, *_launch(x.shape[0]), x, out.reshape(-1, D + 8))
+        launch(_quantize_8bit, *_row_groups(x.shape[0]), x, out.reshape(-1, D + 8))
 
 
 @cuda.jit(device=True)
@@ -115,15 +164,16 @@ def _store(out16, out32, r, c, v):
 
 @cuda.jit(cache=True)
 def _dequantize_8bit(q, D, out16, out32):
+    """out ``[R, D]``: lane group per row, lanes over the columns."""
     R = q.shape[0]
-    for e in range(cuda.grid(1), R * D, cuda.gridsize(1)):
-        r = e // D
-        c = e - r * D
+    lane = cuda.threadIdx.x % LANES
+    for r in range(cuda.grid(1) // LANES, R, cuda.gridsize(1) // LANES):
         row = q[r]
         scale = bits_to_float32(_get_u32(row, D))
         bias = bits_to_float32(_get_u32(row, D + 4))
-        prod = np.float64(row[c]) * scale
-        _store(out16, out32, r, c, prod + bias)
+        for c in range(lane, D, LANES):
+            prod = np.float64(row[c]) * scale
+            _store(out16, out32, r, c, prod + bias)
 
 
 def _outputs(out, output_dtype, D):
@@ -139,70 +189,77 @@ def fused_8bit_rowwise_to_float(input, output_dtype, out):
     D = C - 8
     q = contiguous(input).reshape(-1, C)
     if q.shape[0] and D:
-        launch(_dequantize_8bit, *_launch(q.shape[0] * D), q, D, *_outputs(out, output_dtype, D))
+        launch(_dequantize_8bit, *_row_groups(q.shape[0]), q, D, *_outputs(out, output_dtype, D))
 
 
 # -- 2. fused N-bit row-wise ----------------------------------------------------
 @cuda.jit(cache=True)
 def _quantize_nbit(x, bit_rate, out):
+    """out ``[R, D / (8 / bit_rate) + 4]`` uint8: lane group per row, lanes over the output bytes
+    (each packs ``8 / bit_rate`` adjacent columns); block-uniform loop over rows."""
     R, D = x.shape
     k = 8 // bit_rate
     nbytes = D // k
     Q = np.float32(2**bit_rate - 1)
-    for r in range(cuda.grid(1), R, cuda.gridsize(1)):
-        row = x[r]
-        o = out[r]
-        mn, mx = _min_max(row)
-        bias16 = float_to_half_bits(mn)
-        b = np.float32(half_bits_to_float(bias16))
-        rng = np.float32(mx - b)
-        scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
-        scale16 = float_to_half_bits(scale)
-        s = np.float32(half_bits_to_float(scale16))
-        if s == 0:
-            scale16 = np.int64(0x3C00)
-            s = np.float32(1.0)
-        inv = np.float32(np.float32(1.0) / s)
-        for j in range(nbytes):
-            acc = 0
-            for i in range(k):
-                acc |= np.int64(_code(np.float32(np.float32(row[j * k + i] - b) * inv), Q)) << (bit_rate * i)
-            o[j] = np.uint8(acc)
-        o[nbytes] = np.uint8(scale16 & 0xFF)
-        o[nbytes + 1] = np.uint8((scale16 >> 8) & 0xFF)
-        o[nbytes + 2] = np.uint8(bias16 & 0xFF)
-        o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
+    lane = cuda.threadIdx.x % LANES
+    per_block = cuda.blockDim.x // LANES
+    for r0 in range(cuda.blockIdx.x * per_block, R, cuda.gridDim.x * per_block):
+        r = r0 + cuda.threadIdx.x // LANES
+        active = r < R
+        mn, mx = _min_max(x, r, active, lane)
+        if active:
+            bias16 = float_to_half_bits(mn)
+            b = np.float32(half_bits_to_float(bias16))
+            rng = np.float32(mx - b)
+            scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
+            scale16 = float_to_half_bits(scale)
+            s = np.float32(half_bits_to_float(scale16))
+            if s == 0:
+                scale16 = np.int64(0x3C00)
+                s = np.float32(1.0)
+            inv = np.float32(np.float32(1.0) / s)
+            for j in range(lane, nbytes, LANES):
+                acc = 0
+                for i in range(k):
+                    acc |= np.int64(_code(np.float32(np.float32(x[r, j * k + i] - b) * inv), Q)) << (bit_rate * i)
+                out[r, j] = np.uint8(acc)
+            if lane == 0:
+                out[r, nbytes] = np.uint8(scale16 & 0xFF)
+                out[r, nbytes + 1] = np.uint8((scale16 >> 8) & 0xFF)
+                out[r, nbytes + 2] = np.uint8(bias16 & 0xFF)
+                out[r, nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
 
 
 def float_to_fused_nbit_rowwise(input, bit_rate, out):
     x = _float32_rows(input, input.shape[1])
     if x.shape[0]:
-        launch(_quantize_nbit, *_launch(x.shape[0]), x, bit_rate, out)
+        launch(_quantize_nbit, *_row_groups(x.shape[0]), x, bit_rate, out)
 
 
 @cuda.jit(cache=True)
 def _dequantize_nbit(q, bit_rate, out16, out32):
+    """out ``[R, D]``: lane group per row, lanes over the output columns."""
     R, C = q.shape
     k = 8 // bit_rate
     nbytes = C - 4
     D = nbytes * k
     mask = (1 << bit_rate) - 1
-    for e in range(cuda.grid(1), R * D, cuda.gridsize(1)):
-        r = e // D
-        c = e - r * D
+    lane = cuda.threadIdx.x % LANES
+    for r in range(cuda.grid(1) // LANES, R, cuda.gridsize(1) // LANES):
         row = q[r]
         scale = half_bits_to_float(np.int64(row[nbytes]) | (np.int64(row[nbytes + 1]) << 8))
         bias = half_bits_to_float(np.int64(row[nbytes + 2]) | (np.int64(row[nbytes + 3]) << 8))
-        code = (np.int64(row[c // k]) >> (bit_rate * (c % k))) & mask
-        prod = scale * np.float64(code)
-        _store(out16, out32, r, c, prod + bias)
+        for c in range(lane, D, LANES):
+            code = (np.int64(row[c // k]) >> (bit_rate * (c % k))) & mask
+            prod = scale * np.float64(code)
+            _store(out16, out32, r, c, prod + bias)
 
 
 def fused_nbit_rowwise_to_float(input, bit_rate, output_dtype, out):
     q = contiguous(input)
     D = out.shape[1]
     if q.shape[0] and D:
-        launch(_dequantize_nbit, *_launch(q.shape[0] * D), q, bit_rate, *_outputs(out, output_dtype, D))
+        launch(_dequantize_nbit, *_row_groups(q.shape[0]), q, bit_rate, *_outputs(out, output_dtype, D))
 
 
 # -- 3. bfloat16 ------------------------------------------------------------------
