@@ -157,6 +157,67 @@ def int_list(name: str, v, *, length=None) -> list[int]:
     return out
 
 
+# -- device summaries: several checks of device data, read back in ONE copy ----------------
+# (NumPy int32/int64 arrays take the compiled one-pass checks instead: no device to read from)
+_HOST_SCALARS = (int, np.integer, np.bool_)
+
+
+def read_ints(*parts) -> np.ndarray:
+    """Device scalars and small 1-D device arrays (bools, integers) as one host int64 array, in
+    order: one device-to-host copy for CuPy however many checks feed it (nothing to copy for NumPy)."""
+    if all(isinstance(p, _HOST_SCALARS) for p in parts):  # host values: no array work
+        return np.array([int(p) for p in parts], dtype=np.int64)
+    arrays = [p for p in parts if is_array(p)]
+    xp = xp_of(arrays[0]) if arrays else np
+    flat = [xp.asarray(p, dtype=xp.int64).reshape(-1) for p in parts]
+    return to_host(xp.concatenate(flat) if flat else xp.zeros(0, xp.int64))
+
+
+def sum_parts(a) -> list:
+    """``[min, int64 sum, big]`` of the integer array ``a`` as device scalars (for :func:`read_ints`);
+    ``big`` is 1 where the exact sum may pass MAX_SIZE (then the int64 sum may have wrapped).
+    :func:`sum_fits` tells from the three read-back values whether the int64 sum is exact."""
+    if a.size == 0:
+        return [0, 0, 0]
+    fast = _fast(a)
+    if fast is not None:  # one compiled pass, exact (the same verdict through sum_fits)
+        return [int(x) for x in fast.sum_summary(a, MAX_SIZE)]
+    xp = xp_of(a)
+    flat = a.reshape(-1)
+    big = (flat.max() > MAX_SIZE) | (flat.sum(dtype=xp.float64) > 2.0 * MAX_SIZE)
+    return [flat.min(), flat.sum(dtype=xp.int64), big]
+
+
+def sum_fits(mn, total, big) -> bool:
+    """Read-back :func:`sum_parts`: every entry ``>= 0`` and the exact sum ``<= MAX_SIZE``. Then the
+    int64 sum did not wrap: a true sum past 2**63 makes the float64 sum (relative error below 1e-12)
+    pass 2 * MAX_SIZE, and a true sum below 2**63 is the int64 sum itself."""
+    return mn >= 0 and not big and 0 <= total <= MAX_SIZE
+
+
+def range_parts(a, n) -> list:
+    """``[1 if every entry of the index array a lies in [0, n) else 0]`` as a device scalar."""
+    if a.size == 0:
+        return [1]
+    if _fast(a) is not None:
+        lo, hi = min_max(a)
+        return [int(lo >= 0 and hi < n)]
+    return [(a.min() >= 0) & (a.max() < n)]
+
+
+def offsets_parts(offs) -> list:
+    """``[offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1]]`` as device scalars
+    (``offs`` 1-D with at least one entry)."""
+    if _fast(offs) is not None:
+        return list(_offsets_summary(offs))
+    xp = xp_of(offs)
+    drop = 0
+    if offs.shape[0] > 1:
+        falls = offs[1:] < offs[:-1]
+        drop = xp.where(falls.any(), xp.argmax(falls) + 1, 0)
+    return [offs[0], drop, offs[-1]]
+
+
 _NUMBA = None  # embnum._validate_numba once loaded; False where Numba is missing
 
 
@@ -191,29 +252,23 @@ def min_max(a) -> tuple[int, int]:
 
 
 def _offsets_summary(offs) -> tuple[int, int, int]:
-    """``(offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1])``, in one compiled
-    pass for NumPy offsets, read back once for CuPy ones (one device-to-host copy instead
-    of one per rule)."""
+    """``(offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1])``: one compiled pass for
+    NumPy offsets; read back once for CuPy ones (one device-to-host copy instead of one per rule)."""
     fast = _fast(offs)
     if fast is not None:
         first, i, last = fast.offsets_summary(offs)
         return int(first), int(i), int(last)
-    xp = xp_of(offs)
-    drop = xp.zeros((), xp.int64)
-    if offs.shape[0] > 1:
-        falls = offs[1:] < offs[:-1]
-        drop = xp.where(falls.any(), xp.argmax(falls) + 1, 0)
-    parts = [xp.asarray(x, dtype=xp.int64) for x in (offs[0], drop, offs[-1])]
-    return tuple(int(x) for x in to_host(xp.stack(parts)))
+    return tuple(int(x) for x in read_ints(*offsets_parts(offs)))
 
 
-def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None):
+def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None, summary=None):
     """Valid offsets: 1-D int32/int64, ``len >= 1``, ``offs[0] >= 0``, non-decreasing,
-    ``offs[-1] <= n_values`` (when given)."""
+    ``offs[-1] <= n_values`` (when given). ``summary``: the read-back :func:`offsets_parts`
+    of ``offs`` when the caller read it with other checks (else it is read here, once)."""
     index_array(name, offs)
     if offs.shape[0] < 1:
         raise ValueError(f"{name} must have at least 1 entry, got 0")
-    first, i, last = _offsets_summary(offs)
+    first, i, last = _offsets_summary(offs) if summary is None else (int(x) for x in summary)
     if first < 0 or (first_zero and first != 0):
         want = "0" if first_zero else ">= 0"
         raise ValueError(f"{name}[0] must be {want}, got {first}")

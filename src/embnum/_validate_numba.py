@@ -57,3 +57,23 @@ def bounded_sum(a, limit):
             return np.int64(-1)
         total += y
     return total
+
+
+@_jit
+def sum_summary(a, limit):
+    """``(min, total, big)`` of a non-empty integer array: ``big`` is 1 when the entries
+    ``>= 0`` sum past ``limit`` (``total`` is then partial); otherwise ``total`` is their
+    exact sum. Never wraps (``x > limit - total`` is tested before adding)."""
+    mn = np.int64(a.flat[0])
+    total = np.int64(0)
+    big = 0
+    for x in a.flat:
+        y = np.int64(x)
+        if y < mn:
+            mn = y
+        if y >= 0 and big == 0:
+            if y > limit - total:
+                big = 1
+            else:
+                total += y
+    return mn, total, big

@@ -90,6 +90,15 @@ def _groups(n_items: int) -> int:
     return blocks(n_items, TPB // LANES)
 
 
+@cuda.jit(device=True)
+def _bag(offsets, k, N):
+    """Positions ``[s, e)`` of bag ``k``, clamped into ``[0, N]`` with ``e >= s``: the identity on
+    checked offsets, and no read outside ``indices`` on unchecked ones (bounds mode "none" on a
+    device)."""
+    s = min(max(offsets[k], 0), N)
+    return s, min(max(offsets[k + 1], s), N)
+
+
 # -- forward ------------------------------------------------------------------------------
 @cuda.jit(cache=True)
 def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, out):
@@ -106,8 +115,7 @@ def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw
         E = rows[t]
         base = woff[t]
         col = doff[t]
-        s = offsets[k]
-        e = offsets[k + 1]
+        s, e = _bag(offsets, k, indices.shape[0])
         for c0 in range(0, D, LANES * COLS):
             d0 = c0 + lane
             d1 = d0 + LANES
@@ -164,13 +172,15 @@ def _forward_none(w, woff, doff, rows, indices, offsets, B, out):
     n_groups = cuda.gridsize(1) // LANES
     T = woff.shape[0]
     D = doff[1]
-    for p in range(group, offsets[0], n_groups):
+    N = indices.shape[0]
+    for p in range(group, min(max(offsets[0], 0), N), n_groups):
         for d in range(lane, D, LANES):
             out[p, d] = 0.0
     for k in range(group, T * B, n_groups):
         t = k // B
         E = rows[t]
-        for p in range(offsets[k], offsets[k + 1]):
+        s, e = _bag(offsets, k, N)
+        for p in range(s, e):
             r = indices[p]
             if r < 0 or r >= E:
                 for d in range(lane, D, LANES):
@@ -229,9 +239,11 @@ class Runs(NamedTuple):
 
 
 @cuda.jit(cache=True)
-def _linear_ids(hcs, indices, offsets, B, bag, lid):
+def _linear_ids(hcs, rows, indices, offsets, B, bag, lid):
     """Bag of each position (binary search of ``offsets``) and its linear row id; positions
-    outside every bag get ``hash_size_cumsum[T]``, larger than every id, so they sort last."""
+    outside every bag, and ids outside their table (possible only unchecked, bounds mode "none"
+    on a device), get bag -1 and ``hash_size_cumsum[T]``, larger than every id: they sort last
+    and no kernel reads or writes their row."""
     n_bags = offsets.shape[0] - 1
     big = hcs[hcs.shape[0] - 1]
     for p in range(cuda.grid(1), indices.shape[0], cuda.gridsize(1)):
@@ -247,8 +259,13 @@ def _linear_ids(hcs, indices, offsets, B, bag, lid):
                 lo = mid
             else:
                 hi = mid
+        r = indices[p]
+        if r < 0 or r >= rows[lo // B]:
+            bag[p] = -1
+            lid[p] = big
+            continue
         bag[p] = lo
-        lid[p] = hcs[lo // B] + indices[p]
+        lid[p] = hcs[lo // B] + r
 
 
 @cuda.jit(cache=True)
@@ -286,7 +303,7 @@ def _runs(lk: Lookups) -> Runs:
         return Runs(empty, empty, empty, empty, run_start, n_runs)
     bag = m.empty(N, np.int64)
     lid = m.empty(N, np.int64)
-    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.indices, lk.offsets, lk.B, bag, lid)
+    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.rows, lk.indices, lk.offsets, lk.B, bag, lid)
     order = m.argsort(lid * N + m.arange(N, dtype=np.int64))  # a unique key: a fixed order
     lid_sorted = lid[order]
     new = m.empty(N, np.int64)
@@ -491,7 +508,7 @@ def tbe_grad_per_sample_weights(
     lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
     bag = m.empty(N, np.int64)
     lid = m.empty(N, np.int64)
-    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.indices, lk.offsets, B, bag, lid)
+    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.rows, lk.indices, lk.offsets, B, bag, lid)
     args = (contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, bag, _gradient(grad_output))
     launch(_grad_psw, _groups(N), TPB, *args, out)
 
