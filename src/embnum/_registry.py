@@ -45,7 +45,11 @@ class Out:
     def __init__(self, shape, dtype):
         shape = tuple(map(int, shape))
         dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-        if not _validate.shape_fits(shape + (dtype.itemsize,)):  # before anything is allocated
+        n = dtype.itemsize  # _validate.shape_fits(shape + (itemsize,)) written inline (the per-call path)
+        for d in shape:
+            if d:
+                n *= d
+        if n > _MAX_SIZE or (shape and min(shape) < 0):  # before anything is allocated
             raise ValueError(
                 f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
                 " check the size arguments"
@@ -276,6 +280,7 @@ class Op:
         return f"<embnum op {self.family}.{self.name}>"
 
 
+_MAX_SIZE = _validate.MAX_SIZE
 _small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba is loaded
 
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))

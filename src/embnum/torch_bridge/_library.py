@@ -243,6 +243,80 @@ def build(spec: Bridge) -> Callable:
     return user_function
 
 
+def _watched() -> bool:
+    """Whether something watches the dispatcher: torch.compile tracing, a dispatch or
+    function mode, jit tracing, the profiler (a call must then go through ``torch.ops``)."""
+    return bool(
+        _is_compiling()
+        or _dispatch_stack_len()
+        or _function_mode_enabled()
+        or _tracing_state() is not None
+        or torch.autograd.profiler._is_profiler_enabled
+    )
+
+
+_is_compiling = torch.compiler.is_compiling
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+_tracing_state = torch._C._get_tracing_state
+_grad_enabled = torch.is_grad_enabled
+_SLOW = object()  # what a direct path returns when the call must go through the dispatcher
+
+
+def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
+    """``direct(args)``: run a functional op without the dispatcher where :func:`_direct`
+    allows it (the same rules, written per op: only the positions of its tensors and tensor
+    lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
+    ``op.call`` once; returns ``_SLOW`` where the call needs the dispatcher, or a bfloat16
+    tensor needs the bridge's conversion (the full implementation does both)."""
+    tensors = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor", "Tensor?"))
+    lists = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor[]", "Tensor?[]", "Tensor[]?"))
+    call, n, bf16, plain = op.call, len(names), torch.bfloat16, torch.Tensor
+
+    def one(t, grad):
+        """``t`` as a NumPy array, or None when the direct path cannot take it."""
+        if type(t) is not plain or not t.is_cpu or t.dtype is bf16:
+            return None
+        if t.requires_grad:
+            if grad:
+                return None
+            t = t.detach()
+        return t.numpy()
+
+    def direct(args):
+        if _watched():
+            return _SLOW
+        grad = _grad_enabled()
+        values = list(args)
+        for i in tensors:
+            t = values[i]
+            if t is not None:
+                a = one(t, grad)
+                if a is None:
+                    return _SLOW
+                values[i] = a
+        for i in lists:
+            if values[i] is None:
+                continue
+            items = []
+            for t in values[i]:
+                a = one(t, grad) if t is not None else t
+                if a is None and t is not None:
+                    return _SLOW
+                items.append(a)
+            values[i] = items
+        result = call(dict(zip(names, values)), None, values[n] if len(values) > n else None)
+        if type(result) is np.ndarray:
+            return _convert_output(result, spec, False)
+        if result is None:
+            return None
+        if isinstance(result, tuple):
+            return tuple(_convert_output(r, spec, False) for r in result)
+        return [_convert_output(r, spec, False) for r in result]
+
+    return direct
+
+
 def _direct(args: tuple) -> bool:
     """Whether a call of a functional op may run its implementation without the dispatcher:
     plain CPU tensors only (no subclass: fake, functional, DTensor; no meta), none that needs
@@ -305,13 +379,17 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
     head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
     body = ", ".join([passed(p) for p in params] + ["backend"])
     src = f"def {op.name}({head}):\n    args = ({body},)\n"
-    if impl is not None:
+    if impl is not None and spec.codecs:
         src += "    if _direct(args):\n        return _impl(*args)\n"
+    elif impl is not None:
+        src += "    result = _direct_call(args)\n    if result is not _SLOW:\n        return result\n"
     src += "    return _torch_op(*args)\n"
     namespace = {
         "_torch_op": torch_op,
         "_impl": impl,
         "_direct": _direct,
+        "_direct_call": _direct_path(op, spec, list(op.signature.parameters)) if impl is not None else None,
+        "_SLOW": _SLOW,
         "_check": _check_value,
         "_Tensor": torch.Tensor,
         "_defaults": defaults,
