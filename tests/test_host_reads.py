@@ -101,10 +101,10 @@ _CHILD = textwrap.dedent(
         _count()
         return original(np.asarray(a).view(np.ndarray) if isinstance(a, Device) else a, dtype)
 
-    from embnum import _registry
+    from embnum import _registry, _validate
 
     # the registry turns array subclasses into plain arrays; keep them "on the device" here
-    _registry._plain_arrays = lambda arguments: (arguments, _registry._arrays_in(arguments))
+    _registry._plain_arrays = lambda arguments: (arguments, _validate.arrays_in(arguments))
 
     for mod in list(sys.modules.values()):
         if (getattr(mod, "__name__", "") or "").startswith("embnum") and getattr(mod, "to_host", None) is original:
