@@ -137,7 +137,13 @@ bridge(
 )
 bridge(
     "tbe_backward_sparse",
-    types={**_GRAD, "pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"},
+    types={
+        **_GRAD,
+        "pooling_mode": "str",
+        "per_sample_weights": "Tensor?",
+        "bounds_check_mode": "str",
+        "max_rows": "int?",
+    },
     returns="(Tensor, Tensor, Tensor)",
     fake=lambda grad_output, weights, woff, doff, hcs, indices, *rest: (
         indices.new_empty((_dyn(),), dtype=torch.int64),
