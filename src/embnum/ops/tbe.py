@@ -221,10 +221,14 @@ def _backward_plan(
     hash_size_cumsum,
     indices,
     offsets,
-    pooling_mode,
-    per_sample_weights,
-    bounds_check_mode,
+    pooling_mode="sum",
+    per_sample_weights=None,
+    bounds_check_mode="fatal",
+    **_,
 ):
+    """The plan arguments of every backward op, from the declaration's arguments by name:
+    each calls it first, as ``_backward_plan(**locals())`` (its parameters are its only
+    locals then); the ones it does not name (an optimizer's) are left to the caller."""
     woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
     pooling = pooling_code(pooling_mode)
     indices, offsets, B, mode = lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode)
@@ -261,18 +265,7 @@ def tbe_backward(
     >>> embnum.tbe_backward(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
     array([1., 1., 0., 0., 1., 1., 0., 0., 0., 2., 2., 2.], dtype=float32)
     """
-    args = _backward_plan(
-        grad_output,
-        weights,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        indices,
-        offsets,
-        pooling_mode,
-        per_sample_weights,
-        bounds_check_mode,
-    )
+    args = _backward_plan(**locals())
     return Plan(args, Out((weights.shape[0],), np.float32))
 
 
@@ -316,19 +309,7 @@ def tbe_backward_sparse(
     array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
     """
     return Plan(
-        _backward_plan(
-            grad_output,
-            weights,
-            weights_offsets,
-            D_offsets,
-            hash_size_cumsum,
-            indices,
-            offsets,
-            pooling_mode,
-            per_sample_weights,
-            bounds_check_mode,
-        )
-        | ({} if max_rows is None else {"max_rows": v.size("max_rows", max_rows)}),
+        _backward_plan(**locals()) | ({} if max_rows is None else {"max_rows": v.size("max_rows", max_rows)}),
         None,
     )
 
@@ -348,18 +329,7 @@ def tbe_grad_per_sample_weights(
     >>> embnum.tbe_grad_per_sample_weights(np.ones((2, 2), np.float32), weights, *lay.arrays(), indices, offsets)
     array([1., 9., 5.], dtype=float32)
     """
-    args = _backward_plan(
-        grad_output,
-        weights,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        indices,
-        offsets,
-        "sum",
-        None,
-        bounds_check_mode,
-    )
+    args = _backward_plan(**locals())
     return Plan(args, Out((indices.shape[0],), np.float32))
 
 
@@ -427,18 +397,7 @@ def tbe_backward_update(
     """
     if not isinstance(optimizer, TBEOptimizer):
         raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
-    args = _backward_plan(
-        grad_output,
-        weights,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        indices,
-        offsets,
-        pooling_mode,
-        per_sample_weights,
-        bounds_check_mode,
-    )
+    args = _backward_plan(**locals())
     _writable("weights", weights)
     sizes = optimizer.state_sizes(weights.shape[0], int(args["hash_size_cumsum"][-1]))
     _state("momentum1", momentum1, "momentum1" in sizes, weights, sizes.get("momentum1"))

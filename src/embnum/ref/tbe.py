@@ -126,19 +126,7 @@ def tbe_backward_sparse(grad_output, max_rows=None, **kw):
     return out if max_rows is None else pad_sparse(out, max_rows, int(np.diff(kw["D_offsets"]).max()))
 
 
-def tbe_grad_per_sample_weights(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-):
+def tbe_grad_per_sample_weights(grad_output, weights, weights_offsets, D_offsets, rows, indices, offsets, B, **_):
     idx = indices.astype(np.int64)
     g = grad_output.astype(np.float64)
     out = np.zeros(indices.shape[0])
