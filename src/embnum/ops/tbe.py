@@ -282,12 +282,20 @@ def tbe_backward_sparse(
     per_sample_weights=None,
     *,
     bounds_check_mode="fatal",
+    max_rows=None,
 ):
     """Row-wise gradient of the touched rows: ``TBESparseGrad(linear_ids int64 [U] strictly
     increasing, values float32 [value_offsets[U]], value_offsets int64 [U+1])``.
 
     ``linear_ids[u] = hash_size_cumsum[t] + row``; row ``u``'s summed gradient is
     ``values[value_offsets[u]:value_offsets[u+1]]``. Deterministic (fixed summation order).
+
+    ``max_rows=R`` (an int >= 0; like fbgemm's ``total_unique_indices`` / max sizes) fixes the
+    output sizes, so the cuda backend reads nothing back from the device (the number of
+    touched rows ``U`` is data-dependent): ``linear_ids [R]`` (the first ``min(U, R)`` rows,
+    then ``-1``), ``value_offsets [R+1]`` (after the kept rows it repeats their end, so padded
+    rows are empty), ``values [R * max_D]`` (zero past the kept values). Rows beyond ``R``
+    (the largest ids) are dropped: pass a bound, e.g. ``len(indices)``.
 
     Examples
     --------
@@ -301,7 +309,7 @@ def tbe_backward_sparse(
     array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
     """
     return Plan(
-        _backward_plan(**locals()),
+        _backward_plan(**locals()) | ({} if max_rows is None else {"max_rows": v.size("max_rows", max_rows)}),
         None,
     )
 

@@ -111,7 +111,7 @@ bridge(
 )
 bridge(
     "tbe_backward_sparse",
-    types=_MODES,
+    types={**_MODES, "max_rows": "int?"},
     returns="(Tensor, Tensor, Tensor)",
     fake=lambda weights, indices, **_: (
         indices.new_empty((_dyn(),), dtype=torch.int64),
