@@ -1021,16 +1021,7 @@ def test_device_bounds_fast_path_accepts_exactly_what_the_checks_accept(data):
     when check_offsets and check_indices accept the lookups unchanged (run here on NumPy)."""
     from embnum._tbe_bounds import all_valid, check_indices, check_offsets
 
-    T = data.draw(st.integers(1, 3))
-    B = data.draw(st.integers(0, 3))
-    rows = np.array(data.draw(st.lists(st.integers(1, 4), min_size=T, max_size=T)), np.int64)
-    dtype = data.draw(st.sampled_from([np.int32, np.int64]))
-    N = data.draw(st.integers(0, 8))
-    offsets = np.array(data.draw(st.lists(st.integers(-1, 9), min_size=T * B + 1, max_size=T * B + 1)), dtype)
-    if data.draw(st.booleans()):  # mostly valid offsets, so the index rule is exercised too
-        offsets = np.sort(np.clip(offsets, 0, N))
-        offsets[-1] = N
-    indices = np.array(data.draw(st.lists(st.integers(-2, 5), min_size=N, max_size=N)), dtype)
+    T, B, rows, N, offsets, indices = _drawn_lookups(data)
     pruned_ok = data.draw(st.booleans())
     try:
         fixed_offsets, repaired_offsets = check_offsets(offsets, N, "ignore")
@@ -1042,6 +1033,8 @@ def test_device_bounds_fast_path_accepts_exactly_what_the_checks_accept(data):
 
 
 def _drawn_lookups(data):
+    """T features, batch B, rows per feature, N ids, offsets [T*B+1] and indices [N] (int32 or
+    int64), out of bounds and -1 included."""
     T = data.draw(st.integers(1, 3))
     B = data.draw(st.integers(0, 3))
     rows = np.array(data.draw(st.lists(st.integers(1, 4), min_size=T, max_size=T)), np.int64)
