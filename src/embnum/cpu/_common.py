@@ -180,8 +180,13 @@ def small_call(impl, args: dict, out):
     it touches hold fewer than the kernel's threshold (``SERIAL_BYTES_OF[impl.__name__]``,
     else ``SERIAL_BYTES``; ``SERIAL_OVERRIDE`` when set). Kernels whose work is not told by
     their arrays' sizes (a lookup into a large table) apply the rule to their own work."""
-    kw = args if out is None else {**args, "out": out}
     limit = SERIAL_OVERRIDE if SERIAL_OVERRIDE is not None else SERIAL_BYTES_OF.get(impl.__name__, SERIAL_BYTES)
-    if limit and array_bytes(args, out, limit) < limit:
-        return on_one_thread(impl, **kw)
-    return impl(**kw)
+    if limit:
+        n = _GET_THREADS()  # on_one_thread written inline (and no byte count on one thread): every small call
+        if n != 1 and array_bytes(args, out, limit) < limit:
+            _SET_THREADS(1)
+            try:
+                return impl(**args) if out is None else impl(**args, out=out)
+            finally:
+                _SET_THREADS(n)
+    return impl(**args) if out is None else impl(**args, out=out)

@@ -23,8 +23,8 @@ def _cumsum_fits_int32(name, lengths, *, drop_last):
         return
     xp = v.xp_of(lengths)
     if type(lengths) is np.ndarray:  # host data: reads are free, and most inputs need no prefix sum
-        bound = max(-int(lengths.min()), int(lengths.max())) * lengths.shape[-1]
-        if bound <= v.INT32_MAX:  # no prefix of a row can reach past int32
+        lo, hi = v.min_max(lengths)  # one compiled pass
+        if max(-lo, hi) * lengths.shape[-1] <= v.INT32_MAX:  # no prefix of a row can reach past int32
             return
     prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)  # int32 entries: the int64 prefix is exact
     if drop_last:

@@ -294,22 +294,7 @@ def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_le
     [array([[9., 0., 1.],
            [9., 3., 4.]])]
     """
-    pooled_embs, B, dtype = _float_list("pooled_embs", pooled_embs)
-    in_widths = [int(a.shape[1]) for a in pooled_embs]
-    _shapes("in_shapes", in_shapes, in_widths, "the widths of pooled_embs")
-    out_lengths = v.int_list("out_lengths", out_lengths)
-    _shapes("out_shapes", out_shapes, out_lengths, "out_lengths")
-    _rows(permutes, in_widths, out_lengths, "pooled_embs", "out_lengths")
-    return Plan(
-        dict(
-            pooled_embs=pooled_embs,
-            permutes=permutes,
-            in_shapes=in_shapes,
-            out_shapes=out_shapes,
-            out_lengths=out_lengths,
-        ),
-        [Out((B, w), dtype) for w in out_lengths],
-    )
+    return _permute_plan(True, "pooled_embs", pooled_embs, "out_lengths", out_lengths, permutes, in_shapes, out_shapes)
 
 
 @op("keyed_tensor", returns="list")
@@ -331,22 +316,26 @@ def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shap
     >>> embnum.permute_multi_embedding_backward(grads, permutes, in_shapes, out_shapes, [2])  # a: 1 + 2
     [array([[3., 2.]])]
     """
-    grad_outputs, B, dtype = _float_list("grad_outputs", grad_outputs)
-    out_widths = [int(g.shape[1]) for g in grad_outputs]
-    _shapes("out_shapes", out_shapes, out_widths, "the widths of grad_outputs")
-    in_lengths = v.int_list("in_lengths", in_lengths)
-    _shapes("in_shapes", in_shapes, in_lengths, "in_lengths")
-    _rows(permutes, in_lengths, out_widths, "in_lengths", "grad_outputs")
-    return Plan(
-        dict(
-            grad_outputs=grad_outputs,
-            permutes=permutes,
-            in_shapes=in_shapes,
-            out_shapes=out_shapes,
-            in_lengths=in_lengths,
-        ),
-        [Out((B, w), dtype) for w in in_lengths],
-    )
+    return _permute_plan(False, "grad_outputs", grad_outputs, "in_lengths", in_lengths, permutes, in_shapes, out_shapes)
+
+
+def _permute_plan(forward, arrays_name, arrays, lengths_name, lengths, permutes, in_shapes, out_shapes):
+    """The checks and plan of :func:`permute_multi_embedding` (``forward``: ``arrays`` are the
+    inputs, ``lengths`` the output widths) and of its adjoint (``arrays`` are the output
+    gradients, ``lengths`` the input widths): one rule, the two sides swapped. Returns one
+    ``[B, w]`` output per entry of ``lengths``."""
+    arrays, B, dtype = _float_list(arrays_name, arrays)
+    widths = [int(a.shape[1]) for a in arrays]
+    shapes = {"in_shapes": in_shapes, "out_shapes": out_shapes}
+    arrays_shapes, lengths_shapes = ("in_shapes", "out_shapes") if forward else ("out_shapes", "in_shapes")
+    _shapes(arrays_shapes, shapes[arrays_shapes], widths, f"the widths of {arrays_name}")
+    lengths = v.int_list(lengths_name, lengths)
+    _shapes(lengths_shapes, shapes[lengths_shapes], lengths, lengths_name)
+    sides = [(widths, arrays_name), (lengths, lengths_name)]
+    (in_widths, in_name), (out_widths, out_name) = sides if forward else sides[::-1]
+    _rows(permutes, in_widths, out_widths, in_name, out_name)
+    args = {arrays_name: arrays, "permutes": permutes, "in_shapes": in_shapes, "out_shapes": out_shapes}
+    return Plan(dict(args, **{lengths_name: lengths}), [Out((B, w), dtype) for w in lengths])
 
 
 # -- 4. regroup_keyed_tensor -----------------------------------------------

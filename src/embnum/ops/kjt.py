@@ -20,7 +20,7 @@ W_DTYPES = v.FLOAT_DTYPES
 # -- shared checks ---------------------------------------------------------
 def _nonneg(name, a):
     """``a >= 0`` everywhere (ValueError naming the first negative entry)."""
-    if a.size and int(a.min()) < 0:
+    if a.size and v.min_max(a)[0] < 0:
         flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()
         i = int(v.xp_of(a).argmax(flat < 0))
         raise ValueError(f"{name} must be >= 0, but entry {i} is {int(flat[i])}")
@@ -53,7 +53,7 @@ def _in_range(name, a, n):
     """Entries of the 1-D index array ``a`` lie in ``[0, n)`` (IndexError otherwise)."""
     v.index_array(name, a)
     if a.size:
-        lo, hi = int(a.min()), int(a.max())
+        lo, hi = v.min_max(a)
         if lo < 0 or hi >= n:
             xp = v.xp_of(a)
             i = int(xp.argmax((a < 0) | (a >= n)))
@@ -597,7 +597,7 @@ def _unique_exact(hash_size_cumsum, hash_size_offsets, offsets, indices, T):
         last = g == len(tables) - 1
         H = v.INT64_MAX - int(hsc[a]) + 1 if last else int(hsc[b] - hsc[a])
         ids = indices[int(offs[a * B]) : int(offs[b * B])]
-        if ids.size and int(ids.max()) >= H:
+        if ids.size and v.min_max(ids)[1] >= H:
             what = f"<= 2**63 - 1 - hash_size_cumsum[{a}] = {H - 1}" if last else f"< its hash size {H}"
             raise IndexError(f"indices of table {g} (features {a}..{b - 1}) must be {what}, got {int(ids.max())}")
     # the output size: tables own contiguous runs of ids, and their keys do not interleave
@@ -615,6 +615,6 @@ def _distinct(xp, ids):
 
 
 def _nonneg_ids(indices):
-    if indices.size and int(indices.min()) < 0:
+    if indices.size and v.min_max(indices)[0] < 0:
         i = int(v.xp_of(indices).argmax(indices < 0))
         raise IndexError(f"indices must be >= 0, but indices[{i}] = {int(indices[i])}")
