@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._library import BF16_BITS, BF16_FLOAT32, bridge
+from ._library import bridge
 
 _INDEX = {"lengths": "Tensor"}
 
@@ -52,13 +52,13 @@ bridge(
     fake=lambda batch_size, csr_seg, values, backend=None: values.new_empty((csr_seg.shape[0] - 1,)),
     setup=_segment_sum_setup,
     backward=_segment_sum_backward,
-    bf16=BF16_FLOAT32,
+    bf16=True,
 )
 bridge(
     "segment_sum_csr_backward",
     types={**_CSR, "grad_output": "Tensor", "num_values": "SymInt"},
     fake=lambda batch_size, csr_seg, grad_output, num_values, backend=None: grad_output.new_empty((num_values,)),
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
@@ -81,7 +81,7 @@ def _to_dense_fake(values, offsets, max_lengths, padding_value=0.0, backend=None
     return values.new_empty((offsets[0].shape[0] - 1, *max_lengths, *values.shape[1:]))
 
 
-_TO_DENSE = dict(setup=_to_dense_setup, backward=_to_dense_backward, bf16=BF16_BITS, bf16_scalars=("padding_value",))
+_TO_DENSE = dict(setup=_to_dense_setup, backward=_to_dense_backward, bf16=True)
 bridge(
     "jagged_to_padded_dense",
     types={"values": "Tensor", "offsets": "Tensor[]", "max_lengths": "SymInt[]", "padding_value": "float"},
@@ -126,5 +126,5 @@ bridge(
     fake=_to_jagged_fake,
     setup=_to_jagged_setup,
     backward=_to_jagged_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )

@@ -20,7 +20,7 @@ import torch
 
 from .. import _permute_plan
 from .. import kt_regroup_arguments as _kt_regroup_numpy
-from ._library import BF16_BITS, BF16_FLOAT32, bridge
+from ._library import bridge
 
 
 def _op(name):
@@ -47,7 +47,7 @@ bridge(
     fake=lambda pooled_embs, *lists, backend=None: pooled_embs.new_empty(pooled_embs.shape),
     setup=_pooled_setup,
     backward=_pooled_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
@@ -69,7 +69,7 @@ bridge(
     types={"embs": "Tensor?", **_KEYS},
     returns="(Tensor, Tensor, Tensor, int[])",
     fake=_kt_fake,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
@@ -156,7 +156,7 @@ bridge(
     ],
     setup=_pme_setup,
     backward=_pme_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 bridge(
     "permute_multi_embedding_backward",
@@ -171,7 +171,7 @@ bridge(
     fake=lambda grad_outputs, permutes, in_shapes, out_shapes, in_lengths, backend=None: [
         grad_outputs[0].new_empty((grad_outputs[0].shape[0], w)) for w in in_lengths
     ],
-    bf16=BF16_FLOAT32,
+    bf16=True,
 )
 
 
@@ -198,7 +198,7 @@ bridge(
     fake=_regroup_fake,
     setup=_regroup_setup,
     backward=_regroup_kt_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
