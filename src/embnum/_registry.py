@@ -199,7 +199,7 @@ class Op:
         return self.implementation("cpu")
 
     def _call(self, arguments: dict[str, Any], out, backend, plan: Plan | None = None):
-        arrays = _arrays_in(arguments)
+        arrays = _validate.arrays_in(arguments)
         if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
             arguments, arrays = _plain_arrays(arguments)
         chosen = select_backend(arrays, backend)
@@ -311,18 +311,6 @@ def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
     return seen
 
 
-def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
-    found = {}
-    for k, v in arguments.items():
-        if is_array(v):
-            found[k] = v
-        elif isinstance(v, (list, tuple)):
-            for i, item in enumerate(v):
-                if is_array(item):
-                    found[f"{k}[{i}]"] = item
-    return found
-
-
 def _plain_arrays(arguments: dict[str, Any]):
     """NumPy subclasses (``np.matrix``, ...) as plain ndarray views, so that no backend
     sees or returns the caller's class; masked arrays are a ``TypeError`` (their mask
@@ -340,7 +328,7 @@ def _plain_arrays(arguments: dict[str, Any]):
             out[k] = items if isinstance(v, list) else tuple(items)
         else:
             out[k] = plain(k, v)
-    return out, _arrays_in(out)
+    return out, _validate.arrays_in(out)
 
 
 def _zero_d_arrays(result):

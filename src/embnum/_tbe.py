@@ -38,6 +38,11 @@ class TBELayout:
         """``(weights_offsets, D_offsets, hash_size_cumsum)``, the order the ops take them."""
         return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
 
+    def by_name(self) -> dict[str, np.ndarray]:
+        """The three arrays as the ops' keyword arguments (``weights_offsets=``, ``D_offsets=``,
+        ``hash_size_cumsum=``)."""
+        return dict(zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), self.arrays()))
+
 
 def _positive_ints(name, values):
     if isinstance(values, np.ndarray):
@@ -361,3 +366,19 @@ class TBESparseGrad(NamedTuple):
     linear_ids: np.ndarray
     values: np.ndarray
     value_offsets: np.ndarray
+
+
+def pad_sparse(grad: TBESparseGrad, max_rows: int, max_dim: int) -> TBESparseGrad:
+    """``grad`` (host NumPy) in the fixed sizes of ``tbe_backward_sparse(..., max_rows=R)``:
+    ``linear_ids`` int64 ``[R]`` (the first ``min(U, R)`` rows, then ``-1``), ``value_offsets``
+    int64 ``[R + 1]`` (then repeating the end of the kept values), ``values`` float32
+    ``[R * max_dim]`` (zero past the kept values). Rows beyond ``R`` are dropped."""
+    lids, values, voffs = grad
+    k = min(int(lids.shape[0]), max_rows)
+    ids = np.full(max_rows, -1, np.int64)
+    ids[:k] = lids[:k]
+    vo = np.full(max_rows + 1, voffs[k], np.int64)
+    vo[: k + 1] = voffs[: k + 1]
+    vals = np.zeros(max_rows * max_dim, np.float32)
+    vals[: voffs[k]] = values[: voffs[k]]
+    return TBESparseGrad(ids, vals, vo)

@@ -466,20 +466,27 @@ def spans_exceed(start, length, limit):
     return start > limit - length
 
 
+def arrays_in(arguments: dict) -> dict:
+    """Every array among ``arguments``' values, by name; an array in a list or tuple
+    argument ``k`` is named ``k[i]``."""
+    found = {}
+    for k, x in arguments.items():
+        if is_array(x):
+            found[k] = x
+        elif isinstance(x, (list, tuple)):
+            for i, item in enumerate(x):
+                if is_array(item):
+                    found[f"{k}[{i}]"] = item
+    return found
+
+
 def no_alias(arguments: dict, written) -> None:
     """``ValueError`` naming both when an array an in-place op writes (its ``written``
     argument names) shares memory with any other array argument.
 
     ``arguments`` maps names to values (arrays, lists of arrays, anything else); every
     in-place op calls this with all its arguments, so new state arrays are covered."""
-    arrays = {}
-    for k, x in arguments.items():
-        if is_array(x):
-            arrays[k] = x
-        elif isinstance(x, (list, tuple)):
-            for i, item in enumerate(x):
-                if is_array(item):
-                    arrays[f"{k}[{i}]"] = item
+    arrays = arrays_in(arguments)
     names = list(arrays)
     for i, k in enumerate(names):
         for m in names[i + 1 :]:

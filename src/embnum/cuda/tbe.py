@@ -404,37 +404,41 @@ def tbe_backward(
     launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
 
 
-@cuda.jit(cache=True)
-def _value_offsets(sbag, B, doff, run_start, n_runs, voff):
-    """``voff[u]`` = exclusive prefix of the runs' dims (from the run-start flags' dims scanned)."""
-    for u in range(cuda.grid(1), n_runs[0], cuda.gridsize(1)):
-        q = run_start[u]
-        t = sbag[q] // B
-        voff[u] = voff[u] - (doff[t + 1] - doff[t])
-
-
-def _sparse(lk: Lookups, g, pooling, per_sample_weights) -> TBESparseGrad:
-    """The row-wise gradient; the one host read: the number of rows ``U`` and of values (the
-    outputs' sizes)."""
+def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=0) -> TBESparseGrad:
+    """The row-wise gradient. Without ``max_rows`` the one host read: the number of rows ``U`` and
+    of values (the outputs' sizes); with it (and the largest dim ``max_dim``), nothing is read
+    (fixed sizes, see the declaration)."""
     m = xp()
-    if int(lk.indices.shape[0]) == 0:
+    N = int(lk.indices.shape[0])
+    if N == 0 and max_rows is None:
         return TBESparseGrad(m.zeros(0, np.int64), m.zeros(0, np.float32), m.zeros(1, np.int64))
     rs = _runs(lk)
-    B = lk.B
     dims = m.diff(lk.doff)
-    run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(B, 1)]
+    run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(lk.B, 1)]
     vend = m.cumsum(run_dims)  # inclusive: value end of the run starting at each position
-    U, total = (int(x) for x in to_host(m.stack([rs.n_runs[0], vend[-1]])))
-    voff = m.empty(U + 1, np.int64)
-    voff[:U] = vend[rs.run_start[:U]]
-    voff[U] = total
-    values = m.empty(total, np.float32)
-    if U:
-        launch(_value_offsets, blocks(U, TPB), TPB, rs.bag, B, lk.doff, rs.run_start, rs.n_runs, voff)
+    total = vend[-1:] if N else m.zeros(1, np.int64)
+    if max_rows is None:
+        U, n_values = (int(x) for x in to_host(m.concatenate([rs.n_runs, total])))
+        cap = U
+    else:
+        cap = max_rows
+        n_values = max_rows * max_dim
+    u = m.arange(cap + 1)
+    live = u < rs.n_runs[0]  # rows past U (or the runs past max_rows: cut) get the end of the kept values
+    at = m.minimum(rs.run_start[m.minimum(u, N)], max(N - 1, 0))  # first sorted position of row u
+    if N:
+        voff = m.where(live, vend[at] - run_dims[at], total[0])
+        ids = m.where(live[:cap], rs.lid[at[:cap]], -1)
+    else:
+        voff = m.zeros(cap + 1, np.int64)
+        ids = m.full(cap, -1, np.int64)
+    values = m.zeros(n_values, np.float32)
+    if N and cap:
         psw, has_psw = _psw(per_sample_weights)
-        args = (rs.order, rs.bag, rs.run_start, rs.n_runs, voff, lk.offsets, B, lk.doff, pooling)
-        launch(_sparse_grad, _groups(U), TPB, *args, g, psw, has_psw, values)
-    return TBESparseGrad(rs.lid[rs.run_start[:U]], values, voff)
+        n_kept = m.minimum(rs.n_runs, cap)
+        args = (rs.order, rs.bag, rs.run_start, n_kept, voff, lk.offsets, lk.B, lk.doff, pooling)
+        launch(_sparse_grad, _groups(min(N, cap)), TPB, *args, g, psw, has_psw, values)
+    return TBESparseGrad(ids.astype(np.int64, copy=False), values, voff.astype(np.int64, copy=False))
 
 
 def tbe_backward_sparse(
@@ -449,9 +453,11 @@ def tbe_backward_sparse(
     B,
     pooling,
     per_sample_weights,
+    max_rows=None,
 ):
     lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
-    return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights)
+    max_dim = int(np.diff(np.asarray(D_offsets)).max())  # the layout is a host array
+    return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights, max_rows, max_dim)
 
 
 # -- gradient of the per-sample weights ------------------------------------------------------

@@ -249,7 +249,7 @@ def build(spec: Bridge) -> Callable:
     if op.mutates:
         # an in-place op: custom_op also bumps the version counters of the tensors it writes
         custom = torch.library.custom_op(f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=schema)
-        custom.register_fake(spec.fake)
+        custom.register_fake(_by_name(spec.fake, [p.name for p in params]))
         if spec.backward is not None:
             _register_autograd(custom.register_autograd, spec, [p.name for p in params])
     else:
@@ -500,7 +500,7 @@ def _register_functional(spec: Bridge, impl: Callable, schema: str, names: list[
     qualname = f"embnum::{spec.name}"
     # one kernel for every device, and for calls without a tensor (as custom_op registers it)
     _LIB.impl(spec.name, impl, "CompositeExplicitAutograd")
-    torch.library.register_fake(qualname, spec.fake, lib=_LIB)
+    torch.library.register_fake(qualname, _by_name(spec.fake, names), lib=_LIB)
 
     def register(backward, setup_context):
         torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=_LIB)
@@ -513,6 +513,16 @@ def _register_functional(spec: Bridge, impl: Callable, schema: str, names: list[
             raise RuntimeError(f"Trying to backward through embnum::{spec.name}, which has no autograd formula")
 
         register(no_formula, None)
+
+
+def _by_name(fake: Callable, names: list[str]) -> Callable:
+    """``fake`` called with every argument by name: a family's fake declares only the
+    parameters it reads, then ``**_`` (it does not restate the op's signature)."""
+
+    def by_name(*args, **kwargs):
+        return fake(**dict(zip(names, args)), **kwargs)
+
+    return by_name
 
 
 def _register_autograd(register: Callable, spec: Bridge, names: list[str]) -> None:
@@ -544,7 +554,7 @@ BRIDGES: dict[str, Bridge] = {}
 def bridge(
     name: str,
     *,
-    types: dict[str, str],
+    types: dict[str, str] | None = None,
     returns: str = "Tensor",
     fake: Callable,
     setup: Callable | None = None,
@@ -556,9 +566,11 @@ def bridge(
 ) -> None:
     """Describe the torch side of op ``name`` (see the module docstring).
 
-    ``types``: torch schema type per parameter (``"Tensor"``, ``"Tensor[]"``,
-    ``"SymInt"``, ``"SymInt[]"``, ``"float"``, ...). ``fake(*args, backend)``:
-    outputs with the right shapes on the meta device. ``setup(ctx, inputs,
+    ``types``: torch schema type per parameter that is not a plain ``"Tensor"``
+    (``"Tensor?"``, ``"Tensor[]"``, ``"SymInt"``, ``"SymInt[]"``, ``"float"``, ...); a
+    parameter of the declaration not named is a ``"Tensor"``. ``fake(**args)``: outputs with
+    the right shapes on the meta device, every argument (``backend`` included) passed by
+    name (declare the ones read, then ``**_``). ``setup(ctx, inputs,
     output)`` / ``backward(ctx, grad)``: as ``torch.library.register_autograd``.
     ``bf16``: the op takes bfloat16 tensors, by the module's one rule (else they are a
     ``TypeError``); ``bf16_patterns``: instead, its uint16 arrays are bfloat16 bit patterns
@@ -568,4 +580,10 @@ def bridge(
     ``grad_dtype``: the float dtype the generic tests (gradcheck, opcheck) give
     differentiable inputs; float64 unless the op does not take it.
     """
+    params = get_op(name).signature.parameters
+    types = types or {}
+    unknown = set(types) - set(params)
+    if unknown:
+        raise ValueError(f"bridge {name!r}: types names parameters the declaration does not have: {sorted(unknown)}")
+    types = {p: types.get(p, "Tensor") for p in params}
     BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_patterns, codecs or {}, grad_dtype)
