@@ -42,6 +42,13 @@ BUDGET = {
     "keyed_jagged_index_select_dim1": 1,
     "block_bucketize_sparse_features": 1,
     "jagged_unique_indices": 1,
+    # keyed_tensor: output sizes from host lists; the one read validates the device index tables
+    # (and the fast path plans from that same copy); host-list regrouping reads nothing
+    "permute_pooled_embs": 1,
+    "permute_multi_embedding": 1,
+    "permute_multi_embedding_backward": 1,
+    "regroup_keyed_tensor": 0,
+    "kt_regroup_arguments": 0,
 }
 
 _CHILD = textwrap.dedent(
@@ -94,10 +101,10 @@ _CHILD = textwrap.dedent(
         _count()
         return original(np.asarray(a).view(np.ndarray) if isinstance(a, Device) else a, dtype)
 
-    from embnum import _registry
+    from embnum import _registry, _validate
 
     # the registry turns array subclasses into plain arrays; keep them "on the device" here
-    _registry._plain_arrays = lambda arguments: (arguments, _registry._arrays_in(arguments))
+    _registry._plain_arrays = lambda arguments: (arguments, _validate.arrays_in(arguments))
 
     for mod in list(sys.modules.values()):
         if (getattr(mod, "__name__", "") or "").startswith("embnum") and getattr(mod, "to_host", None) is original:
