@@ -16,6 +16,7 @@ import numba
 import numpy as np
 from numba import cuda
 
+from .. import _offsets_walk
 from ._common import (
     TPB,
     bits,
@@ -209,8 +210,5 @@ def _to_jagged(dense, offs, starts, lens, out, M, D):
 def dense_to_jagged(dense, offsets, total_L, out):
     if out.size == 0:
         return
-    M, D = dense.shape[-2], dense.shape[-1]
-    src = bits(dense).reshape(-1)
-    flat, starts = pack_offsets(offsets)
-    lens = xp().asarray(np.asarray(dense.shape[1:-1], dtype=np.int64))
+    src, flat, starts, lens, M, D = _offsets_walk.packed_dense(dense, offsets, bits, pack_offsets, xp().asarray)
     launch(_to_jagged, blocks(out.size, TPB), TPB, src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)
