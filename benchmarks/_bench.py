@@ -190,3 +190,51 @@ def print_ms_table(rows: list[dict], backends: list[str]) -> None:
                 r[c] = fmt_ms(r.get(c))
     print("\ntimes in ms\n")
     print(table(rows, columns))
+
+
+def fbgemm_tbe(T: int, rows: int, D: int, *, optimizer: str = "EXACT_ROWWISE_ADAGRAD", lr: float = 0.01, fp16=False):
+    """fbgemm_gpu's CPU training TBE module (``SplitTableBatchedEmbeddingBagsCodegen``): ``T``
+    tables of ``rows x D`` on the host, SUM pooling, ``optimizer`` (an ``EmbOptimType`` name),
+    float16 weights when ``fp16``; None where fbgemm_gpu is not usable."""
+    try:
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+    except Exception as exc:  # noqa: BLE001  (fbgemm_gpu raises more than ImportError on a torch mismatch)
+        print(f"fbgemm_gpu not usable: {exc}")
+        return None
+    return SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
+        optimizer=getattr(EmbOptimType, optimizer),
+        learning_rate=lr,
+        eps=1e-8,
+        pooling_mode=PoolingMode.SUM,
+        weights_precision=SparseType.FP16 if fp16 else SparseType.FP32,
+        device="cpu",
+    )
+
+
+def copier(nbytes: int):
+    """A callable copying ``nbytes`` between two preallocated buffers (a memory floor
+    timed beside the contenders: reads ``nbytes`` and writes ``nbytes``)."""
+    src = np.ones(max(nbytes, 1), dtype=np.uint8)
+    dst = np.empty_like(src)
+    return lambda: np.copyto(dst, src)
+
+
+def set_threads(n: int) -> None:
+    """Numba's and torch's thread counts to ``n`` (torch's only where it is installed)."""
+    import numba
+
+    numba.set_num_threads(n)
+    torch = optional_torch()
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def fmt_ms_iqr(m) -> str:
+    """``median [IQR]`` of a Measurement in milliseconds."""
+    return f"{m.median * 1e3:.2f} [{m.iqr * 1e3:.2f}]"
