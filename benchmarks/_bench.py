@@ -8,10 +8,13 @@ import os
 # process, spinning idle threads of one steal the cores of the other.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import dataclasses
 import platform
 import statistics
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -144,9 +147,6 @@ def table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(out)
 
 
-PEER_COLUMNS = ["fbgemm cpu", "torch", "copy floor", "fbgemm / embnum", "embnum / floor"]
-
-
 def default_backends(asked, host=("cpu",)) -> list[str]:
     """The embnum backends to time: those ``asked`` for, else ``host`` plus cuda where a GPU is usable."""
     import embnum
@@ -155,16 +155,19 @@ def default_backends(asked, host=("cpu",)) -> list[str]:
     return asked or list(host) + (["cuda"] if gpu else [])
 
 
-def embnum_runner(fn, backend: str, host_args: dict):
+def embnum_runner(fn, backend: str, host_args: dict, out=None):
     """A callable running ``fn`` on ``backend`` (and waiting for it) with ``host_args``'
-    arrays, and lists of arrays, moved to that backend once, here."""
+    arrays, and lists of arrays, moved to that backend once, here; ``out``: an output to
+    reuse (``"reuse"``: one the op allocates here, once)."""
     import embnum
 
     be = embnum._backend.BACKENDS[backend]
-    move = lambda v: (
+    move = lambda v: (  # noqa: E731
         be.from_host(v) if isinstance(v, np.ndarray) else [be.from_host(x) for x in v] if isinstance(v, list) else v
-    )  # noqa: E731
+    )
     dev_args = {k: move(v) for k, v in host_args.items()}
+    if out is not None:
+        dev_args["out"] = fn(**dev_args, backend=backend) if isinstance(out, str) else out
 
     def run():
         fn(**dev_args, backend=backend)
@@ -173,22 +176,114 @@ def embnum_runner(fn, backend: str, host_args: dict):
     return run
 
 
-def add_ratios(row: dict, backends: list[str]) -> None:
-    """The ``fbgemm / embnum`` and ``embnum / floor`` columns of ``row``, from the cpu backend
-    (or the last one timed)."""
-    main_backend = row[f"embnum {'cpu' if 'cpu' in backends else backends[-1]}"]
-    row["fbgemm / embnum"] = f"{row['fbgemm cpu'] / main_backend:.1f}x" if row["fbgemm cpu"] else "-"
-    row["embnum / floor"] = f"{main_backend / row['copy floor']:.2f}"
+@dataclasses.dataclass
+class Case:
+    """One row of a comparison: ``embnum.<op>(**args)`` beside its peers.
+
+    ``nread`` / ``nwritten``: the bytes the op must read and write (the copy floor copies as
+    many); ``fbgemm`` / ``torch``: the peers' calls (None: no such peer); ``reuse``: also time
+    embnum into a reused output (``embnum out=``: the kernel without the first touch of
+    fresh pages, which every allocating call on either side pays)."""
+
+    op: str
+    input: str
+    args: dict
+    nread: int
+    nwritten: int
+    fbgemm: Callable | None = None
+    torch: Callable | None = None
+    reuse: bool = False
 
 
-def print_ms_table(rows: list[dict], backends: list[str]) -> None:
-    """Print ``rows`` as a markdown table of milliseconds (``-`` where a contender is missing)."""
-    columns = ["op", "input"] + [f"embnum {b}" for b in backends] + PEER_COLUMNS
-    for r in rows:
-        for c in columns:
-            if isinstance(r.get(c), float) or r.get(c) is None and c not in ("op", "input"):
-                r[c] = fmt_ms(r.get(c))
-    print("\ntimes in ms\n")
+def copy_contenders(nread: int, nwritten: int, fresh: bool = False) -> dict:
+    """``copy floor``: a NumPy copy moving ``nread + nwritten`` bytes into a reused buffer;
+    with ``fresh``, ``fresh copy``: the same copy into a new array each call (the floor of an
+    op that returns new arrays)."""
+    n = max(1, (nread + nwritten) // 2)
+    src = np.ones(n, dtype=np.uint8)
+    dst = np.empty(n, dtype=np.uint8)
+    out = {"copy floor": lambda: np.copyto(dst, src)}
+    if fresh:
+        out["fresh copy"] = src.copy
+    return out
+
+
+def timed_row(row: dict, contenders: dict, *, rounds: int = 15, block_s: float = 0.002) -> dict:
+    """Time ``contenders`` interleaved (:func:`interleaved`) and put each one's
+    ``median [IQR]`` in ms into ``row``; returns the Measurements."""
+    ms = interleaved(contenders, rounds=rounds, block_s=block_s)
+    for k, m in ms.items():
+        row[k] = fmt_ms_iqr(m)
+    return ms
+
+
+def fmt_ms_iqr(m) -> str:
+    """``median [IQR]`` of a Measurement in milliseconds."""
+    return f"{m.median * 1e3:.3f} [{m.iqr * 1e3:.3f}]"
+
+
+def ratio_cells(row: dict, ms: dict, main: str, peers=("fbgemm cpu", "torch"), floors=("copy floor", "fresh copy")):
+    """``<peer> / embnum`` (medians; min over the rounds in parentheses) and ``embnum / <floor>``
+    columns of ``row``, for the contender ``main``."""
+    best = lambda m: min(m.times)  # noqa: E731
+    for p in peers:
+        if p in ms:
+            row[f"{p.split()[0]} / embnum"] = (
+                f"{ms[p].median / ms[main].median:.2f}x ({best(ms[p]) / best(ms[main]):.2f}x)"
+            )
+    for f in floors:
+        if f in ms:
+            row[f"embnum / {f.split()[0]}"] = f"{ms[main].median / ms[f].median:.2f}"
+
+
+def run_cases(cases, backends: list[str], *, fresh: bool = False, rounds: int = 15) -> tuple[list[dict], list[str]]:
+    """Every :class:`Case` timed with its peers and copy floors, interleaved in this process;
+    returns the rows and their columns (ready for :func:`table`)."""
+    import embnum
+
+    main = f"embnum {'cpu' if 'cpu' in backends else backends[-1]}"
+    rows, columns = [], ["op", "input"] + [f"embnum {b}" for b in backends]
+    for c in cases:
+        fn = getattr(embnum, c.op)
+        contenders = {f"embnum {b}": embnum_runner(fn, b, c.args) for b in backends}
+        if c.reuse:
+            contenders["embnum out="] = embnum_runner(fn, main.split()[1], c.args, out="reuse")
+        contenders.update({k: v for k, v in (("fbgemm cpu", c.fbgemm), ("torch", c.torch)) if v is not None})
+        contenders.update(copy_contenders(c.nread, c.nwritten, fresh))
+        row = {"op": c.op, "input": c.input}
+        ratio_cells(row, timed_row(row, contenders, rounds=rounds), main)
+        if c.reuse and "fbgemm cpu" in contenders:
+            row["fbgemm / out="] = f"{_median_ratio(row, 'fbgemm cpu', 'embnum out='):.2f}x"
+        rows.append(row)
+        print(f"  {c.op}: done", file=sys.stderr, flush=True)
+    return rows, ordered_columns(rows, columns)
+
+
+_ORDER = ("embnum", "bridge", "fbgemm cpu", "torch", "copy floor", "fresh copy")
+
+
+def ordered_columns(rows: list[dict], first: list[str]) -> list[str]:
+    """``first``, then every other key of ``rows``: times (embnum's, the peers', the floors'),
+    then the ratios, each group in order of first appearance."""
+    keys = [k for r in rows for k in r if k not in first]
+    keys = list(dict.fromkeys(keys))
+    rank = lambda k: next((i for i, p in enumerate(_ORDER) if k.startswith(p) and " / " not in k), len(_ORDER))  # noqa: E731
+    return first + sorted(keys, key=rank)
+
+
+def _median_ratio(row, a, b) -> float:
+    return float(row[a].split()[0]) / float(row[b].split()[0])
+
+
+def report(program: str, body) -> None:
+    """Print the machine, the command and the load, run ``body()`` (which returns the rows
+    and columns of one table), print the load again, then the markdown table."""
+    print(machine())
+    print(f"- command: python benchmarks/{program} {' '.join(sys.argv[1:])}".rstrip())
+    print(f"- before: {load()}", flush=True)
+    rows, columns = body()
+    print(f"- after: {load()}")
+    print("\nms per call: median [IQR] over interleaved rounds; ratios of medians (of minima)\n")
     print(table(rows, columns))
 
 

@@ -2,8 +2,9 @@
 
     python benchmarks/bench_jagged.py [--backend ref] [--backend cpu] [--backend cuda]
 
-Prints the machine, then a markdown table (milliseconds, median of >= 7 runs
-after 2 warm-ups). The headline case is the issue's: B=4096 bags, lengths
+Prints the machine, the load before and after, then a markdown table: milliseconds per
+call, median [IQR] over ``--rounds`` rounds in which every contender of a row runs in turn
+in this process (``_bench.interleaved``, torch.utils.benchmark). The headline case is the issue's: B=4096 bags, lengths
 uniform in [0, 64], D=128, float32. "copy floor" is a plain NumPy copy of the
 bytes the op must read and write. The ratio columns use the cpu backend
 (or the last one asked for). On a GPU (``--backend cuda`` with CuPy
@@ -19,22 +20,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import embnum  # noqa: E402
-from _bench import (  # noqa: E402
-    add_ratios,
-    copy_floor,
-    default_backends,
-    embnum_runner,
-    machine,
-    median_time,
-    optional_fbgemm,
-    optional_torch,
-    print_ms_table,
-)
+from _bench import Case, default_backends, optional_fbgemm, optional_torch, report, run_cases  # noqa: E402
 
 
 def cases(rng):
-    """(op, label, embnum args, fbgemm call or None, torch call or None, bytes read, bytes written)."""
+    """The headline cases (:class:`_bench.Case`), fbgemm's op and torch's beside them."""
     torch = optional_torch()
     fb = optional_fbgemm(torch)
     T = torch.from_numpy if torch else None
@@ -66,77 +56,62 @@ def cases(rng):
             sums_in=T(sums_in),
             csr_elems=T(csr * bs),
         )
-    yield (
+    yield Case(
         "jagged_to_padded_dense",
         f"B={B}, len U[0,{L}], D={D} f32",
         dict(values=values, offsets=[offsets], max_lengths=[L]),
-        fb and (lambda: fb.jagged_to_padded_dense(t["values"], [t["offsets"]], [L], 0.0)),
-        torch and (lambda: torch.ops.aten._jagged_to_padded_dense_forward(t["values"], [t["offsets"]], [L], 0.0)),
         values.nbytes,
         B * L * D * 4,
+        fb and (lambda: fb.jagged_to_padded_dense(t["values"], [t["offsets"]], [L], 0.0)),
+        torch and (lambda: torch.ops.aten._jagged_to_padded_dense_forward(t["values"], [t["offsets"]], [L], 0.0)),
     )
-    yield (
+    yield Case(
         "dense_to_jagged",
         f"B={B}, len U[0,{L}], D={D} f32",
         dict(dense=dense, offsets=[offsets]),
+        values.nbytes,
+        values.nbytes,
         fb and (lambda: fb.dense_to_jagged(t["dense"], [t["offsets"]])),
         torch and (lambda: torch.ops.aten._padded_dense_to_jagged_forward(t["dense"], [t["offsets"]], N)),
-        values.nbytes,
-        values.nbytes,
     )
-    yield (
+    yield Case(
         "jagged_1d_to_dense",
         f"B={B}, len U[0,{L}], int64 ids",
         dict(values=ids, offsets=offsets, max_sequence_length=L),
-        fb and (lambda: fb.jagged_1d_to_dense(t["ids"], t["offsets"], L, 0)),
-        None,
         ids.nbytes,
         B * L * 8,
-    )
-    yield (
-        "complete_cumsum",
-        f"[{many.size}] int64",
-        dict(lengths=many),
-        fb and (lambda: fb.asynchronous_complete_cumsum(t["many"])),
-        torch and (lambda: torch.cat([t["many"].new_zeros(1), torch.cumsum(t["many"], 0)])),
-        many.nbytes,
-        many.nbytes + 8,
-    )
-    yield (
-        "exclusive_cumsum",
-        f"[{many.size}] int32",
-        dict(lengths=many32),
-        fb and (lambda: fb.asynchronous_exclusive_cumsum(t["many32"])),
+        fb and (lambda: fb.jagged_1d_to_dense(t["ids"], t["offsets"], L, 0)),
         None,
-        many32.nbytes,
-        many32.nbytes,
     )
-    yield (
-        "inclusive_cumsum",
-        f"[{many.size}] int64",
-        dict(lengths=many),
-        fb and (lambda: fb.asynchronous_inclusive_cumsum(t["many"])),
-        torch and (lambda: torch.cumsum(t["many"], 0)),
-        many.nbytes,
-        many.nbytes,
-    )
-    yield (
+    torch_cumsums = {
+        "complete": torch and (lambda: torch.cat([t["many"].new_zeros(1), torch.cumsum(t["many"], 0)])),
+        "inclusive": torch and (lambda: torch.cumsum(t["many"], 0)),
+    }
+    for kind, a, key in (("complete", many, "many"), ("exclusive", many32, "many32"), ("inclusive", many, "many")):
+        peer = fb and getattr(fb, f"asynchronous_{kind}_cumsum")
+        fb_call = peer and (lambda peer=peer, key=key: peer(t[key]))
+        extra = 8 if kind == "complete" else 0
+        label = f"[{a.size}] {a.dtype}"
+        yield Case(
+            f"{kind}_cumsum", label, dict(lengths=a), a.nbytes, a.nbytes + extra, fb_call, torch_cumsums.get(kind)
+        )
+    yield Case(
         "offsets_range",
         f"{many.size} segments, {int(many_offsets[-1])} elements",
         dict(offsets=many_offsets, range_size=int(many_offsets[-1])),
-        fb and (lambda: fb.offsets_range(t["many_offsets"], int(many_offsets[-1]))),
-        None,
         many_offsets.nbytes,
         int(many_offsets[-1]) * 8,
+        fb and (lambda: fb.offsets_range(t["many_offsets"], int(many_offsets[-1]))),
+        None,
     )
-    yield (
+    yield Case(
         "segment_sum_csr",
         f"26 runs x {bs}, {sums_in.size} f32",
         dict(batch_size=bs, csr_seg=csr, values=sums_in),
-        fb and (lambda: fb.segment_sum_csr(bs, t["csr"], t["sums_in"])),
-        torch and (lambda: torch.segment_reduce(t["sums_in"], "sum", offsets=t["csr_elems"])),
         sums_in.nbytes,
         26 * 4,
+        fb and (lambda: fb.segment_sum_csr(bs, t["csr"], t["sums_in"])),
+        torch and (lambda: torch.segment_reduce(t["sums_in"], "sum", offsets=t["csr_elems"])),
     )
 
 
@@ -145,22 +120,11 @@ def main(argv=None):
     parser.add_argument(
         "--backend", action="append", help="embnum backends to time (default: ref, cpu, and cuda on a GPU)"
     )
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per row")
     args = parser.parse_args(argv)
     backends = default_backends(args.backend, host=("ref", "cpu"))
-    print(machine())
-    print(f"- command: python benchmarks/bench_jagged.py {' '.join(sys.argv[1:])}".rstrip())
-    rows = []
-    for op, label, op_args, fb_call, torch_call, nread, nwritten in cases(np.random.default_rng(0)):
-        row = {"op": op, "input": label}
-        fn = getattr(embnum, op)
-        for backend in backends:
-            row[f"embnum {backend}"] = median_time(embnum_runner(fn, backend, op_args))
-        row["fbgemm cpu"] = median_time(fb_call) if fb_call else None
-        row["torch"] = median_time(torch_call) if torch_call else None
-        row["copy floor"] = copy_floor(nread, nwritten)
-        add_ratios(row, backends)
-        rows.append(row)
-    print_ms_table(rows, backends)
+    rng = np.random.default_rng(0)
+    report("bench_jagged.py", lambda: run_cases(cases(rng), backends, rounds=args.rounds))
 
 
 if __name__ == "__main__":

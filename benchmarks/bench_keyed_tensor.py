@@ -4,8 +4,9 @@
 
 The classic case of the issue: keys ``[[f1,f2],[f3,f4,f5],[f6]]``, dims
 ``[[96,256],[512,128,768],[1024]]``, groups ``[[f1,f3],[f2],[f4,f1,f6],[f1,f5]]``
-(f1 used three times), float32, forward and backward. Columns (ms, median of
->= 7 runs after 2 warm-ups):
+(f1 used three times), float32, forward and backward. Columns: ms per call, median [IQR]
+over ``--rounds`` rounds in which every contender of a row runs in turn in this process
+(``_bench.interleaved``, torch.utils.benchmark); the load is printed before and after:
 
 * ``embnum cpu``: the public op, allocating its outputs; ``embnum cpu out=``:
   into reused outputs (the kernel without the first touch of fresh memory);
@@ -19,10 +20,6 @@ The classic case of the issue: keys ``[[f1,f2],[f3,f4,f5],[f6]]``, dims
   ``fresh copy``: the same copy into a newly allocated array (``ndarray.copy``),
   the floor of an op that returns new arrays (above glibc's 32 MB mmap threshold
   every call pays the first touch of fresh pages).
-
-On a shared machine one contender can be unlucky in one stretch of time, so the
-whole comparison runs ``--rounds`` times (default 3) and each cell keeps its
-best median over the rounds.
 
 ``--backend cuda`` (a GPU with CuPy) adds the cuda backend on CuPy arrays and
 its bandwidth (bytes read + written over time).
@@ -38,15 +35,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import embnum  # noqa: E402
-from _bench import copy_floor, fmt_ms, machine, median_time, optional_fbgemm, optional_torch, table  # noqa: E402
+from _bench import (  # noqa: E402
+    copy_contenders,
+    default_backends,
+    median_time,
+    optional_fbgemm,
+    optional_torch,
+    ordered_columns,
+    ratio_cells,
+    report,
+    timed_row,
+)
 from embnum.examples.keyed_tensor import classic_case  # noqa: E402
-
-
-def fresh_copy_floor(nbytes_read: int, nbytes_written: int) -> float:
-    """:func:`_bench.copy_floor` into a freshly allocated array each time."""
-    n = max(nbytes_read, nbytes_written)
-    src = np.ones(n, dtype=np.uint8)
-    return median_time(src.copy) * (nbytes_read + nbytes_written) / (2 * n)
 
 
 def _device_copy_bandwidth(nbytes: int) -> float:
@@ -63,7 +63,9 @@ def _device_copy_bandwidth(nbytes: int) -> float:
     return 2 * nbytes / median_time(run)
 
 
-def run_case(B: int, backends: list[str]) -> list[dict]:
+def contenders(B: int, backends: list[str]) -> tuple[dict, dict, tuple]:
+    """The forward and the backward contenders of batch ``B`` (name -> callable), and the
+    bytes ``(forward moved, backward read, backward written)``."""
     rng = np.random.default_rng(B)
     embs, keys, lengths, groups = classic_case(rng, B)
     perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
@@ -71,37 +73,27 @@ def run_case(B: int, backends: list[str]) -> list[dict]:
     grads = [rng.standard_normal((B, w)).astype(np.float32) for w in ol]
     fwd_bytes = sum(g.nbytes for g in grads)
     bwd_read, bwd_written = fwd_bytes, sum(e.nbytes for e in embs)
-    fwd = {"op": "forward", "B": B}
-    bwd = {"op": "backward", "B": B}
-
+    fwd, bwd = {}, {}
     for backend in backends:
         be = embnum._backend.BACKENDS[backend]
         x = [be.from_host(e) for e in embs]
         g = [be.from_host(a) for a in grads]
         p, i_s, o_s = (be.from_host(a) for a in (perm, ins, outs))
 
-        def f(x=x, p=p, i_s=i_s, o_s=o_s, backend=backend, be=be):
-            embnum.permute_multi_embedding(x, p, i_s, o_s, ol, backend=backend)
+        def f(x=x, p=p, i_s=i_s, o_s=o_s, backend=backend, be=be, out=None):
+            embnum.permute_multi_embedding(x, p, i_s, o_s, ol, backend=backend, out=out)
             be.synchronize()
 
-        def b(g=g, p=p, i_s=i_s, o_s=o_s, backend=backend, be=be):
-            embnum.permute_multi_embedding_backward(g, p, i_s, o_s, in_lengths, backend=backend)
+        def b(g=g, p=p, i_s=i_s, o_s=o_s, backend=backend, be=be, out=None):
+            embnum.permute_multi_embedding_backward(g, p, i_s, o_s, in_lengths, backend=backend, out=out)
             be.synchronize()
 
-        fwd[f"embnum {backend}"] = median_time(f)
-        bwd[f"embnum {backend}"] = median_time(b)
+        fwd[f"embnum {backend}"], bwd[f"embnum {backend}"] = f, b
         if backend == "cpu":
             fo = [np.empty((B, w), np.float32) for w in ol]
             bo = [np.empty((B, w), np.float32) for w in in_lengths]
-            fwd["embnum cpu out="] = median_time(lambda: embnum.permute_multi_embedding(x, p, i_s, o_s, ol, out=fo))
-            bwd["embnum cpu out="] = median_time(
-                lambda: embnum.permute_multi_embedding_backward(g, p, i_s, o_s, in_lengths, out=bo)
-            )
-        if backend == "cuda":
-            fwd["cuda GB/s"] = f"{2 * fwd_bytes / fwd['embnum cuda'] / 1e9:.0f}"
-            bwd["cuda GB/s"] = f"{(bwd_read + bwd_written) / bwd['embnum cuda'] / 1e9:.0f}"
-            fwd["cuda copy GB/s"] = bwd["cuda copy GB/s"] = f"{_device_copy_bandwidth(fwd_bytes) / 1e9:.0f}"
-
+            fwd["embnum cpu out="] = lambda f=f: f(out=fo)
+            bwd["embnum cpu out="] = lambda b=b: b(out=bo)
     torch = optional_torch()
     if torch is not None:
         from embnum import torch_bridge as tb
@@ -110,16 +102,14 @@ def run_case(B: int, backends: list[str]) -> list[dict]:
         gt = [torch.from_numpy(a) for a in grads]
         pt, it, ot = (torch.from_numpy(a) for a in (perm, ins, outs))
 
-        def autograd_time(forward):
+        def autograd(forward):
             y = forward()
-            return median_time(lambda: torch.autograd.grad(y, xt, gt, retain_graph=True))
+            return lambda: torch.autograd.grad(y, xt, gt, retain_graph=True)
 
-        fwd["bridge"] = median_time(lambda: tb.permute_multi_embedding(xt, pt, it, ot, ol))
-        bwd["bridge"] = autograd_time(lambda: tb.permute_multi_embedding(xt, pt, it, ot, ol))
+        peers = {"bridge": lambda: tb.permute_multi_embedding(xt, pt, it, ot, ol)}
         fb = optional_fbgemm(torch)
         if fb is not None:
-            fwd["fbgemm cpu"] = median_time(lambda: fb.permute_multi_embedding(xt, pt, it, ot, ol))
-            bwd["fbgemm cpu"] = autograd_time(lambda: fb.permute_multi_embedding(xt, pt, it, ot, ol))
+            peers["fbgemm cpu"] = lambda: fb.permute_multi_embedding(xt, pt, it, ot, ol)
         # torch baseline: one gather over the concatenated inputs, then a split
         starts = np.concatenate([[0], np.cumsum(in_lengths)])
         index = torch.from_numpy(
@@ -127,69 +117,40 @@ def run_case(B: int, backends: list[str]) -> list[dict]:
                 np.int64
             )
         )
-
-        def torch_regroup():
-            return torch.cat(xt, 1).index_select(1, index).split(ol, 1)
-
-        fwd["torch"] = median_time(torch_regroup)
-        bwd["torch"] = autograd_time(torch_regroup)
-
-    fwd["copy floor"] = copy_floor(fwd_bytes, fwd_bytes)
-    bwd["copy floor"] = copy_floor(bwd_read, bwd_written)
-    fwd["fresh copy"] = fresh_copy_floor(fwd_bytes, fwd_bytes)
-    bwd["fresh copy"] = fresh_copy_floor(bwd_read, bwd_written)
-    return [fwd, bwd]
+        peers["torch"] = lambda: torch.cat(xt, 1).index_select(1, index).split(ol, 1)
+        fwd.update(peers)
+        bwd.update({k: autograd(v) for k, v in peers.items()})
+    fwd.update(copy_contenders(fwd_bytes, fwd_bytes, fresh=True))
+    bwd.update(copy_contenders(bwd_read, bwd_written, fresh=True))
+    return fwd, bwd, (fwd_bytes, bwd_read, bwd_written)
 
 
-def _ratios(row, backends):
+def run(batches, backends, rounds):
     main = "embnum cpu" if "cpu" in backends else f"embnum {backends[-1]}"
-    if row.get("fbgemm cpu"):
-        row["fbgemm / embnum"] = f"{row['fbgemm cpu'] / row[main]:.1f}x"
-    row["embnum / floor"] = f"{row[main] / row['copy floor']:.2f}"
-    row["embnum / fresh"] = f"{row[main] / row['fresh copy']:.2f}"
-    if "embnum cpu out=" in row:
-        row["out= / floor"] = f"{row['embnum cpu out='] / row['copy floor']:.2f}"
+    rows, columns = [], ["op", "B"]
+    for B in batches:
+        fwd, bwd, (moved, bwd_read, bwd_written) = contenders(B, backends)
+        for op, fns, nbytes in (("forward", fwd, 2 * moved), ("backward", bwd, bwd_read + bwd_written)):
+            row = {"op": op, "B": B}
+            ms = timed_row(row, fns, rounds=rounds, block_s=0.02)
+            ratio_cells(row, ms, main)
+            if "embnum cpu out=" in ms:
+                row["out= / copy"] = f"{ms['embnum cpu out='].median / ms['copy floor'].median:.2f}"
+            if "embnum cuda" in ms:
+                row["cuda GB/s"] = f"{nbytes / ms['embnum cuda'].median / 1e9:.0f}"
+                row["cuda copy GB/s"] = f"{_device_copy_bandwidth(moved) / 1e9:.0f}"
+            rows.append(row)
+    return rows, ordered_columns(rows, columns)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, action="append", help="batch sizes (default 2048 and 16384)")
     parser.add_argument("--backend", action="append", help="embnum backends (default: cpu, and cuda on a GPU)")
-    parser.add_argument("--rounds", type=int, default=3, help="repeat the comparison; keep each cell's best median")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per row")
     args = parser.parse_args(argv)
-    gpu = embnum._backend.gpu_present() and embnum._backend.BACKENDS["cuda"].available()
-    backends = args.backend or ["cpu"] + (["cuda"] if gpu else [])
-    print(machine())
-    print(f"- command: python benchmarks/bench_keyed_tensor.py {' '.join(sys.argv[1:])}".rstrip())
-    rows = []
-    for B in args.batch or [2048, 16384]:
-        rounds = [run_case(B, backends) for _ in range(args.rounds)]
-        for k, row in enumerate(rounds[0]):
-            for key, value in row.items():
-                if isinstance(value, float):
-                    row[key] = min(r[k][key] for r in rounds)
-            _ratios(row, backends)
-            rows.append(row)
-    columns = ["op", "B"] + [f"embnum {b}" for b in backends]
-    columns += ["embnum cpu out="] if "cpu" in backends else []
-    columns += [
-        "bridge",
-        "fbgemm cpu",
-        "torch",
-        "copy floor",
-        "fresh copy",
-        "fbgemm / embnum",
-        "embnum / floor",
-        "embnum / fresh",
-    ]
-    columns += ["out= / floor"] if "cpu" in backends else []
-    columns += ["cuda GB/s", "cuda copy GB/s"] if "cuda" in backends else []
-    for r in rows:
-        for c in columns:
-            if isinstance(r.get(c), float) or (r.get(c) is None and c not in ("op", "B")):
-                r[c] = fmt_ms(r.get(c))
-    print("\ntimes in ms\n")
-    print(table(rows, columns))
+    backends = default_backends(args.backend)
+    report("bench_keyed_tensor.py", lambda: run(args.batch or [2048, 16384], backends, args.rounds))
 
 
 if __name__ == "__main__":

@@ -54,24 +54,34 @@ def _exclusive_in_place(a):
 
 
 @njit(cache=True)
-def _gather(src, src_offs, seg, dst_offs, dst):
-    """Output segment ``j`` = source segment ``seg[j]``. Serial: a few big segments
-    (whole keys) move at about a plain copy's speed, and many small ones (bags)
-    are bound by the latency of random reads; a parallel version with dynamic
-    scheduling was slower in both cases on the shared 2-core machine (bags: 4.9
-    vs 3.6 ms, timed interleaved)."""
+def _gather(src, wsrc, src_offs, seg, dst_offs, dst, wdst):
+    """Output segment ``j`` = source segment ``seg[j]``, of ``src`` into ``dst`` and, when
+    ``wdst`` is not empty, of ``wsrc`` into ``wdst`` in the same pass (one walk of the
+    offsets for values and weights). Serial: a few big segments (whole keys) move at about
+    a plain copy's speed, and many small ones (bags) are bound by the latency of random
+    reads; a parallel version with dynamic scheduling was slower in both cases on the
+    shared 2-core machine (bags: 4.9 vs 3.6 ms, timed interleaved)."""
+    both = wdst.shape[0] != 0
     for j in range(seg.shape[0]):
         lo, hi = dst_offs[j], dst_offs[j + 1]
         start = src_offs[seg[j]]
-        d = dst[lo:hi]  # bounded views: the copy loop vectorises
+        d = dst[lo:hi]  # bounded views: the copy loops vectorise
         s = src[start : start + (hi - lo)]
         for e in range(hi - lo):
             d[e] = s[e]
+        if both:
+            wd = wdst[lo:hi]
+            ws = wsrc[start : start + (hi - lo)]
+            for e in range(hi - lo):
+                wd[e] = ws[e]
 
 
-def _gather_segments(data, src_offs, seg, dst_offs, dst):
+def _gather_segments(data, src_offs, seg, dst_offs, dst, weights=None, wdst=None):
+    """``_gather`` of ``data`` into ``dst`` (and of ``weights`` into ``wdst`` when given),
+    every array seen as unsigned integers of its width."""
     if dst.shape[0]:
-        _gather(bits(data), src_offs, seg, dst_offs, dst.view(bits(dst).dtype))
+        w, wd = (data[:0], dst[:0]) if weights is None else (weights, wdst)
+        _gather(bits(data), bits(w), src_offs, seg, dst_offs, dst.view(bits(dst).dtype), wd.view(bits(wd).dtype))
 
 
 def _offsets_of(sizes):
@@ -84,9 +94,7 @@ def _permute(permute, values, weights, sizes, out):
     seg = int64s(permute)
     src_offs = _offsets_of(sizes)
     dst_offs = _offsets_of(sizes[seg])
-    _gather_segments(values, src_offs, seg, dst_offs, out[1])
-    if weights is not None:
-        _gather_segments(weights, src_offs, seg, dst_offs, out[2])
+    _gather_segments(values, src_offs, seg, dst_offs, out[1], weights, None if weights is None else out[2])
 
 
 def permute_2d_sparse_data(permute, lengths, values, weights, total, out):
@@ -105,13 +113,24 @@ def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size
     np.take(lengths, seg, out=out[1])
     src_offs = int64s(offsets)
     dst_offs = _offsets_of(out[1])
-    _gather_segments(values, src_offs, seg, dst_offs, out[0])
-    if weights is not None:
-        _gather_segments(weights, src_offs, seg, dst_offs, out[2])
+    _gather_segments(values, src_offs, seg, dst_offs, out[0], weights, None if weights is None else out[2])
 
 
 # -- block bucketize -------------------------------------------------------------
 BAG_CHUNK = 512  # bags per parallel work item (one scratch array per item)
+
+
+@njit(cache=True, inline="always")
+def _chunk_bags(c, n_bags):
+    """Bags ``[k0, k1)`` of parallel work item ``c``."""
+    k0 = np.int64(c) * BAG_CHUNK
+    return k0, min(k0 + BAG_CHUNK, n_bags)
+
+
+@njit(cache=True, inline="always")
+def _key_row(kc, t):
+    """Key ``t``'s ``(block size, G, lb, width, limit)`` from the flat ``_bucketize.key_constants``."""
+    return kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
 
 
 @njit(cache=True, parallel=True)
@@ -121,13 +140,12 @@ def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, bucket, count
     m = np.int64(mu)
     for c in prange((n_bags + BAG_CHUNK - 1) // BAG_CHUNK):
         local = np.zeros(m, np.int64)
-        k0 = np.int64(c) * BAG_CHUNK
-        k1 = min(k0 + BAG_CHUNK, n_bags)
+        k0, k1 = _chunk_bags(c, n_bags)
         off, keys, ids, bk, cnt = offs[:], bag_key[:], uidx[:], bucket[:], counts[:]
         kcl, posl = kc[:], pos[:]
         for k in range(k0, k1):
             t = keys[k]
-            bs, G, lb, width, limit = kcl[5 * t], kcl[5 * t + 1], kcl[5 * t + 2], kcl[5 * t + 3], kcl[5 * t + 4]
+            bs, G, lb, width, limit = _key_row(kcl, t)
             local[:] = 0
             for i in range(off[k], off[k + 1]):
                 b, _ = bucket_of(np.uint64(ids[i]), bs, G, lb, width, limit, t, mu, posl, has_pos, mask)
@@ -146,14 +164,13 @@ def _bucket_scatter(
     m = np.int64(mu)
     for c in prange((n_bags + BAG_CHUNK - 1) // BAG_CHUNK):
         cursor = np.empty(m, np.int64)
-        k0 = np.int64(c) * BAG_CHUNK
-        k1 = min(k0 + BAG_CHUNK, n_bags)
+        k0, k1 = _chunk_bags(c, n_bags)
         off, keys, ids, bk, sl, kp = offs[:], bag_key[:], uidx[:], bucket[:], slots[:], keep[:]
         kcl, posl = kc[:], pos[:]
         out_idx, out_pos, out_dst = new_idx[:], new_pos[:], dst[:]
         for k in range(k0, k1):
             t = keys[k]
-            bs, G, lb, width, limit = kcl[5 * t], kcl[5 * t + 1], kcl[5 * t + 2], kcl[5 * t + 3], kcl[5 * t + 4]
+            bs, G, lb, width, limit = _key_row(kcl, t)
             for p in range(m):
                 cursor[p] = sl[p * n_bags + k]
             start = off[k]
