@@ -312,14 +312,6 @@ def fbgemm_tbe(T: int, rows: int, D: int, *, optimizer: str = "EXACT_ROWWISE_ADA
     )
 
 
-def copier(nbytes: int):
-    """A callable copying ``nbytes`` between two preallocated buffers (a memory floor
-    timed beside the contenders: reads ``nbytes`` and writes ``nbytes``)."""
-    src = np.ones(max(nbytes, 1), dtype=np.uint8)
-    dst = np.empty_like(src)
-    return lambda: np.copyto(dst, src)
-
-
 def set_threads(n: int) -> None:
     """Numba's and torch's thread counts to ``n`` (torch's only where it is installed)."""
     import numba
@@ -328,8 +320,3 @@ def set_threads(n: int) -> None:
     torch = optional_torch()
     if torch is not None:
         torch.set_num_threads(n)
-
-
-def fmt_ms_iqr(m) -> str:
-    """``median [IQR]`` of a Measurement in milliseconds."""
-    return f"{m.median * 1e3:.2f} [{m.iqr * 1e3:.2f}]"

@@ -21,8 +21,8 @@ by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over
   the forward, output written, gradient read, ids read, every touched row and its
   accumulator read and written), i.e. a copy of half that many bytes.
 
-Ratios: ``embnum / floor`` (target <= 1.15 for the forward) and ``peer / embnum`` (> 1: embnum
-is faster). Prints the load average before and after; the table is ready for RESULTS.md.
+Ratios: ``embnum / copy`` (target <= 1.15 for the forward) and ``peer / embnum`` (> 1: embnum
+is faster; medians, minima in parentheses). Prints the load average before and after; the table is ready for RESULTS.md.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def forward_contenders(torch, a, b, fp16):
     w, idx, offs = b["weights"], b["indices"], b["offsets"]
     N = idx.shape[0]
     out = np.empty((a.B, a.T * a.D), np.float32)
-    fns = {"embnum": lambda: embnum.tbe_forward(w, *lay, idx, offs, "sum", out=out)}
+    fns = {"embnum cpu": lambda: embnum.tbe_forward(w, *lay, idx, offs, "sum", out=out)}
     fb = _bench.fbgemm_tbe(a.T, a.rows, a.D, fp16=fp16)
     if fb is not None:
         ti, to = torch.from_numpy(idx), torch.from_numpy(offs)
@@ -79,7 +79,7 @@ def forward_contenders(torch, a, b, fp16):
             with torch.no_grad():
                 fb(ti, to)
 
-        fns["fbgemm"] = fbgemm
+        fns["fbgemm cpu"] = fbgemm
     if not a.no_torch:
         fwd = torch_tables(torch, a, b, fp16)[0]
 
@@ -87,8 +87,8 @@ def forward_contenders(torch, a, b, fp16):
             with torch.no_grad():
                 fwd()
 
-        fns["torch loop"] = loop
-    fns["floor"] = _bench.copier(N * a.D * w.itemsize)
+        fns["torch"] = loop
+    fns.update(_bench.copy_contenders(N * a.D * w.itemsize, N * a.D * w.itemsize))
     return fns
 
 
@@ -112,12 +112,12 @@ def step_contenders(torch, a, b):
         embnum.tbe_forward(w, *lay, idx, offs, "sum", out=out)
         embnum.tbe_backward_update(grad, w, *lay, idx, offs, "sum", optimizer=opt, momentum1=m1)
 
-    fns = {"embnum": step}
+    fns = {"embnum cpu": step}
     fb = _bench.fbgemm_tbe(a.T, a.rows, a.D, lr=LR)
     tg = torch.from_numpy(grad)
     if fb is not None:
         ti, to = torch.from_numpy(idx), torch.from_numpy(offs)
-        fns["fbgemm"] = lambda: fb(ti, to).backward(tg)
+        fns["fbgemm cpu"] = lambda: fb(ti, to).backward(tg)
     if not a.no_torch:
         params = [torch.nn.Parameter(torch.from_numpy(w).view(a.T, a.rows, a.D)[t].clone()) for t in range(a.T)]
         _, t_idx, t_off = torch_tables(torch, a, b, False)
@@ -133,20 +133,20 @@ def step_contenders(torch, a, b):
             o.backward(tg)
             topt.step()
 
-        fns["torch loop"] = loop
-    fns["floor"] = _bench.copier(step_bytes(a, b) // 2)
+        fns["torch"] = loop
+    nbytes = step_bytes(a, b)
+    fns.update(_bench.copy_contenders(nbytes // 2, nbytes - nbytes // 2))
     return fns
 
 
-def row(what, dtype, n, ms):
-    e = ms["embnum"].median
-    r = {"what": what, "weights": dtype, "threads": n}
-    r.update({k: _bench.fmt_ms_iqr(m) for k, m in ms.items()})
-    r["embnum / floor"] = f"{e / ms['floor'].median:.2f}"
-    for peer in ("fbgemm", "torch loop"):
-        if peer in ms:
-            r[f"{peer} / embnum"] = f"{ms[peer].median / e:.2f}x"
-    return r
+def timed(what, dtype, n, fns, rounds):
+    _bench.set_threads(n)
+    row = {"what": what, "weights": dtype, "threads": n}
+    ms = _bench.interleaved(fns, rounds=rounds, threads=n)
+    row.update({k: _bench.fmt_ms_iqr(m) for k, m in ms.items()})
+    _bench.ratio_cells(row, ms, "embnum cpu")
+    print(f"  {what} {dtype} {n} thread(s): done", file=sys.stderr, flush=True)
+    return row
 
 
 def main(argv=None):
@@ -165,27 +165,22 @@ def main(argv=None):
     torch = _bench.optional_torch()
     if torch is None:
         sys.exit("needs torch (the peers' column)")
-    print(_bench.machine())
-    print(f"- T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}, uniform int64 ids")
-    print(f"- before: {_bench.load()}")
-    rows = []
-    for dtype in a.dtypes:
-        b = batch(a, np.dtype(dtype))
-        fns = forward_contenders(torch, a, b, dtype == "float16")
-        for n in a.threads:
-            _bench.set_threads(n)
-            rows.append(row("forward", dtype, n, _bench.interleaved(fns, rounds=a.rounds, threads=n)))
-        del fns
-        if dtype == "float32" and not a.no_step:
-            fns = step_contenders(torch, a, b)
-            for n in a.threads:
-                _bench.set_threads(n)
-                rows.append(row("training step", dtype, n, _bench.interleaved(fns, rounds=a.rounds, threads=n)))
+
+    def body():
+        print(f"- T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}, uniform int64 ids")
+        rows = []
+        for dtype in a.dtypes:
+            b = batch(a, np.dtype(dtype))
+            fns = forward_contenders(torch, a, b, dtype == "float16")
+            rows += [timed("forward", dtype, n, fns, a.rounds) for n in a.threads]
             del fns
-    print(f"- after: {_bench.load()}")
-    print("\nms: median [IQR] of interleaved rounds\n")
-    cols = ["what", "weights", "threads", "embnum", "fbgemm", "torch loop", "floor"]
-    print(_bench.table(rows, cols + ["embnum / floor", "fbgemm / embnum", "torch loop / embnum"]))
+            if dtype == "float32" and not a.no_step:
+                fns = step_contenders(torch, a, b)
+                rows += [timed("training step", dtype, n, fns, a.rounds) for n in a.threads]
+                del fns
+        return rows, _bench.ordered_columns(rows, ["what", "weights", "threads"])
+
+    _bench.report("bench_tbe.py", body)
 
 
 if __name__ == "__main__":

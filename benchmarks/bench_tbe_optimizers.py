@@ -50,7 +50,6 @@ def main(argv=None):
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=9)
     a = p.parse_args(argv)
-    print(_bench.machine())
     rng = np.random.default_rng(0)
     batch = make_batch(rng, a.T, a.rows, a.D, a.B, a.L)
     lay = (batch["weights_offsets"], batch["D_offsets"], batch["hash_size_cumsum"])
@@ -84,9 +83,16 @@ def main(argv=None):
             if fb is not None:
                 variants[f"fbgemm CPU TBE: {kind}"] = lambda fb=fb: fb(ti, to).backward(tg)
 
-    print(f"- before: {_bench.load()}")
-    rows = []
-    for n in a.threads:
+    def body():
+        return [row for n in a.threads for row in timed(n)], [
+            "training step",
+            "threads",
+            "ms",
+            "vs embnum rowwise_adagrad",
+        ]
+
+    def timed(n):
+        rows = []
         _bench.set_threads(n)
         ms = _bench.interleaved(variants, rounds=a.rounds, block_s=0.05, threads=n)
         base = ms["embnum cpu: rowwise_adagrad"].median
@@ -99,9 +105,9 @@ def main(argv=None):
                     "vs embnum rowwise_adagrad": f"{m.median / base:.2f}x",
                 }
             )
-    print(f"- after: {_bench.load()}")
-    print("\nms: median [IQR] of interleaved rounds\n")
-    print(_bench.table(rows, ["training step", "threads", "ms", "vs embnum rowwise_adagrad"]))
+        return rows
+
+    _bench.report("bench_tbe_optimizers.py", body)
 
 
 if __name__ == "__main__":
