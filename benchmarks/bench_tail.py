@@ -1,23 +1,34 @@
 """Tail latency of small calls, and where one thread stops being as fast as all of them.
 
-    python benchmarks/bench_tail.py [--calls 2000] [--sweep]
+    python benchmarks/bench_tail.py [--calls 2000] [--compete 2] [--sweep [--kernel NAME ...]]
 
 Tail: every op's small tour example through ``embnum.<op>(...)`` (NumPy), called
 ``--calls`` times one by one (wall clock per call), in blocks of 50 that alternate
-between the registry's rule (one thread below ``embnum.cpu._common.SERIAL_BYTES``)
-and all Numba threads always (``SERIAL_BYTES = 0``); prints median, p90, p99 and
-p99 / median of each. The issue's target: p99 at most 3x the median on a loaded
-machine.
+between the registry's rule (one thread below each kernel's threshold,
+``embnum.cpu._common.SERIAL_BYTES_OF``) and all Numba threads always
+(``SERIAL_OVERRIDE = 0``); prints median, p90, p99 and p99 / median of each. The
+issue's target: p99 at most 3x the median with two processes competing for the two
+cores: ``--compete N`` starts N busy processes (a Python spin loop each) for the
+run and ends them after it.
 
-``--sweep``: for a few kernels and growing inputs, the median wall time of the call
-on one thread and on all threads (interleaved, ``_bench.interleaved``), to place the
-threshold: the bytes (inputs + output) below which one thread is as fast.
+``--sweep``: for every swept kernel and inputs of 4 KiB to 16 MiB (inputs + output),
+single calls on one thread and on all threads, alternating: p10 and median of each.
+Per kernel it prints two thresholds (below one, the call runs on one thread):
+"measured", the first size from which all threads were at least 10% faster by their
+p10 (what a call costs when its cores are free, which the median on a loaded machine
+does not show), and "model" (:func:`threshold`): the size at which one thread's work
+reaches twice the measured launch cost of a parallel region, i.e. where a free second
+core pays for waking it. On the loaded machine (load 9 on 2 cores) no kernel had a
+measured crossover up to 16 MiB, so the declared table is the model's. The last line
+is the table for ``embnum.cpu._common.SERIAL_BYTES_OF``.
 Prints the load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +40,8 @@ import _bench  # noqa: E402
 import embnum  # noqa: E402
 from embnum.cpu import _common  # noqa: E402
 
+SIZES = [4 << 10 << (2 * k) for k in range(7)]  # 4 KiB .. 16 MiB of inputs + output
+
 
 def _percentiles(ts):
     a = np.sort(np.asarray(ts)) * 1e6
@@ -38,7 +51,6 @@ def _percentiles(ts):
 
 def tail(calls):
     rows = []
-    threshold = _common.SERIAL_BYTES
     for op in embnum.ops():
         if op.mutates or op.example_fn is None:
             continue
@@ -52,12 +64,12 @@ def tail(calls):
         times = {"rule": [], "all threads": []}
         for block in range(calls // 50):
             mode = "rule" if block % 2 == 0 else "all threads"
-            _common.SERIAL_BYTES = threshold if mode == "rule" else 0
+            _common.SERIAL_OVERRIDE = None if mode == "rule" else 0
             for _ in range(50):
                 t0 = time.perf_counter()
                 fn(**args)
                 times[mode].append(time.perf_counter() - t0)
-        _common.SERIAL_BYTES = threshold
+        _common.SERIAL_OVERRIDE = None
         row = dict(op=op.name)
         for mode, ts in times.items():
             med, p90, p99 = _percentiles(ts)
@@ -67,66 +79,215 @@ def tail(calls):
     print(_bench.table(rows, ["op", "rule", "all threads", "note"]))
 
 
-def sweep():
+def _kjt(rng, nbytes, per_id):
+    """Lengths of T=8 keys x B bags (Poisson(8)) and int64 ids, about ``nbytes`` moved at ``per_id`` bytes an id."""
+    B = max(1, nbytes // (8 * 8 * per_id))
+    lengths = rng.poisson(8, 8 * B).astype(np.int32)
+    return lengths, rng.integers(0, 1 << 20, int(lengths.sum()))
+
+
+def _sweep_args(name: str, nbytes: int, rng) -> dict:
+    """Arguments of kernel ``name`` whose arrays (inputs + output) hold about ``nbytes``."""
+    if name.endswith("_cumsum"):
+        return dict(lengths=rng.integers(0, 64, max(1, nbytes // 16)))
+    if name == "offsets_range":
+        n = max(1, nbytes // 72)  # 8 elements of 8 bytes out per segment
+        offs = np.arange(0, 8 * n + 1, 8, dtype=np.int64)
+        return dict(offsets=offs[:-1], range_size=int(offs[-1]))
+    if name in ("jagged_to_padded_dense", "dense_to_jagged"):
+        B = max(1, nbytes // (3 * 32 * 32 * 4))  # lengths U[0, 64], D=32: values ~1/3 of the dense
+        offs = np.concatenate([[0], np.cumsum(rng.integers(0, 65, B))])
+        if name == "dense_to_jagged":
+            return dict(dense=rng.standard_normal((B, 64, 32)).astype(np.float32), offsets=[offs])
+        return dict(
+            values=rng.standard_normal((int(offs[-1]), 32)).astype(np.float32), offsets=[offs], max_lengths=[64]
+        )
+    if name == "segment_sum_csr":
+        n = max(8, nbytes // 4)
+        csr = np.array([0, n // 8], np.int64)
+        return dict(batch_size=8, csr_seg=csr, values=rng.standard_normal(8 * (n // 8)).astype(np.float32))
+    if name in ("permute_2d_sparse_data", "permute_1d_sparse_data"):
+        lengths, ids = _kjt(rng, nbytes, 2 * 12)
+        w = rng.random(ids.shape[0], dtype=np.float32)
+        if name == "permute_1d_sparse_data":
+            return dict(permute=rng.permutation(lengths.shape[0]), lengths=lengths, values=ids, weights=w)
+        return dict(permute=rng.permutation(8), lengths=lengths.reshape(8, -1), values=ids, weights=w)
+    if name == "block_bucketize_sparse_features":
+        lengths, ids = _kjt(rng, nbytes, 2 * 8 + 8)
+        return dict(
+            lengths=lengths,
+            indices=ids,
+            bucketize_pos=False,
+            sequence=True,
+            block_sizes=np.full(8, (1 << 20) // 4, np.int64),
+            my_size=4,
+        )
+    if "rowwise" in name:
+        R = max(1, nbytes // (64 * 4 + 64 + 8))
+        x = rng.standard_normal((R, 64)).astype(np.float32)
+        kw = {} if "8bit" in name else {"bit_rate": 4}
+        if name.startswith("float_to"):
+            return dict(input=x, **kw)
+        quantize = embnum.float_to_fused_8bit_rowwise if "8bit" in name else embnum.float_to_fused_nbit_rowwise
+        return dict(input=quantize(x, **kw), **kw)
+    if name in ("float_to_fp16", "float_to_bfloat16"):
+        return dict(input=rng.standard_normal(max(1, nbytes // 6)).astype(np.float32))
+    if name == "permute_multi_embedding":
+        from embnum.examples.keyed_tensor import classic_case
+
+        B = max(1, nbytes // (2 * 4 * 4032))  # the classic case: 4032 floats a sample, read and written
+        embs, keys, lengths, groups = classic_case(rng, B)
+        perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+        return dict(pooled_embs=embs, permutes=perm, in_shapes=ins, out_shapes=outs, out_lengths=ol)
+    raise KeyError(name)
+
+
+SWEPT = [
+    "complete_cumsum",
+    "exclusive_cumsum",
+    "inclusive_cumsum",
+    "offsets_range",
+    "jagged_to_padded_dense",
+    "dense_to_jagged",
+    "segment_sum_csr",
+    "permute_2d_sparse_data",
+    "permute_1d_sparse_data",
+    "block_bucketize_sparse_features",
+    "float_to_fused_8bit_rowwise",
+    "fused_8bit_rowwise_to_float",
+    "float_to_fused_nbit_rowwise",
+    "fused_nbit_rowwise_to_float",
+    "float_to_fp16",
+    "float_to_bfloat16",
+    "permute_multi_embedding",
+]
+
+
+def _threads(limit, fn):
+    """``fn`` under one serial limit for every kernel (``SERIAL_OVERRIDE``)."""
+
+    def run():
+        _common.SERIAL_OVERRIDE = limit
+        try:
+            fn()
+        finally:
+            _common.SERIAL_OVERRIDE = None
+
+    return run
+
+
+def _alternating(one, all_, min_calls=60, min_seconds=0.25):
+    """Per-call wall times (seconds) of ``one`` and ``all_``, called alternately after a
+    warm-up call each: ``{"1": [...], "all": [...]}``. Single calls, not blocks: the low
+    quantile of single calls is what a call costs when its cores are free, which a block
+    average on a loaded machine does not show."""
+    one(), all_()
+    times = {"1": [], "all": []}
+    start = time.perf_counter()
+    while len(times["1"]) < min_calls or time.perf_counter() - start < min_seconds:
+        for k, fn in (("1", one), ("all", all_)):
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def sweep(kernels):
     import numba
 
     rng = np.random.default_rng(0)
-    cases = []
-    for n in (256, 2048, 8192, 32768, 131072):
-        lengths = rng.integers(0, 64, n).astype(np.int64)
-        cases.append(("complete_cumsum", n * 16, lambda x=lengths: embnum.complete_cumsum(x)))
-    for B in (2, 16, 64, 256, 1024):
-        lay = embnum.tbe_layout([1000, 1000], [64, 64])
-        w = rng.standard_normal(lay.num_weights).astype(np.float32)
-        offs = np.arange(0, 2 * B * 8 + 1, 8, dtype=np.int64)
-        idx = rng.integers(0, 1000, offs[-1]).astype(np.int64)
-        nbytes = idx.nbytes + offs.nbytes + 2 * B * 64 * 4
-        cases.append(
-            (
-                "tbe_forward",
-                nbytes,
-                lambda w=w, idx=idx, offs=offs, lay=lay: embnum.tbe_forward(w, *lay.arrays(), idx, offs),
-            )
-        )
-    rows = []
     n_all = numba.get_num_threads()
-    for name, nbytes, fn in cases:
+    rows, thresholds, loaded = [], {}, {}
+    for name in kernels:
+        points = []  # (bytes, p10 one thread, p10 all threads), seconds
+        for target in SIZES:
+            args = _sweep_args(name, target, rng)
+            fn = getattr(embnum, name)
+            out = fn(**args)
+            nbytes = _common.array_bytes(args, list(out) if isinstance(out, tuple) else out, 1 << 62)
+            call = lambda fn=fn, args=args: fn(**args)  # noqa: E731
+            ts = _alternating(_threads(1 << 62, call), _threads(0, call))
+            q = {k: np.percentile(np.asarray(v) * 1e6, [10, 50]) for k, v in ts.items()}
+            points.append((nbytes, q["1"][0], q["all"][0]))
+            rows.append(
+                {
+                    "kernel": name,
+                    "bytes": nbytes,
+                    "1 thread p10 / median": f"{q['1'][0]:.1f} / {q['1'][1]:.1f}",
+                    f"{n_all} threads p10 / median": f"{q['all'][0]:.1f} / {q['all'][1]:.1f}",
+                    "p10 1 / all": f"{q['1'][0] / q['all'][0]:.2f}",
+                    "median 1 / all": f"{q['1'][1] / q['all'][1]:.2f}",
+                }
+            )
+        thresholds[name], launch = threshold(points)
+        pays = [p[2] < 0.9 * p[1] for p in points]
+        first = next((i for i in range(len(pays)) if all(pays[i:])), None)
+        loaded[name] = points[first][0] if first is not None else None
+        print(f"  {name}: {thresholds[name]} (launch {launch:.1f} us)", file=sys.stderr, flush=True)
+    print(f"\nmicroseconds per call (single calls, alternating): p10 / median, one thread vs {n_all}\n")
+    print(_bench.table(rows, list(rows[0])))
+    print("\nthresholds, bytes (model: where one thread's work reaches twice the launch cost; measured: first size")
+    print(
+        "from which all threads were >= 10% faster by p10 on this machine under this load, None: never up to 16 MiB)\n"
+    )
+    table = [{"kernel": k, "model": v, "measured": loaded[k]} for k, v in thresholds.items()]
+    print(_bench.table(table, ["kernel", "model", "measured"]))
+    print(f"\nSERIAL_BYTES_OF = {thresholds}")
 
-        def one(fn=fn):
-            numba.set_num_threads(1)
-            try:
-                fn()
-            finally:
-                numba.set_num_threads(n_all)
 
-        saved = _common.SERIAL_BYTES
-        _common.SERIAL_BYTES = 0  # time the kernels as they are, the rule off
-        ms = _bench.interleaved({"1 thread": one, f"{n_all} threads": fn}, rounds=11)
-        _common.SERIAL_BYTES = saved
-        rows.append(
-            {
-                "op": name,
-                "bytes": nbytes,
-                **{k: _bench.fmt_us(m) for k, m in ms.items()},
-                "1 / all": f"{ms['1 thread'].median / ms[f'{n_all} threads'].median:.2f}",
-            }
-        )
-    print("\nmicroseconds per call: median [IQR], one thread vs all\n")
-    print(_bench.table(rows, ["op", "bytes", "1 thread", f"{n_all} threads", "1 / all"]))
+def threshold(points) -> tuple[int, float]:
+    """``(bytes, launch us)``: the size below which one thread is faster than all with a
+    free second core. ``launch``: what all threads cost over one at the smallest size (a
+    parallel region's wake-up and join; 0 where the kernel has none, and then the
+    threshold is 0: switching the thread count would cost without any gain). The work of
+    a call is its one-thread p10 less that at the smallest size; with a perfect second
+    core the call saves half its work, so parallel pays from work = 2 x launch on
+    (interpolated between the swept sizes)."""
+    base, one0, all0 = points[0]
+    launch = all0 - one0
+    if launch < 1.0:  # microseconds: no parallel region to wake (or noise)
+        return 0, max(launch, 0.0)
+    prev = (base, 0.0)
+    for nbytes, one, _ in points[1:]:
+        work = one - one0
+        if work >= 2 * launch:
+            b0, w0 = prev
+            frac = (2 * launch - w0) / (work - w0) if work > w0 else 1.0
+            return int(b0 + frac * (nbytes - b0)) >> 10 << 10, launch
+        prev = (nbytes, max(work, prev[1]))
+    return points[-1][0], launch
+
+
+@contextlib.contextmanager
+def competing(n: int):
+    """``n`` busy processes (a Python spin loop each) for the duration of the block."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--compete", type=int, default=0, help="busy processes competing for the cores during the run")
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--kernel", action="append", help="kernels to sweep (default: all swept kernels)")
     a = p.parse_args()
     print(_bench.machine())
-    print(f"- SERIAL_BYTES = {_common.SERIAL_BYTES}")
-    print(f"- before: {_bench.load()}")
-    if a.sweep:
-        sweep()
-    else:
-        tail(a.calls)
+    print(f"- command: python benchmarks/bench_tail.py {' '.join(sys.argv[1:])}".rstrip())
+    print(f"- SERIAL_BYTES = {_common.SERIAL_BYTES}, SERIAL_BYTES_OF = {_common.SERIAL_BYTES_OF}")
+    print(f"- competing busy processes: {a.compete}")
+    print(f"- before: {_bench.load()}", flush=True)
+    with competing(a.compete):
+        time.sleep(0.5 if a.compete else 0)
+        if a.sweep:
+            sweep(a.kernel or SWEPT)
+        else:
+            tail(a.calls)
     print(f"\n- after: {_bench.load()}")
 
 

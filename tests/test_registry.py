@@ -136,7 +136,7 @@ def test_sizes_reject_bools_and_floats():
 # -- the per-call short paths (issue 12) --------------------------------------------------
 @pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
 def test_one_thread_and_all_threads_agree(op, monkeypatch):
-    """The registry runs small calls on one thread (``cpu._common.SERIAL_BYTES``): the same
+    """The registry runs small calls on one thread (``cpu._common.SERIAL_BYTES_OF``): the same
     call with the rule off (every call on all threads) and with every call on one thread
     gives bit-identical results, and leaves Numba's thread count as it was."""
     import numba
@@ -149,7 +149,8 @@ def test_one_thread_and_all_threads_agree(op, monkeypatch):
     before = numba.get_num_threads()
     got = {}
     for limit in (0, 1 << 62):
-        monkeypatch.setattr(_common, "SERIAL_BYTES", limit)
+        monkeypatch.setattr(_common, "SERIAL_BYTES", limit)  # TBE's own rule
+        monkeypatch.setattr(_common, "SERIAL_OVERRIDE", limit)  # every kernel's threshold
         got[limit] = op.public(**{k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()})
         assert numba.get_num_threads() == before
     _, ok = exact_match(

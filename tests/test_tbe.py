@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import embnum
@@ -105,6 +105,14 @@ def backward_args(draw, pooling=None):
 
 
 @st.composite
+def sparse_args(draw):
+    args = draw(backward_args())
+    if draw(st.booleans()):  # fixed output sizes: a bound on the touched rows, sometimes too small
+        args["max_rows"] = draw(st.integers(0, len(args["indices"]) + 2))
+    return args
+
+
+@st.composite
 def psw_grad_args(draw):
     args = draw(backward_args(pooling="sum"))
     args.pop("pooling_mode")
@@ -154,7 +162,7 @@ def update_args(draw):
 STRATEGIES = {
     "tbe_forward": forward_args(),
     "tbe_backward": backward_args(),
-    "tbe_backward_sparse": backward_args(),
+    "tbe_backward_sparse": sparse_args(),
     "tbe_grad_per_sample_weights": psw_grad_args(),
     "tbe_backward_update": update_args(),
 }
@@ -1055,3 +1063,117 @@ def test_device_bounds_fast_path_accepts_exactly_what_the_checks_accept(data):
     except IndexError:  # -1 in a training op
         accepted = False
     assert all_valid(indices, offsets, B, rows, pruned_ok=pruned_ok) == accepted
+
+
+def _drawn_lookups(data):
+    T = data.draw(st.integers(1, 3))
+    B = data.draw(st.integers(0, 3))
+    rows = np.array(data.draw(st.lists(st.integers(1, 4), min_size=T, max_size=T)), np.int64)
+    dtype = data.draw(st.sampled_from([np.int32, np.int64]))
+    N = data.draw(st.integers(0, 8))
+    offsets = np.array(data.draw(st.lists(st.integers(-1, 9), min_size=T * B + 1, max_size=T * B + 1)), dtype)
+    if data.draw(st.booleans()):  # mostly valid offsets, so the index rule is exercised too
+        offsets = np.sort(np.clip(offsets, 0, N))
+        offsets[-1] = N
+    indices = np.array(data.draw(st.lists(st.integers(-2, 5), min_size=N, max_size=N)), dtype)
+    return T, B, rows, N, offsets, indices
+
+
+@given(data=st.data())
+@settings(max_examples=100, deadline=None)
+def test_device_repair_equals_the_checks_repair(data):
+    """``_tbe_bounds.repair_on_device`` (bounds modes "warning"/"ignore" on CuPy lookups, no host read)
+    gives the repair of check_offsets + check_indices and counts what it changed; a ``-1`` in a
+    training op (``pruned_ok=False``) is repaired to 0 instead of raising. Run on NumPy, with NumPy's
+    running maximum and with the cuda one (simulated)."""
+    from embnum._tbe_bounds import check_indices, check_offsets, repair_on_device
+    from embnum.cuda._common import running_max
+
+    T, B, rows, N, offsets, indices = _drawn_lookups(data)
+    pruned_ok = data.draw(st.booleans())
+    before = indices.copy(), offsets.copy()
+    want_o, _ = check_offsets(offsets, N, "ignore")
+    want_i, _ = check_indices(indices, want_o, B, rows, "ignore", pruned_ok=True)
+    if not pruned_ok and B > 0:
+        pos = np.arange(N)
+        want_i = np.where((pos >= want_o[0]) & (pos < want_o[-1]) & (indices == -1), 0, want_i)
+    n_want = int((want_o != offsets).sum() + (want_i != indices).sum())
+    for rmax in (None, running_max):
+        got_i, got_o, n = repair_on_device(indices, offsets, B, rows, pruned_ok=pruned_ok, running_max=rmax)
+        np.testing.assert_array_equal(got_o, want_o)
+        np.testing.assert_array_equal(got_i, want_i)
+        assert got_i.dtype == indices.dtype and got_o.dtype == offsets.dtype
+        assert int(n) == n_want
+    np.testing.assert_array_equal(indices, before[0])  # inputs never mutated
+    np.testing.assert_array_equal(offsets, before[1])
+
+
+def _as_device_lookups(mp):
+    """Make the declarations treat the (NumPy, simulated-cuda) lookups as device lookups: the
+    no-read bounds paths run, and the "warning" count goes to the returned host counter."""
+    import embnum._tbe_bounds as tb
+
+    count = np.zeros(1, np.int64)
+    mp.setattr(tb, "is_cupy", lambda a: True)
+    mp.setattr(tb, "device_warning_count", lambda: count)
+    return count
+
+
+@given(data=st.data())
+@settings(max_examples=25, deadline=None)
+def test_device_bounds_modes_on_the_cuda_backend(data):
+    """On device lookups: "warning" and "ignore" give the reference's repaired result with no
+    RuntimeWarning ("warning" counts the repairs on the device); "none" checks nothing and the
+    kernels still read nothing out of bounds (the simulator raises on such a read); on valid
+    lookups all three equal the reference."""
+    T, B, rows, N, offsets, indices = _drawn_lookups(data)
+    dim = data.draw(st.sampled_from([1, 3]))
+    lay = tbe_layout(rows.tolist(), [dim] * T)
+    weights = np.arange(lay.num_weights, dtype=np.float32) / 8
+    base = dict(weights=weights, **dict(zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), lay.arrays())))
+    args = dict(base, indices=indices, offsets=offsets)
+    mode = data.draw(st.sampled_from(["warning", "ignore", "none"]))
+    pooling = data.draw(st.sampled_from(["sum", "mean", "none"]))
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        count = _as_device_lookups(mp)
+        warnings.simplefilter("error", RuntimeWarning)
+        got = embnum.tbe_forward(**args, pooling_mode=pooling, bounds_check_mode=mode, backend="cuda")
+        g = np.ones(got.shape, np.float32)
+        grad = embnum.tbe_backward(g, **args, pooling_mode=pooling, bounds_check_mode=mode, backend="cuda")
+    # "none": unspecified values on bad lookups, but no out-of-bounds access (the simulator raises on one)
+    assert got.shape[0] == (N if pooling == "none" else B) and grad.shape == weights.shape
+    if mode == "none":
+        assume(bool(embnum._tbe_bounds.all_valid(indices, offsets, B, rows)))
+    fixed_i, fixed_o, n = embnum._tbe_bounds.repair_on_device(indices, offsets, B, rows)
+    fixed = dict(base, indices=fixed_i, offsets=fixed_o)
+    want = embnum.tbe_forward(**fixed, pooling_mode=pooling, backend="ref")
+    want_grad = embnum.tbe_backward(g, **fixed, pooling_mode=pooling, backend="ref")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-6, atol=1e-6)
+    assert int(count[0]) == (2 * int(n) if mode == "warning" else 0)  # two calls counted
+
+
+def test_backward_sparse_with_max_rows_reads_nothing_back(monkeypatch):
+    """With ``max_rows`` the cuda backend never copies device data to the host (its one read
+    without it is the output size); the padded and the cut result, by hand."""
+    import embnum.cuda.tbe as ctbe
+
+    def no_read(a):
+        raise AssertionError("tbe_backward_sparse read device data back")
+
+    monkeypatch.setattr(ctbe, "to_host", no_read)
+    lay = tbe_layout(rows=[3, 2], dims=[2, 3])
+    w = np.zeros(lay.num_weights, np.float32)
+    indices, offsets = np.array([0, 2, 1, 1]), np.array([0, 2, 2, 3, 4])
+    g = np.ones((2, 5), np.float32)
+    for backend in ("ref", "cpu", "cuda"):
+        got = embnum.tbe_backward_sparse(g, w, *lay.arrays(), indices, offsets, max_rows=4, backend=backend)
+        np.testing.assert_array_equal(got.linear_ids, [0, 2, 4, -1])
+        np.testing.assert_array_equal(got.value_offsets, [0, 2, 4, 7, 7])
+        np.testing.assert_array_equal(got.values, [1, 1, 1, 1, 2, 2, 2] + [0] * 5)
+        cut = embnum.tbe_backward_sparse(g, w, *lay.arrays(), indices, offsets, max_rows=2, backend=backend)
+        np.testing.assert_array_equal(cut.linear_ids, [0, 2])
+        np.testing.assert_array_equal(cut.value_offsets, [0, 2, 4])
+        np.testing.assert_array_equal(cut.values, [1, 1, 1, 1, 0, 0])
+    with pytest.raises(ValueError, match="max_rows"):
+        embnum.tbe_backward_sparse(g, w, *lay.arrays(), indices, offsets, max_rows=-1)

@@ -243,7 +243,7 @@ def tbe_backward(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets
     Full text: ``help(embnum.tbe_backward)`` (declared in ``embnum.ops.tbe``).
     """
 
-def tbe_backward_sparse(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., backend: str | None = None) -> Any:
+def tbe_backward_sparse(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., max_rows: Any = ..., backend: str | None = None) -> Any:
     """Row-wise gradient of the touched rows: ``TBESparseGrad(linear_ids int64 [U] strictly
     increasing, values float32 [value_offsets[U]], value_offsets int64 [U+1])``.
 

@@ -19,6 +19,7 @@ Everything here is O(P) Python on small index tables.
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
@@ -38,7 +39,25 @@ def rowwise(a, keep: list):
     return a
 
 
+_READ = threading.local()  # host copies the declaration of the current call read: {id(array): (array, copy)}
+
+
+def remember(pairs) -> None:
+    """Keep the host int64 copies ``(array, copy)`` that the op's declaration read (in one copy
+    with the call's other device data) for :func:`host_rows` in the same call; replaces what an
+    earlier call kept, so at most one call's copies are held."""
+    _READ.memo = {id(a): (a, c) for a, c in pairs if type(a) is not np.ndarray}
+
+
 def host_rows(a) -> np.ndarray:
+    """``a`` as host int64: the copy this call's declaration read (taken once: a later call reads
+    again, so an array changed in place between calls is never planned from stale data), else
+    a device-to-host copy."""
+    memo = getattr(_READ, "memo", None)
+    if memo:
+        found = memo.pop(id(a), None)
+        if found is not None and found[0] is a:
+            return found[1]
     return to_host(a, np.int64)
 
 

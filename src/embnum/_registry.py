@@ -45,7 +45,11 @@ class Out:
     def __init__(self, shape, dtype):
         shape = tuple(map(int, shape))
         dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-        if not _validate.shape_fits(shape + (dtype.itemsize,)):  # before anything is allocated
+        n = dtype.itemsize  # _validate.shape_fits(shape + (itemsize,)) written inline (the per-call path)
+        for d in shape:
+            if d:
+                n *= d
+        if n > _MAX_SIZE or (shape and min(shape) < 0):  # before anything is allocated
             raise ValueError(
                 f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
                 " check the size arguments"
@@ -195,7 +199,7 @@ class Op:
         return self.implementation("cpu")
 
     def _call(self, arguments: dict[str, Any], out, backend, plan: Plan | None = None):
-        arrays = _arrays_in(arguments)
+        arrays = _validate.arrays_in(arguments)
         if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
             arguments, arrays = _plain_arrays(arguments)
         chosen = select_backend(arrays, backend)
@@ -276,6 +280,7 @@ class Op:
         return f"<embnum op {self.family}.{self.name}>"
 
 
+_MAX_SIZE = _validate.MAX_SIZE
 _small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba is loaded
 
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
@@ -306,18 +311,6 @@ def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
     return seen
 
 
-def _arrays_in(arguments: dict[str, Any]) -> dict[str, Any]:
-    found = {}
-    for k, v in arguments.items():
-        if is_array(v):
-            found[k] = v
-        elif isinstance(v, (list, tuple)):
-            for i, item in enumerate(v):
-                if is_array(item):
-                    found[f"{k}[{i}]"] = item
-    return found
-
-
 def _plain_arrays(arguments: dict[str, Any]):
     """NumPy subclasses (``np.matrix``, ...) as plain ndarray views, so that no backend
     sees or returns the caller's class; masked arrays are a ``TypeError`` (their mask
@@ -335,7 +328,7 @@ def _plain_arrays(arguments: dict[str, Any]):
             out[k] = items if isinstance(v, list) else tuple(items)
         else:
             out[k] = plain(k, v)
-    return out, _arrays_in(out)
+    return out, _validate.arrays_in(out)
 
 
 def _zero_d_arrays(result):

@@ -361,3 +361,19 @@ class TBESparseGrad(NamedTuple):
     linear_ids: np.ndarray
     values: np.ndarray
     value_offsets: np.ndarray
+
+
+def pad_sparse(grad: TBESparseGrad, max_rows: int, max_dim: int) -> TBESparseGrad:
+    """``grad`` (host NumPy) in the fixed sizes of ``tbe_backward_sparse(..., max_rows=R)``:
+    ``linear_ids`` int64 ``[R]`` (the first ``min(U, R)`` rows, then ``-1``), ``value_offsets``
+    int64 ``[R + 1]`` (then repeating the end of the kept values), ``values`` float32
+    ``[R * max_dim]`` (zero past the kept values). Rows beyond ``R`` are dropped."""
+    lids, values, voffs = grad
+    k = min(int(lids.shape[0]), max_rows)
+    ids = np.full(max_rows, -1, np.int64)
+    ids[:k] = lids[:k]
+    vo = np.full(max_rows + 1, voffs[k], np.int64)
+    vo[: k + 1] = voffs[: k + 1]
+    vals = np.zeros(max_rows * max_dim, np.float32)
+    vals[: voffs[k]] = values[: voffs[k]]
+    return TBESparseGrad(ids, vals, vo)

@@ -7,6 +7,23 @@ the array's module); never modifies its inputs: a repair returns a copy.
 Modes: ``fatal`` (bad offsets -> ``ValueError``, bad index -> ``IndexError``),
 ``warning`` (repair a copy, one ``RuntimeWarning`` per call), ``ignore``
 (repair a copy silently), ``none`` (same outcome as ``fatal``).
+
+Device (CuPy) lookups, where raising or warning needs a device-to-host read
+(``docs/families/tbe.md``, bounds checking on a GPU):
+
+* ``fatal``: one read (:func:`all_valid`); only rejected lookups take the exact
+  feature-by-feature path that names the culprit.
+* ``warning``: :func:`repair_on_device` repairs a copy with whole-array operations
+  and adds the number of repaired offsets and indices to a per-device int64 counter
+  (:func:`device_warning_count`); nothing is read back and no ``RuntimeWarning``
+  is emitted.
+* ``ignore``: the same repair, not counted.
+* ``none``: nothing is checked and nothing is read; the cuda kernels clamp every bag
+  into ``[0, N]`` and skip every id outside its table, so bad lookups never make them
+  read or write out of bounds (their results are then unspecified).
+
+In the device repair modes a ``-1`` in the training ops is repaired like any bad
+index (it reads row 0 and is counted) instead of raising, which would need a read.
 Repair: offsets are clamped into ``[0, N]`` and made non-decreasing with the
 last one set to ``N`` (fbgemm's sequential algorithm, which equals a running
 maximum of the clamped offsets); an index outside ``[0, E_t)`` other than
@@ -151,13 +168,75 @@ def all_valid(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = F
     return bool(to_host(ok))
 
 
+def repair_on_device(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = False, running_max=None):
+    """``(indices, offsets, n_repaired)``: copies repaired by the spec's rule (the result of
+    :func:`check_offsets` then :func:`check_indices` in a repair mode) with whole-array operations
+    of the arrays' module, and the number of offsets and indices it changed as a 0-d int64 array
+    of that module; nothing is read back. ``running_max`` is the module's inclusive running
+    maximum of an int64 array (NumPy's ``maximum.accumulate`` by default). Unlike the checks,
+    a ``-1`` with ``pruned_ok=False`` is repaired (replaced by 0) instead of raising."""
+    xp = xp_of(indices)
+    if running_max is None:
+        running_max = np.maximum.accumulate
+    N = int(indices.shape[0])
+    o = offsets.astype(xp.int64)
+    c = xp.clip(o, 0, N)
+    c[-1] = N
+    fixed_o = running_max(c)
+    n = (fixed_o != o).sum(dtype=xp.int64)
+    T = rows.shape[0]
+    fixed_i = indices.copy()
+    if B > 0 and N > 0:  # (a mask-free where: CuPy's boolean-mask assignment may synchronise)
+        t = xp.searchsorted(fixed_o[::B], xp.arange(N), side="right") - 1  # feature of each position
+        inside = (t >= 0) & (t < T)
+        E = xp.asarray(rows, dtype=xp.uint64)[xp.clip(t, 0, T - 1)]
+        unsigned = indices.view(xp.uint32 if indices.dtype == xp.int32 else xp.uint64).astype(xp.uint64)
+        bad = inside & (unsigned >= E)
+        if pruned_ok:
+            bad &= indices != -1
+        fixed_i = xp.where(bad, 0, indices).astype(indices.dtype, copy=False)
+        n = n + bad.sum(dtype=xp.int64)
+    return fixed_i, fixed_o.astype(offsets.dtype), n
+
+
+_DEVICE_WARNINGS: dict = {}
+
+
+def device_warning_count():
+    """The int64 ``[1]`` device array (CuPy, current device) counting the offsets and indices that
+    ``bounds_check_mode="warning"`` repaired on device lookups since the process started (fbgemm's
+    ``bounds_check_warning`` counter). Reading it is the caller's choice (``int(count[0])`` waits for
+    the device); set it to 0 to restart the count."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    count = _DEVICE_WARNINGS.get(dev)
+    if count is None:
+        count = _DEVICE_WARNINGS[dev] = cupy.zeros(1, np.int64)
+    return count
+
+
 def check(indices, offsets, B: int, rows: np.ndarray, mode: str, *, pruned_ok: bool = False):
     """Both checks; returns the (possibly repaired) ``(indices, offsets)``. Emits one
     ``RuntimeWarning`` per call in ``warning`` mode when anything was repaired. Device (CuPy)
-    lookups are first checked by :func:`all_valid` (one host read); only lookups it rejects take
-    the feature-by-feature path that names the culprit or repairs a copy."""
-    if is_cupy(indices) and all_valid(indices, offsets, B, rows, pruned_ok=pruned_ok):
-        return indices, offsets
+    lookups read nothing back in ``warning``, ``ignore`` and ``none`` (see the module docstring);
+    in ``fatal`` they are first checked by :func:`all_valid` (one host read), and only lookups it
+    rejects take the feature-by-feature path that names the culprit."""
+    if is_cupy(indices):
+        if mode == "none":
+            return indices, offsets
+        if mode in ("warning", "ignore"):
+            from .cuda._common import running_max
+
+            indices, offsets, n = repair_on_device(
+                indices, offsets, B, rows, pruned_ok=pruned_ok, running_max=running_max
+            )
+            if mode == "warning":
+                count = device_warning_count()
+                count += n
+            return indices, offsets
+        if all_valid(indices, offsets, B, rows, pruned_ok=pruned_ok):
+            return indices, offsets
     offsets, fixed_offsets = check_offsets(offsets, int(indices.shape[0]), mode)
     indices, fixed_indices = check_indices(indices, offsets, B, rows, mode, pruned_ok=pruned_ok)
     warn_if_repaired(mode, fixed_offsets, fixed_indices)

@@ -181,3 +181,14 @@ def row_sums(a2d):
     if is_tensor(a2d):
         return a2d.sum(dim=1, dtype=_torch().int64)
     return a2d.sum(axis=1, dtype=np.int64)
+
+
+class Held:
+    """What every container answers from its ``_values`` and ``_backend``."""
+
+    def device(self):
+        return device_of(self._values)
+
+    @property
+    def backend(self):
+        return self._backend

@@ -11,7 +11,7 @@ from . import _arrays as A
 from . import _checks as C
 
 
-class JaggedArrays:
+class JaggedArrays(A.Held):
     """The array accessors JaggedTensor and KeyedJaggedTensor share (``_values``, ``_weights``,
     ``_lengths``, ``_offsets``, ``_backend``): offsets or lengths derived lazily from the other."""
 
@@ -41,13 +41,6 @@ class JaggedArrays:
 
     def offsets_or_none(self):
         return self._offsets
-
-    def device(self):
-        return A.device_of(self._values)
-
-    @property
-    def backend(self):
-        return self._backend
 
 
 class JaggedTensor(JaggedArrays):

@@ -14,7 +14,7 @@ from . import _arrays as A
 from . import _checks as C
 
 
-class KeyedTensor:
+class KeyedTensor(A.Held):
     """``KeyedTensor(keys, length_per_key, values, key_dim=1, offset_per_key=None, index_per_key=None,
     *, backend=None)`` as TorchRec's. Rejected at construction: repeated keys, ``length_per_key``
     of another length than ``keys`` or not summing to ``values.shape[key_dim]``."""
@@ -59,13 +59,6 @@ class KeyedTensor:
 
     def key_dim(self) -> int:
         return self._key_dim
-
-    def device(self):
-        return A.device_of(self._values)
-
-    @property
-    def backend(self):
-        return self._backend
 
     def length_per_key(self) -> list[int]:
         return self._lpk

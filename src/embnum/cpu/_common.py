@@ -95,12 +95,40 @@ slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
 # -- small calls on one thread ----------------------------------------------------------
 # A parallel region waits for every Numba thread; on a machine whose cores are busy a
 # tiny call then waits for a time slice (median 54 us, p90 8 ms for a tiny TBE forward
-# on two threads here), while its work takes microseconds. Below SERIAL_BYTES of input
-# and output the registry runs the kernel with one thread (the parallel loops then run
-# inline on the calling thread, no other thread is woken).
-# An estimate (a parallel launch, ~10 us idle, against a second core's streaming), not a
-# measurement: bench_tail.py --sweep found no usable crossover on the loaded machine (RESULTS.md).
+# on two threads here), while its work takes microseconds. Below a kernel's threshold
+# (bytes of its input and output arrays) the registry runs it with one thread (the
+# parallel loops then run inline on the calling thread, no other thread is woken).
+#
+# SERIAL_BYTES_OF: each kernel's threshold, measured by ``python benchmarks/bench_tail.py
+# --sweep`` (single calls on one thread and on all, alternating, inputs of 4 KiB to 16 MiB;
+# 2 cores at load 9): the size at which the kernel's one-thread work reaches twice the
+# measured cost of waking its parallel region (6-29 us here), i.e. where a free second
+# core pays for itself. 0: the kernel has no parallel region (switching the thread count
+# would cost ~1.5 us for nothing). At that load all threads were never faster than one
+# by their p10 up to 16 MiB, so no crossover could be measured directly; rerun the sweep
+# on a quiet machine and paste its last line here. Kernels not in the table use
+# SERIAL_BYTES (an estimate). SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel.
 SERIAL_BYTES = 1 << 16
+SERIAL_BYTES_OF: dict[str, int] = {
+    "complete_cumsum": 0,
+    "exclusive_cumsum": 0,
+    "inclusive_cumsum": 0,
+    "permute_2d_sparse_data": 0,
+    "permute_1d_sparse_data": 0,
+    "offsets_range": 422912,
+    "jagged_to_padded_dense": 525312,
+    "dense_to_jagged": 3611648,
+    "segment_sum_csr": 252928,
+    "block_bucketize_sparse_features": 97280,
+    "float_to_fused_8bit_rowwise": 228352,
+    "fused_8bit_rowwise_to_float": 299008,
+    "float_to_fused_nbit_rowwise": 115712,
+    "fused_nbit_rowwise_to_float": 185344,
+    "float_to_fp16": 53248,
+    "float_to_bfloat16": 310272,
+    "permute_multi_embedding": 596992,
+}
+SERIAL_OVERRIDE: int | None = None
 
 
 def _thread_control():
@@ -149,9 +177,16 @@ def on_one_thread(fn, *args, **kwargs):
 
 def small_call(impl, args: dict, out):
     """``impl(**args, out=out)`` (``out`` omitted when None), on one thread when the arrays
-    it touches hold fewer than ``SERIAL_BYTES``. Kernels whose work is not told by their
-    arrays' sizes (a lookup into a large table) apply the rule to their own work."""
-    kw = args if out is None else {**args, "out": out}
-    if array_bytes(args, out, SERIAL_BYTES) < SERIAL_BYTES:
-        return on_one_thread(impl, **kw)
-    return impl(**kw)
+    it touches hold fewer than the kernel's threshold (``SERIAL_BYTES_OF[impl.__name__]``,
+    else ``SERIAL_BYTES``; ``SERIAL_OVERRIDE`` when set). Kernels whose work is not told by
+    their arrays' sizes (a lookup into a large table) apply the rule to their own work."""
+    limit = SERIAL_OVERRIDE if SERIAL_OVERRIDE is not None else SERIAL_BYTES_OF.get(impl.__name__, SERIAL_BYTES)
+    if limit:
+        n = _GET_THREADS()  # on_one_thread written inline (and no byte count on one thread): every small call
+        if n != 1 and array_bytes(args, out, limit) < limit:
+            _SET_THREADS(1)
+            try:
+                return impl(**args) if out is None else impl(**args, out=out)
+            finally:
+                _SET_THREADS(n)
+    return impl(**args) if out is None else impl(**args, out=out)

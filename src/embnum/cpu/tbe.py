@@ -40,6 +40,7 @@ from .._tbe import (
     LookupArgs,
     TBESparseGrad,
     clipped_gradient,
+    pad_sparse,
     uses_row_rule,
 )
 from . import _common
@@ -652,7 +653,7 @@ def _zero(a):
 
 
 @_one_thread_when_small
-def tbe_backward_sparse(grad_output, weights, **lookup):
+def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     lk = _prepare(grad_output, lookup)
     row_start, value_start = _starts(lk)
     lids = np.empty(int(row_start[-1]), dtype=np.int64)
@@ -660,7 +661,8 @@ def tbe_backward_sparse(grad_output, weights, **lookup):
     _sparse_grad(lk, row_start, value_start, lids, values)
     value_offsets = np.zeros(lids.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.repeat(lk.tables[:, DIM], np.diff(row_start)), out=value_offsets[1:])
-    return TBESparseGrad(lids, values, value_offsets)
+    out = TBESparseGrad(lids, values, value_offsets)
+    return out if max_rows is None else pad_sparse(out, max_rows, int(np.diff(lookup["D_offsets"]).max()))
 
 
 @njit(cache=True, parallel=True)

@@ -140,6 +140,42 @@ def inclusive_scan(a):
     return xp().cumsum(a, dtype=np.int64)
 
 
+@cuda.jit(cache=True)
+def _running_max(a, out):
+    """out[i] = max(a[:i + 1]) (int64) in one block: each thread takes a contiguous chunk, chunk
+    maxima are scanned in shared memory by thread 0 (fixed order), then each chunk is written."""
+    part = cuda.shared.array(TPB, np.int64)
+    tid = cuda.threadIdx.x
+    n = a.shape[0]
+    chunk = (n + cuda.blockDim.x - 1) // cuda.blockDim.x
+    lo = min(n, tid * chunk)
+    hi = min(n, lo + chunk)
+    m = a[lo] if lo < hi else a[0]
+    for i in range(lo, hi):
+        if a[i] > m:
+            m = a[i]
+    part[tid] = m
+    cuda.syncthreads()
+    if tid == 0:
+        for j in range(1, cuda.blockDim.x):
+            if part[j - 1] > part[j]:
+                part[j] = part[j - 1]
+    cuda.syncthreads()
+    m = part[tid - 1] if tid > 0 else a[0]
+    for i in range(lo, hi):
+        if a[i] > m:
+            m = a[i]
+        out[i] = m
+
+
+def running_max(a):
+    """Inclusive running maximum of a non-empty 1-D int64 device array, on the device (one launch of one
+    block; CuPy has no ``maximum.accumulate``). No host read."""
+    out = xp().empty(a.shape[0], np.int64)
+    launch(_running_max, 1, TPB, int64s(a), out)
+    return out
+
+
 def stable_argsort(a):
     """int64 positions that sort the 1-D device array ``a``, equal entries in input order
     (one library sort: CuPy's is always stable)."""

@@ -90,6 +90,15 @@ def _groups(n_items: int) -> int:
     return blocks(n_items, TPB // LANES)
 
 
+@cuda.jit(device=True)
+def _bag(offsets, k, N):
+    """Positions ``[s, e)`` of bag ``k``, clamped into ``[0, N]`` with ``e >= s``: the identity on
+    checked offsets, and no read outside ``indices`` on unchecked ones (bounds mode "none" on a
+    device)."""
+    s = min(max(offsets[k], 0), N)
+    return s, min(max(offsets[k + 1], s), N)
+
+
 # -- forward ------------------------------------------------------------------------------
 @cuda.jit(cache=True)
 def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, out):
@@ -106,8 +115,7 @@ def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw
         E = rows[t]
         base = woff[t]
         col = doff[t]
-        s = offsets[k]
-        e = offsets[k + 1]
+        s, e = _bag(offsets, k, indices.shape[0])
         for c0 in range(0, D, LANES * COLS):
             d0 = c0 + lane
             d1 = d0 + LANES
@@ -164,13 +172,15 @@ def _forward_none(w, woff, doff, rows, indices, offsets, B, out):
     n_groups = cuda.gridsize(1) // LANES
     T = woff.shape[0]
     D = doff[1]
-    for p in range(group, offsets[0], n_groups):
+    N = indices.shape[0]
+    for p in range(group, min(max(offsets[0], 0), N), n_groups):
         for d in range(lane, D, LANES):
             out[p, d] = 0.0
     for k in range(group, T * B, n_groups):
         t = k // B
         E = rows[t]
-        for p in range(offsets[k], offsets[k + 1]):
+        s, e = _bag(offsets, k, N)
+        for p in range(s, e):
             r = indices[p]
             if r < 0 or r >= E:
                 for d in range(lane, D, LANES):
@@ -229,9 +239,11 @@ class Runs(NamedTuple):
 
 
 @cuda.jit(cache=True)
-def _linear_ids(hcs, indices, offsets, B, bag, lid):
+def _linear_ids(hcs, rows, indices, offsets, B, bag, lid):
     """Bag of each position (binary search of ``offsets``) and its linear row id; positions
-    outside every bag get ``hash_size_cumsum[T]``, larger than every id, so they sort last."""
+    outside every bag, and ids outside their table (possible only unchecked, bounds mode "none"
+    on a device), get bag -1 and ``hash_size_cumsum[T]``, larger than every id: they sort last
+    and no kernel reads or writes their row."""
     n_bags = offsets.shape[0] - 1
     big = hcs[hcs.shape[0] - 1]
     for p in range(cuda.grid(1), indices.shape[0], cuda.gridsize(1)):
@@ -247,8 +259,13 @@ def _linear_ids(hcs, indices, offsets, B, bag, lid):
                 lo = mid
             else:
                 hi = mid
+        r = indices[p]
+        if r < 0 or r >= rows[lo // B]:
+            bag[p] = -1
+            lid[p] = big
+            continue
         bag[p] = lo
-        lid[p] = hcs[lo // B] + indices[p]
+        lid[p] = hcs[lo // B] + r
 
 
 @cuda.jit(cache=True)
@@ -286,7 +303,7 @@ def _runs(lk: Lookups) -> Runs:
         return Runs(empty, empty, empty, empty, run_start, n_runs)
     bag = m.empty(N, np.int64)
     lid = m.empty(N, np.int64)
-    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.indices, lk.offsets, lk.B, bag, lid)
+    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.rows, lk.indices, lk.offsets, lk.B, bag, lid)
     order = m.argsort(lid * N + m.arange(N, dtype=np.int64))  # a unique key: a fixed order
     lid_sorted = lid[order]
     new = m.empty(N, np.int64)
@@ -387,37 +404,41 @@ def tbe_backward(
     launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
 
 
-@cuda.jit(cache=True)
-def _value_offsets(sbag, B, doff, run_start, n_runs, voff):
-    """``voff[u]`` = exclusive prefix of the runs' dims (from the run-start flags' dims scanned)."""
-    for u in range(cuda.grid(1), n_runs[0], cuda.gridsize(1)):
-        q = run_start[u]
-        t = sbag[q] // B
-        voff[u] = voff[u] - (doff[t + 1] - doff[t])
-
-
-def _sparse(lk: Lookups, g, pooling, per_sample_weights) -> TBESparseGrad:
-    """The row-wise gradient; the one host read: the number of rows ``U`` and of values (the
-    outputs' sizes)."""
+def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=0) -> TBESparseGrad:
+    """The row-wise gradient. Without ``max_rows`` the one host read: the number of rows ``U`` and
+    of values (the outputs' sizes); with it (and the largest dim ``max_dim``), nothing is read
+    (fixed sizes, see the declaration)."""
     m = xp()
-    if int(lk.indices.shape[0]) == 0:
+    N = int(lk.indices.shape[0])
+    if N == 0 and max_rows is None:
         return TBESparseGrad(m.zeros(0, np.int64), m.zeros(0, np.float32), m.zeros(1, np.int64))
     rs = _runs(lk)
-    B = lk.B
     dims = m.diff(lk.doff)
-    run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(B, 1)]
+    run_dims = rs.new * dims[m.maximum(rs.bag, 0) // max(lk.B, 1)]
     vend = m.cumsum(run_dims)  # inclusive: value end of the run starting at each position
-    U, total = (int(x) for x in to_host(m.stack([rs.n_runs[0], vend[-1]])))
-    voff = m.empty(U + 1, np.int64)
-    voff[:U] = vend[rs.run_start[:U]]
-    voff[U] = total
-    values = m.empty(total, np.float32)
-    if U:
-        launch(_value_offsets, blocks(U, TPB), TPB, rs.bag, B, lk.doff, rs.run_start, rs.n_runs, voff)
+    total = vend[-1:] if N else m.zeros(1, np.int64)
+    if max_rows is None:
+        U, n_values = (int(x) for x in to_host(m.concatenate([rs.n_runs, total])))
+        cap = U
+    else:
+        cap = max_rows
+        n_values = max_rows * max_dim
+    u = m.arange(cap + 1)
+    live = u < rs.n_runs[0]  # rows past U (or the runs past max_rows: cut) get the end of the kept values
+    at = m.minimum(rs.run_start[m.minimum(u, N)], max(N - 1, 0))  # first sorted position of row u
+    if N:
+        voff = m.where(live, vend[at] - run_dims[at], total[0])
+        ids = m.where(live[:cap], rs.lid[at[:cap]], -1)
+    else:
+        voff = m.zeros(cap + 1, np.int64)
+        ids = m.full(cap, -1, np.int64)
+    values = m.zeros(n_values, np.float32)
+    if N and cap:
         psw, has_psw = _psw(per_sample_weights)
-        args = (rs.order, rs.bag, rs.run_start, rs.n_runs, voff, lk.offsets, B, lk.doff, pooling)
-        launch(_sparse_grad, _groups(U), TPB, *args, g, psw, has_psw, values)
-    return TBESparseGrad(rs.lid[rs.run_start[:U]], values, voff)
+        n_kept = m.minimum(rs.n_runs, cap)
+        args = (rs.order, rs.bag, rs.run_start, n_kept, voff, lk.offsets, lk.B, lk.doff, pooling)
+        launch(_sparse_grad, _groups(min(N, cap)), TPB, *args, g, psw, has_psw, values)
+    return TBESparseGrad(ids.astype(np.int64, copy=False), values, voff.astype(np.int64, copy=False))
 
 
 def tbe_backward_sparse(
@@ -432,9 +453,11 @@ def tbe_backward_sparse(
     B,
     pooling,
     per_sample_weights,
+    max_rows=None,
 ):
     lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
-    return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights)
+    max_dim = int(np.diff(np.asarray(D_offsets)).max())  # the layout is a host array
+    return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights, max_rows, max_dim)
 
 
 # -- gradient of the per-sample weights ------------------------------------------------------
@@ -491,7 +514,7 @@ def tbe_grad_per_sample_weights(
     lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
     bag = m.empty(N, np.int64)
     lid = m.empty(N, np.int64)
-    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.indices, lk.offsets, B, bag, lid)
+    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.rows, lk.indices, lk.offsets, B, bag, lid)
     args = (contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, bag, _gradient(grad_output))
     launch(_grad_psw, _groups(N), TPB, *args, out)
 

@@ -26,25 +26,21 @@ def _size(size, small, large):
     return small if size == "small" else large
 
 
-@example(permute_2d_sparse_data)
-def _(rng, size):
-    T, B = _size(size, (4, 3), (26, 4096))
+def _permuted(rng, size, small_T, segments):
+    """A weighted KJT and a permutation of its ``T`` features (``lengths [T, B]``) or, with
+    ``segments``, of its ``T * B`` segments (``lengths [T * B]``)."""
+    T, B = _size(size, (small_T, 3), (26, 4096))
     lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
     w = rng.random(values.shape[0], dtype=np.float32)
-    return Example(
-        dict(permute=rng.permutation(T), lengths=lengths.reshape(T, B), values=values, weights=w),
-        f"T={T} B={B} weights",
-    )
+    if segments:
+        permute, label = rng.permutation(T * B), f"S={T * B} weights"
+    else:
+        permute, lengths, label = rng.permutation(T), lengths.reshape(T, B), f"T={T} B={B} weights"
+    return Example(dict(permute=permute, lengths=lengths, values=values, weights=w), label)
 
 
-@example(permute_1d_sparse_data)
-def _(rng, size):
-    T, B = _size(size, (3, 3), (26, 4096))
-    lengths, values = _kjt(rng, T, B, _size(size, 2, 20))
-    w = rng.random(values.shape[0], dtype=np.float32)
-    return Example(
-        dict(permute=rng.permutation(T * B), lengths=lengths, values=values, weights=w), f"S={T * B} weights"
-    )
+example(permute_2d_sparse_data)(lambda rng, size: _permuted(rng, size, 4, segments=False))
+example(permute_1d_sparse_data)(lambda rng, size: _permuted(rng, size, 3, segments=True))
 
 
 @example(block_bucketize_sparse_features)

@@ -27,10 +27,14 @@ def embedding_rows(rng, R, D, dtype=np.float32):
     return (rng.standard_normal((R, D)) * scale).astype(dtype)
 
 
-@example(float_to_fused_8bit_rowwise)
-def _(rng, size):
+def _float_rows(rng, size):
+    """The input of every op that encodes float32 rows alone (no other argument)."""
     R, D = _ROWS[size]
     return Example(dict(input=embedding_rows(rng, R, D)), f"[{R}, {D}] float32")
+
+
+for _encoder in (float_to_fused_8bit_rowwise, float_to_bfloat16, float_to_fp16):
+    example(_encoder)(_float_rows)
 
 
 @example(fused_8bit_rowwise_to_float)
@@ -53,22 +57,10 @@ def _(rng, size):
     return Example(dict(input=q, bit_rate=4), f"[{R}, {q.shape[1]}] uint8, 4-bit")
 
 
-@example(float_to_bfloat16)
-def _(rng, size):
-    R, D = _ROWS[size]
-    return Example(dict(input=embedding_rows(rng, R, D)), f"[{R}, {D}] float32")
-
-
 @example(bfloat16_to_float)
 def _(rng, size):
     R, D = _ROWS[size]
     return Example(dict(input=float_to_bfloat16(embedding_rows(rng, R, D), backend="ref")), f"[{R}, {D}] bfloat16 bits")
-
-
-@example(float_to_fp16)
-def _(rng, size):
-    R, D = _ROWS[size]
-    return Example(dict(input=embedding_rows(rng, R, D)), f"[{R}, {D}] float32")
 
 
 @example(fp16_to_float)

@@ -19,30 +19,38 @@ MAX_JAGGED_DIMS = 5
 # -- shared checks ---------------------------------------------------------
 def _cumsum_fits_int32(name, lengths, *, drop_last):
     """ValueError when an int32 prefix sum (the output) would leave int32."""
-    if lengths.dtype != np.int32 or lengths.size == 0:
+    if lengths.dtype != np.int32 or lengths.size == 0 or (drop_last and lengths.shape[-1] < 2):
         return
     xp = v.xp_of(lengths)
-    bound = max(-int(lengths.min()), int(lengths.max())) * lengths.shape[-1]
-    if bound <= v.INT32_MAX:  # no prefix of a row can reach past int32
-        return
-    prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)
+    if type(lengths) is np.ndarray:  # host data: reads are free, and most inputs need no prefix sum
+        lo, hi = v.min_max(lengths)  # one compiled pass
+        if max(-lo, hi) * lengths.shape[-1] <= v.INT32_MAX:  # no prefix of a row can reach past int32
+            return
+    prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)  # int32 entries: the int64 prefix is exact
     if drop_last:
         prefix = prefix[..., :-1]
-    if prefix.size and (int(prefix.max()) > v.INT32_MAX or int(prefix.min()) < -(2**31)):
+    top, bottom = (int(x) for x in v.read_ints(prefix.max(), prefix.min()))  # device data: one read
+    if top > v.INT32_MAX or bottom < -(2**31):
         raise ValueError(f"prefix sum of {name} overflows int32; use int64 lengths")
 
 
 def _jagged_offsets(offsets, n_values):
-    """Validate a list of J offsets arrays (1 <= J <= 5) over ``n_values`` rows."""
+    """Validate a list of J offsets arrays (1 <= J <= 5) over ``n_values`` rows; return them and
+    ``offsets[-1][-1]``. Every level's rules are read back in ONE device-to-host copy."""
     offsets = v.array_list("offsets", offsets, min_len=1, max_len=MAX_JAGGED_DIMS)
     for k, o in enumerate(offsets):
+        v.index_array(f"offsets[{k}]", o)
+        if o.shape[0] < 1:
+            raise ValueError(f"offsets[{k}] must have at least 1 entry, got 0")
+    summary = v.read_ints(*(p for o in offsets for p in v.offsets_parts(o))).reshape(-1, 3)
+    for k, o in enumerate(offsets):
         name = f"offsets[{k}]"
-        v.offsets(name, o, n_values=n_values if k == len(offsets) - 1 else None)
+        v.offsets(name, o, n_values=n_values if k == len(offsets) - 1 else None, summary=summary[k])
         if k >= 1:
-            want = int(offsets[k - 1][-1]) + 1
+            want = int(summary[k - 1][2]) + 1
             if o.shape[0] != want:
                 raise ValueError(f"{name} must have offsets[{k - 1}][-1] + 1 = {want} entries, got {o.shape[0]}")
-    return offsets
+    return offsets, int(summary[-1][2])
 
 
 def _value_array(name, a, ndim):
@@ -135,8 +143,12 @@ def offsets_range(offsets, range_size):
 # -- 3. segment_sum_csr ----------------------------------------------------
 def _csr_runs(batch_size, csr_seg, n_values, values_name):
     batch_size = v.size("batch_size", batch_size)
-    v.offsets("csr_seg", csr_seg)
-    end = int(csr_seg[-1]) * batch_size
+    v.index_array("csr_seg", csr_seg)
+    if csr_seg.shape[0] < 1:
+        raise ValueError(f"csr_seg must have at least 1 entry, got {csr_seg.shape[0]}")
+    summary = v.read_ints(*v.offsets_parts(csr_seg))  # one read: the rules and the last entry
+    v.offsets("csr_seg", csr_seg, summary=summary)
+    end = int(summary[2]) * batch_size
     if end > n_values:
         raise ValueError(
             f"csr_seg[-1] * batch_size = {int(csr_seg[-1])} * {batch_size} = {end} exceeds "
@@ -219,7 +231,7 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
             [-1., -1.]]])
     """
     _value_array("values", values, (1, 2))
-    offsets = _jagged_offsets(offsets, values.shape[0])
+    offsets, _ = _jagged_offsets(offsets, values.shape[0])
     max_lengths = v.int_list("max_lengths", max_lengths)
     if len(max_lengths) != len(offsets):
         raise ValueError(f"max_lengths must have len(offsets) = {len(offsets)} entries, got {len(max_lengths)}")
@@ -301,8 +313,8 @@ def dense_to_jagged(dense, offsets, total_L=None):
     B = dense.shape[0]
     if offsets[0].ndim == 1 and offsets[0].shape[0] != B + 1:
         raise ValueError(f"offsets[0] must have dense.shape[0] + 1 = {B + 1} entries, got {offsets[0].shape[0]}")
-    offsets = _jagged_offsets(offsets, None)
-    needed = v.size(f"offsets[{J - 1}][-1]", int(offsets[-1][-1]))  # the output's rows: bounded before allocation
+    offsets, last = _jagged_offsets(offsets, None)
+    needed = v.size(f"offsets[{J - 1}][-1]", last)  # the output's rows: bounded before allocation
     total_L = needed if total_L is None else v.size("total_L", total_L)
     if total_L < needed:
         raise ValueError(f"total_L = {total_L} is smaller than offsets[-1][-1] = {needed}")

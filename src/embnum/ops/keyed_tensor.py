@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _permute_plan as plan
 from .. import _validate as v
 from .._cache import BoundedCache
 from .._compare import same_bits
@@ -25,6 +26,18 @@ _COLUMNS = ("in_tensor", "out_tensor", "in_offset", "out_offset", "length", "nex
 def host(a) -> np.ndarray:
     """A small index array as a host int64 NumPy array (a copy from the device for CuPy)."""
     return v.to_host(a, np.int64)
+
+
+def _read_together(arrays) -> list:
+    """Host int64 copies of the integer ``arrays`` (any shapes) in ONE device-to-host copy, kept
+    for the fast path's planning in this call (``_permute_plan.remember``)."""
+    flat = v.read_ints(*(a.reshape(-1) for a in arrays))
+    copies, at = [], 0
+    for a in arrays:
+        copies.append(flat[at : at + a.size].reshape(a.shape))
+        at += a.size
+    plan.remember(zip(arrays, copies))
+    return copies
 
 
 # -- shared checks ---------------------------------------------------------
@@ -42,10 +55,10 @@ def _float_list(name, arrays):
     return arrays, B, dtype
 
 
-def _shapes(name, shapes, want, want_name):
-    """``shapes``: 1-D int32/int64 array equal to the list ``want``."""
+def _shapes(name, shapes, want, want_name, copy=None):
+    """``shapes``: 1-D int32/int64 array equal to the list ``want`` (``copy``: its host copy)."""
     v.index_array(name, shapes)
-    got = host(shapes).tolist()
+    got = (host(shapes) if copy is None else copy).tolist()
     if len(got) != len(want):
         raise ValueError(f"{name} must have {len(want)} entries ({want_name}), got {len(got)}")
     for k, (g, w) in enumerate(zip(got, want)):
@@ -56,13 +69,17 @@ def _shapes(name, shapes, want, want_name):
 _VALID = BoundedCache(256)  # (permutes bytes, widths) of rows already validated: a training loop reuses one permute
 
 
-def _rows(permutes, in_widths, out_widths, in_name, out_name):
-    """Validate the ``[P, 6]`` permutes against the input and output widths (the same
-    rules for the forward and the backward); return it as host int64."""
+def _permutes_shape(permutes):
     v.index_array("permutes", permutes, ndim=2)
     if permutes.shape[1] != 6:
         raise ValueError(f"permutes must have shape [P, 6], got {tuple(permutes.shape)}")
-    rows = host(permutes)
+
+
+def _rows(permutes, in_widths, out_widths, in_name, out_name, rows=None):
+    """Validate the ``[P, 6]`` permutes against the input and output widths (the same
+    rules for the forward and the backward); return it as host int64 (``rows``: its copy)."""
+    _permutes_shape(permutes)
+    rows = host(permutes) if rows is None else rows
     key = (rows.tobytes(), tuple(in_widths), tuple(out_widths))
     if _VALID.get(key):
         return rows
@@ -119,9 +136,9 @@ def _no_overlap(rows, t_col, o_col, what):
 
 
 # -- 1. permute_pooled_embs ------------------------------------------------
-def _cumsum_list(name, offs, D=None):
+def _cumsum_list(name, offs, D=None, o=None):
     v.index_array(name, offs)
-    o = host(offs)
+    o = host(offs) if o is None else o
     if o.shape[0] < 1:
         raise ValueError(f"{name} must have at least 1 entry, got 0")
     if o[0] != 0:
@@ -155,10 +172,13 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
     """
     v.array("pooled_embs", pooled_embs, ndim=2, dtypes=v.VALUE_DTYPES)
     D = pooled_embs.shape[1]
-    offs = _cumsum_list("offset_dim_list", offset_dim_list, D)
+    lists = (offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list)
+    names = ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
+    for name, a in zip(names, lists):
+        v.index_array(name, a)
+    offs_h, perm, inv_offs_h, inv = _read_together(lists)  # one read for the four lists
+    offs = _cumsum_list("offset_dim_list", offset_dim_list, D, offs_h)
     T = offs.shape[0] - 1
-    v.index_array("permute_list", permute_list)
-    perm = host(permute_list)
     if perm.shape[0] != T:
         raise ValueError(f"permute_list must have len(offset_dim_list) - 1 = {T} entries, got {perm.shape[0]}")
     bad = np.flatnonzero((perm < 0) | (perm >= T))
@@ -169,15 +189,13 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
         if seen[p] >= 0:
             raise ValueError(f"permute_list[{t}] = {p} repeats permute_list[{seen[p]}]: it must be a permutation")
         seen[p] = t
-    v.index_array("inv_permute_list", inv_permute_list)
-    inv = host(inv_permute_list)
     if inv.shape[0] != T:
         raise ValueError(f"inv_permute_list must have {T} entries, got {inv.shape[0]}")
     wrong = np.flatnonzero(inv != seen)
     if wrong.size:
         p = int(wrong[0])
         raise ValueError(f"inv_permute_list[{p}] = {inv[p]} but permute_list[{seen[p]}] = {p}: not the inverse")
-    inv_offs = _cumsum_list("inv_offset_dim_list", inv_offset_dim_list)
+    inv_offs = _cumsum_list("inv_offset_dim_list", inv_offset_dim_list, None, inv_offs_h)
     want = np.concatenate([[0], np.cumsum(np.diff(offs)[perm])]).astype(np.int64)
     if inv_offs.shape[0] != T + 1:
         raise ValueError(f"inv_offset_dim_list must have {T + 1} entries, got {inv_offs.shape[0]}")
@@ -275,6 +293,14 @@ def kt_regroup_arguments(embs, keys, lengths, groups):
 
 
 # -- 3. permute_multi_embedding --------------------------------------------
+def _read_shapes_and_rows(in_shapes, out_shapes, permutes):
+    """Host copies of the three index arrays, checked for kind and shape first, in one read."""
+    v.index_array("in_shapes", in_shapes)
+    v.index_array("out_shapes", out_shapes)
+    _permutes_shape(permutes)
+    return _read_together((in_shapes, out_shapes, permutes))
+
+
 @op("keyed_tensor", returns="list", differentiable=("pooled_embs",))
 def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_lengths):
     """Copy column slices of several ``[B, D_i]`` arrays into several ``[B, E_j]`` outputs.
@@ -294,22 +320,7 @@ def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_le
     [array([[9., 0., 1.],
            [9., 3., 4.]])]
     """
-    pooled_embs, B, dtype = _float_list("pooled_embs", pooled_embs)
-    in_widths = [int(a.shape[1]) for a in pooled_embs]
-    _shapes("in_shapes", in_shapes, in_widths, "the widths of pooled_embs")
-    out_lengths = v.int_list("out_lengths", out_lengths)
-    _shapes("out_shapes", out_shapes, out_lengths, "out_lengths")
-    _rows(permutes, in_widths, out_lengths, "pooled_embs", "out_lengths")
-    return Plan(
-        dict(
-            pooled_embs=pooled_embs,
-            permutes=permutes,
-            in_shapes=in_shapes,
-            out_shapes=out_shapes,
-            out_lengths=out_lengths,
-        ),
-        [Out((B, w), dtype) for w in out_lengths],
-    )
+    return _permute_plan(True, "pooled_embs", pooled_embs, "out_lengths", out_lengths, permutes, in_shapes, out_shapes)
 
 
 @op("keyed_tensor", returns="list")
@@ -331,22 +342,27 @@ def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shap
     >>> embnum.permute_multi_embedding_backward(grads, permutes, in_shapes, out_shapes, [2])  # a: 1 + 2
     [array([[3., 2.]])]
     """
-    grad_outputs, B, dtype = _float_list("grad_outputs", grad_outputs)
-    out_widths = [int(g.shape[1]) for g in grad_outputs]
-    _shapes("out_shapes", out_shapes, out_widths, "the widths of grad_outputs")
-    in_lengths = v.int_list("in_lengths", in_lengths)
-    _shapes("in_shapes", in_shapes, in_lengths, "in_lengths")
-    _rows(permutes, in_lengths, out_widths, "in_lengths", "grad_outputs")
-    return Plan(
-        dict(
-            grad_outputs=grad_outputs,
-            permutes=permutes,
-            in_shapes=in_shapes,
-            out_shapes=out_shapes,
-            in_lengths=in_lengths,
-        ),
-        [Out((B, w), dtype) for w in in_lengths],
-    )
+    return _permute_plan(False, "grad_outputs", grad_outputs, "in_lengths", in_lengths, permutes, in_shapes, out_shapes)
+
+
+def _permute_plan(forward, arrays_name, arrays, lengths_name, lengths, permutes, in_shapes, out_shapes):
+    """The checks and plan of :func:`permute_multi_embedding` (``forward``: ``arrays`` are the
+    inputs, ``lengths`` the output widths) and of its adjoint (``arrays`` are the output
+    gradients, ``lengths`` the input widths): one rule, the two sides swapped. Returns one
+    ``[B, w]`` output per entry of ``lengths``."""
+    arrays, B, dtype = _float_list(arrays_name, arrays)
+    widths = [int(a.shape[1]) for a in arrays]
+    lengths = v.int_list(lengths_name, lengths)
+    got = dict(zip(("in_shapes", "out_shapes", "permutes"), _read_shapes_and_rows(in_shapes, out_shapes, permutes)))
+    shapes = {"in_shapes": in_shapes, "out_shapes": out_shapes}
+    arrays_shapes, lengths_shapes = ("in_shapes", "out_shapes") if forward else ("out_shapes", "in_shapes")
+    _shapes(arrays_shapes, shapes[arrays_shapes], widths, f"the widths of {arrays_name}", got[arrays_shapes])
+    _shapes(lengths_shapes, shapes[lengths_shapes], lengths, lengths_name, got[lengths_shapes])
+    sides = [(widths, arrays_name), (lengths, lengths_name)]
+    (in_widths, in_name), (out_widths, out_name) = sides if forward else sides[::-1]
+    _rows(permutes, in_widths, out_widths, in_name, out_name, got["permutes"])
+    args = {arrays_name: arrays, "permutes": permutes, "in_shapes": in_shapes, "out_shapes": out_shapes}
+    return Plan(dict(args, **{lengths_name: lengths}), [Out((B, w), dtype) for w in lengths])
 
 
 # -- 4. regroup_keyed_tensor -----------------------------------------------

@@ -20,7 +20,7 @@ W_DTYPES = v.FLOAT_DTYPES
 # -- shared checks ---------------------------------------------------------
 def _nonneg(name, a):
     """``a >= 0`` everywhere (ValueError naming the first negative entry)."""
-    if a.size and int(a.min()) < 0:
+    if a.size and v.min_max(a)[0] < 0:
         flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()
         i = int(v.xp_of(a).argmax(flat < 0))
         raise ValueError(f"{name} must be >= 0, but entry {i} is {int(flat[i])}")
@@ -53,7 +53,7 @@ def _in_range(name, a, n):
     """Entries of the 1-D index array ``a`` lie in ``[0, n)`` (IndexError otherwise)."""
     v.index_array(name, a)
     if a.size:
-        lo, hi = int(a.min()), int(a.max())
+        lo, hi = v.min_max(a)
         if lo < 0 or hi >= n:
             xp = v.xp_of(a)
             i = int(xp.argmax((a < 0) | (a >= n)))
@@ -69,11 +69,42 @@ def _hint(name, hint, actual):
         raise ValueError(f"{name} = {hint} does not match the actual total {actual}")
 
 
-def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_sizes):
-    """Common part of the two permutes: ``seg_sizes`` are the int64 segment sizes."""
+def _selected(xp, sizes, index, n):
+    """``sizes[index]`` with ``index`` clipped into ``[0, n)`` (read only once it is known in range)."""
+    if index.size == 0 or n == 0:
+        return sizes.reshape(-1)[:0]
+    return xp.take(sizes, xp.clip(index, 0, n - 1), axis=0)
+
+
+def _totals_read_once(lengths, index, n, selected):
+    """``(N, M)``, the totals of ``lengths`` and of the ``selected`` segment sizes, from ONE
+    device-to-host read that also checks lengths >= 0 and ``index`` in ``[0, n)``; None when any
+    check fails or a total may pass the size limit (then the exact checks name the error)."""
+    if index.size and n == 0:
+        return None
+    r = v.read_ints(*v.sum_parts(lengths), *v.range_parts(index, n), *v.sum_parts(selected))
+    if not (v.sum_fits(*r[0:3]) and r[3] and v.sum_fits(*r[4:7])):
+        return None
+    return int(r[1]), int(r[5])
+
+
+def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_sizes, ndim):
+    """Common part of the two permutes: ``seg_sizes`` are the int64 segment sizes. Reads device
+    data back once per call (the output size M); the hint, when given, is compared with it."""
+    v.index_array("lengths", lengths, ndim=ndim)
+    v.index_array("permute", permute)
     n_seg = seg_sizes.shape[0]
-    _in_range("permute", permute, n_seg)
-    M = v.checked_sum("the segments permute selects", seg_sizes[permute], what="the total size of")
+    totals = _totals_read_once(lengths, permute, n_seg, _selected(v.xp_of(lengths), seg_sizes, permute, n_seg))
+    if totals is None:  # the exact checks, in the order of the rules (they raise)
+        N = _lengths("lengths", lengths, ndim=ndim)
+        _values("values", values, N)
+        _weights(weights, N)
+        _in_range("permute", permute, n_seg)
+        M = v.checked_sum("the segments permute selects", seg_sizes[permute], what="the total size of")
+    else:
+        N, M = totals
+        _values("values", values, N)
+        _weights(weights, N)
     _hint("permuted_lengths_sum", permuted_lengths_sum, M)
     w = weights
     shape = (permute.shape[0],) + tuple(lengths.shape[1:])
@@ -100,12 +131,9 @@ def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_leng
            [1, 2],
            [0, 1]]), array([20, 10, 11, 12, 20]), None)
     """
-    N = _lengths("lengths", lengths, ndim=2)
-    _values("values", values, N)
-    _weights(weights, N)
-    v.index_array("permute", permute)
+    v.index_array("lengths", lengths, ndim=2)
     sizes = lengths.sum(axis=1, dtype=np.int64)
-    return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, sizes)
+    return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, sizes, 2)
 
 
 # -- 2. permute_1d_sparse_data ------------------------------------------------
@@ -123,24 +151,40 @@ def permute_1d_sparse_data(permute, lengths, values, weights=None, permuted_leng
     >>> embnum.permute_1d_sparse_data(np.array([2, 0]), lengths, values, weights)
     (array([1, 1]), array([13, 10]), array([2. , 0.5], dtype=float32))
     """
-    N = _lengths("lengths", lengths)
-    _values("values", values, N)
-    _weights(weights, N)
-    v.index_array("permute", permute)
-    return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, lengths.astype(np.int64))
+    v.index_array("lengths", lengths)
+    return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, lengths.astype(np.int64), 1)
 
 
 # -- 3. block_bucketize_sparse_features ----------------------------------------
-def _per_key(name, a, T):
+def _per_key(name, a, T, host=None):
+    """``a`` (``T`` entries) as host int64; ``host``: its copy read with the call's other device data."""
     if a is None:
         return None
     v.index_array(name, a)
     if a.shape[0] != T:
         raise ValueError(f"{name} must have len(block_sizes) = {T} entries, got {a.shape[0]}")
-    return v.to_host(a, np.int64)
+    return v.to_host(a, np.int64) if host is None else host
 
 
-def _boundaries(pos, T, my_size, imax):
+def _bucketize_reads(lengths, block_sizes, batch_size_per_feature, total_num_blocks, pos, keep_per_feature):
+    """ONE device-to-host copy of what block bucketize needs on the host: the lengths summary
+    (:func:`embnum._validate.sum_parts`) and every small per-key array, in argument order. Returns
+    ``(lengths summary, {name: host int64 copy})``; arrays of a wrong kind are left to the checks."""
+    named = [("block_sizes", block_sizes)]
+    named += [("batch_size_per_feature", batch_size_per_feature), ("total_num_blocks", total_num_blocks)]
+    if isinstance(pos, (list, tuple)):
+        named += [(f"block_bucketize_pos[{t}]", p) for t, p in enumerate(pos)]
+    named.append(("keep_orig_idx_per_feature", keep_per_feature))
+    named = [(n, a) for n, a in named if v.is_array(a) and a.ndim == 1 and a.dtype.kind in "biu"]
+    r = v.read_ints(*v.sum_parts(lengths), *(a for _, a in named))
+    copies, at = {}, 3
+    for n, a in named:
+        copies[n] = r[at : at + a.shape[0]]
+        at += a.shape[0]
+    return r[:3], copies
+
+
+def _boundaries(pos, T, my_size, imax, copies):
     if pos is None or (isinstance(pos, (list, tuple)) and len(pos) == 0):
         return None
     if not isinstance(pos, (list, tuple)):
@@ -153,7 +197,9 @@ def _boundaries(pos, T, my_size, imax):
         v.index_array(name, p)
         if p.shape[0] != my_size + 1:
             raise ValueError(f"{name} must have my_size + 1 = {my_size + 1} entries, got {p.shape[0]}")
-        h = v.to_host(p, np.int64)
+        h = copies.get(name)
+        if h is None:
+            h = v.to_host(p, np.int64)
         if h[0] != 0:
             raise ValueError(f"{name}[0] must be 0, got {int(h[0])}")
         if np.any(h[1:] < h[:-1]):
@@ -204,11 +250,15 @@ def block_bucketize_sparse_features(
     >>> new_ids
     array([3, 6, 2])
     """
-    N = _lengths("lengths", lengths)
+    v.index_array("lengths", lengths)
+    v.index_array("block_sizes", block_sizes)
+    summary, copies = _bucketize_reads(
+        lengths, block_sizes, batch_size_per_feature, total_num_blocks, block_bucketize_pos, keep_orig_idx_per_feature
+    )
+    N = int(summary[1]) if v.sum_fits(*summary) else _lengths("lengths", lengths)
     v.index_array("indices", indices)
     if indices.shape[0] != N:
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal the sum of lengths = {N}")
-    v.index_array("block_sizes", block_sizes)
     my_size = v.size("my_size", my_size)
     v.integer("max_B", max_B, min=-v.INT64_MAX - 1, max=v.INT64_MAX)  # ignored, but an int64 as in fbgemm
     if my_size < 1:
@@ -217,7 +267,7 @@ def block_bucketize_sparse_features(
     if my_size * max(n_bags, 1) > v.MAX_SIZE:
         raise ValueError(f"my_size * len(lengths) = {my_size} * {n_bags} exceeds the size limit 2**48")
     _weights(weights, N)
-    bs = v.to_host(block_sizes, np.int64)
+    bs = copies["block_sizes"]
     if T and int(bs.min()) < 0:
         raise ValueError(f"block_sizes must be >= 0, got {int(bs.min())} at {int(np.argmax(bs < 0))}")
     if T == 0:
@@ -229,13 +279,13 @@ def block_bucketize_sparse_features(
             raise ValueError(f"len(lengths) = {n_bags} is not a multiple of len(block_sizes) = {T}")
         batch = np.full(T, n_bags // T, np.int64)
     else:
-        batch = _per_key("batch_size_per_feature", batch_size_per_feature, T)
+        batch = _per_key("batch_size_per_feature", batch_size_per_feature, T, copies.get("batch_size_per_feature"))
         _nonneg("batch_size_per_feature", batch)
         total = v.checked_sum("batch_size_per_feature", batch)
         if total != n_bags:
             raise ValueError(f"batch_size_per_feature sums to {total}, not len(lengths) = {n_bags}")
     imax = int(np.iinfo(indices.dtype).max)
-    G = _per_key("total_num_blocks", total_num_blocks, T)
+    G = _per_key("total_num_blocks", total_num_blocks, T, copies.get("total_num_blocks"))
     if G is None:
         G = np.full(T, my_size, np.int64)
     elif T and (int(G.min()) <= 0 or np.any(G % my_size)):
@@ -247,7 +297,7 @@ def block_bucketize_sparse_features(
         raise ValueError(
             f"block_sizes[{t}] * blocks = {int(bs[t])} * {int(G[t])} exceeds the largest {indices.dtype} id {imax}"
         )
-    pos = _boundaries(block_bucketize_pos, T, my_size, imax)
+    pos = _boundaries(block_bucketize_pos, T, my_size, imax, copies)
     if keep_orig_idx_per_feature is not None:
         v.array("keep_orig_idx_per_feature", keep_orig_idx_per_feature, ndim=1)
         if keep_orig_idx_per_feature.dtype != np.bool_:
@@ -256,7 +306,7 @@ def block_bucketize_sparse_features(
             raise ValueError(
                 f"keep_orig_idx_per_feature must have {T} entries, got {keep_orig_idx_per_feature.shape[0]}"
             )
-        keep = v.to_host(keep_orig_idx_per_feature)
+        keep = copies["keep_orig_idx_per_feature"].astype(np.bool_)
     else:
         keep = np.full(T, v.flag("keep_orig_idx", keep_orig_idx), np.bool_)
     bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
@@ -309,22 +359,35 @@ def keyed_jagged_index_select_dim1(
     batch_size = v.size("batch_size", batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    N = _lengths("lengths", lengths)
+    v.index_array("lengths", lengths)
     nl = lengths.shape[0]
     if nl % batch_size:
         raise ValueError(f"len(lengths) = {nl} is not a multiple of batch_size = {batch_size}")
     v.index_array("offsets", offsets)
     if offsets.shape[0] != nl + 1:
         raise ValueError(f"offsets must have len(lengths) + 1 = {nl + 1} entries, got {offsets.shape[0]}")
-    # lengths are >= 0 and their total is exact (<= MAX_SIZE), so their int64 cumsum cannot wrap
-    if int(offsets[0]) != 0 or (nl and bool((offsets[1:] != v.xp_of(lengths).cumsum(lengths, dtype=np.int64)).any())):
-        raise ValueError("offsets must be the complete cumsum of lengths (start at 0, steps equal to lengths)")
-    _values("values", values, N)
-    _weights(weights, N)
-    _in_range("indices", indices, batch_size)
+    v.index_array("indices", indices)
+    xp = v.xp_of(lengths)
     T, n = nl // batch_size, indices.shape[0]
-    sel = lengths.reshape(T, batch_size)[:, indices] if T and n else lengths[:0]
-    M = v.checked_sum("the bags indices selects", sel, what="the total size of")
+    sel = _selected(xp, lengths.reshape(T, batch_size).T, indices, batch_size) if T and n else lengths[:0]
+    # one read: lengths >= 0 with an exact total, offsets their complete cumsum, indices in range,
+    # and the output size
+    steps = (offsets[0] != 0) | ((offsets[1:] != xp.cumsum(lengths, dtype=np.int64)).any() if nl else False)
+    r = v.read_ints(*v.sum_parts(lengths), steps, *v.range_parts(indices, batch_size), *v.sum_parts(sel))
+    if v.sum_fits(*r[0:3]) and not r[3] and r[4] and v.sum_fits(*r[5:8]):
+        N, M = int(r[1]), int(r[6])
+        _values("values", values, N)
+        _weights(weights, N)
+    else:  # the exact checks, in the order of the rules (they raise)
+        N = _lengths("lengths", lengths)
+        # lengths are >= 0 and their total is exact (<= MAX_SIZE), so their int64 cumsum cannot wrap
+        if int(offsets[0]) != 0 or (nl and bool((offsets[1:] != xp.cumsum(lengths, dtype=np.int64)).any())):
+            raise ValueError("offsets must be the complete cumsum of lengths (start at 0, steps equal to lengths)")
+        _values("values", values, N)
+        _weights(weights, N)
+        _in_range("indices", indices, batch_size)
+        sel = lengths.reshape(T, batch_size)[:, indices] if T and n else lengths[:0]
+        M = v.checked_sum("the bags indices selects", sel, what="the total size of")
     _hint("selected_lengths_sum", selected_lengths_sum, M)
     outs = [Out((M,), values.dtype), Out((T * n,), lengths.dtype)]
     if weights is not None:
@@ -363,21 +426,27 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
         v.index_array(name, o)
         if o.shape[0] != T + 1:
             raise ValueError(f"{name} must have len(permute) + 1 = {T + 1} entries, got {o.shape[0]}")
-        v.offsets(name, o, first_zero=True)
     output_size = v.size("output_size", output_size)
-    if output_size != int(output_offset[-1]):
-        raise ValueError(f"output_size = {output_size} must equal output_offset[-1] = {int(output_offset[-1])}")
-    _in_range("permute", permute, T)
-    if T:
-        ins = input_offset[1:].astype(np.int64) - input_offset[:-1]
-        outs = output_offset[1:].astype(np.int64) - output_offset[:-1]
+    ins = input_offset[1:].astype(np.int64) - input_offset[:-1]
+    outs = output_offset[1:].astype(np.int64) - output_offset[:-1]
+    mismatch = (outs != _selected(v.xp_of(permute), ins, permute, T)).any() if T else False
+    # one read: both offsets' rules, permute's range and the segment sizes
+    r = v.read_ints(
+        *v.offsets_parts(input_offset), *v.offsets_parts(output_offset), *v.range_parts(permute, T), mismatch
+    )
+    v.offsets("input_offset", input_offset, first_zero=True, summary=r[0:3])
+    v.offsets("output_offset", output_offset, first_zero=True, summary=r[3:6])
+    if output_size != int(r[5]):
+        raise ValueError(f"output_size = {output_size} must equal output_offset[-1] = {int(r[5])}")
+    if not r[6]:
+        _in_range("permute", permute, T)  # raises
+    if T and r[7]:
         bad = outs != ins[permute]
-        if bool(bad.any()):
-            t = int(v.xp_of(bad).argmax(bad))
-            raise ValueError(
-                f"output_offset segment {t} has size {int(outs[t])} but input segment permute[{t}] = "
-                f"{int(permute[t])} has size {int(ins[permute[t]])}"
-            )
+        t = int(v.xp_of(bad).argmax(bad))
+        raise ValueError(
+            f"output_offset segment {t} has size {int(outs[t])} but input segment permute[{t}] = "
+            f"{int(permute[t])} has size {int(ins[permute[t]])}"
+        )
     return Plan(
         dict(permute=permute, input_offset=input_offset, output_offset=output_offset),
         Out((output_size,), input_offset.dtype),
@@ -397,11 +466,13 @@ def invert_permute(permute):
     """
     v.index_array("permute", permute)
     n = permute.shape[0]
-    _in_range("permute", permute, n)
     if n:
         xp = v.xp_of(permute)
-        seen = xp.bincount(permute.astype(np.int64), minlength=n)
-        if int(seen.max()) > 1:
+        seen = xp.bincount(xp.clip(permute, 0, n - 1).astype(np.int64), minlength=n)
+        in_range, once = v.read_ints(*v.range_parts(permute, n), seen.max() == 1)  # one read
+        if not in_range:
+            _in_range("permute", permute, n)  # raises
+        if not once:
             r = int(xp.argmax(seen > 1))
             raise ValueError(f"permute is not a permutation: {r} appears {int(seen[r])} times")
     return Plan(dict(permute=permute), Out((n,), permute.dtype))
@@ -429,7 +500,9 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         ("hash_size_offsets", hash_size_offsets),
         ("offsets", offsets),
     ):
-        v.offsets(name, a, first_zero=True)
+        v.index_array(name, a)
+        if a.shape[0] < 1:
+            raise ValueError(f"{name} must have at least 1 entry, got 0")
     T = hash_size_cumsum.shape[0] - 1
     if T < 1:
         raise ValueError("hash_size_cumsum must have at least 2 entries (T >= 1)")
@@ -437,14 +510,76 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         raise ValueError(
             f"hash_size_offsets must have len(hash_size_cumsum) = {T + 1} entries, got {hash_size_offsets.shape[0]}"
         )
+    nb = offsets.shape[0] - 1
+    if nb % T:
+        raise ValueError(f"len(offsets) - 1 = {nb} is not a multiple of T = {T}")
+    v.index_array("indices", indices)
+    fast = _unique_read_once(hash_size_cumsum, hash_size_offsets, offsets, indices, T, nb // T)
+    if fast is None:
+        tables, K = _unique_exact(hash_size_cumsum, hash_size_offsets, offsets, indices, T)
+    else:
+        tables, K = fast
+    N = indices.shape[0]
+    args = dict(tables=tables, B=nb // T, offsets=offsets, indices=indices)
+    outs = (Out((nb,), offsets.dtype), Out((nb + 1,), offsets.dtype), Out((K,), indices.dtype), Out((N,), np.int64))
+    return Plan(args, outs)
+
+
+def _unique_read_once(hsc, hso, offsets, indices, T, B):
+    """``(tables, K)`` from ONE device-to-host read that also checks every rule of
+    :func:`jagged_unique_indices` on the device; None when a rule fails (then
+    :func:`_unique_exact` names it). K counts the distinct (table, id) pairs after two stable
+    sorts (by id, then by table): a table owns a contiguous run of features, so a feature's
+    table is the last ``t`` with ``hso[t] <= feature``."""
+    xp = v.xp_of(indices)
+    N, nb = indices.shape[0], offsets.shape[0] - 1
+    i64 = np.int64
+    ho = hso.astype(i64)
+    hc = hsc.astype(i64)
+    table_of_feature = xp.clip(xp.searchsorted(ho, xp.arange(T, dtype=i64), side="right") - 1, 0, T - 1)
+    start = xp.clip(ho[table_of_feature], 0, T)  # each feature's table: features start .. end - 1
+    end = xp.clip(ho[xp.clip(table_of_feature + 1, 0, T)], 0, T)
+    same_hash = (hc[:T] == hc[start]).all()
+    extra = [0, 1, 1, 0]  # K, ids >= 0, ids in their tables' ranges, hash sizes equal per table
+    if N:
+        ids = indices.astype(i64)
+        bag = xp.clip(xp.searchsorted(offsets.astype(i64), xp.arange(N, dtype=i64), side="right") - 1, 0, nb - 1)
+        f = bag // B
+        a, b = start[f], end[f]
+        last = b == T  # the last table's ids are unbounded above, but hsc[a] + id must not wrap
+        fits = xp.where(last, ids <= v.INT64_MAX - hc[a], ids < hc[b] - hc[a]).all()
+        group = table_of_feature[f]
+        order = xp.argsort(ids, kind="stable") if xp is np else xp.argsort(ids)
+        g = group[order]
+        order2 = xp.argsort(g, kind="stable") if xp is np else xp.argsort(g)
+        sid, sg = ids[order][order2], g[order2]
+        K = 1 + ((sid[1:] != sid[:-1]) | (sg[1:] != sg[:-1])).sum()
+        extra = [K, ids.min() >= 0, fits, same_hash]
+    else:
+        extra[3] = same_hash
+    parts = [*v.offsets_parts(hsc), *v.offsets_parts(hso), *v.offsets_parts(offsets), *extra, ho]
+    r = v.read_ints(*parts)
+    first_drop_ok = all(r[k] == 0 for k in (0, 1, 3, 4, 6, 7))
+    if not (first_drop_ok and r[5] == T and r[8] == N and r[10] and r[11] and r[12]):
+        return None
+    h = r[13:]
+    return [(int(a), int(b)) for a, b in zip(h[:-1], h[1:]) if a < b], int(r[9])
+
+
+def _unique_exact(hash_size_cumsum, hash_size_offsets, offsets, indices, T):
+    """The rules of :func:`jagged_unique_indices` one by one (several reads): ``(tables, K)``
+    or the error that names the first broken rule."""
+    for name, a in (
+        ("hash_size_cumsum", hash_size_cumsum),
+        ("hash_size_offsets", hash_size_offsets),
+        ("offsets", offsets),
+    ):
+        v.offsets(name, a, first_zero=True)
     hso = v.to_host(hash_size_offsets, np.int64)
     hsc = v.to_host(hash_size_cumsum, np.int64)
     if int(hso[-1]) != T:
         raise ValueError(f"hash_size_offsets[-1] must be T = {T}, got {int(hso[-1])}")
     nb = offsets.shape[0] - 1
-    if nb % T:
-        raise ValueError(f"len(offsets) - 1 = {nb} is not a multiple of T = {T}")
-    v.index_array("indices", indices)
     N = indices.shape[0]
     if int(offsets[-1]) != N:
         raise ValueError(f"offsets[-1] = {int(offsets[-1])} must equal len(indices) = {N}")
@@ -462,15 +597,13 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         last = g == len(tables) - 1
         H = v.INT64_MAX - int(hsc[a]) + 1 if last else int(hsc[b] - hsc[a])
         ids = indices[int(offs[a * B]) : int(offs[b * B])]
-        if ids.size and int(ids.max()) >= H:
+        if ids.size and v.min_max(ids)[1] >= H:
             what = f"<= 2**63 - 1 - hash_size_cumsum[{a}] = {H - 1}" if last else f"< its hash size {H}"
             raise IndexError(f"indices of table {g} (features {a}..{b - 1}) must be {what}, got {int(ids.max())}")
     # the output size: tables own contiguous runs of ids, and their keys do not interleave
     xp = v.xp_of(indices)
     K = sum(_distinct(xp, indices[int(offs[a * B]) : int(offs[b * B])]) for a, b in tables)
-    args = dict(tables=tables, B=B, offsets=offsets, indices=indices)
-    outs = (Out((nb,), offsets.dtype), Out((nb + 1,), offsets.dtype), Out((K,), indices.dtype), Out((N,), np.int64))
-    return Plan(args, outs)
+    return tables, K
 
 
 def _distinct(xp, ids):
@@ -482,6 +615,6 @@ def _distinct(xp, ids):
 
 
 def _nonneg_ids(indices):
-    if indices.size and int(indices.min()) < 0:
+    if indices.size and v.min_max(indices)[0] < 0:
         i = int(v.xp_of(indices).argmax(indices < 0))
         raise IndexError(f"indices must be >= 0, but indices[{i}] = {int(indices[i])}")

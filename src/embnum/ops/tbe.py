@@ -221,10 +221,14 @@ def _backward_plan(
     hash_size_cumsum,
     indices,
     offsets,
-    pooling_mode,
-    per_sample_weights,
-    bounds_check_mode,
+    pooling_mode="sum",
+    per_sample_weights=None,
+    bounds_check_mode="fatal",
+    **_,
 ):
+    """The plan arguments of every backward op, from the declaration's arguments by name:
+    each calls it first, as ``_backward_plan(**locals())`` (its parameters are its only
+    locals then); the ones it does not name (an optimizer's) are left to the caller."""
     woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
     pooling = pooling_code(pooling_mode)
     indices, offsets, B, mode = lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode)
@@ -261,18 +265,7 @@ def tbe_backward(
     >>> embnum.tbe_backward(np.ones((2, 5), np.float32), weights, *lay.arrays(), indices, offsets)
     array([1., 1., 0., 0., 1., 1., 0., 0., 0., 2., 2., 2.], dtype=float32)
     """
-    args = _backward_plan(
-        grad_output,
-        weights,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        indices,
-        offsets,
-        pooling_mode,
-        per_sample_weights,
-        bounds_check_mode,
-    )
+    args = _backward_plan(**locals())
     return Plan(args, Out((weights.shape[0],), np.float32))
 
 
@@ -289,12 +282,20 @@ def tbe_backward_sparse(
     per_sample_weights=None,
     *,
     bounds_check_mode="fatal",
+    max_rows=None,
 ):
     """Row-wise gradient of the touched rows: ``TBESparseGrad(linear_ids int64 [U] strictly
     increasing, values float32 [value_offsets[U]], value_offsets int64 [U+1])``.
 
     ``linear_ids[u] = hash_size_cumsum[t] + row``; row ``u``'s summed gradient is
     ``values[value_offsets[u]:value_offsets[u+1]]``. Deterministic (fixed summation order).
+
+    ``max_rows=R`` (an int >= 0; like fbgemm's ``total_unique_indices`` / max sizes) fixes the
+    output sizes, so the cuda backend reads nothing back from the device (the number of
+    touched rows ``U`` is data-dependent): ``linear_ids [R]`` (the first ``min(U, R)`` rows,
+    then ``-1``), ``value_offsets [R+1]`` (after the kept rows it repeats their end, so padded
+    rows are empty), ``values [R * max_D]`` (zero past the kept values). Rows beyond ``R``
+    (the largest ids) are dropped: pass a bound, e.g. ``len(indices)``.
 
     Examples
     --------
@@ -308,18 +309,7 @@ def tbe_backward_sparse(
     array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
     """
     return Plan(
-        _backward_plan(
-            grad_output,
-            weights,
-            weights_offsets,
-            D_offsets,
-            hash_size_cumsum,
-            indices,
-            offsets,
-            pooling_mode,
-            per_sample_weights,
-            bounds_check_mode,
-        ),
+        _backward_plan(**locals()) | ({} if max_rows is None else {"max_rows": v.size("max_rows", max_rows)}),
         None,
     )
 
@@ -339,18 +329,7 @@ def tbe_grad_per_sample_weights(
     >>> embnum.tbe_grad_per_sample_weights(np.ones((2, 2), np.float32), weights, *lay.arrays(), indices, offsets)
     array([1., 9., 5.], dtype=float32)
     """
-    args = _backward_plan(
-        grad_output,
-        weights,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        indices,
-        offsets,
-        "sum",
-        None,
-        bounds_check_mode,
-    )
+    args = _backward_plan(**locals())
     return Plan(args, Out((indices.shape[0],), np.float32))
 
 
@@ -418,18 +397,7 @@ def tbe_backward_update(
     """
     if not isinstance(optimizer, TBEOptimizer):
         raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
-    args = _backward_plan(
-        grad_output,
-        weights,
-        weights_offsets,
-        D_offsets,
-        hash_size_cumsum,
-        indices,
-        offsets,
-        pooling_mode,
-        per_sample_weights,
-        bounds_check_mode,
-    )
+    args = _backward_plan(**locals())
     _writable("weights", weights)
     sizes = optimizer.state_sizes(weights.shape[0], int(args["hash_size_cumsum"][-1]))
     _state("momentum1", momentum1, "momentum1" in sizes, weights, sizes.get("momentum1"))

@@ -67,16 +67,22 @@ def _leaf_segment(offsets, prefix):
     return r
 
 
+def _runs(offsets, B, max_lengths):
+    """``(prefix, start, n)`` for every leaf segment of a padded ``[B, *max_lengths]`` array:
+    ``dense[prefix][:n]`` and ``values[start:start+n]`` are the same elements (the segment,
+    truncated to ``max_lengths[-1]``); both directions of jagged <-> dense walk these."""
+    for prefix in np.ndindex(B, *max_lengths[:-1]):
+        seg = _leaf_segment(offsets, prefix)
+        if seg is not None:
+            start, end = int(offsets[-1][seg]), int(offsets[-1][seg + 1])
+            yield prefix, start, min(end - start, max_lengths[-1])
+
+
 def jagged_to_padded_dense(values, offsets, max_lengths, padding_value):
     rows = values if values.ndim == 2 else values[:, None]
     B = len(offsets[0]) - 1
     dense = np.full((B, *max_lengths, rows.shape[1]), padding_value, dtype=values.dtype)
-    for prefix in np.ndindex(B, *max_lengths[:-1]):
-        seg = _leaf_segment(offsets, prefix)
-        if seg is None:
-            continue
-        start, end = int(offsets[-1][seg]), int(offsets[-1][seg + 1])
-        n = min(end - start, max_lengths[-1])
+    for prefix, start, n in _runs(offsets, B, max_lengths):
         dense[prefix][:n] = rows[start : start + n]
     return dense.reshape(dense.shape[:-1]) if values.ndim == 1 else dense
 
@@ -84,11 +90,6 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value):
 def dense_to_jagged(dense, offsets, total_L):
     B, *M, D = dense.shape
     values = np.zeros((total_L, D), dtype=dense.dtype)
-    for prefix in np.ndindex(B, *M[:-1]):
-        seg = _leaf_segment(offsets, prefix)
-        if seg is None:
-            continue
-        start, end = int(offsets[-1][seg]), int(offsets[-1][seg + 1])
-        n = min(end - start, M[-1])
+    for prefix, start, n in _runs(offsets, B, M):
         values[start : start + n] = dense[prefix][:n]
     return values

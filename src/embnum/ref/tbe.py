@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._tbe import MEAN, NONE, TBESparseGrad
+from .._tbe import MEAN, NONE, TBESparseGrad, pad_sparse
 
 
 def _features(weights, weights_offsets, D_offsets, rows, indices, offsets, B):
@@ -119,25 +119,14 @@ def _sparse(grad, lids, kw):
     return spans, voffs, vals
 
 
-def tbe_backward_sparse(grad_output, **kw):
+def tbe_backward_sparse(grad_output, max_rows=None, **kw):
     grad, lids = _row_grads(grad_output, **kw)
     _, voffs, vals = _sparse(grad, lids, kw)
-    return TBESparseGrad(lids, vals.astype(np.float32), voffs)
+    out = TBESparseGrad(lids, vals.astype(np.float32), voffs)
+    return out if max_rows is None else pad_sparse(out, max_rows, int(np.diff(kw["D_offsets"]).max()))
 
 
-def tbe_grad_per_sample_weights(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-):
+def tbe_grad_per_sample_weights(grad_output, weights, weights_offsets, D_offsets, rows, indices, offsets, B, **_):
     idx = indices.astype(np.int64)
     g = grad_output.astype(np.float64)
     out = np.zeros(indices.shape[0])

@@ -227,7 +227,7 @@ def build(spec: Bridge) -> Callable:
     if op.mutates:
         # an in-place op: custom_op also bumps the version counters of the tensors it writes
         custom = torch.library.custom_op(f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=schema)
-        custom.register_fake(spec.fake)
+        custom.register_fake(_by_name(spec.fake, [p.name for p in params]))
         if spec.backward is not None:
             _register_autograd(custom.register_autograd, spec, [p.name for p in params])
     else:
@@ -241,6 +241,80 @@ def build(spec: Bridge) -> Callable:
     user_function.__module__ = "embnum.torch_bridge"
     user_function.torch_op = torch_op
     return user_function
+
+
+def _watched() -> bool:
+    """Whether something watches the dispatcher: torch.compile tracing, a dispatch or
+    function mode, jit tracing, the profiler (a call must then go through ``torch.ops``)."""
+    return bool(
+        _is_compiling()
+        or _dispatch_stack_len()
+        or _function_mode_enabled()
+        or _tracing_state() is not None
+        or torch.autograd.profiler._is_profiler_enabled
+    )
+
+
+_is_compiling = torch.compiler.is_compiling
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+_tracing_state = torch._C._get_tracing_state
+_grad_enabled = torch.is_grad_enabled
+_SLOW = object()  # what a direct path returns when the call must go through the dispatcher
+
+
+def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
+    """``direct(args)``: run a functional op without the dispatcher where :func:`_direct`
+    allows it (the same rules, written per op: only the positions of its tensors and tensor
+    lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
+    ``op.call`` once; returns ``_SLOW`` where the call needs the dispatcher, or a bfloat16
+    tensor needs the bridge's conversion (the full implementation does both)."""
+    tensors = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor", "Tensor?"))
+    lists = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor[]", "Tensor?[]", "Tensor[]?"))
+    call, n, bf16, plain = op.call, len(names), torch.bfloat16, torch.Tensor
+
+    def one(t, grad):
+        """``t`` as a NumPy array, or None when the direct path cannot take it."""
+        if type(t) is not plain or not t.is_cpu or t.dtype is bf16:
+            return None
+        if t.requires_grad:
+            if grad:
+                return None
+            t = t.detach()
+        return t.numpy()
+
+    def direct(args):
+        if _watched():
+            return _SLOW
+        grad = _grad_enabled()
+        values = list(args)
+        for i in tensors:
+            t = values[i]
+            if t is not None:
+                a = one(t, grad)
+                if a is None:
+                    return _SLOW
+                values[i] = a
+        for i in lists:
+            if values[i] is None:
+                continue
+            items = []
+            for t in values[i]:
+                a = one(t, grad) if t is not None else t
+                if a is None and t is not None:
+                    return _SLOW
+                items.append(a)
+            values[i] = items
+        result = call(dict(zip(names, values)), None, values[n] if len(values) > n else None)
+        if type(result) is np.ndarray:
+            return _convert_output(result, spec, False)
+        if result is None:
+            return None
+        if isinstance(result, tuple):
+            return tuple(_convert_output(r, spec, False) for r in result)
+        return [_convert_output(r, spec, False) for r in result]
+
+    return direct
 
 
 def _direct(args: tuple) -> bool:
@@ -305,13 +379,17 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
     head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
     body = ", ".join([passed(p) for p in params] + ["backend"])
     src = f"def {op.name}({head}):\n    args = ({body},)\n"
-    if impl is not None:
+    if impl is not None and spec.codecs:
         src += "    if _direct(args):\n        return _impl(*args)\n"
+    elif impl is not None:
+        src += "    result = _direct_call(args)\n    if result is not _SLOW:\n        return result\n"
     src += "    return _torch_op(*args)\n"
     namespace = {
         "_torch_op": torch_op,
         "_impl": impl,
         "_direct": _direct,
+        "_direct_call": _direct_path(op, spec, list(op.signature.parameters)) if impl is not None else None,
+        "_SLOW": _SLOW,
         "_check": _check_value,
         "_Tensor": torch.Tensor,
         "_defaults": defaults,
@@ -400,7 +478,7 @@ def _register_functional(spec: Bridge, impl: Callable, schema: str, names: list[
     qualname = f"embnum::{spec.name}"
     # one kernel for every device, and for calls without a tensor (as custom_op registers it)
     _LIB.impl(spec.name, impl, "CompositeExplicitAutograd")
-    torch.library.register_fake(qualname, spec.fake, lib=_LIB)
+    torch.library.register_fake(qualname, _by_name(spec.fake, names), lib=_LIB)
 
     def register(backward, setup_context):
         torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=_LIB)
@@ -413,6 +491,16 @@ def _register_functional(spec: Bridge, impl: Callable, schema: str, names: list[
             raise RuntimeError(f"Trying to backward through embnum::{spec.name}, which has no autograd formula")
 
         register(no_formula, None)
+
+
+def _by_name(fake: Callable, names: list[str]) -> Callable:
+    """``fake`` called with every argument by name: a family's fake declares only the
+    parameters it reads, then ``**_`` (it does not restate the op's signature)."""
+
+    def by_name(*args, **kwargs):
+        return fake(**dict(zip(names, args)), **kwargs)
+
+    return by_name
 
 
 def _register_autograd(register: Callable, spec: Bridge, names: list[str]) -> None:
@@ -444,7 +532,7 @@ BRIDGES: dict[str, Bridge] = {}
 def bridge(
     name: str,
     *,
-    types: dict[str, str],
+    types: dict[str, str] | None = None,
     returns: str = "Tensor",
     fake: Callable,
     setup: Callable | None = None,
@@ -456,9 +544,11 @@ def bridge(
 ) -> None:
     """Describe the torch side of op ``name`` (see the module docstring).
 
-    ``types``: torch schema type per parameter (``"Tensor"``, ``"Tensor[]"``,
-    ``"SymInt"``, ``"SymInt[]"``, ``"float"``, ...). ``fake(*args, backend)``:
-    outputs with the right shapes on the meta device. ``setup(ctx, inputs,
+    ``types``: torch schema type per parameter that is not a plain ``"Tensor"``
+    (``"Tensor?"``, ``"Tensor[]"``, ``"SymInt"``, ``"SymInt[]"``, ``"float"``, ...); a
+    parameter of the declaration not named is a ``"Tensor"``. ``fake(**args)``: outputs with
+    the right shapes on the meta device, every argument (``backend`` included) passed by
+    name (declare the ones read, then ``**_``). ``setup(ctx, inputs,
     output)`` / ``backward(ctx, grad)``: as ``torch.library.register_autograd``.
     ``bf16``: ``BF16_BITS``, ``BF16_FLOAT32``, ``BF16_UINT16`` or ``None`` (rejected);
     ``bf16_scalars``: parameters rounded to bfloat16 along with the data.
@@ -467,4 +557,10 @@ def bridge(
     ``grad_dtype``: the float dtype the generic tests (gradcheck, opcheck) give
     differentiable inputs; float64 unless the op does not take it.
     """
+    params = get_op(name).signature.parameters
+    types = types or {}
+    unknown = set(types) - set(params)
+    if unknown:
+        raise ValueError(f"bridge {name!r}: types names parameters the declaration does not have: {sorted(unknown)}")
+    types = {p: types.get(p, "Tensor") for p in params}
     BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars, codecs or {}, grad_dtype)

@@ -12,24 +12,18 @@ import torch
 
 from ._library import BF16_BITS, BF16_FLOAT32, bridge
 
-_INDEX = {"lengths": "Tensor"}
-
 
 def _op(name):
     return getattr(torch.ops.embnum, name).default
 
 
-def _like_index(shape_fn):
-    return lambda t, backend=None: t.new_empty(shape_fn(t))
-
-
-bridge("complete_cumsum", types=_INDEX, fake=_like_index(lambda t: (*t.shape[:-1], t.shape[-1] + 1)))
-bridge("exclusive_cumsum", types=_INDEX, fake=_like_index(lambda t: t.shape))
-bridge("inclusive_cumsum", types=_INDEX, fake=_like_index(lambda t: t.shape))
+bridge("complete_cumsum", fake=lambda lengths, **_: lengths.new_empty((*lengths.shape[:-1], lengths.shape[-1] + 1)))
+bridge("exclusive_cumsum", fake=lambda lengths, **_: torch.empty_like(lengths))
+bridge("inclusive_cumsum", fake=lambda lengths, **_: torch.empty_like(lengths))
 bridge(
     "offsets_range",
-    types={"offsets": "Tensor", "range_size": "SymInt"},
-    fake=lambda offsets, range_size, backend=None: offsets.new_empty((range_size,)),
+    types={"range_size": "SymInt"},
+    fake=lambda offsets, range_size, **_: offsets.new_empty((range_size,)),
 )
 
 
@@ -45,19 +39,18 @@ def _segment_sum_backward(ctx, grad):
     return {"values": g}
 
 
-_CSR = {"batch_size": "SymInt", "csr_seg": "Tensor"}
 bridge(
     "segment_sum_csr",
-    types={**_CSR, "values": "Tensor"},
-    fake=lambda batch_size, csr_seg, values, backend=None: values.new_empty((csr_seg.shape[0] - 1,)),
+    types={"batch_size": "SymInt"},
+    fake=lambda csr_seg, values, **_: values.new_empty((csr_seg.shape[0] - 1,)),
     setup=_segment_sum_setup,
     backward=_segment_sum_backward,
     bf16=BF16_FLOAT32,
 )
 bridge(
     "segment_sum_csr_backward",
-    types={**_CSR, "grad_output": "Tensor", "num_values": "SymInt"},
-    fake=lambda batch_size, csr_seg, grad_output, num_values, backend=None: grad_output.new_empty((num_values,)),
+    types={"batch_size": "SymInt", "num_values": "SymInt"},
+    fake=lambda grad_output, num_values, **_: grad_output.new_empty((num_values,)),
     bf16=BF16_BITS,
 )
 
@@ -77,29 +70,27 @@ def _to_dense_backward(ctx, grad):
     return {"values": g.reshape(ctx.values_shape)}
 
 
-def _to_dense_fake(values, offsets, max_lengths, padding_value=0.0, backend=None):
+def _to_dense_fake(values, offsets, max_lengths=None, max_sequence_length=None, **_):
+    """Every jagged -> dense op: ``[B, *max_lengths, *values.shape[1:]]``."""
+    if max_lengths is None:  # the 1-D / 2-D forms: one offsets tensor and one length
+        offsets, max_lengths = [offsets], [max_sequence_length]
     return values.new_empty((offsets[0].shape[0] - 1, *max_lengths, *values.shape[1:]))
 
 
-_TO_DENSE = dict(setup=_to_dense_setup, backward=_to_dense_backward, bf16=BF16_BITS, bf16_scalars=("padding_value",))
+_TO_DENSE = dict(
+    fake=_to_dense_fake,
+    setup=_to_dense_setup,
+    backward=_to_dense_backward,
+    bf16=BF16_BITS,
+    bf16_scalars=("padding_value",),
+)
 bridge(
     "jagged_to_padded_dense",
-    types={"values": "Tensor", "offsets": "Tensor[]", "max_lengths": "SymInt[]", "padding_value": "float"},
-    fake=_to_dense_fake,
+    types={"offsets": "Tensor[]", "max_lengths": "SymInt[]", "padding_value": "float"},
     **_TO_DENSE,
 )
-bridge(
-    "jagged_1d_to_dense",
-    types={"values": "Tensor", "offsets": "Tensor", "max_sequence_length": "SymInt", "padding_value": "float"},
-    fake=lambda values, offsets, L, padding_value=0, backend=None: values.new_empty((offsets.shape[0] - 1, L)),
-    **_TO_DENSE,
-)
-bridge(
-    "jagged_2d_to_dense",
-    types={"values": "Tensor", "offsets": "Tensor", "max_sequence_length": "SymInt"},
-    fake=lambda values, offsets, L, backend=None: values.new_empty((offsets.shape[0] - 1, L, values.shape[1])),
-    **_TO_DENSE,
-)
+bridge("jagged_1d_to_dense", types={"max_sequence_length": "SymInt", "padding_value": "float"}, **_TO_DENSE)
+bridge("jagged_2d_to_dense", types={"max_sequence_length": "SymInt"}, **_TO_DENSE)
 
 
 # -- dense -> jagged ---------------------------------------------------------
@@ -114,7 +105,7 @@ def _to_jagged_backward(ctx, grad):
     return {"dense": _op("jagged_to_padded_dense")(grad.contiguous(), offsets, ctx.lengths, 0.0, ctx.backend)}
 
 
-def _to_jagged_fake(dense, offsets, total_L=None, backend=None):
+def _to_jagged_fake(dense, total_L, **_):
     if total_L is None:
         total_L = torch.library.get_ctx().new_dynamic_size()
     return dense.new_empty((total_L, dense.shape[-1]))
@@ -122,7 +113,7 @@ def _to_jagged_fake(dense, offsets, total_L=None, backend=None):
 
 bridge(
     "dense_to_jagged",
-    types={"dense": "Tensor", "offsets": "Tensor[]", "total_L": "SymInt?"},
+    types={"offsets": "Tensor[]", "total_L": "SymInt?"},
     fake=_to_jagged_fake,
     setup=_to_jagged_setup,
     backward=_to_jagged_backward,

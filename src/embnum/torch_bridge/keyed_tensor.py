@@ -43,8 +43,7 @@ def _pooled_backward(ctx, grad):
 
 bridge(
     "permute_pooled_embs",
-    types={"pooled_embs": "Tensor", **{k: "Tensor" for k in _POOLED_LISTS}},
-    fake=lambda pooled_embs, *lists, backend=None: pooled_embs.new_empty(pooled_embs.shape),
+    fake=lambda pooled_embs, **_: torch.empty_like(pooled_embs),
     setup=_pooled_setup,
     backward=_pooled_backward,
     bf16=BF16_BITS,
@@ -52,7 +51,7 @@ bridge(
 
 
 # -- kt_regroup_arguments --------------------------------------------------------------
-def _kt_fake(embs, keys, lengths, groups, backend=None):
+def _kt_fake(embs, keys, lengths, groups, **_):
     permutes, in_shapes, out_shapes, out_lengths = _kt_regroup_numpy(None, keys, lengths, groups)
     device = embs.device if embs is not None else torch.device("cpu")
     return (
@@ -141,44 +140,32 @@ def _pme_backward(ctx, *grads):
     return _regroup_backward(ctx, grads, permutes, in_shapes, out_shapes)
 
 
+def _columns(like, widths):
+    """``[B, w]`` for each width ``w``, ``B`` and dtype of ``like[0]`` (the list ops' fakes)."""
+    return [like[0].new_empty((like[0].shape[0], w)) for w in widths]
+
+
 bridge(
     "permute_multi_embedding",
-    types={
-        "pooled_embs": "Tensor[]",
-        "permutes": "Tensor",
-        "in_shapes": "Tensor",
-        "out_shapes": "Tensor",
-        "out_lengths": "SymInt[]",
-    },
+    types={"pooled_embs": "Tensor[]", "out_lengths": "SymInt[]"},
     returns="Tensor[]",
-    fake=lambda pooled_embs, permutes, in_shapes, out_shapes, out_lengths, backend=None: [
-        pooled_embs[0].new_empty((pooled_embs[0].shape[0], w)) for w in out_lengths
-    ],
+    fake=lambda pooled_embs, out_lengths, **_: _columns(pooled_embs, out_lengths),
     setup=_pme_setup,
     backward=_pme_backward,
     bf16=BF16_BITS,
 )
 bridge(
     "permute_multi_embedding_backward",
-    types={
-        "grad_outputs": "Tensor[]",
-        "permutes": "Tensor",
-        "in_shapes": "Tensor",
-        "out_shapes": "Tensor",
-        "in_lengths": "SymInt[]",
-    },
+    types={"grad_outputs": "Tensor[]", "in_lengths": "SymInt[]"},
     returns="Tensor[]",
-    fake=lambda grad_outputs, permutes, in_shapes, out_shapes, in_lengths, backend=None: [
-        grad_outputs[0].new_empty((grad_outputs[0].shape[0], w)) for w in in_lengths
-    ],
+    fake=lambda grad_outputs, in_lengths, **_: _columns(grad_outputs, in_lengths),
     bf16=BF16_FLOAT32,
 )
 
 
 # -- regroup_keyed_tensor ------------------------------------------------------------
-def _regroup_fake(pooled_embs, keys, lengths, groups, backend=None):
-    out_lengths = _kt_regroup_numpy(None, keys, lengths, groups)[3]
-    return [pooled_embs[0].new_empty((pooled_embs[0].shape[0], w)) for w in out_lengths]
+def _regroup_fake(pooled_embs, keys, lengths, groups, **_):
+    return _columns(pooled_embs, _kt_regroup_numpy(None, keys, lengths, groups)[3])
 
 
 def _regroup_setup(ctx, args, output):

@@ -71,20 +71,14 @@ def _permute_backward(ctx, g_lengths, g_values, g_weights):
     return {"values": _zeros_add(src, g_values, ctx.values), "weights": _zeros_add(src, g_weights, ctx.weights)}
 
 
-def _permute_fake(permute, lengths, values, weights=None, permuted_lengths_sum=None, backend=None):
+def _permute_fake(permute, lengths, values, weights, permuted_lengths_sum, **_):
     M = _dynamic(permuted_lengths_sum)
     shape = (permute.shape[0],) + tuple(lengths.shape[1:])
     return lengths.new_empty(shape), values.new_empty((M,)), None if weights is None else weights.new_empty((M,))
 
 
 _PERMUTE = dict(
-    types={
-        "permute": "Tensor",
-        "lengths": "Tensor",
-        "values": "Tensor",
-        "weights": "Tensor?",
-        "permuted_lengths_sum": "SymInt?",
-    },
+    types={"weights": "Tensor?", "permuted_lengths_sum": "SymInt?"},
     returns="(Tensor, Tensor, Tensor?)",
     fake=_permute_fake,
     setup=_permute_setup,
@@ -112,7 +106,7 @@ def _select_backward(ctx, grads):
     return {"values": _zeros_add(src, g_values, ctx.values), "weights": _zeros_add(src, g_weights, ctx.weights)}
 
 
-def _select_fake(values, lengths, offsets, indices, batch_size, weights=None, selected_lengths_sum=None, backend=None):
+def _select_fake(values, lengths, indices, batch_size, weights, selected_lengths_sum, **_):
     M = _dynamic(selected_lengths_sum)
     out = [values.new_empty((M,)), lengths.new_empty(((lengths.shape[0] // batch_size) * indices.shape[0],))]
     if weights is not None:
@@ -122,15 +116,7 @@ def _select_fake(values, lengths, offsets, indices, batch_size, weights=None, se
 
 bridge(
     "keyed_jagged_index_select_dim1",
-    types={
-        "values": "Tensor",
-        "lengths": "Tensor",
-        "offsets": "Tensor",
-        "indices": "Tensor",
-        "batch_size": "SymInt",
-        "weights": "Tensor?",
-        "selected_lengths_sum": "SymInt?",
-    },
+    types={"batch_size": "SymInt", "weights": "Tensor?", "selected_lengths_sum": "SymInt?"},
     returns="Tensor[]",
     fake=_select_fake,
     setup=_select_setup,
@@ -140,22 +126,7 @@ bridge(
 
 
 # -- block bucketize ---------------------------------------------------------------------
-def _bucketize_fake(
-    lengths,
-    indices,
-    bucketize_pos,
-    sequence,
-    block_sizes,
-    my_size,
-    weights=None,
-    batch_size_per_feature=None,
-    max_B=-1,
-    block_bucketize_pos=None,
-    keep_orig_idx=False,
-    total_num_blocks=None,
-    keep_orig_idx_per_feature=None,
-    backend=None,
-):
+def _bucketize_fake(lengths, indices, bucketize_pos, sequence, my_size, weights, **_):
     n = indices.shape[0]
     return (
         lengths.new_empty((my_size * lengths.shape[0],)),
@@ -169,11 +140,8 @@ def _bucketize_fake(
 bridge(
     "block_bucketize_sparse_features",
     types={
-        "lengths": "Tensor",
-        "indices": "Tensor",
         "bucketize_pos": "bool",
         "sequence": "bool",
-        "block_sizes": "Tensor",
         "my_size": "int",
         "weights": "Tensor?",
         "batch_size_per_feature": "Tensor?",
@@ -192,13 +160,13 @@ bridge(
 # -- index helpers -------------------------------------------------------------------------
 bridge(
     "expand_into_jagged_permute",
-    types={"permute": "Tensor", "input_offset": "Tensor", "output_offset": "Tensor", "output_size": "SymInt"},
-    fake=lambda permute, input_offset, output_offset, output_size, backend=None: input_offset.new_empty((output_size,)),
+    types={"output_size": "SymInt"},
+    fake=lambda input_offset, output_size, **_: input_offset.new_empty((output_size,)),
 )
-bridge("invert_permute", types={"permute": "Tensor"}, fake=lambda permute, backend=None: torch.empty_like(permute))
+bridge("invert_permute", fake=lambda permute, **_: torch.empty_like(permute))
 
 
-def _unique_fake(hash_size_cumsum, hash_size_offsets, offsets, indices, backend=None):
+def _unique_fake(offsets, indices, **_):
     K = _dynamic(None)
     nb = offsets.shape[0] - 1
     return (
@@ -211,7 +179,6 @@ def _unique_fake(hash_size_cumsum, hash_size_offsets, offsets, indices, backend=
 
 bridge(
     "jagged_unique_indices",
-    types={"hash_size_cumsum": "Tensor", "hash_size_offsets": "Tensor", "offsets": "Tensor", "indices": "Tensor"},
     returns="(Tensor, Tensor, Tensor, Tensor)",
     fake=_unique_fake,
 )

@@ -27,59 +27,55 @@ def _out_dtype(name):
 
 bridge(
     "float_to_fused_8bit_rowwise",
-    types={"input": "Tensor"},
     fake=lambda input, backend=None: input.new_empty((*input.shape[:-1], input.shape[-1] + 8), dtype=torch.uint8),
 )
 bridge(
     "fused_8bit_rowwise_to_float",
-    types={"input": "Tensor", "output_dtype": "str"},
+    types={"output_dtype": "str"},
     fake=lambda input, output_dtype="float32", backend=None: input.new_empty(
         (*input.shape[:-1], input.shape[-1] - 8), dtype=_out_dtype(output_dtype)
     ),
 )
 bridge(
     "float_to_fused_nbit_rowwise",
-    types={"input": "Tensor", "bit_rate": "int"},
+    types={"bit_rate": "int"},
     fake=lambda input, bit_rate, backend=None: input.new_empty(
         (input.shape[0], input.shape[1] // (8 // bit_rate) + 4), dtype=torch.uint8
     ),
 )
 bridge(
     "fused_nbit_rowwise_to_float",
-    types={"input": "Tensor", "bit_rate": "int", "output_dtype": "str"},
+    types={"bit_rate": "int", "output_dtype": "str"},
     fake=lambda input, bit_rate, output_dtype="float32", backend=None: input.new_empty(
         (input.shape[0], (input.shape[1] - 4) * (8 // bit_rate)), dtype=_out_dtype(output_dtype)
     ),
 )
 bridge(
     "float_to_bfloat16",
-    types={"input": "Tensor"},
     fake=lambda input, backend=None: input.new_empty(input.shape, dtype=torch.bfloat16),
     bf16=BF16_UINT16,
 )
 bridge(
     "bfloat16_to_float",
-    types={"input": "Tensor"},
     fake=lambda input, backend=None: input.new_empty(input.shape, dtype=torch.float32),
     bf16=BF16_UINT16,
 )
 bridge(
     "float_to_fp16",
-    types={"input": "Tensor", "saturate": "bool"},
+    types={"saturate": "bool"},
     fake=lambda input, saturate=True, backend=None: input.new_empty(input.shape, dtype=torch.float16),
 )
 bridge(
     "fp16_to_float",
-    types={"input": "Tensor"},
     fake=lambda input, backend=None: input.new_empty(input.shape, dtype=torch.float32),
 )
 bridge(
     "float_to_hfp8",
-    types={"input": "Tensor", "ebits": "int", "exponent_bias": "int", "max_pos": "float"},
+    types={"ebits": "int", "exponent_bias": "int", "max_pos": "float"},
     fake=lambda input, ebits, exponent_bias, max_pos, backend=None: input.new_empty(input.shape, dtype=torch.uint8),
 )
 bridge(
     "hfp8_to_float",
-    types={"input": "Tensor", "ebits": "int", "exponent_bias": "int"},
+    types={"ebits": "int", "exponent_bias": "int"},
     fake=lambda input, ebits, exponent_bias, backend=None: input.new_empty(input.shape, dtype=torch.float32),
 )

@@ -22,14 +22,7 @@ from .._tbe_bounds import bounds_mode
 from ..ops.tbe import output_dtype_of, pooling_code
 from ._library import bridge
 
-_LAYOUT = {
-    "weights": "Tensor",
-    "weights_offsets": "Tensor",
-    "D_offsets": "Tensor",
-    "hash_size_cumsum": "Tensor",
-    "indices": "Tensor",
-    "offsets": "Tensor",
-}
+_MODES = {"pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"}  # the rest: Tensor
 _POOLING_NAMES = ("sum", "mean", "none")
 MODE_CODECS = {  # the NumPy API's rules and errors (tbe_quantized's bridge uses them too)
     "pooling_mode": (lambda x: _POOLING_NAMES[pooling_code(x)], lambda x: x),
@@ -61,19 +54,7 @@ def _batch(offsets, weights_offsets):
 
 
 # -- forward -----------------------------------------------------------------
-def _forward_fake(
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    indices,
-    offsets,
-    pooling_mode,
-    per_sample_weights,
-    output_dtype,
-    bounds_check_mode,
-    backend=None,
-):
+def _forward_fake(weights, weights_offsets, indices, offsets, pooling_mode, output_dtype, **_):
     dtype = torch.float16 if output_dtype == "float16" else torch.float32
     if pooling_mode == "none":
         return weights.new_empty((indices.shape[0], _dyn()), dtype=dtype)
@@ -113,13 +94,7 @@ def _forward_backward(ctx, grad):
 
 bridge(
     "tbe_forward",
-    types={
-        **_LAYOUT,
-        "pooling_mode": "str",
-        "per_sample_weights": "Tensor?",
-        "output_dtype": "str",
-        "bounds_check_mode": "str",
-    },
+    types={**_MODES, "output_dtype": "str"},
     fake=_forward_fake,
     setup=_forward_setup,
     backward=_forward_backward,
@@ -128,18 +103,17 @@ bridge(
 )
 
 # -- gradients -----------------------------------------------------------------
-_GRAD = {"grad_output": "Tensor", **_LAYOUT}
 bridge(
     "tbe_backward",
-    types={**_GRAD, "pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"},
-    fake=lambda grad_output, weights, *rest: weights.new_empty(weights.shape, dtype=torch.float32),
+    types=_MODES,
+    fake=lambda weights, **_: weights.new_empty(weights.shape, dtype=torch.float32),
     codecs=MODE_CODECS,
 )
 bridge(
     "tbe_backward_sparse",
-    types={**_GRAD, "pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"},
+    types={**_MODES, "max_rows": "int?"},
     returns="(Tensor, Tensor, Tensor)",
-    fake=lambda grad_output, weights, woff, doff, hcs, indices, *rest: (
+    fake=lambda weights, indices, **_: (
         indices.new_empty((_dyn(),), dtype=torch.int64),
         weights.new_empty((_dyn(),), dtype=torch.float32),
         indices.new_empty((_dyn(),), dtype=torch.int64),
@@ -148,26 +122,15 @@ bridge(
 )
 bridge(
     "tbe_grad_per_sample_weights",
-    types={**_GRAD, "bounds_check_mode": "str"},
-    fake=lambda grad_output, weights, woff, doff, hcs, indices, *rest: weights.new_empty(
-        indices.shape, dtype=torch.float32
-    ),
+    types={"bounds_check_mode": "str"},
+    fake=lambda weights, indices, **_: weights.new_empty(indices.shape, dtype=torch.float32),
     codecs=MODE_CODECS,
 )
 bridge(
     "tbe_backward_update",
-    types={
-        **_GRAD,
-        "pooling_mode": "str",
-        "per_sample_weights": "Tensor?",
-        "optimizer": "str",
-        "momentum1": "Tensor?",
-        "momentum2": "Tensor?",
-        "step": "int?",
-        "bounds_check_mode": "str",
-    },
+    types={**_MODES, "optimizer": "str", "momentum1": "Tensor?", "momentum2": "Tensor?", "step": "int?"},
     returns="()",
-    fake=lambda *args: None,
+    fake=lambda **_: None,
     codecs={**MODE_CODECS, "optimizer": (_encode_optimizer, TBEOptimizer.decode)},
 )
 

@@ -15,21 +15,7 @@ from ._library import bridge
 from .tbe import MODE_CODECS
 
 
-def _fake(
-    weights,
-    weights_offsets,
-    weights_tys,
-    D_offsets,
-    rows_per_table,
-    indices,
-    offsets,
-    pooling_mode="sum",
-    per_sample_weights=None,
-    row_alignment=1,
-    output_dtype="float32",
-    bounds_check_mode="fatal",
-    backend=None,
-):
+def _fake(weights, weights_offsets, indices, offsets, pooling_mode, output_dtype, **_):
     width = torch.library.get_ctx().new_dynamic_size()
     dtype = torch.float16 if output_dtype == "float16" else torch.float32
     T = weights_offsets.shape[0]
@@ -40,13 +26,6 @@ def _fake(
 bridge(
     "tbe_forward_quantized",
     types={
-        "weights": "Tensor",
-        "weights_offsets": "Tensor",
-        "weights_tys": "Tensor",
-        "D_offsets": "Tensor",
-        "rows_per_table": "Tensor",
-        "indices": "Tensor",
-        "offsets": "Tensor",
         "pooling_mode": "str",
         "per_sample_weights": "Tensor?",
         "row_alignment": "int",
