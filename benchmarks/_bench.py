@@ -320,3 +320,15 @@ def set_threads(n: int) -> None:
     torch = optional_torch()
     if torch is not None:
         torch.set_num_threads(n)
+
+
+def tbe_arguments(doc: str, *, T: int, rows: int, B: int, D: int = 128, L: int = 20):
+    """An argument parser with the TBE batch's shape (``--T --rows --D --B --L``, these
+    defaults) and ``--threads`` (default 1 and 2), described by ``doc``'s first paragraph."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for name, default in (("T", T), ("rows", rows), ("D", D), ("B", B), ("L", L)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    return p

@@ -27,7 +27,6 @@ is faster; medians, minima in parentheses). Prints the load average before and a
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -151,13 +150,7 @@ def timed(what, dtype, n, fns, rounds):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--T", type=int, default=26)
-    p.add_argument("--rows", type=int, default=100_000)
-    p.add_argument("--D", type=int, default=128)
-    p.add_argument("--B", type=int, default=2048)
-    p.add_argument("--L", type=int, default=20)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p = _bench.tbe_arguments(__doc__, T=26, rows=100_000, B=2048)
     p.add_argument("--dtypes", nargs="+", default=["float32", "float16"], choices=["float32", "float16"])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--no-torch", action="store_true", help="leave out the torch embedding_bag loop")

@@ -15,7 +15,6 @@ kernel for Adam, LAMB, the partial row-wise kinds or LARS-SGD.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -41,13 +40,7 @@ FBGEMM = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ADAGRAD", "rowwise_adagrad": "EX
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--T", type=int, default=8)
-    p.add_argument("--rows", type=int, default=20_000)
-    p.add_argument("--D", type=int, default=128)
-    p.add_argument("--B", type=int, default=512)
-    p.add_argument("--L", type=int, default=20)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p = _bench.tbe_arguments(__doc__, T=8, rows=20_000, B=512)
     p.add_argument("--rounds", type=int, default=9)
     a = p.parse_args(argv)
     rng = np.random.default_rng(0)
