@@ -80,3 +80,14 @@ def segment_of(offs, lo, hi, e):
         else:
             b = mid - 1
     return a
+
+
+def packed_dense(dense, offsets, bits, pack_offsets, to_device):
+    """``(src, offs, starts, lens, M, D)``: what a dense -> jagged kernel of either fast path takes
+    for ``dense [B, M_1..M_J, D]`` (its bits flat, the offsets packed as above, the dense lengths
+    ``M_1..M_J`` as int64 on the kernel's side). ``bits``/``pack_offsets``/``to_device`` are the
+    fast path's own helpers."""
+    src = bits(dense).reshape(-1)
+    offs, starts = pack_offsets(offsets)
+    lens = to_device(np.asarray(dense.shape[1:-1], dtype=np.int64))
+    return src, offs, starts, lens, dense.shape[-2], dense.shape[-1]

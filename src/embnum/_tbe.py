@@ -38,6 +38,11 @@ class TBELayout:
         """``(weights_offsets, D_offsets, hash_size_cumsum)``, the order the ops take them."""
         return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
 
+    def by_name(self) -> dict[str, np.ndarray]:
+        """The three arrays as the ops' keyword arguments (``weights_offsets=``, ``D_offsets=``,
+        ``hash_size_cumsum=``)."""
+        return dict(zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), self.arrays()))
+
 
 def _positive_ints(name, values):
     if isinstance(values, np.ndarray):

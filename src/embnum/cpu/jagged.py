@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .. import _offsets_walk
 from ._common import (
     bits,
     float32_result,
@@ -199,8 +200,5 @@ def _to_jagged(dense, offs, starts, lens, out, M, D):
 def dense_to_jagged(dense, offsets, total_L, out):
     if out.size == 0:
         return
-    M, D = dense.shape[-2], dense.shape[-1]
-    src = bits(dense).reshape(-1)
-    flat, starts = pack_offsets(offsets)
-    lens = np.asarray(dense.shape[1:-1], dtype=np.int64)
+    src, flat, starts, lens, M, D = _offsets_walk.packed_dense(dense, offsets, bits, pack_offsets, np.asarray)
     _to_jagged(src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)

@@ -33,14 +33,7 @@ def make_batch(rng, T, rows, D, B, L, *, dtype=np.float32, index_dtype=np.int64,
     u = rng.random(int(offsets[-1]))
     indices = np.minimum((u**2 * rows).astype(np.int64), rows - 1).astype(index_dtype)
     weights = (rng.standard_normal(lay.num_weights, dtype=np.float32) * 0.1).astype(dtype)
-    return dict(
-        weights=weights,
-        weights_offsets=lay.weights_offsets,
-        D_offsets=lay.D_offsets,
-        hash_size_cumsum=lay.hash_size_cumsum,
-        indices=indices,
-        offsets=offsets,
-    )
+    return dict(weights=weights, **lay.by_name(), indices=indices, offsets=offsets)
 
 
 def _label(s, extra=""):

@@ -22,17 +22,7 @@ def _features(weights, weights_offsets, D_offsets, rows, indices, offsets, B):
 
 
 def tbe_forward(
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    output_dtype,
+    weights, weights_offsets, D_offsets, rows, indices, offsets, B, pooling, per_sample_weights, output_dtype, **_
 ):
     idx = indices.astype(np.int64)
     N = indices.shape[0]
