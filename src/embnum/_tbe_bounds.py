@@ -180,7 +180,7 @@ def all_valid(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = F
 
 
 def repair_on_device(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = False, running_max=None):
-    """``(indices, offsets, n_repaired)``: copies repaired by the spec's rule (the result of
+    """``(indices, offsets, n_repaired)``: copies repaired by the bounds rule of ``docs/families/tbe.md`` (the result of
     :func:`check_offsets` then :func:`check_indices` in a repair mode) with whole-array operations
     of the arrays' module, and the number of offsets and indices it changed as a 0-d int64 array
     of that module; nothing is read back. ``running_max`` is the module's inclusive running
