@@ -197,14 +197,17 @@ class Case:
 
 def copy_contenders(nread: int, nwritten: int, fresh: bool = False) -> dict:
     """``copy floor``: a NumPy copy moving ``nread + nwritten`` bytes into a reused buffer;
-    with ``fresh``, ``fresh copy``: the same copy into a new array each call (the floor of an
-    op that returns new arrays)."""
+    with ``fresh``, ``fresh copy``: the same copy into a new array of the op's output size
+    (``nwritten`` bytes or more) each call, the floor of an op that returns new arrays: from
+    32 MiB on (glibc's largest mmap threshold) every such array is a fresh mapping whose pages
+    the kernel zeroes at first touch; smaller ones are reused from the heap."""
     n = max(1, (nread + nwritten) // 2)
     src = np.ones(n, dtype=np.uint8)
     dst = np.empty(n, dtype=np.uint8)
     out = {"copy floor": lambda: np.copyto(dst, src)}
     if fresh:
-        out["fresh copy"] = src.copy
+        size = max(n, nwritten)
+        out["fresh copy"] = lambda: np.copyto(np.empty(size, dtype=np.uint8)[:n], src)
     return out
 
 
@@ -285,3 +288,50 @@ def report(program: str, body) -> None:
     print(f"- after: {load()}")
     print("\nms per call: median [IQR] over interleaved rounds; ratios of medians (of minima)\n")
     print(table(rows, columns))
+
+
+def fbgemm_tbe(T: int, rows: int, D: int, *, optimizer: str = "EXACT_ROWWISE_ADAGRAD", lr: float = 0.01, fp16=False):
+    """fbgemm_gpu's CPU training TBE module (``SplitTableBatchedEmbeddingBagsCodegen``): ``T``
+    tables of ``rows x D`` on the host, SUM pooling, ``optimizer`` (an ``EmbOptimType`` name),
+    float16 weights when ``fp16``; None where fbgemm_gpu is not usable."""
+    try:
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+    except Exception as exc:  # noqa: BLE001  (fbgemm_gpu raises more than ImportError on a torch mismatch)
+        print(f"fbgemm_gpu not usable: {exc}")
+        return None
+    return SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
+        optimizer=getattr(EmbOptimType, optimizer),
+        learning_rate=lr,
+        eps=1e-8,
+        pooling_mode=PoolingMode.SUM,
+        weights_precision=SparseType.FP16 if fp16 else SparseType.FP32,
+        device="cpu",
+    )
+
+
+def set_threads(n: int) -> None:
+    """Numba's and torch's thread counts to ``n`` (torch's only where it is installed)."""
+    import numba
+
+    numba.set_num_threads(n)
+    torch = optional_torch()
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def tbe_arguments(doc: str, *, T: int, rows: int, B: int, D: int = 128, L: int = 20):
+    """An argument parser with the TBE batch's shape (``--T --rows --D --B --L``, these
+    defaults) and ``--threads`` (default 1 and 2), described by ``doc``'s first paragraph."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for name, default in (("T", T), ("rows", rows), ("D", D), ("B", B), ("L", L)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    return p

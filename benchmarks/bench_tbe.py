@@ -1,147 +1,180 @@
-"""TBE family: embnum's cpu backend beside fbgemm_gpu's CPU TBE module and torch, in one run.
+"""TBE forward and training step: embnum's cpu backend beside fbgemm_gpu's CPU TBE, torch's
+``embedding_bag`` looped over the tables and a copy of the bytes that must move, in one process.
 
     python benchmarks/bench_tbe.py [--T 26] [--rows 100000] [--D 128] [--B 2048] [--L 20]
+                                   [--threads 1 2] [--dtypes float32 float16] [--rounds 9] [--no-step]
 
-The issue's case: T=26 tables of 100,000 rows, D=128, B=2048, bag lengths
-Poisson(20), float32, int64 ids (uniform). Two measurements:
+The issue-12 case: T=26 tables of 100,000 rows, D=128, B=2048, bag lengths Poisson(20),
+int64 ids drawn uniformly (every lookup a cache miss, as in a large model). For each weight
+dtype and thread count (Numba's and torch's set alike), the contenders run interleaved block
+by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over the rounds):
 
-* forward (SUM pooling);
-* training step: forward + backward + exact row-wise Adagrad update. embnum:
-  ``tbe_forward`` then ``tbe_backward_update``; fbgemm:
-  ``SplitTableBatchedEmbeddingBagsCodegen`` (EXACT_ROWWISE_ADAGRAD, CPU),
-  ``out = module(indices, offsets); out.backward(grad)``; torch:
-  ``embedding_bag`` looped over the tables with ``sparse=True`` gradients and
-  ``torch.optim.SparseAdam``-free manual row-wise Adagrad is not a built-in, so
-  torch's training column uses ``torch.optim.Adagrad`` on sparse gradients
-  (element-wise Adagrad: the nearest built-in).
+* forward (SUM pooling, float32 output): ``embnum.tbe_forward``; fbgemm's
+  ``SplitTableBatchedEmbeddingBagsCodegen`` under ``no_grad`` (FP16 weights for float16);
+  ``torch.nn.functional.embedding_bag`` per table, concatenated; ``floor``: a copy of the
+  rows the forward must read (``N x D x itemsize`` bytes read and as many written).
+* training step (float32 weights only): forward + exact row-wise Adagrad.
+  embnum: ``tbe_forward`` then ``tbe_backward_update``; fbgemm: ``module(indices,
+  offsets).backward(grad)`` (EXACT_ROWWISE_ADAGRAD, fused); torch: the per-table loop with
+  sparse gradients and ``torch.optim.Adagrad`` (element-wise: torch has no row-wise Adagrad;
+  shown for scale only); ``floor``: a copy moving the bytes a step must move (rows read by
+  the forward, output written, gradient read, ids read, every touched row and its
+  accumulator read and written), i.e. a copy of half that many bytes.
 
-"copy floor": a NumPy copy of the bytes of the gathered rows (N x D x 4), the
-memory traffic a forward cannot avoid. Milliseconds, median of >= 7 runs.
+Ratios: ``embnum / copy`` (target <= 1.15 for the forward) and ``peer / embnum`` (> 1: embnum
+is faster; medians, minima in parentheses). Prints the load average before and after; the table is ready for RESULTS.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _bench  # noqa: E402
 import embnum  # noqa: E402
-from _bench import copy_floor, fmt_ms, machine, median_time, table  # noqa: E402
 from embnum.examples.tbe import make_batch  # noqa: E402
 
-
-def _fbgemm_module(torch, T, rows, D, lr):
-    try:
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
-    except Exception as exc:  # noqa: BLE001
-        print(f"fbgemm_gpu not usable: {exc}")
-        return None
-    return SplitTableBatchedEmbeddingBagsCodegen(
-        [(rows, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
-        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
-        learning_rate=lr,
-        eps=1e-8,
-        pooling_mode=PoolingMode.SUM,
-        device="cpu",
-    )
+LR = 0.01
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--T", type=int, default=26)
-    p.add_argument("--rows", type=int, default=100_000)
-    p.add_argument("--D", type=int, default=128)
-    p.add_argument("--B", type=int, default=2048)
-    p.add_argument("--L", type=int, default=20)
-    p.add_argument("--no-torch", action="store_true", help="skip the torch embedding_bag column")
-    a = p.parse_args(argv)
-    print(machine())
+def batch(a, dtype):
     rng = np.random.default_rng(0)
-    batch = make_batch(rng, a.T, a.rows, a.D, a.B, a.L)
-    u = rng.integers(0, a.rows, batch["indices"].shape[0])
-    batch["indices"] = u  # uniform ids (make_batch skews them)
-    N = batch["indices"].shape[0]
-    lay = (batch["weights_offsets"], batch["D_offsets"], batch["hash_size_cumsum"])
-    idx, offs = batch["indices"], batch["offsets"]
-    lr = 0.01
-    opt = embnum.TBEOptimizer("rowwise_adagrad", lr)
-    grad = rng.standard_normal((a.B, a.T * a.D), dtype=np.float32)
-    print(
-        f"T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}: N={N} lookups, "
-        f"weights {batch['weights'].nbytes / 2**30:.2f} GiB"
-    )
+    b = make_batch(rng, a.T, a.rows, a.D, a.B, a.L, dtype=dtype)
+    b["indices"] = rng.integers(0, a.rows, b["indices"].shape[0])  # uniform ids (make_batch skews them)
+    b["grad"] = rng.standard_normal((a.B, a.T * a.D), dtype=np.float32) * np.float32(0.01)
+    return b
 
-    rows = []
-    w = batch["weights"]
-    m1 = np.zeros(int(lay[2][-1]), np.float32)
-    fwd = lambda: embnum.tbe_forward(w, *lay, idx, offs, "sum")  # noqa: E731
 
-    def step():
-        embnum.tbe_forward(w, *lay, idx, offs, "sum")
-        embnum.tbe_backward_update(grad, w, *lay, idx, offs, "sum", optimizer=opt, momentum1=m1)
+def torch_tables(torch, a, b, dtype):
+    """The per-table loop: ``T`` weight tensors (views of embnum's weights for the forward)."""
+    w = torch.from_numpy(b["weights"]).view(a.T, a.rows, a.D)
+    idx, offs, B = b["indices"], b["offsets"], a.B
+    t_idx = [torch.from_numpy(idx[offs[t * B] : offs[(t + 1) * B]]) for t in range(a.T)]
+    t_off = [torch.from_numpy(offs[t * B : (t + 1) * B] - offs[t * B]) for t in range(a.T)]
+    F = torch.nn.functional
 
-    res = {"forward": {"embnum cpu": median_time(fwd)}, "training step": {"embnum cpu": median_time(step, min_runs=5)}}
-    floor = copy_floor(N * a.D * 4, a.B * a.T * a.D * 4)
-    res["forward"]["copy floor"] = floor
+    def forward(weights=None):
+        ws = w if weights is None else weights
+        return torch.cat([F.embedding_bag(t_idx[t], ws[t], t_off[t], mode="sum") for t in range(a.T)], dim=1)
 
-    import torch
+    return forward, t_idx, t_off
 
-    fb = _fbgemm_module(torch, a.T, a.rows, a.D, lr)
+
+def forward_contenders(torch, a, b, fp16):
+    lay = (b["weights_offsets"], b["D_offsets"], b["hash_size_cumsum"])
+    w, idx, offs = b["weights"], b["indices"], b["offsets"]
+    N = idx.shape[0]
+    out = np.empty((a.B, a.T * a.D), np.float32)
+    fns = {"embnum cpu": lambda: embnum.tbe_forward(w, *lay, idx, offs, "sum", out=out)}
+    fb = _bench.fbgemm_tbe(a.T, a.rows, a.D, fp16=fp16)
     if fb is not None:
         ti, to = torch.from_numpy(idx), torch.from_numpy(offs)
-        tg = torch.from_numpy(grad)
 
-        def fb_fwd():
+        def fbgemm():
             with torch.no_grad():
                 fb(ti, to)
 
-        def fb_step():
-            fb(ti, to).backward(tg)
-
-        res["forward"]["fbgemm CPU TBE"] = median_time(fb_fwd)
-        res["training step"]["fbgemm CPU TBE"] = median_time(fb_step, min_runs=5)
-        del fb
+        fns["fbgemm cpu"] = fbgemm
     if not a.no_torch:
-        tables = [torch.nn.EmbeddingBag(a.rows, a.D, mode="sum", sparse=True) for _ in range(a.T)]
-        topt = torch.optim.Adagrad([t.weight for t in tables], lr=lr)
-        B = a.B
-        t_idx = [torch.from_numpy(idx[offs[t * B] : offs[(t + 1) * B]]) for t in range(a.T)]
-        t_off = [torch.from_numpy(offs[t * B : (t + 1) * B] - offs[t * B]) for t in range(a.T)]
-        tg = torch.from_numpy(grad)
+        fwd = torch_tables(torch, a, b, fp16)[0]
 
-        def torch_fwd():
+        def loop():
             with torch.no_grad():
-                return torch.cat([tables[t](t_idx[t], t_off[t]) for t in range(a.T)], dim=1)
+                fwd()
 
-        def torch_step():
-            out = torch.cat([tables[t](t_idx[t], t_off[t]) for t in range(a.T)], dim=1)
+        fns["torch"] = loop
+    fns.update(_bench.copy_contenders(N * a.D * w.itemsize, N * a.D * w.itemsize))
+    return fns
+
+
+def step_bytes(a, b) -> int:
+    """Bytes a float32 row-wise Adagrad training step must move (reads + writes)."""
+    idx, offs, B = b["indices"], b["offsets"], a.B
+    tables = np.repeat(np.arange(a.T), np.diff(offs[::B]))
+    touched = np.unique(tables.astype(np.int64) * a.rows + idx[offs[0] : offs[-1]]).shape[0]
+    N, out = idx.shape[0], a.B * a.T * a.D * 4
+    return N * a.D * 4 + out + out + 2 * N * idx.itemsize + touched * (2 * a.D * 4 + 2 * 4)
+
+
+def step_contenders(torch, a, b):
+    lay = (b["weights_offsets"], b["D_offsets"], b["hash_size_cumsum"])
+    w, idx, offs, grad = b["weights"], b["indices"], b["offsets"], b["grad"]
+    opt = embnum.TBEOptimizer("rowwise_adagrad", LR)
+    m1 = np.zeros(int(lay[2][-1]), np.float32)
+    out = np.empty((a.B, a.T * a.D), np.float32)
+
+    def step():
+        embnum.tbe_forward(w, *lay, idx, offs, "sum", out=out)
+        embnum.tbe_backward_update(grad, w, *lay, idx, offs, "sum", optimizer=opt, momentum1=m1)
+
+    fns = {"embnum cpu": step}
+    fb = _bench.fbgemm_tbe(a.T, a.rows, a.D, lr=LR)
+    tg = torch.from_numpy(grad)
+    if fb is not None:
+        ti, to = torch.from_numpy(idx), torch.from_numpy(offs)
+        fns["fbgemm cpu"] = lambda: fb(ti, to).backward(tg)
+    if not a.no_torch:
+        # views of embnum's weights (both steps train the same buffer: saves a copy; the timing does not care)
+        params = [torch.nn.Parameter(torch.from_numpy(w).view(a.T, a.rows, a.D)[t]) for t in range(a.T)]
+        _, t_idx, t_off = torch_tables(torch, a, b, False)
+        topt = torch.optim.Adagrad(params, lr=LR)
+        warnings.filterwarnings("ignore", message="Sparse invariant checks")  # torch's note on sparse grads
+        F = torch.nn.functional
+
+        def loop():
+            o = torch.cat(
+                [F.embedding_bag(t_idx[t], params[t], t_off[t], mode="sum", sparse=True) for t in range(a.T)], dim=1
+            )
             topt.zero_grad()
-            out.backward(tg)
+            o.backward(tg)
             topt.step()
 
-        res["forward"]["torch embedding_bag x T"] = median_time(torch_fwd)
-        res["training step"]["torch embedding_bag x T (Adagrad)"] = median_time(torch_step, min_runs=5)
+        fns["torch"] = loop
+    nbytes = step_bytes(a, b)
+    fns.update(_bench.copy_contenders(nbytes // 2, nbytes - nbytes // 2))
+    return fns
 
-    for what, cols in res.items():
-        for k, v in cols.items():
-            rows.append(
-                {
-                    "measurement": what,
-                    "implementation": k,
-                    "ms": fmt_ms(v),
-                    "vs embnum cpu": f"{v / cols['embnum cpu']:.2f}x" if k != "embnum cpu" else "",
-                }
-            )
-    print(table(rows, ["measurement", "implementation", "ms", "vs embnum cpu"]))
-    print("(vs embnum cpu > 1: embnum is faster by that factor; copy floor: NumPy copy of the gathered rows' bytes)")
+
+def timed(what, dtype, n, fns, rounds):
+    _bench.set_threads(n)
+    row = {"what": what, "weights": dtype, "threads": n}
+    ms = _bench.interleaved(fns, rounds=rounds, threads=n)
+    row.update({k: _bench.fmt_ms_iqr(m) for k, m in ms.items()})
+    _bench.ratio_cells(row, ms, "embnum cpu")
+    print(f"  {what} {dtype} {n} thread(s): done", file=sys.stderr, flush=True)
+    return row
+
+
+def main(argv=None):
+    p = _bench.tbe_arguments(__doc__, T=26, rows=100_000, B=2048)
+    p.add_argument("--dtypes", nargs="+", default=["float32", "float16"], choices=["float32", "float16"])
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--no-torch", action="store_true", help="leave out the torch embedding_bag loop")
+    p.add_argument("--no-step", action="store_true", help="time the forward only")
+    a = p.parse_args(argv)
+    torch = _bench.optional_torch()
+    if torch is None:
+        sys.exit("needs torch (the peers' column)")
+
+    def body():
+        print(f"- T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}, uniform int64 ids")
+        rows = []
+        for dtype in a.dtypes:
+            b = batch(a, np.dtype(dtype))
+            fns = forward_contenders(torch, a, b, dtype == "float16")
+            rows += [timed("forward", dtype, n, fns, a.rounds) for n in a.threads]
+            del fns
+            if dtype == "float32" and not a.no_step:
+                fns = step_contenders(torch, a, b)
+                rows += [timed("training step", dtype, n, fns, a.rounds) for n in a.threads]
+                del fns
+        return rows, _bench.ordered_columns(rows, ["what", "weights", "threads"])
+
+    _bench.report("bench_tbe.py", body)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """TBE fused optimizers: one training step (forward + fused backward/update) per optimizer kind on
 embnum's cpu backend, beside fbgemm_gpu's CPU training module for the kinds it has on the CPU.
 
-    python benchmarks/bench_tbe_optimizers.py [--T 8] [--rows 20000] [--D 128] [--B 512] [--L 20] [--rounds 9]
+    python benchmarks/bench_tbe_optimizers.py [--T 8] [--rows 20000] [--D 128] [--B 512] [--L 20]
+                                              [--threads 1 2] [--rounds 9]
 
-Rounds are interleaved (each round runs every variant once, in a rotated order), so a change in
-the machine's load hits every variant alike; the table gives the median and the quartiles of the
-rounds in milliseconds. SGD, Adagrad, row-wise Adagrad and Adam run embnum's fused kernel; LAMB,
+The variants run interleaved block by block in one process (``_bench.interleaved``:
+``torch.utils.benchmark``, median and IQR over the rounds, Numba's and torch's thread counts set
+alike), so a change in the machine's load hits every variant alike; the load average is printed
+before and after. SGD, Adagrad, row-wise Adagrad and Adam run embnum's fused kernel; LAMB,
 the partial row-wise kinds, LARS-SGD and any kind with ``max_norm`` run the row-rule path (sparse
 gradient, then the shared rule of ``embnum._tbe_rows`` per touched row). fbgemm 1.8.0 has no CPU
 kernel for Adam, LAMB, the partial row-wise kinds or LARS-SGD.
@@ -13,18 +15,15 @@ kernel for Adam, LAMB, the partial row-wise kinds or LARS-SGD.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _bench  # noqa: E402
 import embnum  # noqa: E402
-from _bench import machine, optional_torch, table  # noqa: E402
-from embnum.ops.tbe import make_batch  # noqa: E402
+from embnum.examples.tbe import make_batch  # noqa: E402
 
 KINDS = [
     ("sgd", {}),
@@ -40,36 +39,10 @@ KINDS = [
 FBGEMM = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ADAGRAD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD"}
 
 
-def _fbgemm(torch, T, rows, D, kind, lr):
-    try:
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
-    except Exception:  # noqa: BLE001
-        return None
-    return SplitTableBatchedEmbeddingBagsCodegen(
-        [(rows, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
-        optimizer=getattr(EmbOptimType, FBGEMM[kind]),
-        learning_rate=lr,
-        eps=1e-8,
-        pooling_mode=PoolingMode.SUM,
-        device="cpu",
-    )
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--T", type=int, default=8)
-    p.add_argument("--rows", type=int, default=20_000)
-    p.add_argument("--D", type=int, default=128)
-    p.add_argument("--B", type=int, default=512)
-    p.add_argument("--L", type=int, default=20)
+    p = _bench.tbe_arguments(__doc__, T=8, rows=20_000, B=512)
     p.add_argument("--rounds", type=int, default=9)
     a = p.parse_args(argv)
-    print(machine())
     rng = np.random.default_rng(0)
     batch = make_batch(rng, a.T, a.rows, a.D, a.B, a.L)
     lay = (batch["weights_offsets"], batch["D_offsets"], batch["hash_size_cumsum"])
@@ -95,36 +68,39 @@ def main(argv=None):
 
         name = kind + ("" if not extra else " " + ",".join(f"{k}={v}" for k, v in extra.items()))
         variants[f"embnum cpu: {name}"] = step
-    torch = optional_torch()
+    torch = _bench.optional_torch()
     if torch is not None:
         ti, to, tg = torch.from_numpy(idx), torch.from_numpy(offs), torch.from_numpy(grad)
-        for kind in FBGEMM:
-            fb = _fbgemm(torch, a.T, a.rows, a.D, kind, lr)
+        for kind, name in FBGEMM.items():
+            fb = _bench.fbgemm_tbe(a.T, a.rows, a.D, optimizer=name, lr=lr)
             if fb is not None:
                 variants[f"fbgemm CPU TBE: {kind}"] = lambda fb=fb: fb(ti, to).backward(tg)
 
-    names = list(variants)
-    times = {n: [] for n in names}
-    for n in names:  # warm-up: compiles
-        variants[n]()
-    for r in range(a.rounds):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
-            t0 = time.perf_counter()
-            variants[n]()
-            times[n].append(time.perf_counter() - t0)
-    base = statistics.median(times["embnum cpu: rowwise_adagrad"])
-    rows = []
-    for n in names:
-        q1, med, q3 = statistics.quantiles(times[n], n=4)
-        rows.append(
-            {
-                "training step": n,
-                "median ms": f"{med * 1e3:.1f}",
-                "quartiles ms": f"{q1 * 1e3:.1f} .. {q3 * 1e3:.1f}",
-                "vs embnum rowwise_adagrad": f"{med / base:.2f}x",
-            }
-        )
-    print(table(rows, ["training step", "median ms", "quartiles ms", "vs embnum rowwise_adagrad"]))
+    def body():
+        return [row for n in a.threads for row in timed(n)], [
+            "training step",
+            "threads",
+            "ms",
+            "vs embnum rowwise_adagrad",
+        ]
+
+    def timed(n):
+        rows = []
+        _bench.set_threads(n)
+        ms = _bench.interleaved(variants, rounds=a.rounds, block_s=0.05, threads=n)
+        base = ms["embnum cpu: rowwise_adagrad"].median
+        for k, m in ms.items():
+            rows.append(
+                {
+                    "training step": k,
+                    "threads": n,
+                    "ms": _bench.fmt_ms_iqr(m),
+                    "vs embnum rowwise_adagrad": f"{m.median / base:.2f}x",
+                }
+            )
+        return rows
+
+    _bench.report("bench_tbe_optimizers.py", body)
 
 
 if __name__ == "__main__":

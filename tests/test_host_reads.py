@@ -125,15 +125,17 @@ _CHILD = textwrap.dedent(
         "keyed_jagged_index_select_dim1": ("selected_lengths_sum", 0),
     }
     result = {}
-    for name in sys.argv[1:]:
+    for name in [a for a in sys.argv[1:] if not a.startswith("--")]:
         op = embnum.get_op(name)
         args = op.example_fn(np.random.default_rng(0), "small").args
         want = op.public(**args, backend="ref")
         dev = {k: on_device(v) for k, v in args.items()}
         import embnum.cuda  # noqa: F401 - imported before counting
         READS[0] = 0
-        op.public(**dev, backend="cuda")
+        got = op.public(**dev, backend="cuda")
         result[name] = READS[0]
+        err, ok = op.check_fn(got, want, args)
+        assert ok, (name, err)
         hint = HINTS.get(name)
         if hint:  # the documented size argument passed: still at most the one read (it validates)
             dev[hint[0]] = int(np.asarray(want[hint[1]]).shape[0])
@@ -152,7 +154,31 @@ _CHILD = textwrap.dedent(
             READS[0] = 0
             op.public(**dev, backend="cuda")
             result[name + " with every per-key array"] = READS[0]
-    print(json.dumps(result))
+    if "--tables" in sys.argv:  # the families' EDGES and BAD rows with device arrays: same verdicts
+        import pytest
+        sys.path.insert(0, "tests")
+        failures = []
+        for family in ("test_kjt", "test_jagged", "test_keyed_tensor"):
+            mod = __import__(family)
+            for case, (name, args) in mod.EDGES.items():
+                op = embnum.get_op(name)
+                want = op.public(**args, backend="ref")
+                got = op.public(**on_device(args), backend="cuda")
+                err, ok = op.check_fn(got, want, args)
+                if not ok:
+                    failures.append(f"EDGES {case}: {err}")
+            for name, args, exc, words in mod.BAD:
+                try:
+                    embnum.get_op(name).public(**on_device(args), backend="cuda")
+                    failures.append(f"BAD {name} {words}: no error")
+                except exc as e:
+                    if not all(w in str(e) for w in words):
+                        failures.append(f"BAD {name}: {e!r} does not name {words}")
+                except Exception as e:
+                    failures.append(f"BAD {name} {words}: {e!r} instead of {exc.__name__}")
+        print(json.dumps({"failures": failures}))
+    else:
+        print(json.dumps(result))
     """
 )
 
@@ -175,6 +201,13 @@ def test_the_counter_sees_a_read():
     # a check that reads a device scalar back must be counted, or the budget above proves nothing
     reads = _reads(["permute_1d_sparse_data"])
     assert reads["permute_1d_sparse_data"] >= 1
+
+
+def test_device_summaries_give_the_exact_checks_verdicts():
+    """The one-read summaries run only on device data (host data takes the exact checks), so the
+    families' EDGES and BAD tables run here once more with device arrays: the same results, and the
+    same errors naming the same values."""
+    assert _reads(["--tables"]) == {"failures": []}
 
 
 if __name__ == "__main__":  # pragma: no cover - print the table

@@ -219,6 +219,31 @@ def test_bridge_errors_come_from_the_op():
         tb.complete_cumsum(torch.ones(3, dtype=torch.bfloat16))
 
 
+# -- the one bfloat16 rule (issue 10) --------------------------------------------------------
+def test_bfloat16_rule_round_to_bfloat16():
+    """Rounding back: torch's nearest-even rounding, except that a NaN keeps its top 16 bits."""
+    from embnum.torch_bridge._library import round_to_bfloat16
+
+    bits = torch.tensor([0x3F80, 0x7FC1, 0xFFA5, 0x7F81, 0x0001, 0x8000, 0x7F80], dtype=torch.int32)
+    b = bits.to(torch.int16).view(torch.bfloat16)
+    assert torch.equal(round_to_bfloat16(b.float()).view(torch.int16), b.view(torch.int16))  # exact way back
+    x = torch.tensor([1.00390625, 1.01171875, -3.0e38, 1e-40, float("inf")])
+    assert torch.equal(round_to_bfloat16(x).view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+
+
+def test_bfloat16_rule_moves_nan_payloads_and_rejects_float32_beside_it():
+    payloads = torch.tensor([0x7FC1, 0xFFA5, 0x7F81, 0x3F80, 0xC0A0, 0x0001], dtype=torch.int32)
+    values = payloads.to(torch.int16).view(torch.bfloat16)
+    lengths, permute = torch.tensor([2, 1, 3]), torch.tensor([2, 0, 1])
+    _, moved, _ = tb.permute_1d_sparse_data(permute, lengths, values)
+    want = torch.cat([values[3:], values[:2], values[2:3]])
+    assert moved.dtype == torch.bfloat16 and torch.equal(moved.view(torch.int16), want.view(torch.int16))
+    with pytest.raises(TypeError, match="float32 beside bfloat16"):
+        tb.permute_1d_sparse_data(permute, lengths, values, torch.ones(6))
+    _, _, w = tb.permute_1d_sparse_data(permute, lengths, torch.arange(6), values)  # weights only: moved too
+    assert w.dtype == torch.bfloat16 and torch.equal(w.view(torch.int16), want.view(torch.int16))
+
+
 @pytest.mark.gpu
 def test_cuda_tensors_stay_on_the_device():
     if not torch.cuda.is_available():

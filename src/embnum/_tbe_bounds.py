@@ -37,6 +37,7 @@ import warnings
 
 import numpy as np
 
+from . import _validate
 from ._backend import is_cupy
 from ._validate import choice, to_host, xp_of
 
@@ -65,8 +66,13 @@ def rows_per_feature(hash_size_cumsum: np.ndarray) -> np.ndarray:
 def check_offsets(offsets, n_indices: int, mode: str):
     """``(offsets, repaired)``: ``offsets`` itself when valid; a repaired copy in the repair
     modes; ``ValueError`` naming the position and value in ``fatal``/``none``."""
-    xp = xp_of(offsets)
     N = n_indices
+    fast = _validate._fast(offsets)
+    if fast is not None:  # one compiled pass; valid iff offsets[0] >= 0, non-decreasing, offsets[-1] == N
+        first, drop_at, last = fast.offsets_summary(offsets)
+        if first >= 0 and drop_at == 0 and last == N:
+            return offsets, False
+    xp = xp_of(offsets)
     last = int(offsets[-1])
     bad_range = (offsets < 0) | (offsets > N)
     drop = offsets[1:] < offsets[:-1]
@@ -103,6 +109,11 @@ def check_indices(indices, offsets, B: int, rows: np.ndarray, mode: str, *, prun
     Repair modes: a copy with bad indices replaced by 0. ``-1`` is an ``IndexError`` in every
     mode unless ``pruned_ok``.
     """
+    fast = _validate._fast(indices)
+    fits = indices.ndim == 1 and offsets.ndim == 1 and offsets.shape[0] > rows.shape[0] * B
+    if fast is not None and fits and _validate._fast(offsets) is not None:  # one compiled pass over every bag
+        if fast.first_bad_feature(indices, offsets, B, np.ascontiguousarray(rows, dtype=np.int64)) < 0:
+            return indices, False
     xp = xp_of(indices)
     T = rows.shape[0]
     fixed = None
@@ -169,7 +180,7 @@ def all_valid(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = F
 
 
 def repair_on_device(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = False, running_max=None):
-    """``(indices, offsets, n_repaired)``: copies repaired by the spec's rule (the result of
+    """``(indices, offsets, n_repaired)``: copies repaired by the bounds rule of ``docs/families/tbe.md`` (the result of
     :func:`check_offsets` then :func:`check_indices` in a repair mode) with whole-array operations
     of the arrays' module, and the number of offsets and indices it changed as a 0-d int64 array
     of that module; nothing is read back. ``running_max`` is the module's inclusive running

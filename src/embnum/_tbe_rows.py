@@ -15,7 +15,11 @@ once in plain Python and compiled by both fast paths (``numba.njit`` in ``embnum
 * ``hp``: float32 ``[HP_SLOTS]`` hyper-parameters (``TBEOptimizer.hyper_array``), slots below.
 
 Each target builds the rule with :func:`make_update_row` from its own decorator
-(``njit(inline="always")`` or ``cuda.jit(device=True)``), which compiles the helpers first.
+(``njit(inline="always")``; ``cuda.jit(device=True)`` compiles it too), which compiles the
+helpers first. The cuda backend's fused step does not call it: ``embnum.cuda.tbe._apply_rows``
+writes the same formulas in lane-group form (a row's sums are reduced across the lanes of a
+warp, which a one-thread-per-row rule cannot express); ``tests/test_tbe.py`` holds both to the
+oracle.
 
 Every quantity is float32 and every constant a float32 (so no operation widens to
 float64), and both branches of every conditional have one type, as the CUDA compiler needs.

@@ -35,9 +35,9 @@ def _names(dtypes) -> str:
 
 def array(name: str, a, *, ndim=None, dtypes=None):
     """Check that ``a`` is a NumPy/CuPy array of an allowed ndim and dtype."""
-    if not is_array(a):
+    if type(a) is not np.ndarray and not is_array(a):  # the plain-NumPy test first: the per-call path
         raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__}")
-    if ndim is not None:
+    if ndim is not None and a.ndim != ndim:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if a.ndim not in allowed:
             want = " or ".join(f"{n}-D" for n in allowed)
@@ -133,16 +133,20 @@ HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
 def output_dtype(value, allowed=HALF_OR_FLOAT, name: str = "output_dtype") -> np.dtype:
     """A dtype name or NumPy dtype among ``allowed`` (default float32/float16); ``TypeError`` otherwise
     (``"bfloat16"`` gets its own message: NumPy has no such dtype)."""
-    want = " or ".join(repr(str(d)) for d in allowed)
     if isinstance(value, str) and value.lower() == "bfloat16":
-        raise TypeError(f"{name} bfloat16 is not supported (NumPy has no bfloat16); use {want}")
+        raise TypeError(f"{name} bfloat16 is not supported (NumPy has no bfloat16); use {_choices(allowed)}")
     try:
         dt = np.dtype(value)
     except TypeError:
         dt = None
     if dt not in allowed:
-        raise TypeError(f"{name} must be {want}, got {value!r}")
+        raise TypeError(f"{name} must be {_choices(allowed)}, got {value!r}")
     return dt
+
+
+def _choices(dtypes) -> str:
+    """``'float32' or 'float16'`` (built only for an error message: naming dtypes is slow)."""
+    return " or ".join(repr(str(d)) for d in dtypes)
 
 
 def int_list(name: str, v, *, length=None) -> list[int]:

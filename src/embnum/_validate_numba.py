@@ -77,3 +77,16 @@ def sum_summary(a, limit):
             else:
                 total += y
     return mn, total, big
+
+
+def first_bad_feature(indices, offsets, B, rows):
+    """The first feature ``t`` with an index outside ``[0, rows[t])`` in its bags
+    ``offsets[t*B] .. offsets[(t+1)*B]``, or -1 (``offsets`` already valid: non-decreasing
+    within ``[0, len(indices)]``)."""
+    for t in range(rows.shape[0]):
+        E = rows[t]
+        for p in range(offsets[t * B], offsets[(t + 1) * B]):
+            x = np.int64(indices[p])
+            if x < 0 or x >= E:
+                return t
+    return -1

@@ -63,7 +63,7 @@ def pack_offsets(offsets):
     starts = np.zeros(len(offsets) + 1, dtype=np.int64)
     starts[1:] = np.cumsum([int(o.shape[0]) for o in offsets])
     flat = m.concatenate([m.asarray(o, dtype=np.int64) for o in offsets])
-    return flat, m.asarray(starts)
+    return flat, constant(starts)  # uploaded once per device and layout
 
 
 leaf_segment = cuda.jit(device=True)(_offsets_walk.leaf_segment)

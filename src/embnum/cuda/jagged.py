@@ -21,6 +21,7 @@ from ._common import (
     TPB,
     bits,
     blocks,
+    constant,
     contiguous,
     inclusive_scan,
     int64s,
@@ -177,7 +178,7 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
     D = values.shape[1] if values.ndim == 2 else 1
     src = bits(values).reshape(-1)
     flat, starts = pack_offsets(offsets)
-    lens = xp().asarray(np.asarray(max_lengths, dtype=np.int64))
+    lens = constant(np.asarray(max_lengths, dtype=np.int64))
     pad = src.dtype.type(scalar_bits(padding_value, values.dtype))
     launch(_to_dense, blocks(out.size, TPB), TPB, src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), M, D)
 
@@ -210,5 +211,5 @@ def _to_jagged(dense, offs, starts, lens, out, M, D):
 def dense_to_jagged(dense, offsets, total_L, out):
     if out.size == 0:
         return
-    src, flat, starts, lens, M, D = _offsets_walk.packed_dense(dense, offsets, bits, pack_offsets, xp().asarray)
+    src, flat, starts, lens, M, D = _offsets_walk.packed_dense(dense, offsets, bits, pack_offsets, constant)
     launch(_to_jagged, blocks(out.size, TPB), TPB, src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)

@@ -24,8 +24,11 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
   run count once (its output's size).
 * ``tbe_grad_per_sample_weights``: one lane group per lookup, a dot product over
   the columns reduced in shared memory in a fixed tree order.
-* the fused optimizer step: one thread per touched row (see the note in
-  ``/work/notes`` of issue 15: not yet a warp per row).
+* the fused optimizer step: one lane group per touched row (lanes over the columns, coalesced
+  weight and state updates). SGD/Adagrad/row-wise Adagrad/Adam reduce straight from the sorted
+  lookups (``_apply``); LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm`` take the
+  row-wise gradient at the fixed size ``max_rows = N`` (no read) and ``_apply_rows`` (row sums by
+  xor-shuffle butterflies, the new row written once). No float atomics; nothing read back.
 """
 
 from __future__ import annotations
@@ -39,17 +42,21 @@ from numba import cuda
 from .. import _tbe_rows
 from .._tbe import (
     ADAGRAD,
+    ADAM,
     DECAY_DECOUPLED,
     DECAY_L2,
     KIND_CODES,
     LAMB,
+    LARS_SGD,
     MEAN,
     NONE,
+    PARTIAL_ROWWISE_ADAM,
+    PARTIAL_ROWWISE_LAMB,
     ROWWISE_ADAGRAD,
     SGD,
     TBESparseGrad,
 )
-from ._common import LANES, TPB, blocks, constant, contiguous, launch, to_host, xp
+from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, to_host, xp
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
 
@@ -640,9 +647,8 @@ def tbe_backward_update(
         return
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
-        sparse = _sparse(lk, g, pooling, per_sample_weights)
-        layout = (weights_offsets, D_offsets, hash_size_cumsum)
-        _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step)
+        layout = (weights_offsets, D_offsets, hash_size_cumsum)  # host arrays
+        _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step)
         return
     rs = _runs(lk)
     psw, has_psw = _psw(per_sample_weights)
@@ -663,24 +669,179 @@ def tbe_backward_update(
     )
 
 
-# -- the other optimizers and max_norm: the shared row rule, one thread per touched row ------
-_rule = _tbe_rows.make_update_row(cuda.jit(device=True))
+# -- the other optimizers and max_norm: a lane group per touched row ------------------------------
+@cuda.jit(device=True)
+def _group_sum(x):
+    """float32 sum of ``x`` over the lane group, the same bits in every lane (xor butterfly: a fixed
+    order, and each step adds the same two values in both lanes). Every lane of the group calls it."""
+    off = LANES // 2
+    while off > 0:
+        x += np.float32(shfl_xor(x, off))
+        off //= 2
+    return x
 
 
 @cuda.jit(cache=True)
-def _apply_rows(kind, decay, rows, rstart, g, voff, elem, lids, m1, m2, hp):
-    for u in range(cuda.grid(1), lids.shape[0], cuda.gridsize(1)):
-        go = voff[u]
-        _rule(kind, decay, rows, rstart[u], g, go, voff[u + 1] - go, m1, m2, elem[u], lids[u], hp)
+def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
+    """Lane group per touched row ``u`` (``lids[u] < 0``: a padded row, skipped), lanes over the
+    columns: :mod:`embnum._tbe_rows`'s rule (the same formulas) for LAMB, partial row-wise
+    Adam/LAMB, LARS-SGD and every kind with ``max_norm``. Row sums by :func:`_group_sum`
+    (deterministic, no atomics); row-wise state read and written by lane 0 and broadcast by a
+    group sum; element-wise state and weights read and written coalesced. The new row is kept in
+    float32 in ``g`` (the caller's scratch) until ``max_norm`` is known, then written once (float16
+    weights rounded once). The loop over rows is block-uniform (the shuffles need every lane)."""
+    lane = cuda.threadIdx.x % LANES
+    per_block = cuda.blockDim.x // LANES
+    one = np.float32(1.0)
+    zero = np.float32(0.0)
+    lr = hp[_tbe_rows.LR]
+    eps = hp[_tbe_rows.EPS]
+    wd = hp[_tbe_rows.WD]
+    b1 = hp[_tbe_rows.BETA1]
+    b2 = hp[_tbe_rows.BETA2]
+    bc1 = hp[_tbe_rows.BC1]
+    bc2 = hp[_tbe_rows.BC2]
+    max_norm = hp[_tbe_rows.MAX_NORM]
+    R = lids.shape[0]
+    for u0 in range(cuda.blockIdx.x * per_block, R, cuda.gridDim.x * per_block):
+        u = u0 + cuda.threadIdx.x // LANES
+        D = 0
+        go = 0
+        e = 0
+        lid = 0
+        if u < R and lids[u] >= 0:
+            lid = lids[u]
+            go = voff[u]
+            D = voff[u + 1] - go
+            e = elem[u]
+        # 1. the row sums the rule needs before any element changes
+        s1 = zero
+        s2 = zero
+        for d in range(lane, D, LANES):
+            gd = g[go + d]
+            x = np.float32(w[e + d])
+            if kind == ROWWISE_ADAGRAD:
+                ge = gd + wd * x if decay == DECAY_L2 else gd
+                s1 += ge * ge
+            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+                s1 += gd * gd
+            elif kind == LARS_SGD:
+                s1 += x * x
+                s2 += gd * gd
+        s1 = _group_sum(s1)
+        s2 = _group_sum(s2)
+        # 2. row-wise state (lane 0 reads and writes it; the group sum broadcasts the value)
+        rs = zero
+        if lane == 0 and D > 0:
+            if kind == ROWWISE_ADAGRAD:
+                rs = m1[lid] + s1 / np.float32(D)
+                m1[lid] = rs
+            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+                rs = b2 * m2[lid] + (one - b2) * (s1 / np.float32(D))
+                m2[lid] = rs
+        rs = _group_sum(rs)
+        mult = zero
+        corr = one
+        if kind == ROWWISE_ADAGRAD:
+            mult = lr / (np.float32(math.sqrt(rs)) + eps)
+            if decay == DECAY_L2:
+                corr = one - mult * wd
+            elif decay == DECAY_DECOUPLED:
+                corr = one - lr * wd
+        den = one
+        if kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+            den = np.float32(math.sqrt(rs / bc2)) + eps
+        alr = zero
+        if kind == LARS_SGD:
+            wn = np.float32(math.sqrt(s1))
+            alr = _ratio(lr * hp[_tbe_rows.ETA] * wn, np.float32(math.sqrt(s2)) + wd * wn)
+        # 3. element-wise state and the new row (LAMB: its direction first, then the trust ratio)
+        wsq = zero
+        rsq = zero
+        nsq = zero
+        for d in range(lane, D, LANES):
+            i = e + d
+            gd = g[go + d]
+            x = np.float32(w[i])
+            if kind == SGD:
+                x = x - lr * gd
+            elif kind == ADAGRAD:
+                mm = m1[i] + gd * gd
+                m1[i] = mm
+                x = x - lr * gd / (np.float32(math.sqrt(mm)) + eps)
+            elif kind == ROWWISE_ADAGRAD:
+                x = corr * x - mult * gd
+            elif kind == ADAM or kind == PARTIAL_ROWWISE_ADAM:
+                a = b1 * m1[i] + (one - b1) * gd
+                m1[i] = a
+                if kind == ADAM:
+                    v = b2 * m2[i] + (one - b2) * gd * gd
+                    m2[i] = v
+                    x = x - lr * ((a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x)
+                else:
+                    x = x - lr * ((a / bc1) / den + wd * x)
+            elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
+                a = b1 * m1[i] + (one - b1) * gd
+                m1[i] = a
+                if kind == LAMB:
+                    v = b2 * m2[i] + (one - b2) * gd * gd
+                    m2[i] = v
+                    r = (a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x
+                else:
+                    r = (a / bc1) * (one / den) + wd * x
+                g[go + d] = r
+                wsq += x * x
+                rsq += r * r
+            else:  # LARS_SGD
+                mm = hp[_tbe_rows.MOMENTUM] * m1[i] + alr * (gd + wd * x)
+                m1[i] = mm
+                x = x - mm
+            if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
+                g[go + d] = x
+                nsq += x * x
+        if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
+            wsq = _group_sum(wsq)
+            rsq = _group_sum(rsq)
+            step = lr * _ratio(np.float32(math.sqrt(wsq)), np.float32(math.sqrt(rsq)))
+            for d in range(lane, D, LANES):
+                x = np.float32(w[e + d]) - step * g[go + d]
+                g[go + d] = x
+                nsq += x * x
+        # 4. max_norm, then the one write of the row
+        nsq = _group_sum(nsq)
+        c = one
+        clip = False
+        if max_norm > zero:
+            n = np.float32(math.sqrt(nsq))
+            if n > max_norm:
+                c = max_norm / n
+                clip = True
+        for d in range(lane, D, LANES):
+            x = g[go + d]
+            w[e + d] = x * c if clip else x
 
 
-def _update_rows(weights, layout, sparse, optimizer, momentum1, momentum2, step):
-    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: :mod:`embnum._tbe_rows`'s
-    rule per touched row, one thread per row, on the caller's stream, in place on float32 weights
-    (float16 rows are gathered as float32 by the array library, which reads the value count back,
-    and written back once). Not yet the lane-group shape of ``_apply`` (issue 15)."""
+@cuda.jit(device=True)
+def _ratio(num, den):
+    """``num / den``, or 0 when ``den == 0`` (the rule's trust-ratio decision)."""
+    r = np.float32(0.0)
+    if den > np.float32(0.0):
+        r = num / den
+    return r
 
-    def apply(*args):
-        launch(_apply_rows, blocks(int(sparse[0].shape[0]), TPB), TPB, *args)
 
-    _tbe_rows.update_rows(xp(), apply, weights, layout, sparse, optimizer, momentum1, momentum2, step)
+def _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step):
+    """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the sparse gradient at the fixed
+    size ``max_rows = N`` (``U <= N``), so nothing is read back, then :func:`_apply_rows`, a lane group
+    per touched row, in place on float32 or float16 weights. ``layout``: the host
+    ``(weights_offsets, D_offsets, hash_size_cumsum)``."""
+    m = xp()
+    N = int(lk.indices.shape[0])
+    max_dim = int(np.diff(layout[1]).max())
+    lids, values, voff = _sparse(lk, g, pooling, per_sample_weights, max_rows=N, max_dim=max_dim)
+    elem = _tbe_rows.row_elements(m, m.maximum(lids, 0), *layout)
+    none = _NO_FLOATS()
+    args = optimizer.kernel_args(step)
+    hp = m.asarray(optimizer.hyper_array(step))
+    state = (none if momentum1 is None else momentum1, none if momentum2 is None else momentum2)
+    launch(_apply_rows, _groups(N), TPB, args.kind, args.decay, weights, elem, lids, values, voff, *state, hp)

@@ -69,6 +69,12 @@ def _hint(name, hint, actual):
         raise ValueError(f"{name} = {hint} does not match the actual total {actual}")
 
 
+def _on_device(*arrays) -> bool:
+    """Whether any of ``arrays`` holds device data: then its checks are summarised on the device and
+    read back once; host (NumPy) data takes the exact checks, which cost no transfer."""
+    return any(type(a) is not np.ndarray for a in arrays if a is not None)
+
+
 def _selected(xp, sizes, index, n):
     """``sizes[index]`` with ``index`` clipped into ``[0, n)`` (read only once it is known in range)."""
     if index.size == 0 or n == 0:
@@ -80,7 +86,7 @@ def _totals_read_once(lengths, index, n, selected):
     """``(N, M)``, the totals of ``lengths`` and of the ``selected`` segment sizes, from ONE
     device-to-host read that also checks lengths >= 0 and ``index`` in ``[0, n)``; None when any
     check fails or a total may pass the size limit (then the exact checks name the error)."""
-    if index.size and n == 0:
+    if (index.size and n == 0) or not _on_device(lengths, index):
         return None
     r = v.read_ints(*v.sum_parts(lengths), *v.range_parts(index, n), *v.sum_parts(selected))
     if not (v.sum_fits(*r[0:3]) and r[3] and v.sum_fits(*r[4:7])):
@@ -369,12 +375,14 @@ def keyed_jagged_index_select_dim1(
     v.index_array("indices", indices)
     xp = v.xp_of(lengths)
     T, n = nl // batch_size, indices.shape[0]
-    sel = _selected(xp, lengths.reshape(T, batch_size).T, indices, batch_size) if T and n else lengths[:0]
-    # one read: lengths >= 0 with an exact total, offsets their complete cumsum, indices in range,
-    # and the output size
-    steps = (offsets[0] != 0) | ((offsets[1:] != xp.cumsum(lengths, dtype=np.int64)).any() if nl else False)
-    r = v.read_ints(*v.sum_parts(lengths), steps, *v.range_parts(indices, batch_size), *v.sum_parts(sel))
-    if v.sum_fits(*r[0:3]) and not r[3] and r[4] and v.sum_fits(*r[5:8]):
+    r = None
+    if _on_device(lengths, offsets, indices):
+        # one read: lengths >= 0 with an exact total, offsets their complete cumsum, indices in range,
+        # and the output size
+        sel = _selected(xp, lengths.reshape(T, batch_size).T, indices, batch_size) if T and n else lengths[:0]
+        steps = (offsets[0] != 0) | ((offsets[1:] != xp.cumsum(lengths, dtype=np.int64)).any() if nl else False)
+        r = v.read_ints(*v.sum_parts(lengths), steps, *v.range_parts(indices, batch_size), *v.sum_parts(sel))
+    if r is not None and v.sum_fits(*r[0:3]) and not r[3] and r[4] and v.sum_fits(*r[5:8]):
         N, M = int(r[1]), int(r[6])
         _values("values", values, N)
         _weights(weights, N)
@@ -514,7 +522,12 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     if nb % T:
         raise ValueError(f"len(offsets) - 1 = {nb} is not a multiple of T = {T}")
     v.index_array("indices", indices)
-    fast = _unique_read_once(hash_size_cumsum, hash_size_offsets, offsets, indices, T, nb // T)
+    # device data: one read for every rule and the output size; host data: reads are free, and the
+    # table-by-table rules need no (table, id) sort
+    on_device = _on_device(hash_size_cumsum, hash_size_offsets, offsets, indices)
+    fast = (
+        None if not on_device else _unique_read_once(hash_size_cumsum, hash_size_offsets, offsets, indices, T, nb // T)
+    )
     if fast is None:
         tables, K = _unique_exact(hash_size_cumsum, hash_size_offsets, offsets, indices, T)
     else:

@@ -10,6 +10,21 @@ From that and the op's declaration this module builds
   DLPack (no copy), calls ``embnum.<name>`` and views the result back;
 * ``embnum.torch_bridge.<name>``: the Python function users call, with the
   op's own signature plus ``backend=``.
+
+bfloat16 (NumPy and CuPy have none) crosses the bridge by one rule, the same for
+every op that takes it (``bridge(..., bf16=True)``): each bfloat16 tensor argument is
+widened exactly to float32 (every bfloat16 is a float32), the op runs on float32,
+and each float32 result is rounded once back to bfloat16 (to nearest even, as
+torch rounds; a NaN keeps its top 16 bits). Data that an op only moves comes back
+bit for bit (a widened value needs no rounding; NaN payloads kept), sums are
+accumulated in float32 or wider and rounded once, and a scalar such as a padding
+value is rounded along with the result. A call that also passes float32 tensors
+is a ``TypeError`` (its float32 results could not be told apart). The one place the
+spec defines bfloat16 otherwise: quant's ``float_to_bfloat16`` / ``bfloat16_to_float``
+are codecs of bfloat16 bit patterns, carried by NumPy as uint16 (quant.md, section 3),
+so there (``bf16_patterns=True``) a bfloat16 tensor is its pattern: a uint16 view in,
+a bfloat16 view of the uint16 result out (no conversion; widening and rounding back
+would give the same bits).
 """
 
 from __future__ import annotations
@@ -25,10 +40,6 @@ import numpy as np
 import torch
 
 from .._registry import get as get_op
-
-BF16_BITS = "bits"  # pure data movement: carry bfloat16 as 16-bit patterns (exact)
-BF16_FLOAT32 = "float32"  # arithmetic: compute in float32, round the result once
-BF16_UINT16 = "uint16"  # bit-level codecs: bfloat16 tensors in are uint16 arrays, uint16 arrays out are bfloat16
 
 
 def to_array(t: torch.Tensor):
@@ -88,11 +99,12 @@ def to_tensor(a) -> torch.Tensor:
     return torch.from_dlpack(a)
 
 
-def _bf16_bits_scalar(x: float) -> np.float16:
-    """The bfloat16 rounding of ``x`` (through float32, as torch and fbgemm do), carried as
-    the float16 with the same bit pattern."""
-    pattern = torch.tensor(float(x), dtype=torch.float32).to(torch.bfloat16).view(torch.int16).item()
-    return np.array(pattern, dtype=np.int16).view(np.float16)[()]
+def round_to_bfloat16(t: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor rounded once to bfloat16: to nearest even (torch's rounding); a NaN
+    keeps its top 16 bits (torch's own conversion would replace its payload), so that a
+    bfloat16 widened to float32 comes back bit for bit."""
+    top = (t.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
+    return torch.where(t.isnan(), top, t.to(torch.bfloat16))
 
 
 @dataclasses.dataclass
@@ -103,8 +115,8 @@ class Bridge:
     fake: Callable
     setup: Callable | None
     backward: Callable | None
-    bf16: str | None
-    bf16_scalars: tuple[str, ...]
+    bf16: bool
+    bf16_patterns: bool
     codecs: dict[str, tuple[Callable, Callable]] = dataclasses.field(default_factory=dict)
     grad_dtype: torch.dtype = torch.float64  # float dtype of differentiable inputs in the generic tests
 
@@ -149,8 +161,9 @@ def _has_bf16(args: dict) -> bool:
 
 
 def _convert_inputs(args: dict, spec: Bridge):
-    """Tensors (and lists of tensors) to arrays, applying the bfloat16 policy.
-    Returns the converted args and whether bfloat16 was involved."""
+    """Tensors (and lists of tensors) to arrays, bfloat16 by the module's rule.
+    Returns the converted args and whether bfloat16 was widened (its float32 results
+    are then rounded back)."""
     if not _has_bf16(args):  # the common case: views only
         out = {}
         for k, a in args.items():
@@ -161,39 +174,48 @@ def _convert_inputs(args: dict, spec: Bridge):
             else:
                 out[k] = a
         return out, False
-    bf16 = True
-    if spec.bf16 is None:
+    if spec.bf16_patterns:
+        return {k: to_array(a.view(torch.uint16)) if _is_bf16(a) else _arrays(a) for k, a in args.items()}, False
+    if not spec.bf16:
         raise TypeError(f"{spec.name} does not take bfloat16 tensors")
+    for k, a in args.items():
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+                raise TypeError(
+                    f"{spec.name}: {k} is float32 beside bfloat16 tensors; bfloat16 crosses the bridge widened to"
+                    " float32, so a call takes one or the other (convert one side)"
+                )
 
     def one(t):
-        if not isinstance(t, torch.Tensor):
-            return t
-        if t.dtype == torch.bfloat16:
-            if spec.bf16 == BF16_UINT16:
-                return to_array(t.view(torch.uint16))
-            t = t.view(torch.float16) if spec.bf16 == BF16_BITS else t.float()
-        return to_array(t)
+        return to_array(t.float()) if _is_bf16(t) else to_array(t) if isinstance(t, torch.Tensor) else t
 
-    out = {}
-    for k, a in args.items():
-        out[k] = [one(t) for t in a] if isinstance(a, (list, tuple)) else one(a)
-        if bf16 and spec.bf16 == BF16_BITS and k in spec.bf16_scalars:
-            out[k] = _bf16_bits_scalar(a)
-    return out, bf16
+    return {k: [one(t) for t in a] if isinstance(a, (list, tuple)) else one(a) for k, a in args.items()}, True
+
+
+def _is_bf16(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16
+
+
+def _arrays(a):
+    if isinstance(a, torch.Tensor):
+        return to_array(a)
+    if isinstance(a, (list, tuple)):
+        return [to_array(t) if isinstance(t, torch.Tensor) else t for t in a]
+    return a
 
 
 def _convert_output(a, spec: Bridge, bf16: bool) -> torch.Tensor | None:
+    """An implementation's result as a tensor; ``bf16``: the call's bfloat16 was widened, so a
+    float32 result is rounded back (:func:`round_to_bfloat16`)."""
     if a is None:
         return None  # an optional output that was not requested
     if isinstance(a, list):
         return a  # a Python list of ints returned beside arrays (schema type int[])
     t = to_tensor(a)
-    if spec.bf16 == BF16_UINT16 and t.dtype == torch.uint16:
+    if spec.bf16_patterns and t.dtype == torch.uint16:
         return t.view(torch.bfloat16)
-    if bf16 and spec.bf16 == BF16_BITS and t.dtype == torch.float16:
-        return t.view(torch.bfloat16)
-    if bf16 and spec.bf16 == BF16_FLOAT32 and t.dtype == torch.float32:
-        return t.to(torch.bfloat16)
+    if bf16 and t.dtype == torch.float32:
+        return round_to_bfloat16(t)
     return t
 
 
@@ -537,8 +559,8 @@ def bridge(
     fake: Callable,
     setup: Callable | None = None,
     backward: Callable | None = None,
-    bf16: str | None = None,
-    bf16_scalars: tuple[str, ...] = (),
+    bf16: bool = False,
+    bf16_patterns: bool = False,
     codecs: dict[str, tuple[Callable, Callable]] | None = None,
     grad_dtype: torch.dtype = torch.float64,
 ) -> None:
@@ -550,8 +572,9 @@ def bridge(
     the right shapes on the meta device, every argument (``backend`` included) passed by
     name (declare the ones read, then ``**_``). ``setup(ctx, inputs,
     output)`` / ``backward(ctx, grad)``: as ``torch.library.register_autograd``.
-    ``bf16``: ``BF16_BITS``, ``BF16_FLOAT32``, ``BF16_UINT16`` or ``None`` (rejected);
-    ``bf16_scalars``: parameters rounded to bfloat16 along with the data.
+    ``bf16``: the op takes bfloat16 tensors, by the module's one rule (else they are a
+    ``TypeError``); ``bf16_patterns``: instead, its uint16 arrays are bfloat16 bit patterns
+    (quant's two bfloat16 codecs only; see the module docstring).
     ``codecs``: ``{parameter: (encode, decode)}`` for Python values the schema
     cannot carry (the user function encodes, the implementation decodes).
     ``grad_dtype``: the float dtype the generic tests (gradcheck, opcheck) give
@@ -563,4 +586,4 @@ def bridge(
     if unknown:
         raise ValueError(f"bridge {name!r}: types names parameters the declaration does not have: {sorted(unknown)}")
     types = {p: types.get(p, "Tensor") for p in params}
-    BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_scalars, codecs or {}, grad_dtype)
+    BRIDGES[name] = Bridge(name, types, returns, fake, setup, backward, bf16, bf16_patterns, codecs or {}, grad_dtype)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._library import BF16_BITS, BF16_FLOAT32, bridge
+from ._library import bridge
 
 
 def _op(name):
@@ -45,13 +45,13 @@ bridge(
     fake=lambda csr_seg, values, **_: values.new_empty((csr_seg.shape[0] - 1,)),
     setup=_segment_sum_setup,
     backward=_segment_sum_backward,
-    bf16=BF16_FLOAT32,
+    bf16=True,
 )
 bridge(
     "segment_sum_csr_backward",
     types={"batch_size": "SymInt", "num_values": "SymInt"},
     fake=lambda grad_output, num_values, **_: grad_output.new_empty((num_values,)),
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
@@ -81,8 +81,7 @@ _TO_DENSE = dict(
     fake=_to_dense_fake,
     setup=_to_dense_setup,
     backward=_to_dense_backward,
-    bf16=BF16_BITS,
-    bf16_scalars=("padding_value",),
+    bf16=True,
 )
 bridge(
     "jagged_to_padded_dense",
@@ -117,5 +116,5 @@ bridge(
     fake=_to_jagged_fake,
     setup=_to_jagged_setup,
     backward=_to_jagged_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )

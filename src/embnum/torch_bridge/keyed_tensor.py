@@ -20,7 +20,7 @@ import torch
 
 from .. import _permute_plan
 from .. import kt_regroup_arguments as _kt_regroup_numpy
-from ._library import BF16_BITS, BF16_FLOAT32, bridge
+from ._library import bridge
 
 
 def _op(name):
@@ -46,7 +46,7 @@ bridge(
     fake=lambda pooled_embs, **_: torch.empty_like(pooled_embs),
     setup=_pooled_setup,
     backward=_pooled_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
@@ -68,7 +68,7 @@ bridge(
     types={"embs": "Tensor?", **_KEYS},
     returns="(Tensor, Tensor, Tensor, int[])",
     fake=_kt_fake,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
@@ -152,14 +152,14 @@ bridge(
     fake=lambda pooled_embs, out_lengths, **_: _columns(pooled_embs, out_lengths),
     setup=_pme_setup,
     backward=_pme_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 bridge(
     "permute_multi_embedding_backward",
     types={"grad_outputs": "Tensor[]", "in_lengths": "SymInt[]"},
     returns="Tensor[]",
     fake=lambda grad_outputs, in_lengths, **_: _columns(grad_outputs, in_lengths),
-    bf16=BF16_FLOAT32,
+    bf16=True,
 )
 
 
@@ -185,7 +185,7 @@ bridge(
     fake=_regroup_fake,
     setup=_regroup_setup,
     backward=_regroup_kt_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 

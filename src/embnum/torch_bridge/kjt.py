@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ._library import BF16_BITS, bridge
+from ._library import bridge
 
 
 def _as(t, dtype):
@@ -83,7 +83,7 @@ _PERMUTE = dict(
     fake=_permute_fake,
     setup=_permute_setup,
     backward=_permute_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 bridge("permute_2d_sparse_data", **_PERMUTE)
 bridge("permute_1d_sparse_data", **_PERMUTE)
@@ -121,7 +121,7 @@ bridge(
     fake=_select_fake,
     setup=_select_setup,
     backward=_select_backward,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 
@@ -153,7 +153,7 @@ bridge(
     },
     returns="(Tensor, Tensor, Tensor?, Tensor?, Tensor?)",
     fake=_bucketize_fake,
-    bf16=BF16_BITS,
+    bf16=True,
 )
 
 

@@ -6,7 +6,7 @@ decoders read them: none of the ten ops has a gradient of its own (calling
 through a codec's :meth:`~embnum.torch_bridge.codecs.Codec.round_trip`, whose
 gradient is straight-through (see ``embnum.torch_bridge.codecs``).
 
-bfloat16 is carried as uint16 bit patterns (``BF16_UINT16``):
+bfloat16 is carried as uint16 bit patterns (``bf16_patterns``, the bridge's one exception):
 ``float_to_bfloat16`` returns a ``torch.bfloat16`` tensor and
 ``bfloat16_to_float`` takes one (or a uint16 tensor of bit patterns).
 ``output_dtype`` is a string here (``"float32"`` or ``"float16"``).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ._library import BF16_UINT16, bridge
+from ._library import bridge
 
 _OUT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
@@ -53,12 +53,12 @@ bridge(
 bridge(
     "float_to_bfloat16",
     fake=lambda input, backend=None: input.new_empty(input.shape, dtype=torch.bfloat16),
-    bf16=BF16_UINT16,
+    bf16_patterns=True,
 )
 bridge(
     "bfloat16_to_float",
     fake=lambda input, backend=None: input.new_empty(input.shape, dtype=torch.float32),
-    bf16=BF16_UINT16,
+    bf16_patterns=True,
 )
 bridge(
     "float_to_fp16",
