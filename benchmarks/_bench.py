@@ -197,14 +197,17 @@ class Case:
 
 def copy_contenders(nread: int, nwritten: int, fresh: bool = False) -> dict:
     """``copy floor``: a NumPy copy moving ``nread + nwritten`` bytes into a reused buffer;
-    with ``fresh``, ``fresh copy``: the same copy into a new array each call (the floor of an
-    op that returns new arrays)."""
+    with ``fresh``, ``fresh copy``: the same copy into a new array of the op's output size
+    (``nwritten`` bytes or more) each call, the floor of an op that returns new arrays: from
+    32 MiB on (glibc's largest mmap threshold) every such array is a fresh mapping whose pages
+    the kernel zeroes at first touch; smaller ones are reused from the heap."""
     n = max(1, (nread + nwritten) // 2)
     src = np.ones(n, dtype=np.uint8)
     dst = np.empty(n, dtype=np.uint8)
     out = {"copy floor": lambda: np.copyto(dst, src)}
     if fresh:
-        out["fresh copy"] = src.copy
+        size = max(n, nwritten)
+        out["fresh copy"] = lambda: np.copyto(np.empty(size, dtype=np.uint8)[:n], src)
     return out
 
 

@@ -350,7 +350,7 @@ def _pivot(rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
 
 
 def _numbers(cell: str) -> list[float]:
-    cell = cell.split("(")[0]
+    cell = cell.split("(")[0].split("[")[0]  # "median [IQR]" cells (the interleaved harness): the median
     return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", cell)]
 
 

@@ -157,9 +157,28 @@ def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, bucket, count
 
 @njit(cache=True, parallel=True)
 def _bucket_scatter(
-    offs, uidx, bag_key, kc, mu, pos, has_pos, mask, keep, bucket, slots, new_idx, want_pos, new_pos, want_dst, dst
+    offs,
+    uidx,
+    bag_key,
+    kc,
+    mu,
+    pos,
+    has_pos,
+    mask,
+    keep,
+    bucket,
+    slots,
+    new_idx,
+    want_pos,
+    new_pos,
+    want_dst,
+    dst,
+    want_w,
+    w,
+    new_w,
 ):
-    """Pass 2: every id to its slot (``slots`` = bucket-major exclusive offsets), in input order."""
+    """Pass 2: every id to its slot (``slots`` = bucket-major exclusive offsets), in input order;
+    its weight too when ``want_w`` (in the same pass: no slot array written and read back)."""
     n_bags = bag_key.shape[0]
     m = np.int64(mu)
     for c in prange((n_bags + BAG_CHUNK - 1) // BAG_CHUNK):
@@ -168,6 +187,7 @@ def _bucket_scatter(
         off, keys, ids, bk, sl, kp = offs[:], bag_key[:], uidx[:], bucket[:], slots[:], keep[:]
         kcl, posl = kc[:], pos[:]
         out_idx, out_pos, out_dst = new_idx[:], new_pos[:], dst[:]
+        w_in, w_out = w[:], new_w[:]
         for k in range(k0, k1):
             t = keys[k]
             bs, G, lb, width, limit = _key_row(kcl, t)
@@ -190,12 +210,8 @@ def _bucket_scatter(
                     out_pos[slot] = i - start
                 if want_dst:
                     out_dst[i] = slot
-
-
-@njit(cache=True, parallel=True)
-def _scatter_to(src, dst_index, dst):
-    for i in prange(src.shape[0]):
-        dst[dst_index[i]] = src[i]
+                if want_w:
+                    w_out[slot] = w_in[i]
 
 
 def block_bucketize_sparse_features(
@@ -222,8 +238,9 @@ def block_bucketize_sparse_features(
     new_lengths[...] = counts
     _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
     slots = counts
-    want_dst = sequence or weights is not None
-    dst = unbucketize if sequence else np.empty(N if want_dst else 0, np.int64)  # int64: N may pass int32
+    dst = unbucketize if sequence else np.empty(0, np.int64)
+    want_w = weights is not None and N > 0
+    w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (uidx[:0], uidx[:0])
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
     with numba.parallel_chunksize(2):
         _bucket_scatter(
@@ -237,12 +254,12 @@ def block_bucketize_sparse_features(
             new_indices.view(uidx.dtype),
             bucketize_pos,
             pos_out,
-            want_dst,
+            sequence,
             dst,
+            want_w,
+            w,
+            new_w,
         )
-    if weights is not None and N:
-        with numba.parallel_chunksize(1 << 16):
-            _scatter_to(bits(weights), dst, new_weights.view(bits(new_weights).dtype))
 
 
 # -- small permutation ops ---------------------------------------------------------

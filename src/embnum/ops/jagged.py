@@ -17,15 +17,18 @@ MAX_JAGGED_DIMS = 5
 
 
 # -- shared checks ---------------------------------------------------------
+_INT32 = np.dtype(np.int32)  # a dtype, not the type: comparing with the type converts it on every call
+
+
 def _cumsum_fits_int32(name, lengths, *, drop_last):
     """ValueError when an int32 prefix sum (the output) would leave int32."""
-    if lengths.dtype != np.int32 or lengths.size == 0 or (drop_last and lengths.shape[-1] < 2):
+    if lengths.dtype != _INT32 or lengths.size == 0 or (drop_last and lengths.shape[-1] < 2):
         return
-    xp = v.xp_of(lengths)
     if type(lengths) is np.ndarray:  # host data: reads are free, and most inputs need no prefix sum
         lo, hi = v.min_max(lengths)  # one compiled pass
         if max(-lo, hi) * lengths.shape[-1] <= v.INT32_MAX:  # no prefix of a row can reach past int32
             return
+    xp = v.xp_of(lengths)
     prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)  # int32 entries: the int64 prefix is exact
     if drop_last:
         prefix = prefix[..., :-1]
