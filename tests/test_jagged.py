@@ -171,6 +171,18 @@ EDGES = {
         "segment_sum_csr",
         dict(batch_size=1, csr_seg=_offs(0, 2), values=np.array([2**31 - 1, 1], np.int32)),
     ),
+    "int64 sums past 2**53, exact and wrapping": (
+        "segment_sum_csr",
+        dict(
+            batch_size=1,
+            csr_seg=_offs(0, 1, 1, 40, 41, 100),
+            values=np.concatenate([2**53 + 2 * np.arange(1, 97) + 1, [2**62, 2**62, 2**62, -3]]).astype(np.int64),
+        ),
+    ),
+    "many short runs (more than one pass of the grid)": (
+        "segment_sum_csr",
+        dict(batch_size=2, csr_seg=np.cumsum(np.arange(301) % 4), values=np.arange(900, dtype=np.float32) / 7),
+    ),
     "exclusive int32 at the limit": ("exclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5], np.int32))),
     "float16 padding overflows to inf": (
         "jagged_1d_to_dense",

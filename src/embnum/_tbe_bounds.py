@@ -153,6 +153,21 @@ def _raise(indices, offsets, B, t, p, E, every_mode=False):
     )
 
 
+def _bad_ids(xp, indices, offsets, B: int, rows: np.ndarray, pruned_ok: bool):
+    """bool ``[N]``: positions inside a bag of feature ``t`` (int64 ``offsets``, valid) whose id is
+    outside ``[0, rows[t])`` as unsigned (so negatives are too), ``-1`` excepted when ``pruned_ok``;
+    whole-array operations of ``xp``, nothing read back."""
+    T = rows.shape[0]
+    t = xp.searchsorted(offsets[::B], xp.arange(indices.shape[0]), side="right") - 1  # feature of each position
+    inside = (t >= 0) & (t < T)
+    E = xp.asarray(rows, dtype=xp.uint64)[xp.clip(t, 0, T - 1)]
+    unsigned = indices.view(xp.uint32 if indices.dtype == xp.int32 else xp.uint64).astype(xp.uint64)
+    bad = inside & (unsigned >= E)
+    if pruned_ok:
+        bad &= indices != -1
+    return bad
+
+
 def all_valid(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = False) -> bool:
     """Whether :func:`check_offsets` and :func:`check_indices` would accept the lookups as they
     are (no error, no repair), computed with whole-array operations of the arrays' module and
@@ -166,15 +181,8 @@ def all_valid(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: bool = F
     ok = (o[-1] == N) & ~((o < 0) | (o > N)).any()
     if o.shape[0] > 1:
         ok &= ~(o[1:] < o[:-1]).any()
-    T = rows.shape[0]
     if B > 0 and N > 0:
-        t = xp.searchsorted(o[::B], xp.arange(N), side="right") - 1  # feature of each position
-        inside = (t >= 0) & (t < T)
-        E = xp.asarray(rows, dtype=xp.uint64)[xp.clip(t, 0, T - 1)]
-        unsigned = indices.view(xp.uint32 if indices.dtype == xp.int32 else xp.uint64).astype(xp.uint64)
-        bad = inside & (unsigned >= E)
-        if pruned_ok:
-            bad &= indices != -1
+        bad = _bad_ids(xp, indices, o, B, rows, pruned_ok)
         ok &= ~bad.any()
     return bool(to_host(ok))
 
@@ -195,16 +203,9 @@ def repair_on_device(indices, offsets, B: int, rows: np.ndarray, *, pruned_ok: b
     c[-1] = N
     fixed_o = running_max(c)
     n = (fixed_o != o).sum(dtype=xp.int64)
-    T = rows.shape[0]
     fixed_i = indices.copy()
     if B > 0 and N > 0:  # (a mask-free where: CuPy's boolean-mask assignment may synchronise)
-        t = xp.searchsorted(fixed_o[::B], xp.arange(N), side="right") - 1  # feature of each position
-        inside = (t >= 0) & (t < T)
-        E = xp.asarray(rows, dtype=xp.uint64)[xp.clip(t, 0, T - 1)]
-        unsigned = indices.view(xp.uint32 if indices.dtype == xp.int32 else xp.uint64).astype(xp.uint64)
-        bad = inside & (unsigned >= E)
-        if pruned_ok:
-            bad &= indices != -1
+        bad = _bad_ids(xp, indices, fixed_o, B, rows, pruned_ok)
         fixed_i = xp.where(bad, 0, indices).astype(indices.dtype, copy=False)
         n = n + bad.sum(dtype=xp.int64)
     return fixed_i, fixed_o.astype(offsets.dtype), n

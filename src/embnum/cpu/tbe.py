@@ -501,6 +501,8 @@ def _fused_update(lk, w, lut, m1, m2, opt, in_place, value_start, new, pos):
                 _prefetch_row(w, w0 + touched[ahead] * D, D)
                 if opt.kind == ADAGRAD or opt.kind == ADAM:
                     _prefetch_row(m1, w0 + touched[ahead] * D, D)
+                elif opt.kind == ROWWISE_ADAGRAD:  # its one accumulator, at the row's linear id
+                    _prefetch(m1, np.uint64(h0 + touched[ahead]))
                 _prefetch_grad(lk, order, run_end, ahead, D)
             _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], lk)
             r = touched[i]

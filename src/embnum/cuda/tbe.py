@@ -54,6 +54,7 @@ from .._tbe import (
     PARTIAL_ROWWISE_LAMB,
     ROWWISE_ADAGRAD,
     SGD,
+    LookupArgs,
     TBESparseGrad,
 )
 from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, to_host, xp
@@ -76,19 +77,20 @@ class Lookups(NamedTuple):
     n_rows: int  # hash_size_cumsum[T]: total rows, also the sort key of positions outside every bag
 
 
-def _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B) -> Lookups:
-    if offsets.dtype != indices.dtype:  # one index type per call (offsets are the small array)
-        offsets = offsets.astype(indices.dtype)
+def _prepare(a: LookupArgs) -> Lookups:
+    offsets = a.offsets
+    if offsets.dtype != a.indices.dtype:  # one index type per call (offsets are the small array)
+        offsets = offsets.astype(a.indices.dtype)
     return Lookups(
-        constant(weights_offsets),
-        constant(D_offsets),
-        constant(hash_size_cumsum),
-        constant(rows),
-        contiguous(indices),
+        constant(a.weights_offsets),
+        constant(a.D_offsets),
+        constant(a.hash_size_cumsum),
+        constant(a.rows),
+        contiguous(a.indices),
         contiguous(offsets),
-        B,
-        int(weights_offsets.shape[0]),
-        int(hash_size_cumsum[-1]),
+        a.B,
+        int(a.weights_offsets.shape[0]),
+        int(a.hash_size_cumsum[-1]),
     )
 
 
@@ -198,32 +200,20 @@ def _forward_none(w, woff, doff, rows, indices, offsets, B, out):
                 out[p, d] = np.float32(w[row + d])
 
 
-def tbe_forward(
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    output_dtype,
-    out,
-):
+def tbe_forward(weights, output_dtype, out, **lookup):
+    a = LookupArgs(**lookup)
     if out.size == 0:
         return
-    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    lk = _prepare(a)
     w = contiguous(weights)
-    if pooling == NONE:
-        n = max(lk.T * B, int(indices.shape[0]))
-        launch(_forward_none, _groups(n), TPB, w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, out)
+    if a.pooling == NONE:
+        n = max(lk.T * lk.B, int(a.indices.shape[0]))
+        launch(_forward_none, _groups(n), TPB, w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, out)
         return
-    has_psw = per_sample_weights is not None
-    psw = contiguous(per_sample_weights) if has_psw else _NO_FLOATS()
-    args = (w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, pooling == MEAN, psw, has_psw, out)
-    launch(_forward_pooled, _groups(lk.T * B), TPB, *args)
+    has_psw = a.per_sample_weights is not None
+    psw = contiguous(a.per_sample_weights) if has_psw else _NO_FLOATS()
+    args = (w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling == MEAN, psw, has_psw, out)
+    launch(_forward_pooled, _groups(lk.T * lk.B), TPB, *args)
 
 
 def _NO_FLOATS():
@@ -385,29 +375,17 @@ def _psw(per_sample_weights):
     return (contiguous(per_sample_weights) if has else _NO_FLOATS()), has
 
 
-def tbe_backward(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    out,
-):
+def tbe_backward(grad_output, weights, out, **lookup):
+    a = LookupArgs(**lookup)
     out[...] = 0
-    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    lk = _prepare(a)
     N = int(lk.indices.shape[0])
     if N == 0:
         return
     rs = _runs(lk)
-    psw, has_psw = _psw(per_sample_weights)
+    psw, has_psw = _psw(a.per_sample_weights)
     g = _gradient(grad_output)
-    args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, B, lk.doff, lk.hcs, lk.woff, pooling)
+    args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, lk.B, lk.doff, lk.hcs, lk.woff, a.pooling)
     launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
 
 
@@ -448,23 +426,11 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=
     return TBESparseGrad(ids.astype(np.int64, copy=False), values, voff.astype(np.int64, copy=False))
 
 
-def tbe_backward_sparse(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    max_rows=None,
-):
-    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
-    max_dim = int(np.diff(np.asarray(D_offsets)).max())  # the layout is a host array
-    return _sparse(lk, _gradient(grad_output), pooling, per_sample_weights, max_rows, max_dim)
+def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
+    a = LookupArgs(**lookup)
+    lk = _prepare(a)
+    max_dim = int(np.diff(np.asarray(a.D_offsets)).max())  # the layout is a host array
+    return _sparse(lk, _gradient(grad_output), a.pooling, a.per_sample_weights, max_rows, max_dim)
 
 
 # -- gradient of the per-sample weights ------------------------------------------------------
@@ -500,29 +466,17 @@ def _grad_psw(w, woff, doff, rows, indices, offsets, B, bag, g, out):
         cuda.syncthreads()
 
 
-def tbe_grad_per_sample_weights(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    out,
-):
-    N = int(indices.shape[0])
+def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
+    a = LookupArgs(**lookup)
+    N = int(a.indices.shape[0])
     if N == 0:
         return
     m = xp()
-    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+    lk = _prepare(a)
     bag = m.empty(N, np.int64)
     lid = m.empty(N, np.int64)
-    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.rows, lk.indices, lk.offsets, B, bag, lid)
-    args = (contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, B, bag, _gradient(grad_output))
+    launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.rows, lk.indices, lk.offsets, lk.B, bag, lid)
+    args = (contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, bag, _gradient(grad_output))
     launch(_grad_psw, _groups(N), TPB, *args, out)
 
 
@@ -624,36 +578,21 @@ def _apply(
             w[i] = x
 
 
-def tbe_backward_update(
-    grad_output,
-    weights,
-    weights_offsets,
-    D_offsets,
-    hash_size_cumsum,
-    rows,
-    indices,
-    offsets,
-    B,
-    pooling,
-    per_sample_weights,
-    optimizer,
-    momentum1,
-    momentum2,
-    step,
-):
-    lk = _prepare(weights_offsets, D_offsets, hash_size_cumsum, rows, indices, offsets, B)
+def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
+    a = LookupArgs(**lookup)
+    lk = _prepare(a)
     N = int(lk.indices.shape[0])
     if N == 0:
         return
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
-        layout = (weights_offsets, D_offsets, hash_size_cumsum)  # host arrays
-        _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step)
+        layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)  # host arrays
+        _update_rows(weights, layout, lk, g, a.pooling, a.per_sample_weights, optimizer, momentum1, momentum2, step)
         return
     rs = _runs(lk)
-    psw, has_psw = _psw(per_sample_weights)
+    psw, has_psw = _psw(a.per_sample_weights)
     none = _NO_FLOATS()
-    args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, B, lk.doff, lk.hcs, lk.woff, pooling)
+    args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, lk.B, lk.doff, lk.hcs, lk.woff, a.pooling)
     launch(
         _apply,
         _groups(N),
