@@ -560,22 +560,28 @@ def _apply(
         for d in range(lane, D, LANES):
             gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
             i = base + d
-            x = np.float32(w[i])
-            if kind == SGD:
-                x = x - lr * gd
-            elif kind == ADAGRAD:
-                mm = m1[i] + gd * gd
-                m1[i] = mm
-                x = x - lr * gd / (np.float32(math.sqrt(mm)) + eps)
-            elif kind == ROWWISE_ADAGRAD:
-                x = corr * x - mult * gd
-            else:  # ADAM
-                a = b1 * m1[i] + (one - b1) * gd
-                v = b2 * m2[i] + (one - b2) * gd * gd
-                m1[i] = a
-                m2[i] = v
-                x = x - lr * ((a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x)
-            w[i] = x
+            w[i] = _element_step(kind, np.float32(w[i]), gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
+
+
+@cuda.jit(device=True)
+def _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult):
+    """The new float32 value of element ``i`` (weight ``x``, gradient ``gd``) for SGD, Adagrad,
+    row-wise Adagrad (``corr``/``mult`` from the row's state) and Adam, updating its element-wise
+    state; the rule of both fused-update kernels."""
+    one = np.float32(1.0)
+    if kind == SGD:
+        return x - lr * gd
+    if kind == ADAGRAD:
+        mm = m1[i] + gd * gd
+        m1[i] = mm
+        return x - lr * gd / (np.float32(math.sqrt(mm)) + eps)
+    if kind == ROWWISE_ADAGRAD:
+        return corr * x - mult * gd
+    a = b1 * m1[i] + (one - b1) * gd  # ADAM
+    v = b2 * m2[i] + (one - b2) * gd * gd
+    m1[i] = a
+    m2[i] = v
+    return x - lr * ((a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x)
 
 
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
@@ -702,23 +708,12 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
             i = e + d
             gd = g[go + d]
             x = np.float32(w[i])
-            if kind == SGD:
-                x = x - lr * gd
-            elif kind == ADAGRAD:
-                mm = m1[i] + gd * gd
-                m1[i] = mm
-                x = x - lr * gd / (np.float32(math.sqrt(mm)) + eps)
-            elif kind == ROWWISE_ADAGRAD:
-                x = corr * x - mult * gd
-            elif kind == ADAM or kind == PARTIAL_ROWWISE_ADAM:
+            if kind <= ADAM:
+                x = _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
+            elif kind == PARTIAL_ROWWISE_ADAM:
                 a = b1 * m1[i] + (one - b1) * gd
                 m1[i] = a
-                if kind == ADAM:
-                    v = b2 * m2[i] + (one - b2) * gd * gd
-                    m2[i] = v
-                    x = x - lr * ((a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x)
-                else:
-                    x = x - lr * ((a / bc1) / den + wd * x)
+                x = x - lr * ((a / bc1) / den + wd * x)
             elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
                 a = b1 * m1[i] + (one - b1) * gd
                 m1[i] = a
