@@ -172,6 +172,27 @@ def matches_ref(name: str, strategy, flavor: Flavor):
     run()
 
 
+def check_worked(got, want, tol: dict | None = None, label: str = ""):
+    """A worked example's result: ``got`` (host) equals ``want``. For a list/tuple result ``want``
+    lists one entry per result (None for a None slot); a NumPy ``want`` fixes the dtype too, nested
+    lists are read in ``got``'s dtype; float results are compared with ``tol`` (``rtol``/``atol``
+    for the spec's printed digits) where given, else exactly."""
+    if isinstance(got, (list, tuple)) and not isinstance(want, np.ndarray):
+        assert len(got) == len(want), f"{label}: {len(got)} results, the example gives {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            check_worked(g, w, tol, f"{label}[{i}]")
+        return
+    if want is None or not is_array(got):
+        assert got == want, f"{label}: {got!r} != {want!r}"
+        return
+    if isinstance(want, np.ndarray):
+        assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, the example's {want.dtype}"
+    if tol and got.dtype.kind == "f":
+        np.testing.assert_allclose(got, np.array(want, dtype=np.float64), err_msg=label, **tol)
+    else:
+        np.testing.assert_array_equal(got, np.array(want, dtype=got.dtype), err_msg=label)
+
+
 def backends_of(flavor: Flavor | None = None):
     """Backend names a bad-input test runs on: ref plus the flavor's."""
     return ["ref"] + ([flavor.backend] if flavor else [])
@@ -191,3 +212,97 @@ def check_rejects(name: str, args: dict, exc: type, words: tuple[str, ...], flav
         for w in words:
             assert w in str(info.value), f"{exc.__name__} message {str(info.value)!r} does not name {w!r}"
         assert_unchanged(before, dev_args)
+
+
+# -- the optional differential tier: fbgemm_gpu (``pytest -m fbgemm``) ----------------------
+def fbgemm():
+    """``torch.ops.fbgemm``; skips the calling test where torch or fbgemm_gpu is not importable."""
+    torch = pytest.importorskip("torch")
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pytest.skip("fbgemm_gpu is not importable")
+    return torch.ops.fbgemm
+
+
+def tensor(a):
+    """A torch tensor copy of a host array with ordinary strides (NumPy may give empty arrays 0
+    strides); None stays None."""
+    import torch
+
+    return None if a is None else torch.tensor(np.ascontiguousarray(a))
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """One row of a family's ``FBGEMM`` table: embnum's op ``op`` against its fbgemm_gpu 1.8.0 peer.
+
+    ``call(fb, args)`` runs the peer (``fb`` is ``torch.ops.fbgemm``) on the op's keyword
+    arguments ``args`` (host NumPy, converted by ``call`` to what fbgemm takes) and returns
+    what the op returns (tensors, lists or tuples of them, None slots). ``adapt(args)`` maps a
+    drawn case into fbgemm's domain for both sides, or returns None where fbgemm cannot take
+    it (the case is rejected with ``assume``; the adapter says why). ``same``: ``"bits"``
+    (dtype, shape and bytes equal), ``"values"`` (``assert_array_equal``: -0.0 == 0.0, NaN ==
+    NaN), ``"tolerance"`` (the op's own ``check_fn``) or a function ``(got, want, args) -> bool``.
+    ``strategy`` defaults to the family's ``STRATEGIES`` entry for ``op``.
+    """
+
+    op: str
+    call: object
+    adapt: object = None
+    same: object = "bits"
+    strategy: object = None
+    examples: int = 40
+    case: str = ""  # id suffix where an op has several peers
+
+
+def _torch_to_numpy(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().numpy()
+    if isinstance(value, (list, tuple)):
+        return [_torch_to_numpy(v) for v in value]
+    return value
+
+
+def _same_leaf(got, want, same: str, label: str):
+    if same == "bits":
+        got, want = np.asarray(got), np.asarray(want)
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), (
+            f"{label}: {got.dtype}{got.shape} != {want.dtype}{want.shape}"
+        )
+        assert got.tobytes() == want.tobytes(), f"{label}: other bits\ngot  {got}\nwant {want}"
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def check_fbgemm(peer: Peer, args: dict, backends=("ref", "cpu")):
+    """fbgemm's peer and embnum's op (on each of ``backends``) agree on ``args`` as ``peer.same`` says."""
+    op = embnum.get_op(peer.op)
+    want = _torch_to_numpy(peer.call(fbgemm(), args))
+    for backend in backends:
+        got = op.public(**args, backend=backend)
+        label = f"{peer.op} on {backend} vs fbgemm"
+        if peer.same == "tolerance":
+            err, ok = op.check_fn(got, want, args)
+            assert ok, f"{label}: max abs error {err}"
+        elif callable(peer.same):
+            assert peer.same(got, want, args), f"{label}\ngot  {got}\nwant {want}"
+        elif isinstance(got, (list, tuple)):
+            assert len(got) == len(want), f"{label}: {len(got)} results, fbgemm {len(want)}"
+            for i, (g, w) in enumerate(zip(got, want)):
+                assert (g is None) == (w is None), f"{label}: result {i} is None on one side only"
+                if g is not None:
+                    _same_leaf(g, w, peer.same, f"{label}, result {i}")
+        else:
+            _same_leaf(got, want, peer.same, label)
+
+
+# -- small builders the family tables share -------------------------------------------------
+def pme_args(tensors, permutes, in_shapes, out_shapes, lengths, *, backward=False) -> dict:
+    """``permute_multi_embedding``'s keyword arguments (``tensors`` the pooled embeddings,
+    ``lengths`` the output widths), or with ``backward`` its backward's (``tensors`` the output
+    gradients, ``lengths`` the input widths)."""
+    first, last = ("grad_outputs", "in_lengths") if backward else ("pooled_embs", "out_lengths")
+    return {first: tensors, "permutes": permutes, "in_shapes": in_shapes, "out_shapes": out_shapes, last: lengths}

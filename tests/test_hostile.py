@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 import embnum
 import hostile
+from harness import pme_args
 
 OPS = [op.name for op in embnum.ops()]
 
@@ -70,23 +71,11 @@ TBE = dict(weights_offsets=np.array([0]), D_offsets=np.array([0, 4]))
 REGRESSIONS = {
     "permute out_offset + length wraps": (
         "permute_multi_embedding",
-        dict(
-            pooled_embs=[X],
-            permutes=np.array([[0, 0, 0, I64, 1, 0]]),
-            in_shapes=np.array([4]),
-            out_shapes=np.array([1]),
-            out_lengths=[1],
-        ),
+        pme_args([X], np.array([[0, 0, 0, I64, 1, 0]]), np.array([4]), np.array([1]), [1]),
     ),
     "permute backward in_offset + length wraps": (
         "permute_multi_embedding_backward",
-        dict(
-            grad_outputs=[X[:, :1].copy()],
-            permutes=np.array([[0, 0, I64, 0, 1, 0]]),
-            in_shapes=np.array([4]),
-            out_shapes=np.array([1]),
-            in_lengths=[4],
-        ),
+        pme_args([X[:, :1].copy()], np.array([[0, 0, I64, 0, 1, 0]]), np.array([4]), np.array([1]), [4], backward=True),
     ),
     "lengths sum wraps to len(values)": (
         "permute_1d_sparse_data",

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import embnum
-from harness import check_matches_ref
+from harness import Peer, check_matches_ref, fbgemm, pme_args, tensor
 from strategies import FLOAT_DTYPES, float_dtypes, index_dtypes, maybe_strided, value_arrays, value_dtypes
 
 FAMILY = [op.name for op in embnum.ops("keyed_tensor")]
@@ -213,14 +213,6 @@ NEXT_WORKED = [
 ]
 
 
-@pytest.mark.parametrize("case", range(len(KT_WORKED)))
-def test_kt_regroup_worked(case, fast_backend):
-    args, rows, ins, outs = KT_WORKED[case]
-    perm, in_shapes, out_shapes, out_lengths = check_matches_ref("kt_regroup_arguments", args, fast_backend)
-    assert perm.dtype == in_shapes.dtype == out_shapes.dtype == np.int32
-    assert perm.tolist() == rows and in_shapes.tolist() == ins and out_shapes.tolist() == outs and out_lengths == outs
-
-
 @pytest.mark.parametrize("case", range(len(NEXT_WORKED)))
 def test_kt_regroup_next_chains(case, fast_backend):
     args, nxt = NEXT_WORKED[case]
@@ -246,53 +238,62 @@ SEC3_GRAD = [
     np.array([[100, 200], [300, 400]]),
 ]
 SEC3_KEYS = ([["a", "b"], ["c"]], [[2, 1], [2]], [["a", "c"], ["b", "a"], ["a"]])
-
-
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-def test_permute_multi_embedding_worked(dtype, fast_backend):
-    perm, ins, outs, ol = embnum.kt_regroup_arguments(None, *SEC3_KEYS)
-    embs = [x.astype(dtype) for x in SEC3_IN]
-    got = check_matches_ref(
-        "permute_multi_embedding",
-        dict(pooled_embs=embs, permutes=perm, in_shapes=ins, out_shapes=outs, out_lengths=ol),
-        fast_backend,
-    )
-    assert [g.tolist() for g in got] == SEC3_OUT
-    got = check_matches_ref(
-        "regroup_keyed_tensor",
-        dict(pooled_embs=embs, keys=SEC3_KEYS[0], lengths=SEC3_KEYS[1], groups=SEC3_KEYS[2]),
-        fast_backend,
-    )
-    assert [g.tolist() for g in got] == SEC3_OUT
-    grads = [g.astype(dtype) for g in SEC3_GRAD]
-    got = check_matches_ref(
-        "permute_multi_embedding_backward",
-        dict(grad_outputs=grads, permutes=perm, in_shapes=ins, out_shapes=outs, in_lengths=[3, 2]),
-        fast_backend,
-    )
-    assert [g.tolist() for g in got] == [[[121, 232, 10], [355, 466, 40]], [[3, 4], [7, 8]]]
-
-
-def test_permute_pooled_embs_worked(fast_backend):
-    x = np.array([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]], np.float32)
-    lists = dict(
-        offset_dim_list=np.array([0, 2, 5, 6]),
-        permute_list=np.array([2, 0, 1]),
-        inv_offset_dim_list=np.array([0, 1, 3, 6]),
-        inv_permute_list=np.array([1, 2, 0]),
-    )
-    got = check_matches_ref("permute_pooled_embs", dict(pooled_embs=x, **lists), fast_backend)
-    assert got.tolist() == [[6, 1, 2, 3, 4, 5], [12, 7, 8, 9, 10, 11]]
-    # the gradient swaps the plain and the inverse lists
-    g = np.array([[10, 20, 30, 40, 50, 60], [70, 80, 90, 100, 110, 120]], np.float32)
-    swapped = dict(
-        offset_dim_list=lists["inv_offset_dim_list"],
-        permute_list=lists["inv_permute_list"],
-        inv_offset_dim_list=lists["offset_dim_list"],
-        inv_permute_list=lists["permute_list"],
-    )
-    got = check_matches_ref("permute_pooled_embs", dict(pooled_embs=g, **swapped), fast_backend)
-    assert got.tolist() == [[20, 30, 40, 50, 60, 10], [80, 90, 100, 110, 120, 70]]
+SEC3_TABLES = [np.array(t, np.int32) for t in KT_WORKED[0][1:]]  # permutes, in_shapes, out_shapes of SEC3_KEYS
+POOLED_X = np.array([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]], np.float32)
+POOLED_LISTS = dict(
+    offset_dim_list=np.array([0, 2, 5, 6]),
+    permute_list=np.array([2, 0, 1]),
+    inv_offset_dim_list=np.array([0, 1, 3, 6]),
+    inv_permute_list=np.array([1, 2, 0]),
+)
+# the gradient swaps the plain and the inverse lists
+POOLED_SWAPPED = dict(
+    offset_dim_list=POOLED_LISTS["inv_offset_dim_list"],
+    permute_list=POOLED_LISTS["inv_permute_list"],
+    inv_offset_dim_list=POOLED_LISTS["offset_dim_list"],
+    inv_permute_list=POOLED_LISTS["permute_list"],
+)
+WORKED = [
+    *(
+        (
+            "kt_regroup_arguments",
+            args,
+            (np.array(rows, np.int32), np.array(ins, np.int32), np.array(outs, np.int32), outs),
+        )
+        for args, rows, ins, outs in KT_WORKED
+    ),
+    *(
+        row
+        for dtype in FLOAT_DTYPES
+        for row in (
+            (
+                "permute_multi_embedding",
+                pme_args([x.astype(dtype) for x in SEC3_IN], *SEC3_TABLES, [4, 3, 2]),
+                [np.array(o, dtype) for o in SEC3_OUT],
+            ),
+            (
+                "regroup_keyed_tensor",
+                dict(
+                    pooled_embs=[x.astype(dtype) for x in SEC3_IN],
+                    **dict(zip(("keys", "lengths", "groups"), SEC3_KEYS)),
+                ),
+                [np.array(o, dtype) for o in SEC3_OUT],
+            ),
+            (
+                "permute_multi_embedding_backward",
+                pme_args([g.astype(dtype) for g in SEC3_GRAD], *SEC3_TABLES, [3, 2], backward=True),
+                [np.array(g, dtype) for g in ([[121, 232, 10], [355, 466, 40]], [[3, 4], [7, 8]])],
+            ),
+        )
+    ),
+    ("permute_pooled_embs", dict(pooled_embs=POOLED_X, **POOLED_LISTS), [[6, 1, 2, 3, 4, 5], [12, 7, 8, 9, 10, 11]]),
+    (
+        "permute_pooled_embs",
+        dict(pooled_embs=POOLED_X * 10, **POOLED_SWAPPED),
+        [[20, 30, 40, 50, 60, 10], [80, 90, 100, 110, 120, 70]],
+    ),
+]
+# test_worked_examples: tests/test_ops.py runs WORKED on every backend
 
 
 # -- edges --------------------------------------------------------------------------
@@ -304,7 +305,7 @@ def _classic(B, dtype=np.float32, small=True):
 
 def _permute_edge(embs, keys, lengths, groups, perm_dtype=np.int32):
     perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
-    return dict(pooled_embs=embs, permutes=perm.astype(perm_dtype), in_shapes=ins, out_shapes=outs, out_lengths=ol)
+    return pme_args(embs, perm.astype(perm_dtype), ins, outs, ol)
 
 
 EDGES = {
@@ -326,52 +327,33 @@ EDGES = {
     ),
     "no rows at all": (
         "permute_multi_embedding",
-        dict(
-            pooled_embs=[np.ones((3, 2))],
-            permutes=np.zeros((0, 6), np.int64),
-            in_shapes=np.array([2]),
-            out_shapes=np.array([4]),
-            out_lengths=[4],
-        ),
+        pme_args([np.ones((3, 2))], np.zeros((0, 6), np.int64), np.array([2]), np.array([4]), [4]),
     ),
     "backward, uncovered columns are 0": (
         "permute_multi_embedding_backward",
-        dict(
-            grad_outputs=[np.ones((2, 2))],
-            permutes=np.array([[0, 0, 1, 0, 2, 0]]),
-            in_shapes=np.array([5]),
-            out_shapes=np.array([2]),
-            in_lengths=[5],
-        ),
+        pme_args([np.ones((2, 2))], np.array([[0, 0, 1, 0, 2, 0]]), np.array([5]), np.array([2]), [5], backward=True),
     ),
     "backward float16 rounds after every addition": (
         "permute_multi_embedding_backward",
-        dict(
-            grad_outputs=[np.array([[2048.0, 1.0, 1.0]], np.float16)],
-            permutes=np.array([[0, 0, 0, 0, 1, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 2, 1, 0]]),
-            in_shapes=np.array([1]),
-            out_shapes=np.array([3]),
-            in_lengths=[1],
+        pme_args(
+            [np.array([[2048.0, 1.0, 1.0]], np.float16)],
+            np.array([[0, 0, 0, 0, 1, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 2, 1, 0]]),
+            np.array([1]),
+            np.array([3]),
+            [1],
+            backward=True,
         ),
     ),
     "negative zero gradient becomes +0 (sum from zeros)": (
         "permute_multi_embedding_backward",
-        dict(
-            grad_outputs=[np.array([[-0.0]])],
-            permutes=np.array([[0, 0, 0, 0, 1, 0]]),
-            in_shapes=np.array([1]),
-            out_shapes=np.array([1]),
-            in_lengths=[1],
+        pme_args(
+            [np.array([[-0.0]])], np.array([[0, 0, 0, 0, 1, 0]]), np.array([1]), np.array([1]), [1], backward=True
         ),
     ),
     "strided columns": (
         "permute_multi_embedding",
-        dict(
-            pooled_embs=[np.arange(24.0).reshape(4, 6)[:, ::2]],
-            permutes=np.array([[0, 0, 1, 0, 2, 0]]),
-            in_shapes=np.array([3]),
-            out_shapes=np.array([2]),
-            out_lengths=[2],
+        pme_args(
+            [np.arange(24.0).reshape(4, 6)[:, ::2]], np.array([[0, 0, 1, 0, 2, 0]]), np.array([3]), np.array([2]), [2]
         ),
     ),
     "pooled int64 ids": (
@@ -422,19 +404,14 @@ def test_classic_case_production_widths():
 
 # -- bad input: a clear error before any kernel runs ---------------------------------
 PERM = np.array([[0, 0, 0, 0, 2, 0], [0, 1, 2, 0, 1, 0]])
-GOOD = dict(
-    pooled_embs=[np.ones((2, 3), np.float32)],
-    permutes=PERM,
-    in_shapes=np.array([3]),
-    out_shapes=np.array([2, 1]),
-    out_lengths=[2, 1],
-)
-GOOD_BW = dict(
-    grad_outputs=[np.ones((2, 2), np.float32), np.ones((2, 1), np.float32)],
-    permutes=PERM,
-    in_shapes=np.array([3]),
-    out_shapes=np.array([2, 1]),
-    in_lengths=[3],
+GOOD = pme_args([np.ones((2, 3), np.float32)], PERM, np.array([3]), np.array([2, 1]), [2, 1])
+GOOD_BW = pme_args(
+    [np.ones((2, 2), np.float32), np.ones((2, 1), np.float32)],
+    PERM,
+    np.array([3]),
+    np.array([2, 1]),
+    [3],
+    backward=True,
 )
 
 
@@ -551,10 +528,6 @@ torch = pytest.importorskip("torch")
 tb = pytest.importorskip("embnum.torch_bridge")
 
 
-def _t(a):
-    return torch.tensor(np.ascontiguousarray(a))
-
-
 @st.composite
 def float64_regroup(draw):
     keys, lengths, groups = draw(regroupings())
@@ -568,9 +541,9 @@ def float64_regroup(draw):
 def test_gradcheck(case):
     embs, keys, lengths, groups = case
     assume(all(x.size for x in embs) and any(groups))  # gradcheck needs elements on both sides
-    xs = tuple(_t(x).requires_grad_() for x in embs)
+    xs = tuple(tensor(x).requires_grad_() for x in embs)
     perm, ins, outs, ol = (
-        _t(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups)
+        tensor(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups)
     )
     assert torch.autograd.gradcheck(lambda *v: tb.regroup_keyed_tensor(list(v), keys, lengths, groups), xs)
     assert torch.autograd.gradcheck(lambda *v: tb.permute_multi_embedding(list(v), perm, ins, outs, ol), xs)
@@ -590,12 +563,12 @@ def test_bridge_gradient_is_the_reference_adjoint(flavor, case, dtype, seed):
     if flavor == "cuda" and not embnum._backend.BACKENDS["cuda"].available():
         pytest.skip("cuda backend unavailable")
     embs, keys, lengths, groups = case
-    xs = [_t(x.astype(dtype)).requires_grad_() for x in embs]
+    xs = [tensor(x.astype(dtype)).requires_grad_() for x in embs]
     outs = tb.regroup_keyed_tensor(xs, keys, lengths, groups, backend=flavor)
     assume(outs)
     rng = np.random.default_rng(seed)
     grads = [rng.standard_normal(tuple(o.shape)).astype(dtype) for o in outs]
-    torch.autograd.backward(outs, [_t(g) for g in grads])
+    torch.autograd.backward(outs, [tensor(g) for g in grads])
     perm, ins, o_shapes, _ = embnum.kt_regroup_arguments(None, keys, lengths, groups)
     want = embnum.permute_multi_embedding_backward(grads, perm, ins, o_shapes, ins.tolist(), backend="ref")
     for x, w in zip(xs, want):
@@ -863,103 +836,127 @@ def test_cuda_c_source_uses_16_byte_vectors():
     assert "st.v4.u32" in ptx or "st.global.v4.u32" in ptx
 
 
-# -- optional differential tier: fbgemm_gpu ---------------------------------------------
-def _fbgemm():
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception:  # noqa: BLE001
-        pytest.skip("fbgemm_gpu is not importable")
-    return torch.ops.fbgemm
-
-
+# -- optional differential tier: fbgemm_gpu (tests/test_ops.py runs FBGEMM) -------------
 @st.composite
-def fbgemm_regroup(draw):
-    """Regroupings with float32/float16 values (fbgemm has no float64 kernel), B >= 1, finite values."""
+def fbgemm_regroup(draw, kind="forward"):
+    """permute_multi_embedding (``kind`` "forward"), its backward ("backward") or
+    regroup_keyed_tensor ("regroup") arguments of drawn regroupings with float32/float16
+    values (fbgemm has no float64 kernel), B >= 1, finite values."""
     keys, lengths, groups = draw(regroupings())
     dtype = draw(st.sampled_from([np.float32, np.float16]))
     B = draw(st.integers(1, 4))
     embs = [draw(value_arrays(dtype, (B, sum(ls)), special=False)) for ls in lengths]
-    return embs, keys, lengths, groups
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=40)
-@given(case=regroupings(max_inputs=4, max_keys=4))
-def test_fbgemm_kt_regroup_arguments(case):
-    fb = _fbgemm()
-    keys, lengths, groups = case
-    want = fb.kt_regroup_arguments(torch.zeros(1), keys, lengths, groups)
-    got = embnum.kt_regroup_arguments(None, keys, lengths, groups)
-    for g, w in zip(got[:3], want[:3]):
-        assert g.dtype == np.int32 and g.tolist() == w.tolist()
-    assert got[3] == list(want[3])
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=40)
-@given(case=fbgemm_regroup())
-def test_fbgemm_permute_multi_embedding_forward_and_backward(case):
-    fb = _fbgemm()
-    embs, keys, lengths, groups = case
-    perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
-    xs = [_t(e).requires_grad_() for e in embs]
-    want = fb.permute_multi_embedding(xs, _t(perm), _t(ins), _t(outs), ol)
-    got = embnum.permute_multi_embedding(embs, perm, ins, outs, ol)
-    for g, w in zip(got, want):
-        bits = f"u{g.itemsize}"
-        np.testing.assert_array_equal(g.view(bits), w.detach().numpy().view(bits))
-    for g, w in zip(
-        embnum.regroup_keyed_tensor(embs, keys, lengths, groups),
-        fb.regroup_keyed_tensor([_t(e) for e in embs], keys, lengths, groups),
-    ):
-        np.testing.assert_array_equal(g, w.numpy())
-    assume(ol and any(ol))  # the backward below needs a non-empty output (the forward is checked above)
+    if kind == "regroup":
+        return dict(pooled_embs=embs, keys=keys, lengths=lengths, groups=groups)
+    perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups, backend="ref")
+    if kind == "forward":
+        return pme_args(embs, perm, ins, outs, ol)
     rng = np.random.default_rng(0)
-    grads = [rng.standard_normal((embs[0].shape[0], w)).astype(embs[0].dtype) for w in ol]
-    fb_grads = torch.autograd.grad(want, xs, [_t(g) for g in grads], allow_unused=True)
-    mine = embnum.permute_multi_embedding_backward(grads, perm, ins, outs, ins.tolist())
-    for i, (m, f) in enumerate(zip(mine, fb_grads)):
-        f = np.zeros_like(m) if f is None else f.numpy().copy()
-        used = np.zeros(m.shape[1], bool)  # fbgemm leaves the columns of unused keys uninitialised
-        for r in perm.tolist():
+    grads = [rng.standard_normal((B, w)).astype(dtype) for w in ol]
+    return pme_args(grads, perm, ins, outs, ins.tolist(), backward=True)
+
+
+def _regroup_arguments_same(got, want, args):
+    """The three int32 tables and the output lengths (fbgemm's tables may be int64)."""
+    tables = all(g.dtype == np.int32 and g.tolist() == w.tolist() for g, w in zip(got[:3], want[:3]))
+    return tables and list(got[3]) == list(want[3])
+
+
+def _pme_peer(fb, a):
+    tables = [tensor(a[k]) for k in ("permutes", "in_shapes", "out_shapes")]
+    return fb.permute_multi_embedding([tensor(e) for e in a["pooled_embs"]], *tables, a["out_lengths"])
+
+
+def _pme_backward_peer(fb, a):
+    """fbgemm's gradient of its forward; the columns of unused keys (fbgemm leaves them
+    uninitialised) are set to 0, embnum's value."""
+    import torch
+
+    g0 = tensor(a["grad_outputs"][0])
+    xs = [torch.zeros((g0.shape[0], w), dtype=g0.dtype, requires_grad=True) for w in a["in_lengths"]]
+    tables = [tensor(a[k]) for k in ("permutes", "in_shapes", "out_shapes")]
+    out = fb.permute_multi_embedding(xs, *tables, [g.shape[1] for g in a["grad_outputs"]])
+    grads = torch.autograd.grad(out, xs, [tensor(g) for g in a["grad_outputs"]], allow_unused=True)
+    result = []
+    for i, (x, g) in enumerate(zip(xs, grads)):
+        g = torch.zeros_like(x).numpy() if g is None else g.numpy().copy()
+        used = np.zeros(g.shape[1], bool)
+        for r in a["permutes"].tolist():
             if r[0] == i:
                 used[r[2] : r[2] + r[4]] = True
-        f[:, ~used] = 0
-        np.testing.assert_array_equal(m, f)  # == treats -0.0 and 0.0 alike (spec: up to the sign of a zero sum)
+        g[:, ~used] = 0
+        result.append(g)
+    return result
+
+
+def _pooled_domain(args):
+    """float16/float32 (fbgemm: no float64, no integers), B >= 1."""
+    x = np.ascontiguousarray(args["pooled_embs"])
+    return dict(args, pooled_embs=x) if x.dtype.kind == "f" and x.dtype != np.float64 and x.shape[0] else None
+
+
+FBGEMM = [
+    Peer(
+        "kt_regroup_arguments",
+        lambda fb, a: fb.kt_regroup_arguments(tensor(np.zeros(1)), a["keys"], a["lengths"], a["groups"]),
+        same=_regroup_arguments_same,
+        strategy=regroupings(max_inputs=4, max_keys=4).map(
+            lambda c: dict(embs=None, keys=c[0], lengths=c[1], groups=c[2])
+        ),
+    ),
+    Peer("permute_multi_embedding", _pme_peer, strategy=fbgemm_regroup()),
+    Peer(
+        "regroup_keyed_tensor",
+        lambda fb, a: fb.regroup_keyed_tensor(
+            [tensor(e) for e in a["pooled_embs"]], a["keys"], a["lengths"], a["groups"]
+        ),
+        same="values",
+        strategy=fbgemm_regroup("regroup"),
+    ),
+    Peer(
+        "permute_multi_embedding_backward",
+        _pme_backward_peer,
+        # the backward needs a non-empty output
+        lambda a: a if any(g.shape[1] for g in a["grad_outputs"]) else None,
+        # == treats -0.0 and 0.0 alike (spec: up to the sign of a zero sum)
+        same="values",
+        strategy=fbgemm_regroup("backward"),
+    ),
+    Peer(
+        "permute_pooled_embs",
+        lambda fb, a: fb.permute_pooled_embs_auto_grad(
+            tensor(a["pooled_embs"]), *(tensor(a[k].astype(np.int64)) for k in POOLED_LISTS)
+        ),
+        _pooled_domain,
+    ),
+]
 
 
 @pytest.mark.fbgemm
 @settings(max_examples=40)
 @given(args=pooled_args())
-def test_fbgemm_permute_pooled_embs(args):
-    fb = _fbgemm()
-    x = np.ascontiguousarray(args["pooled_embs"])
-    assume(x.dtype.kind == "f" and x.dtype != np.float64 and x.shape[0] > 0)
-    lists = [
-        _t(args[k].astype(np.int64))
-        for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
-    ]
-    xt = _t(x).requires_grad_()
-    want = fb.permute_pooled_embs_auto_grad(xt, *lists)
-    got = embnum.permute_pooled_embs(
-        x, *(args[k] for k in ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list"))
-    )
-    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.detach().numpy().view(f"u{got.itemsize}"))
-    if x.size:
-        g = np.arange(x.size, dtype=x.dtype).reshape(x.shape)
-        (fb_grad,) = torch.autograd.grad(want, xt, _t(g))
-        xt2 = _t(x).requires_grad_()
-        (tb_grad,) = torch.autograd.grad(tb.permute_pooled_embs(xt2, *lists), xt2, _t(g))
-        np.testing.assert_array_equal(tb_grad.numpy(), fb_grad.numpy())
+def test_fbgemm_permute_pooled_embs_gradient(args):
+    """The bridge's gradient of permute_pooled_embs is fbgemm's (the forward is in FBGEMM)."""
+    fbgemm()
+    args = _pooled_domain(args)
+    assume(args is not None and args["pooled_embs"].size)
+    x = args["pooled_embs"]
+    lists = [tensor(args[k].astype(np.int64)) for k in POOLED_LISTS]
+    g = tensor(np.arange(x.size, dtype=x.dtype).reshape(x.shape))
+    grads = []
+    for fn in (torch.ops.fbgemm.permute_pooled_embs_auto_grad, tb.permute_pooled_embs):
+        xt = tensor(x).requires_grad_()
+        grads.append(torch.autograd.grad(fn(xt, *lists), xt, g)[0].numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
 
 
 @pytest.mark.fbgemm
 def test_fbgemm_bfloat16_gradient():
-    fb = _fbgemm()
+    fb = fbgemm()
     rng = np.random.default_rng(1)
     keys, lengths, groups = [["a", "b"], ["c"]], [[3, 2], [4]], [["a", "c", "a"], ["b", "a"], ["c"]]
     perm, ins, outs, ol = (
-        _t(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups)
+        tensor(a) if isinstance(a, np.ndarray) else a for a in embnum.kt_regroup_arguments(None, keys, lengths, groups)
     )
     xs = [torch.tensor(rng.standard_normal((5, sum(ls))), dtype=torch.bfloat16, requires_grad=True) for ls in lengths]
     want = fb.permute_multi_embedding(xs, perm, ins, outs, ol)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embnum
-from harness import check_matches_ref
+from harness import Peer, fbgemm, tensor
 from strategies import float_dtypes, index_dtypes, maybe_strided, value_dtypes
 
 FAMILY = [op.name for op in embnum.ops("kjt")]
@@ -311,15 +311,8 @@ WORKED = [
     ),
     (
         "block_bucketize_sparse_features",
-        dict(
-            lengths=_a(2, 1, 1, 2, 0, 2),
-            indices=_a(1, 8, 5, 6, 7, 8, 8, 4),
-            bucketize_pos=True,
-            sequence=True,
-            block_sizes=_a(5, 10, 8),
-            my_size=2,
-            batch_size_per_feature=_a(3, 1, 2),
-        ),
+        dict(BB, lengths=_a(2, 1, 1, 2, 0, 2), indices=_a(1, 8, 5, 6, 7, 8, 8, 4), block_sizes=_a(5, 10, 8))
+        | dict(bucketize_pos=True, sequence=True, my_size=2, batch_size_per_feature=_a(3, 1, 2)),
         (
             [1, 0, 0, 2, 0, 1, 1, 1, 1, 0, 0, 1],
             [1, 7, 8, 4, 3, 0, 1, 0],
@@ -330,42 +323,20 @@ WORKED = [
     ),
     (
         "block_bucketize_sparse_features",
-        dict(
-            lengths=_a(0, 3, 2, 0, 1, 5),
-            indices=_a(1, 2, 10, 4, 16, 6, 7, 18, 19, 10, 0),
-            bucketize_pos=False,
-            sequence=False,
-            block_sizes=_a(2, 3, 4),
-            my_size=3,
-            total_num_blocks=_a(6, 6, 6),
-        ),
+        dict(BB, lengths=_a(0, 3, 2, 0, 1, 5), indices=_a(1, 2, 10, 4, 16, 6, 7, 18, 19, 10, 0))
+        | dict(block_sizes=_a(2, 3, 4), total_num_blocks=_a(6, 6, 6)),
         ([0, 2, 1, 0, 1, 2, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 2], [1, 2, 4, 6, 7, 0, 2, 2, 4, 2, 3], None, None, None),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(
-            lengths=_a(2, 1, 1),
-            indices=_a(1, 9, 20, 3),
-            bucketize_pos=False,
-            sequence=True,
-            block_sizes=_a(5),
-            my_size=2,
-            block_bucketize_pos=[_a(0, 2, 8)],
-        ),
+        dict(BB, lengths=_a(2, 1, 1), indices=_a(1, 9, 20, 3), sequence=True, block_sizes=_a(5), my_size=2)
+        | dict(block_bucketize_pos=[_a(0, 2, 8)]),
         ([1, 1, 0, 1, 0, 1], [1, 10, 4, 1], None, None, [0, 2, 1, 3]),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(
-            lengths=_a(4),
-            indices=_a(1, 3, 4, 9),
-            bucketize_pos=False,
-            sequence=False,
-            block_sizes=_a(0),
-            my_size=2,
-            block_bucketize_pos=[_a(0, 2, 8)],
-            total_num_blocks=_a(4),
-        ),
+        dict(BB, lengths=_a(4), indices=_a(1, 3, 4, 9), block_sizes=_a(0), my_size=2)
+        | dict(block_bucketize_pos=[_a(0, 2, 8)], total_num_blocks=_a(4)),
         ([1, 3], [1, 0, 0, 2], None, None, None),
     ),
     (
@@ -398,17 +369,7 @@ WORKED = [
 ]
 
 
-@pytest.mark.parametrize("name,args,want", WORKED, ids=[f"{w[0]}-{i}" for i, w in enumerate(WORKED)])
-def test_worked_examples(name, args, want, fast_backend):
-    got = check_matches_ref(name, args, fast_backend)
-    if not isinstance(got, (list, tuple)):
-        got, want = [got], [want]
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        if w is None:
-            assert g is None
-        else:
-            np.testing.assert_array_equal(g, np.array(w, dtype=g.dtype))
+# test_worked_examples: tests/test_ops.py runs WORKED on every backend
 
 
 EDGES = {
@@ -657,26 +618,7 @@ def test_unbucketize_permute_restores_order():
 torch = pytest.importorskip("torch")
 
 
-def _fbgemm():
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception:  # noqa: BLE001
-        pytest.skip("fbgemm_gpu is not importable")
-    return torch.ops.fbgemm
-
-
-def _t(a):
-    return None if a is None else torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _same(got, want):
-    got = np.asarray(got)
-    want = want.numpy()
-    assert got.dtype == want.dtype and got.shape == want.shape
-    assert got.tobytes() == want.tobytes(), (got, want)
-
-
-def _fb_values(args):
+def _permute_domain(args):
     """fbgemm's permutes take no float64 values, no float16 weights (1D) and only int32 permutes."""
     args = dict(args, permute=np.ascontiguousarray(args["permute"]).astype(I32))
     if args["values"].dtype == np.float64:
@@ -686,98 +628,76 @@ def _fb_values(args):
     return args
 
 
-@pytest.mark.fbgemm
-@settings(max_examples=30)
-@given(args=permute_2d_args())
-def test_fbgemm_permute_2d(args):
-    fb = _fbgemm()
-    args = _fb_values(args)
-    M = int(np.asarray(args["lengths"])[args["permute"].astype(I64)].sum())
-    want = fb.permute_2D_sparse_data(
-        _t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M
+def _permute_peer(fb_name):
+    def call(fb, a):
+        M = int(np.asarray(a["lengths"])[a["permute"].astype(I64)].sum())
+        return getattr(fb, fb_name)(
+            tensor(a["permute"]), tensor(a["lengths"]), tensor(a["values"]), tensor(a["weights"]), M
+        )
+
+    return call
+
+
+def _bucketize_domain(args):
+    """Block sizes >= 1 (fbgemm 1.8.0 divides by zero for T == 0 and corrupts the heap for a block
+    size of 0; block size 0 is covered by the oracle and the worked examples); not both
+    ``block_bucketize_pos`` and ``total_num_blocks`` (fbgemm skips the multiple-of check
+    there); float32 weights (fbgemm rejects float16 weights here)."""
+    if args["block_sizes"].size == 0 or (
+        args["block_bucketize_pos"] is not None and args["total_num_blocks"] is not None
+    ):
+        return None
+    args = dict(args, block_sizes=np.maximum(args["block_sizes"], 1), lengths=np.ascontiguousarray(args["lengths"]))
+    if args["weights"] is not None and args["weights"].dtype == np.float16:
+        args["weights"] = args["weights"].astype(np.float32)
+    return args
+
+
+def _bucketize_peer(fb, a):
+    idt, ldt = a["indices"].dtype, a["lengths"].dtype
+    batch, pos, total = a["batch_size_per_feature"], a["block_bucketize_pos"], a["total_num_blocks"]
+    return fb.block_bucketize_sparse_features(
+        tensor(a["lengths"]),
+        tensor(a["indices"]),
+        a["bucketize_pos"],
+        a["sequence"],
+        tensor(a["block_sizes"].astype(idt)),
+        a["my_size"],
+        tensor(a["weights"]),
+        None if batch is None else tensor(batch.astype(ldt)),
+        a["max_B"],
+        None if pos is None else [tensor(p.astype(idt)) for p in pos],
+        a["keep_orig_idx"],
+        None if total is None else tensor(total.astype(idt)),
+        tensor(a["keep_orig_idx_per_feature"]),
     )
-    for backend in ("ref", "cpu"):
-        got = embnum.permute_2d_sparse_data(**args, backend=backend)
-        for g, w in zip(got, want):
-            if g is not None:
-                _same(g, w)
 
 
-@pytest.mark.fbgemm
-@settings(max_examples=30)
-@given(args=permute_1d_args())
-def test_fbgemm_permute_1d(args):
-    fb = _fbgemm()
-    args = _fb_values(args)
-    M = int(args["lengths"][args["permute"].astype(I64)].sum())
-    want = fb.permute_1D_sparse_data(
-        _t(args["permute"]), _t(args["lengths"]), _t(args["values"]), _t(args["weights"]), M
-    )
-    for backend in ("ref", "cpu"):
-        got = embnum.permute_1d_sparse_data(**args, backend=backend)
-        for g, w in zip(got, want):
-            if g is not None:
-                _same(g, w)
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=60)
-@given(args=bucketize_args())
-def test_fbgemm_block_bucketize(args):
-    fb = _fbgemm()
-    if args["block_sizes"].size == 0:
-        return  # fbgemm 1.8.0 divides by zero for T == 0 (kjt.md section 3.4)
-    # fbgemm 1.8.0's CPU kernel corrupts the heap for a block size of 0: those keys get 1 here
-    # (block size 0 is covered against the oracle and the spec's worked examples)
-    args = dict(args, block_sizes=np.maximum(args["block_sizes"], 1))
-    if args["block_bucketize_pos"] is not None and args["total_num_blocks"] is not None:
-        return  # fbgemm skips the multiple-of check there; covered by the oracle only
-    idt = args["indices"].dtype
-    w = args["weights"]
-    if w is not None and w.dtype == np.float16:
-        args = dict(args, weights=w.astype(np.float32))  # fbgemm rejects float16 weights here
-    lengths = np.ascontiguousarray(args["lengths"])
-    batch = args["batch_size_per_feature"]
-    pos = args["block_bucketize_pos"]
-    keep_per = args["keep_orig_idx_per_feature"]
-    want = fb.block_bucketize_sparse_features(
-        _t(lengths),
-        _t(args["indices"]),
-        args["bucketize_pos"],
-        args["sequence"],
-        _t(args["block_sizes"].astype(idt)),
-        args["my_size"],
-        _t(args["weights"]),
-        None if batch is None else _t(batch.astype(lengths.dtype)),
-        args["max_B"],
-        None if pos is None else [_t(p.astype(idt)) for p in pos],
-        args["keep_orig_idx"],
-        None if args["total_num_blocks"] is None else _t(args["total_num_blocks"].astype(idt)),
-        None if keep_per is None else _t(keep_per),
-    )
-    for backend in ("ref", "cpu"):
-        got = embnum.block_bucketize_sparse_features(**args, backend=backend)
-        for g, w_ in zip(got, want):
-            assert (g is None) == (w_ is None)
-            if g is not None:
-                _same(g, w_)
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=30)
-@given(args=expand_args())
-def test_fbgemm_expand_and_invert(args):
-    fb = _fbgemm()
+def _expand_domain(args):
+    """int64 permute and offsets; a non-empty permute (fbgemm raises for an empty one, kjt.md section 5)."""
     if args["permute"].size == 0:
-        return  # fbgemm raises for an empty permute (kjt.md section 5)
-    conv = {k: args[k].astype(I64) for k in ("permute", "input_offset", "output_offset")}
-    want = fb.expand_into_jagged_permute(
-        _t(conv["permute"]), _t(conv["input_offset"]), _t(conv["output_offset"]), args["output_size"]
-    )
-    p = np.random.default_rng(args["output_size"]).permutation(len(args["permute"])).astype(args["permute"].dtype)
-    for backend in ("ref", "cpu"):
-        _same(embnum.expand_into_jagged_permute(**conv, output_size=args["output_size"], backend=backend), want)
-        _same(embnum.invert_permute(p, backend=backend), fb.invert_permute(_t(p)))
+        return None
+    return dict(args, **{k: args[k].astype(I64) for k in ("permute", "input_offset", "output_offset")})
+
+
+FBGEMM = [
+    Peer("permute_2d_sparse_data", _permute_peer("permute_2D_sparse_data"), _permute_domain, examples=30),
+    Peer("permute_1d_sparse_data", _permute_peer("permute_1D_sparse_data"), _permute_domain, examples=30),
+    Peer("block_bucketize_sparse_features", _bucketize_peer, _bucketize_domain, examples=60),
+    Peer(
+        "expand_into_jagged_permute",
+        lambda fb, a: fb.expand_into_jagged_permute(
+            tensor(a["permute"]), tensor(a["input_offset"]), tensor(a["output_offset"]), a["output_size"]
+        ),
+        _expand_domain,
+        examples=30,
+    ),
+    Peer("invert_permute", lambda fb, a: fb.invert_permute(tensor(a["permute"])), examples=30),
+]
+NO_FBGEMM_PEER = {
+    "keyed_jagged_index_select_dim1": "fbgemm's keyed_jagged_index_select_dim1 exists; not compared yet",
+    "jagged_unique_indices": "fbgemm's jagged_unique_indices exists; not compared yet",
+}
 
 
 # -- torch bridge: gradients (scatter-add, right for repeated and dropped keys), bfloat16 ----------
@@ -798,7 +718,7 @@ def _float_case(args, rng):
 def test_gradcheck_permutes(name, data):
     args = data.draw(STRATEGIES[name](small=True))
     v, w = _float_case(args, np.random.default_rng(0))
-    perm, lengths = _t(args["permute"]), _t(args["lengths"])
+    perm, lengths = tensor(args["permute"]), tensor(args["lengths"])
     fn = getattr(tb, name)
     assert torch.autograd.gradcheck(lambda x, y: fn(perm, lengths, x, y)[1:], (v, w))
 
@@ -807,7 +727,7 @@ def test_gradcheck_permutes(name, data):
 @given(args=index_select_args(small=True))
 def test_gradcheck_keyed_jagged_index_select(args):
     v, w = _float_case(args, np.random.default_rng(1))
-    rest = [_t(args[k]) for k in ("lengths", "offsets", "indices")]
+    rest = [tensor(args[k]) for k in ("lengths", "offsets", "indices")]
     fn = tb.keyed_jagged_index_select_dim1
     assert torch.autograd.gradcheck(lambda x, y: tuple(fn(x, *rest, args["batch_size"], y)[::2]), (v, w))
 
@@ -816,7 +736,7 @@ def test_gradcheck_keyed_jagged_index_select(args):
 def test_permute_gradient_sums_repeated_keys(backend):
     """Key 1 taken twice gets both gradients, dropped key 0 gets zeros (fbgemm inverts the permute)."""
     v = torch.arange(10.0, requires_grad=True)
-    out = tb.permute_2d_sparse_data(torch.tensor([1, 1, 2]), _t(L2D), v, backend=backend)
+    out = tb.permute_2d_sparse_data(torch.tensor([1, 1, 2]), tensor(L2D), v, backend=backend)
     g = torch.arange(float(out[1].shape[0]))
     out[1].backward(g)
     want = np.zeros(10)
@@ -827,7 +747,7 @@ def test_permute_gradient_sums_repeated_keys(backend):
 
 def test_bridge_bfloat16_moves_bits_and_keeps_none_slots():
     w = torch.randn(9).to(torch.bfloat16)
-    r = tb.block_bucketize_sparse_features(_t(BL), _t(BI), False, True, _t(_a(4, 5)), 3, w)
+    r = tb.block_bucketize_sparse_features(tensor(BL), tensor(BI), False, True, tensor(_a(4, 5)), 3, w)
     assert r[3] is None and r[2].dtype == torch.bfloat16
     want = embnum.block_bucketize_sparse_features(BL, BI, False, True, _a(4, 5), 3, w.float().numpy())
     np.testing.assert_array_equal(r[2].float().numpy(), want[2])
@@ -839,11 +759,11 @@ def test_bridge_bfloat16_moves_bits_and_keeps_none_slots():
 @given(args=permute_2d_args(small=True), seed=st.integers(0, 2**32 - 1))
 def test_fbgemm_permute_2d_gradient_on_true_permutations(args, seed):
     """Where fbgemm's inverse-permute backward is right (a true permutation), the gradients agree."""
-    _fbgemm()
+    fbgemm()
     T = args["lengths"].shape[0]
     rng = np.random.default_rng(seed)
     perm = torch.from_numpy(rng.permutation(T).astype(I32))
-    lengths = _t(args["lengths"])
+    lengths = tensor(args["lengths"])
     n = int(lengths.sum())
     values = rng.standard_normal(n).astype(np.float32)
     g = torch.from_numpy(rng.standard_normal(n).astype(np.float32))

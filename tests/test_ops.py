@@ -1,14 +1,20 @@
-"""The generated test driver: every registered op, on every fast backend, against the oracle.
+"""The generated test driver: every registered op, on every fast backend, from each family's tables.
 
-Each family's test module (``tests/test_<family>.py``) gives its table, ``STRATEGIES``
-(op name -> Hypothesis strategy of keyword arguments, host NumPy arrays, or a function
-``small -> strategy`` giving smaller inputs for the CUDA simulator) and, where its
-ops warn by design, ``EXPECTED_WARNINGS``; this module parametrizes over ``embnum.ops()``
-and the backend flavors (``conftest.fast_backend``) and runs :func:`harness.matches_ref`
-on each. A family file keeps only what is particular to it (edges, bad inputs, worked
-examples, fbgemm comparisons); the families' ``EDGES`` (case -> (op, args)) and ``BAD``
-((op, args, exception, words)) tables run here too. Adding an op: its declaration, kernels, bridge line and a
-strategy in its family's table; the checks below fail until the strategy is there.
+Each family's test module (``tests/test_<family>.py``) gives its tables; this module
+parametrizes over them, ``embnum.ops()`` and the backend flavors (``conftest.fast_backend``):
+
+- ``STRATEGIES``: op name -> Hypothesis strategy of keyword arguments (host NumPy arrays), or
+  a function ``small -> strategy`` (smaller inputs for the CUDA simulator); every backend
+  against the oracle (:func:`harness.matches_ref`; ``EXPECTED_WARNINGS`` where ops warn by design);
+- ``EDGES``: case -> (op, args), the spec's edge cases, against the oracle;
+- ``BAD``: [(op, args, exception, words)], the error and the words its message names;
+- ``WORKED``: [(op, args, want) or (op, args, want, tolerance)], the spec's worked examples
+  (``WORKED_TOL`` the family's float tolerance; ``NOT_WORKED`` op -> why none);
+- ``FBGEMM``: [:class:`harness.Peer`], the optional differential tier against fbgemm_gpu
+  (``pytest -m fbgemm``; ``NO_FBGEMM_PEER`` op -> why none).
+
+The checks below fail until a new op has a strategy, a bad-input row, a worked example (or a
+reason) and an fbgemm peer (or a reason). A family file keeps only what is particular to it.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import importlib
 import warnings
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis.strategies import SearchStrategy
 
 import embnum
 from embnum._registry import backends
-from harness import FLAVORS, check_matches_ref, check_rejects, matches_ref
+from harness import FLAVORS, check_fbgemm, check_matches_ref, check_rejects, check_worked, fbgemm, matches_ref
 
 OPS = embnum.ops()
 
@@ -38,6 +45,20 @@ def test_every_op_has_a_strategy():
     assert not stale, f"strategies for ops that are not registered: {stale}"
 
 
+def _strategy(name: str, small: bool = False):
+    strategy = table(embnum.get_op(name).family).STRATEGIES[name]
+    return strategy if isinstance(strategy, SearchStrategy) else strategy(small=small)
+
+
+def _families():
+    return sorted({o.family for o in OPS})
+
+
+def _peers():
+    """Every family's ``FBGEMM`` rows (``harness.Peer``)."""
+    return [p for f in _families() for p in getattr(table(f), "FBGEMM", ())]
+
+
 def test_driver_covers_every_backend():
     """The flavors reach every fast backend (ref is the oracle each is compared with)."""
     assert {f.backend for f in FLAVORS} | {"ref"} == set(backends())
@@ -50,9 +71,8 @@ def _rows(kind: str):
         t = table(family)
         if kind == "EDGES" and isinstance(getattr(t, "EDGES", None), dict):
             rows += [pytest.param(*t.EDGES[case], id=f"{family}-{case}") for case in sorted(t.EDGES)]
-        bad = getattr(t, "BAD", None)
-        if kind == "BAD" and isinstance(bad, list) and all(len(b) == 4 and isinstance(b[0], str) for b in bad):
-            rows += [pytest.param(*b, id=f"{b[0]}-{i}") for i, b in enumerate(bad)]
+        if kind == "BAD":
+            rows += [pytest.param(*b, id=f"{b[0]}-{i}") for i, b in enumerate(getattr(t, "BAD", ()))]
     return rows
 
 
@@ -60,6 +80,44 @@ def _rows(kind: str):
 def test_edges(name, args, fast_backend):
     """The spec's edge cases of each family (its ``EDGES`` table), every backend against the oracle."""
     check_matches_ref(name, args, fast_backend)
+
+
+def _worked():
+    """Every family's ``WORKED`` rows: (op, args, want) or (op, args, want, tolerance); a family's
+    ``WORKED_TOL`` is the default tolerance of its float results (exact without it)."""
+    rows = []
+    for family in _families():
+        t = table(family)
+        for i, row in enumerate(getattr(t, "WORKED", ())):
+            name, args, want = row[:3]
+            tol = row[3] if len(row) > 3 else getattr(t, "WORKED_TOL", None)
+            rows.append(pytest.param(name, args, want, tol, id=f"{name}-{i}"))
+    return rows
+
+
+@pytest.mark.parametrize("name,args,want,tol", _worked())
+def test_worked_examples(name, args, want, tol, fast_backend):
+    """The spec's worked examples (each family's ``WORKED`` table): the oracle gives the
+    example's numbers and every backend the oracle's."""
+    check_worked(check_matches_ref(name, args, fast_backend), want, tol, name)
+
+
+def test_every_family_has_worked_examples():
+    """Every family gives worked examples, and every op of a family with a table is reached by
+    one, or is named in the family's ``NOT_WORKED`` (op -> why)."""
+    for family in _families():
+        t = table(family)
+        assert getattr(t, "WORKED", None), f"tests/test_{family}.py has no WORKED table"
+        reached = {row[0] for row in t.WORKED} | set(getattr(t, "NOT_WORKED", {}))
+        missing = [o.name for o in OPS if o.family == family and o.name not in reached]
+        assert not missing, f"ops of {family} without a worked example (nor a NOT_WORKED reason): {missing}"
+
+
+def test_every_op_has_bad_input_rows():
+    """Every op is in its family's ``BAD`` table (so every backend's rejections are checked)."""
+    rows = {r.values[0] for r in _rows("BAD")}
+    missing = [o.name for o in OPS if o.name not in rows]
+    assert not missing, f"ops without a row in their family's BAD table: {missing}"
 
 
 @pytest.mark.parametrize("name,args,exc,words", _rows("BAD"))
@@ -75,7 +133,33 @@ def test_matches_ref(name, fast_backend):
     with warnings.catch_warnings():
         for category in getattr(t, "EXPECTED_WARNINGS", ()):
             warnings.simplefilter("ignore", category)
-        strategy = t.STRATEGIES[name]
-        if not isinstance(strategy, SearchStrategy):
-            strategy = strategy(small=fast_backend.backend == "cuda")
-        matches_ref(name, strategy, fast_backend)
+        matches_ref(name, _strategy(name, small=fast_backend.backend == "cuda"), fast_backend)
+
+
+def test_fbgemm_table_names_every_op():
+    """Each op has an fbgemm peer in its family's ``FBGEMM`` table or is listed in its
+    ``NO_FBGEMM_PEER`` (op -> why), never both."""
+    compared = {p.op for p in _peers()}
+    without = {n: why for f in _families() for n, why in getattr(table(f), "NO_FBGEMM_PEER", {}).items()}
+    assert not compared & set(without), f"ops both compared and listed as without a peer: {compared & set(without)}"
+    missing = [o.name for o in OPS if o.name not in compared and o.name not in without]
+    assert not missing, f"ops neither in a FBGEMM table nor in NO_FBGEMM_PEER: {missing}"
+    stale = [n for n in compared | set(without) if n not in {o.name for o in OPS}]
+    assert not stale, f"fbgemm rows for ops that are not registered: {stale}"
+
+
+@pytest.mark.fbgemm
+@pytest.mark.parametrize("peer", _peers(), ids=lambda p: p.op + (f"-{p.case}" if p.case else ""))
+def test_fbgemm(peer):
+    """Each family's ``FBGEMM`` table: embnum (ref and cpu) against fbgemm_gpu on drawn inputs."""
+    fbgemm()
+
+    @settings(max_examples=peer.examples, suppress_health_check=[HealthCheck.too_slow])
+    @given(args=peer.strategy if peer.strategy is not None else _strategy(peer.op))
+    def run(args):
+        if peer.adapt is not None:
+            args = peer.adapt(args)
+            assume(args is not None)
+        check_fbgemm(peer, args)
+
+    run()

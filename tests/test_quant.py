@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 import embnum
 from embnum import _half
 from embnum.ops.quant import hfp8_largest, hfp8_usual_max_pos
-from harness import check_matches_ref
+from harness import Peer, tensor
 from strategies import maybe_strided
 
 FAMILY = [op.name for op in embnum.ops("quant")]
@@ -250,16 +250,24 @@ WORKED = [
         [0, 1, -1, 0.3125, 96, 480, 0, -0.00390625],
     ),
     ("float_to_fp16", dict(input=np.array([np.inf, -1e5, 1.0], F32)), [65504, -65504, 1.0]),
+    # the decoders, exact (tolerance {}): bfloat16 bits u decode to the float32 with bits u << 16
+    (
+        "bfloat16_to_float",
+        dict(input=np.array([0x3F80, 0x3F81, 0xBB24, 0x7F80, 0x7FC0, 0x8000], np.uint16)),
+        np.array([0x3F800000, 0x3F810000, 0xBB240000, 0x7F800000, 0x7FC00000, 0x80000000], np.uint32).view(F32),
+        {},
+    ),
+    (
+        "fp16_to_float",
+        dict(input=np.array([65504, -65504, 1.0, -0.0, np.inf, 6e-8], F16)),
+        np.array([65504, -65504, 1.0, -0.0, np.inf, 5.960464477539063e-08], F32),
+        {},
+    ),
 ]
+WORKED_TOL = dict(rtol=1e-6)  # float results: the spec's printed digits
 
 
-@pytest.mark.parametrize("name,args,want", WORKED, ids=[f"{w[0]}-{i}" for i, w in enumerate(WORKED)])
-def test_worked_examples(name, args, want, fast_backend):
-    got = check_matches_ref(name, args, fast_backend)
-    if got.dtype.kind == "f":
-        np.testing.assert_allclose(got, np.array(want, dtype=got.dtype), rtol=1e-6)
-    else:
-        np.testing.assert_array_equal(got, np.array(want, dtype=got.dtype))
+# test_worked_examples: tests/test_ops.py runs WORKED on every backend
 
 
 def test_output_dtype_float16_is_the_rounded_float32():
@@ -488,120 +496,140 @@ def test_rne_ties_to_even(x, want):
     assert _half.rne(x) == want
 
 
-# -- optional differential tier: fbgemm_gpu ---------------------------------------------
-def _fbgemm():
-    torch = pytest.importorskip("torch")
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception:  # noqa: BLE001
-        pytest.skip("fbgemm_gpu is not importable")
-    return torch, torch.ops.fbgemm
-
-
-def _same_but_zero_bias_sign(got, want, bias_at, width):
+# -- optional differential tier: fbgemm_gpu (tests/test_ops.py runs FBGEMM) -------------
+def _same_but_zero_bias_sign(bias_at, width):
     """Equal bytes, except the sign bit of a zero bias: among equal signed zeros fbgemm's AVX2
-    min reduction may pick another one than embnum's "first minimal element" (both decode alike)."""
-    if np.array_equal(got, want):
-        return True
-    dt = "<f4" if width == 4 else "<f2"
-    g, w = got.copy(), want.copy()
-    for a in (g, w):
-        b = np.ascontiguousarray(a[:, bias_at : bias_at + width]).view(dt)
-        a[:, bias_at : bias_at + width] = np.abs(b).view(np.uint8).reshape(a.shape[0], width)
-    return np.array_equal(g, w)
+    min reduction may pick another one than embnum's "first minimal element" (both decode alike).
+    ``bias_at(got)``: the bias's first byte in a row."""
+
+    def same(got, want, args):
+        if got.shape != want.shape:
+            return False
+        if np.array_equal(got, want):
+            return True
+        dt, at = ("<f4" if width == 4 else "<f2"), bias_at(got)
+        g, w = got.copy(), want.copy()
+        for x in (g, w):
+            b = np.ascontiguousarray(x[:, at : at + width]).view(dt)
+            x[:, at : at + width] = np.abs(b).view(np.uint8).reshape(x.shape[0], width)
+        return np.array_equal(g, w)
+
+    return same
 
 
-@pytest.mark.fbgemm
-@settings(max_examples=40)
-@given(
-    x=st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20)).flatmap(
-        lambda s: float_rows(F32, shape=s, special=False)
-    )
-)
-def test_fbgemm_8bit(x):
-    torch, fb = _fbgemm()
-    t = torch.from_numpy(np.ascontiguousarray(x))
-    want = fb.FloatToFused8BitRowwiseQuantized(t).numpy()
-    got = embnum.float_to_fused_8bit_rowwise(x)
-    assert _same_but_zero_bias_sign(got, want, x.shape[1] + 4, 4)
-    back = fb.Fused8BitRowwiseQuantizedToFloat(torch.from_numpy(got)).numpy()
-    err, ok = embnum.get_op("fused_8bit_rowwise_to_float").check_fn(embnum.fused_8bit_rowwise_to_float(got), back, {})
-    assert ok, err
-    half = fb.Fused8BitRowwiseQuantizedToHalf(torch.from_numpy(got)).numpy()
-    assert np.array_equal(embnum.fused_8bit_rowwise_to_float(got, output_dtype="float16"), half)
+def _rows(dtype):
+    """Finite rows of 1-6 rows x 1-20 columns."""
+    shapes = st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20))
+    return shapes.flatmap(lambda s: float_rows(dtype, shape=s, special=False))
 
 
-@pytest.mark.fbgemm
-@settings(max_examples=30)
-@given(
-    x=st.builds(lambda r, d: (r, d), st.integers(1, 6), st.integers(1, 20)).flatmap(
-        lambda s: float_rows(F16, shape=s, special=False)
-    )
-)
-def test_fbgemm_8bit_float16_input(x):
-    """float16 rows: fbgemm's FloatOrHalfToFused8BitRowwiseQuantized (its plain FloatTo... misreads them)."""
-    torch, fb = _fbgemm()
-    x = np.ascontiguousarray(x)
-    want = fb.FloatOrHalfToFused8BitRowwiseQuantized(torch.from_numpy(x)).numpy()
-    assert _same_but_zero_bias_sign(embnum.float_to_fused_8bit_rowwise(x), want, x.shape[1] + 4, 4)
+def _encoded(encoder, args):
+    """``args`` with ``input`` replaced by embnum's (ref) encoding of it: what the decoders read."""
+    return dict(args, input=getattr(embnum, encoder)(**args, backend="ref"))
 
 
-@pytest.mark.fbgemm
-@settings(max_examples=40)
-@given(args=qn_args().filter(lambda a: np.all(np.isfinite(a["input"])) and a["input"].size))
-def test_fbgemm_nbit(args):
-    torch, fb = _fbgemm()
-    x = np.ascontiguousarray(args["input"])
-    want = fb.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(torch.from_numpy(x), args["bit_rate"]).numpy()
-    got = embnum.float_to_fused_nbit_rowwise(x, args["bit_rate"])
-    assert _same_but_zero_bias_sign(got, want, got.shape[1] - 2, 2)
-    back = fb.FusedNBitRowwiseQuantizedSBHalfToFloat(torch.from_numpy(got), args["bit_rate"]).numpy()
-    err, ok = embnum.get_op("fused_nbit_rowwise_to_float").check_fn(
-        embnum.fused_nbit_rowwise_to_float(got, args["bit_rate"]), back, {}
-    )
-    assert ok, err
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=30)
-@given(x=hnp.arrays(F32, (3, 7), elements=st.floats(width=32, allow_nan=False)))
-def test_fbgemm_bfloat16(x):
-    torch, fb = _fbgemm()
-    want = fb.FloatToBfloat16Quantized(torch.from_numpy(x)).view(torch.int16).numpy().view(np.uint16)
-    got = embnum.float_to_bfloat16(x)
-    assert np.array_equal(got, want)
-    back = fb.Bfloat16QuantizedToFloat(torch.from_numpy(got.view(np.int16)).view(torch.bfloat16)).numpy()
-    assert np.array_equal(embnum.bfloat16_to_float(got), back)
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=30)
-@given(x=hnp.arrays(F32, (2, 9), elements=st.floats(-1e6, 1e6, width=32)))
-def test_fbgemm_fp16(x):
-    torch, _ = _fbgemm()
-    from fbgemm_gpu.quantize_utils import fp16_to_fp32, fp32_to_fp16_with_clamp
-
-    want = fp32_to_fp16_with_clamp(torch.from_numpy(x)).numpy()
-    got = embnum.float_to_fp16(x)
-    assert np.array_equal(got, want)
-    assert np.array_equal(embnum.fp16_to_float(got), fp16_to_fp32(torch.from_numpy(got)).numpy())
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=40)
+_q8 = _rows(F32).map(lambda x: {"input": x})
+_qn = qn_args().filter(lambda a: np.all(np.isfinite(a["input"])) and a["input"].size)
+_bf16 = hnp.arrays(F32, (3, 7), elements=st.floats(width=32, allow_nan=False)).map(lambda x: {"input": x})
+_fp16 = hnp.arrays(F32, (2, 9), elements=st.floats(-1e6, 1e6, width=32)).map(lambda x: {"input": x})
 # fbgemm 1.8.0 disagrees with the spec for every negative exponent bias (encoder and, for
 # ebits=1, decoder; checked over all formats): the spec wins there, so this tier draws bias >= 0.
-@given(
-    params=hfp8_params().filter(lambda p: p[1] >= 0), x=hnp.arrays(F32, (2, 9), elements=st.floats(-1e4, 1e4, width=32))
+_hfp8 = st.builds(
+    lambda p, x: {"input": x, "ebits": p[0], "exponent_bias": p[1], "max_pos": p[2]},
+    hfp8_params().filter(lambda p: p[1] >= 0),
+    hnp.arrays(F32, (2, 9), elements=st.floats(-1e4, 1e4, width=32)),
 )
-def test_fbgemm_hfp8(params, x):
-    torch, fb = _fbgemm()
-    ebits, bias, max_pos = params
-    want = fb.FloatToHFP8Quantized(torch.from_numpy(x), ebits, bias, max_pos).numpy()
-    got = embnum.float_to_hfp8(x, ebits, bias, max_pos)
-    assert np.array_equal(got, want)
-    back = fb.HFP8QuantizedToFloat(torch.from_numpy(got), ebits, bias).numpy()
-    assert np.array_equal(embnum.hfp8_to_float(got, ebits, bias), back)
+
+
+def torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+def _quantize_utils():
+    from fbgemm_gpu import quantize_utils
+
+    return quantize_utils
+
+
+FBGEMM = [
+    Peer(
+        "float_to_fused_8bit_rowwise",
+        lambda fb, a: fb.FloatToFused8BitRowwiseQuantized(tensor(a["input"])),
+        same=_same_but_zero_bias_sign(lambda q: q.shape[1] - 4, 4),
+        strategy=_q8,
+    ),
+    Peer(  # float16 rows: FloatOrHalfToFused8BitRowwiseQuantized (its plain FloatTo... misreads them)
+        "float_to_fused_8bit_rowwise",
+        lambda fb, a: fb.FloatOrHalfToFused8BitRowwiseQuantized(tensor(a["input"])),
+        same=_same_but_zero_bias_sign(lambda q: q.shape[1] - 4, 4),
+        strategy=_rows(F16).map(lambda x: {"input": x}),
+        examples=30,
+        case="float16",
+    ),
+    Peer(
+        "fused_8bit_rowwise_to_float",
+        lambda fb, a: fb.Fused8BitRowwiseQuantizedToFloat(tensor(a["input"])),
+        same="tolerance",
+        strategy=_q8.map(lambda a: _encoded("float_to_fused_8bit_rowwise", a)),
+    ),
+    Peer(
+        "fused_8bit_rowwise_to_float",
+        lambda fb, a: fb.Fused8BitRowwiseQuantizedToHalf(tensor(a["input"])),
+        same="values",
+        strategy=_q8.map(lambda a: dict(_encoded("float_to_fused_8bit_rowwise", a), output_dtype="float16")),
+        case="float16",
+    ),
+    Peer(
+        "float_to_fused_nbit_rowwise",
+        lambda fb, a: fb.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(tensor(a["input"]), a["bit_rate"]),
+        same=_same_but_zero_bias_sign(lambda q: q.shape[1] - 2, 2),
+        strategy=_qn,
+    ),
+    Peer(
+        "fused_nbit_rowwise_to_float",
+        lambda fb, a: fb.FusedNBitRowwiseQuantizedSBHalfToFloat(tensor(a["input"]), a["bit_rate"]),
+        same="tolerance",
+        strategy=_qn.map(lambda a: _encoded("float_to_fused_nbit_rowwise", a)),
+    ),
+    Peer(
+        "float_to_bfloat16",
+        lambda fb, a: (
+            fb.FloatToBfloat16Quantized(tensor(a["input"])).view(torch_dtype("int16")).numpy().view(np.uint16)
+        ),
+        strategy=_bf16,
+        examples=30,
+    ),
+    Peer(
+        "bfloat16_to_float",
+        lambda fb, a: fb.Bfloat16QuantizedToFloat(tensor(a["input"].view(np.int16)).view(torch_dtype("bfloat16"))),
+        strategy=_bf16.map(lambda a: _encoded("float_to_bfloat16", a)),
+        examples=30,
+    ),
+    Peer(
+        "float_to_fp16",
+        lambda fb, a: _quantize_utils().fp32_to_fp16_with_clamp(tensor(a["input"])),
+        strategy=_fp16,
+        examples=30,
+    ),
+    Peer(
+        "fp16_to_float",
+        lambda fb, a: _quantize_utils().fp16_to_fp32(tensor(a["input"])),
+        strategy=_fp16.map(lambda a: _encoded("float_to_fp16", a)),
+        examples=30,
+    ),
+    Peer(
+        "float_to_hfp8",
+        lambda fb, a: fb.FloatToHFP8Quantized(tensor(a["input"]), a["ebits"], a["exponent_bias"], a["max_pos"]),
+        strategy=_hfp8,
+    ),
+    Peer(
+        "hfp8_to_float",
+        lambda fb, a: fb.HFP8QuantizedToFloat(tensor(a["input"]), a["ebits"], a["exponent_bias"]),
+        strategy=_hfp8.map(lambda a: {k: v for k, v in _encoded("float_to_hfp8", a).items() if k != "max_pos"}),
+    ),
+]
 
 
 # -- torch bridge: dtypes, codecs, straight-through gradient, gloo all-to-all -------------

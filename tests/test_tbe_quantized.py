@@ -150,13 +150,18 @@ def _worked_args(**kw):
     return args
 
 
-def test_lookup_worked_example(fast_backend):
-    got = check_matches_ref("tbe_forward_quantized", _worked_args(), fast_backend)
-    want = [
-        [-1, 1.466064, 2.065918, 3.998779, 0, 0, 0, 0],
-        [-1, 0.466309, 0.066406, 0.999512, 1.258759, 2.999908, 1.011703, -4.577637e-05],
-    ]
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+WORKED = [
+    (
+        "tbe_forward_quantized",
+        _worked_args(),
+        [
+            [-1, 1.466064, 2.065918, 3.998779, 0, 0, 0, 0],
+            [-1, 0.466309, 0.066406, 0.999512, 1.258759, 2.999908, 1.011703, -4.577637e-05],
+        ],
+        dict(rtol=1e-5, atol=1e-6),
+    ),
+]
+# test_worked_examples: tests/test_ops.py runs WORKED on every backend
 
 
 def test_pack_alignment_and_padding():
@@ -257,37 +262,33 @@ def test_none_pooling_zero_rows_outside_bags(fast_backend):
 
 # -- bad input ---------------------------------------------------------------------------
 def _bad(**kw):
-    return dict(_worked_args(), **kw)
+    return "tbe_forward_quantized", dict(_worked_args(), **kw)
 
 
 BAD = [
-    (_bad(weights=np.zeros(28, np.int8)), TypeError, ("weights", "int8")),
-    (_bad(weights_tys=["int4", "bf16"]), ValueError, ("weights_tys[1]", "bf16")),
-    (_bad(weights_tys=np.array([3, 5])), ValueError, ("weights_tys[1] = 5",)),
-    (_bad(weights_tys=["int4"]), ValueError, ("weights_tys", "2 entries")),
-    (_bad(D_offsets=np.array([0, 3, 8])), ValueError, ("int4", "even D")),
-    (_bad(D_offsets=np.array([0, 4, 4])), ValueError, ("feature 1", "D = ")),
-    (_bad(D_offsets=np.array([0, 4])), ValueError, ("D_offsets", "3 entries")),
-    (_bad(rows_per_table=np.array([2, 3])), ValueError, ("feature 1", "does not fit")),
-    (_bad(rows_per_table=np.array([0, 2])), ValueError, ("rows_per_table[0]",)),
-    (_bad(weights_offsets=np.array([0, -1])), ValueError, ("weights_offsets[1] = -1",)),
-    (_bad(offsets=np.array([0, 2, 3, 5])), ValueError, ("offsets", "T = 2")),
-    (_bad(offsets=np.array([0, 3, 2, 3, 5])), ValueError, ("offsets", "non-decreasing")),
-    (_bad(pooling_mode="max"), ValueError, ("pooling_mode", "max")),
-    (_bad(bounds_check_mode="strict"), ValueError, ("bounds_check_mode",)),
-    (_bad(output_dtype="bfloat16"), TypeError, ("output_dtype",)),
-    (_bad(row_alignment=0), ValueError, ("row_alignment",)),
-    (_bad(per_sample_weights=np.ones(4, np.float32)), ValueError, ("per_sample_weights", "5")),
-    (_bad(per_sample_weights=np.ones(5, np.float16)), TypeError, ("per_sample_weights", "float16")),
-    (_bad(per_sample_weights=np.ones(5, np.float32), pooling_mode="none"), ValueError, ("per_sample_weights", "none")),
-    (_bad(indices=np.array([1, 0, -2, 1, 0])), IndexError, ("indices[2] = -2", "feature 0")),
-    (_bad(indices=np.array([1, 0, 1, 1, 0.0])), TypeError, ("indices",)),
+    (*_bad(weights=np.zeros(28, np.int8)), TypeError, ("weights", "int8")),
+    (*_bad(weights_tys=["int4", "bf16"]), ValueError, ("weights_tys[1]", "bf16")),
+    (*_bad(weights_tys=np.array([3, 5])), ValueError, ("weights_tys[1] = 5",)),
+    (*_bad(weights_tys=["int4"]), ValueError, ("weights_tys", "2 entries")),
+    (*_bad(D_offsets=np.array([0, 3, 8])), ValueError, ("int4", "even D")),
+    (*_bad(D_offsets=np.array([0, 4, 4])), ValueError, ("feature 1", "D = ")),
+    (*_bad(D_offsets=np.array([0, 4])), ValueError, ("D_offsets", "3 entries")),
+    (*_bad(rows_per_table=np.array([2, 3])), ValueError, ("feature 1", "does not fit")),
+    (*_bad(rows_per_table=np.array([0, 2])), ValueError, ("rows_per_table[0]",)),
+    (*_bad(weights_offsets=np.array([0, -1])), ValueError, ("weights_offsets[1] = -1",)),
+    (*_bad(offsets=np.array([0, 2, 3, 5])), ValueError, ("offsets", "T = 2")),
+    (*_bad(offsets=np.array([0, 3, 2, 3, 5])), ValueError, ("offsets", "non-decreasing")),
+    (*_bad(pooling_mode="max"), ValueError, ("pooling_mode", "max")),
+    (*_bad(bounds_check_mode="strict"), ValueError, ("bounds_check_mode",)),
+    (*_bad(output_dtype="bfloat16"), TypeError, ("output_dtype",)),
+    (*_bad(row_alignment=0), ValueError, ("row_alignment",)),
+    (*_bad(per_sample_weights=np.ones(4, np.float32)), ValueError, ("per_sample_weights", "5")),
+    (*_bad(per_sample_weights=np.ones(5, np.float16)), TypeError, ("per_sample_weights", "float16")),
+    (*_bad(per_sample_weights=np.ones(5, np.float32), pooling_mode="none"), ValueError, ("per_sample_weights", "none")),
+    (*_bad(indices=np.array([1, 0, -2, 1, 0])), IndexError, ("indices[2] = -2", "feature 0")),
+    (*_bad(indices=np.array([1, 0, 1, 1, 0.0])), TypeError, ("indices",)),
 ]
-
-
-@pytest.mark.parametrize("args,exc,words", BAD, ids=[f"bad-{i}" for i in range(len(BAD))])
-def test_bad_input(args, exc, words, fast_backend):
-    check_rejects("tbe_forward_quantized", args, exc, words, fast_backend)
+# test_bad_input: tests/test_ops.py runs BAD on every backend
 
 
 def test_none_pooling_needs_one_dim():
@@ -312,6 +313,12 @@ def test_pack_bad_input():
 
 
 # -- optional differential tier: fbgemm_gpu's inference TBE module on CPU -----------------
+NO_FBGEMM_PEER = {
+    "tbe_forward_quantized": "compared through IntNBitTableBatchedEmbeddingBagsCodegen (test_fbgemm_int_nbit_module): "
+    "fbgemm's lookup operators are code-generated internal entry points",
+}
+
+
 @pytest.mark.fbgemm
 @settings(max_examples=10, deadline=None)
 @given(data=st.data())

@@ -89,6 +89,12 @@ if SIMULATED:
         cuda.syncthreads()
         return buf[tid ^ off]
 
+    @cuda.jit(device=True)
+    def sync_lanes():
+        """Wait for every lane of this lane group (the simulator has no warp barrier: a block
+        barrier, so every thread of the block must call it, as every lane of the warp must on a GPU)."""
+        cuda.syncthreads()
+
 else:
 
     @cuda.jit(device=True)
@@ -96,6 +102,11 @@ else:
         """The value ``v`` of lane ``lane ^ off`` of this warp (``shfl.sync.bfly``); every lane of
         the warp must call it."""
         return cuda.shfl_xor_sync(FULL_MASK, v, off)
+
+    @cuda.jit(device=True)
+    def sync_lanes():
+        """Wait for every lane of this warp (``bar.warp.sync``); every lane of the warp must call it."""
+        cuda.syncwarp(FULL_MASK)
 
 
 # -- half precision (embnum._half, compiled as device functions) ----------------------

@@ -7,7 +7,7 @@ Element-wise kernels (offsets_range, the segment-sum backward, jagged <-> dense)
 run a grid over output elements: a thread finds its segment by a binary search
 of the offsets (``embnum._offsets_walk``), so consecutive lanes write
 consecutive elements and no lane idles on a short segment. The segment sum is
-one block per run (a fixed tree reduction). Nothing here reads device data back.
+one lane group (a warp) per run with a fixed butterfly reduction. Nothing here reads device data back.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from numba import cuda
 
 from .. import _offsets_walk
 from ._common import (
+    LANES,
     TPB,
     bits,
     blocks,
@@ -30,7 +31,9 @@ from ._common import (
     pack_offsets,
     scalar_bits,
     segment_of,
+    shfl_xor,
     slab_of_segment,
+    sync_lanes,
     xp,
 )
 
@@ -87,35 +90,53 @@ def offsets_range(offsets, range_size, out):
 
 
 # -- segment sums ----------------------------------------------------------
-def _make_segment_sum(acc_type):
+WARPS = TPB // LANES  # lane groups (warps) per block
+
+
+def _make_segment_sum(acc_type, exact):
     @cuda.jit(cache=True)
     def kernel(values, bounds, out):
-        """One block per run: strided partial sums, then a fixed tree reduction."""
+        """A lane group (a warp on a GPU) per run, ``WARPS`` runs per block at a time: lane ``l`` sums
+        elements ``l, l + LANES, ...`` of its run (consecutive lanes read consecutive elements), then the
+        ``LANES`` partial sums are combined in a fixed order: lane-pair butterflies at offsets
+        ``LANES/2, ..., 1`` (shuffles for floats; ``exact``: the same tree in shared memory, so integer
+        sums never pass through a float). The loop is uniform over the block (the simulator's
+        exchange is a block barrier)."""
         sh = cuda.shared.array(TPB, acc_type)
         t = cuda.threadIdx.x
-        for i in range(cuda.blockIdx.x, bounds.shape[0] - 1, cuda.gridDim.x):
+        lane = t % LANES
+        S = bounds.shape[0] - 1
+        for base in range(cuda.blockIdx.x * WARPS, S, cuda.gridDim.x * WARPS):
+            i = base + t // LANES
             acc = acc_type(0)
-            for j in range(bounds[i] + t, bounds[i + 1], TPB):
-                acc += acc_type(values[j])
-            sh[t] = acc
-            cuda.syncthreads()
-            step = TPB // 2
-            while step > 0:
-                if t < step:
-                    sh[t] += sh[t + step]
-                cuda.syncthreads()
-                step //= 2
-            if t == 0:
-                out[i] = sh[0]
-            cuda.syncthreads()
+            if i < S:
+                for j in range(bounds[i] + lane, bounds[i + 1], LANES):
+                    acc += acc_type(values[j])
+            step = LANES // 2
+            if exact:
+                sh[t] = acc
+                sync_lanes()
+                while step > 0:
+                    if lane < step:
+                        sh[t] += sh[t + step]
+                    sync_lanes()
+                    step //= 2
+                acc = sh[t]
+                sync_lanes()
+            else:
+                while step > 0:
+                    acc += acc_type(shfl_xor(acc, step))  # the simulator exchanges through float64
+                    step //= 2
+            if lane == 0 and i < S:
+                out[i] = acc
 
     return kernel
 
 
 _SEGMENT_SUM = {
-    "float32": _make_segment_sum(numba.float32),
-    "float64": _make_segment_sum(numba.float64),
-    "int64": _make_segment_sum(numba.int64),
+    "float32": _make_segment_sum(numba.float32, False),
+    "float64": _make_segment_sum(numba.float64, False),
+    "int64": _make_segment_sum(numba.int64, True),
 }
 
 
@@ -126,7 +147,7 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
     bounds = int64s(csr_seg) * batch_size
     kind = {"f2": "float32", "f4": "float32", "f8": "float64"}.get(values.dtype.str[1:], "int64")
     acc = out if out.dtype == np.dtype(kind) else xp().empty(S, dtype=kind)
-    launch(_SEGMENT_SUM[kind], blocks(S), TPB, contiguous(values), bounds, acc)
+    launch(_SEGMENT_SUM[kind], blocks(S, WARPS), TPB, contiguous(values), bounds, acc)
     if acc is not out:
         out[...] = acc.astype(out.dtype)  # float16: float32 sums rounded once (embnum._half); int32: wraps
 
