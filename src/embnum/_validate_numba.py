@@ -79,6 +79,7 @@ def sum_summary(a, limit):
     return mn, total, big
 
 
+@_jit
 def first_bad_feature(indices, offsets, B, rows):
     """The first feature ``t`` with an index outside ``[0, rows[t])`` in its bags
     ``offsets[t*B] .. offsets[(t+1)*B]``, or -1 (``offsets`` already valid: non-decreasing
