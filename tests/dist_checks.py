@@ -26,14 +26,9 @@ import numpy as np
 import torch
 
 import embnum
+import embnum.distributed as dist
 from embnum import torch_bridge as tb
 from embnum.distributed import (
-    COLUMN_WISE,
-    DATA_PARALLEL,
-    ROW_WISE,
-    TABLE_ROW_WISE,
-    TABLE_WISE,
-    ParameterSharding,
     QCommsConfig,
     RankFailedError,
     ShardedEmbeddingBagCollection,
@@ -69,14 +64,14 @@ def plans(W):
     every = tuple(range(W))
     groups = [(0, 1), (1, 2)] if W == 3 else [every]
     pick = {
-        TABLE_WISE: lambda i, t: ParameterSharding(TABLE_WISE, (i % W,)),
-        ROW_WISE: lambda i, t: ParameterSharding(ROW_WISE),
-        COLUMN_WISE: lambda i, t: ParameterSharding(COLUMN_WISE, tuple((i + k) % W for k in range(W))),
-        TABLE_ROW_WISE: lambda i, t: ParameterSharding(TABLE_ROW_WISE, groups[i % len(groups)]),
-        DATA_PARALLEL: lambda i, t: ParameterSharding(DATA_PARALLEL),
+        dist.TABLE_WISE: lambda i, t: dist.ParameterSharding(dist.TABLE_WISE, (i % W,)),
+        dist.ROW_WISE: lambda i, t: dist.ParameterSharding(dist.ROW_WISE),
+        dist.COLUMN_WISE: lambda i, t: dist.ParameterSharding(dist.COLUMN_WISE, tuple((i + k) % W for k in range(W))),
+        dist.TABLE_ROW_WISE: lambda i, t: dist.ParameterSharding(dist.TABLE_ROW_WISE, groups[i % len(groups)]),
+        dist.DATA_PARALLEL: lambda i, t: dist.ParameterSharding(dist.DATA_PARALLEL),
     }
     out = {kind: {t.name: f(i, t) for i, t in enumerate(TABLES)} for kind, f in pick.items()}
-    kinds = [ROW_WISE, TABLE_WISE, COLUMN_WISE, DATA_PARALLEL, TABLE_ROW_WISE, TABLE_WISE]
+    kinds = [dist.ROW_WISE, dist.TABLE_WISE, dist.COLUMN_WISE, dist.DATA_PARALLEL, dist.TABLE_ROW_WISE, dist.TABLE_WISE]
     out["mixed"] = {t.name: pick[k](i, t) for i, (t, k) in enumerate(zip(TABLES, kinds))}
     return out
 
@@ -223,7 +218,7 @@ def check_collectives(rank, W):
 
 def check_sharded(rank, W, optimizer):
     for label, plan in plans(W).items():
-        exact = label in (TABLE_WISE, COLUMN_WISE, DATA_PARALLEL)
+        exact = label in (dist.TABLE_WISE, dist.COLUMN_WISE, dist.DATA_PARALLEL)
         weighted = label == "mixed"  # per-id weights need sum pooling
         tables = SUM_TABLES if weighted else TABLES
         model = ShardedEmbeddingBagCollection(tables, plan, optimizer=optimizer, is_weighted=weighted)
@@ -232,7 +227,7 @@ def check_sharded(rank, W, optimizer):
         compare_state(model, ref, exact, label)
     # codecs inside the module: column-wise, every output element crosses the codec once, so the
     # codec's stated bound holds per element
-    plan = plans(W)[COLUMN_WISE]
+    plan = plans(W)[dist.COLUMN_WISE]
     plain = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)
     want = plain(kjt(*batch(0, rank, W))).values()
     for name in ("fp16", "bf16", "fp8", "int8"):
@@ -252,9 +247,16 @@ def check_sharded(rank, W, optimizer):
 
 def check_checkpoint(rank, W, ckpt, optimizer):
     if W == 2:
-        kinds = [ROW_WISE, TABLE_WISE, DATA_PARALLEL, TABLE_ROW_WISE, TABLE_WISE, ROW_WISE]
+        kinds = [
+            dist.ROW_WISE,
+            dist.TABLE_WISE,
+            dist.DATA_PARALLEL,
+            dist.TABLE_ROW_WISE,
+            dist.TABLE_WISE,
+            dist.ROW_WISE,
+        ]
         ranks = [None, (1,), None, (0, 1), (0,), None]
-        plan = {t.name: ParameterSharding(k, r) for t, k, r in zip(TABLES, kinds, ranks)}
+        plan = {t.name: dist.ParameterSharding(k, r) for t, k, r in zip(TABLES, kinds, ranks)}
         model = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)
         train(model, None, W, rank, 2, True, "ckpt")
         torch.save(model.state_dict(gather=False), os.path.join(ckpt, f"rank{rank}.pt"))
@@ -263,7 +265,7 @@ def check_checkpoint(rank, W, ckpt, optimizer):
     if len(files) != 2:
         raise AssertionError(f"expected the 2 shard files of the 2-rank run, found {files}")
     state = merge_state_dicts(torch.load(os.path.join(ckpt, f), weights_only=False) for f in files)
-    plan = plans(3)[TABLE_ROW_WISE]  # another plan and another world size
+    plan = plans(3)[dist.TABLE_ROW_WISE]  # another plan and another world size
     model = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer, seed=123)  # other init: overwritten
     model.load_state_dict(state)
     start = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)  # seed 0: the 2-rank run's start

@@ -13,16 +13,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
-from embnum.distributed import (  # noqa: E402
-    COLUMN_WISE,
-    DATA_PARALLEL,
-    ROW_WISE,
-    SHARDING_TYPES,
-    TABLE_ROW_WISE,
-    TABLE_WISE,
-    ParameterSharding,
-    plan_tables,
-)
+import embnum.distributed as dist  # noqa: E402
 from embnum.distributed.plan import column_blocks, row_blocks  # noqa: E402
 from embnum.distributed.sharding import build_layout  # noqa: E402
 
@@ -42,17 +33,17 @@ def tables_and_plan(draw):
         D = draw(st.integers(W, 9))
         t = Config(f"t{i}", draw(st.integers(1, 30)), D, [f"t{i}f{k}" for k in range(draw(st.integers(1, 3)))])
         t.pooling = draw(st.sampled_from(["sum", "mean"]))
-        kind = draw(st.sampled_from(SHARDING_TYPES))
-        if kind == TABLE_WISE:
+        kind = draw(st.sampled_from(dist.SHARDING_TYPES))
+        if kind == dist.TABLE_WISE:
             ranks = (draw(st.integers(0, W - 1)),)
-        elif kind == COLUMN_WISE:
+        elif kind == dist.COLUMN_WISE:
             ranks = tuple(draw(st.lists(st.integers(0, W - 1), min_size=1, max_size=W)))
-        elif kind == TABLE_ROW_WISE:
+        elif kind == dist.TABLE_ROW_WISE:
             ranks = tuple(draw(st.permutations(range(W)))[: draw(st.integers(1, W))])
         else:
             ranks = None
         tables.append(t)
-        plan[t.name] = ParameterSharding(kind, ranks)
+        plan[t.name] = dist.ParameterSharding(kind, ranks)
     return tables, plan, W
 
 
@@ -70,7 +61,7 @@ def test_layout_covers_every_table_once(case):
             for r in range(*sh.rows):
                 for c in range(*sh.cols):
                     count[r][c] += 1
-        want = W if plan[t.name].sharding_type == DATA_PARALLEL else 1
+        want = W if plan[t.name].sharding_type == dist.DATA_PARALLEL else 1
         assert all(c == want for row in count for c in row), (t.name, plan[t.name])
     total_cols = sum(t.embedding_dim * len(t.feature_names) for t in tables)
     for rank in range(W):
@@ -81,7 +72,7 @@ def test_layout_covers_every_table_once(case):
         for f in lay.features:
             kind = plan[tables[f.table].name].sharding_type
             n = (
-                len(plan[tables[f.table].name].ranks) if kind == TABLE_ROW_WISE else 1
+                len(plan[tables[f.table].name].ranks) if kind == dist.TABLE_ROW_WISE else 1
             )  # row-wise: summed in the reduce-scatter
             assert hits[f.col : f.col + f.dim] == [n] * f.dim, (f, kind)
         groups = [s.group for s in lay.slots[rank]]
@@ -98,31 +89,39 @@ def test_blocks():
 
 def test_planner_balances_and_prints():
     tables = [Config("big", 10_000, 64, ["a"])] + [Config(f"s{i}", 100 * (i + 1), 16, [f"f{i}"]) for i in range(6)]
-    plan = plan_tables(tables, 3)
-    assert plan["big"].sharding_type == ROW_WISE  # larger than a rank's share: split over every rank
+    plan = dist.plan_tables(tables, 3)
+    assert plan["big"].sharding_type == dist.ROW_WISE  # larger than a rank's share: split over every rank
     tw = [p for n, p in plan.items() if n != "big"]
-    assert all(p.sharding_type == TABLE_WISE for p in tw)
+    assert all(p.sharding_type == dist.TABLE_WISE for p in tw)
     per_rank = [sum(t.num_embeddings for t in tables[1:] if plan[t.name].ranks == (r,)) for r in range(3)]
     assert max(per_rank) - min(per_rank) <= 700  # the greedy keeps the small tables within one table
     text = plan.table(tables)
     assert "big" in text and "RW" in text and "TW" in text and text.count("\n") >= len(tables) + 4
-    busy = plan_tables(tables[1:], 2, lookups={"s0": 500.0})  # a hot table weighs by its lookups
+    busy = dist.plan_tables(tables[1:], 2, lookups={"s0": 500.0})  # a hot table weighs by its lookups
     assert busy["s0"].ranks != busy["s5"].ranks
-    assert plan_tables(tables, 1)["big"].sharding_type == TABLE_WISE
+    assert dist.plan_tables(tables, 1)["big"].sharding_type == dist.TABLE_WISE
 
 
 def test_plan_validation():
     tables = [Config("a", 10, 4, ["x"]), Config("b", 10, 4, ["y"])]
     with pytest.raises(ValueError, match="sharding_type must be one of"):
-        ParameterSharding("diagonal")
+        dist.ParameterSharding("diagonal")
     with pytest.raises(ValueError, match="'a'.*rank 5 is outside"):
-        build_layout(tables, {"a": ParameterSharding(TABLE_WISE, (5,)), "b": ParameterSharding(ROW_WISE)}, 2)
+        build_layout(
+            tables, {"a": dist.ParameterSharding(dist.TABLE_WISE, (5,)), "b": dist.ParameterSharding(dist.ROW_WISE)}, 2
+        )
     with pytest.raises(ValueError, match="no entry for table 'b'"):
-        build_layout(tables, {"a": ParameterSharding(ROW_WISE)}, 2)
+        build_layout(tables, {"a": dist.ParameterSharding(dist.ROW_WISE)}, 2)
     with pytest.raises(ValueError, match="table_wise takes exactly one rank"):
-        build_layout(tables, {"a": ParameterSharding(TABLE_WISE, (0, 1)), "b": ParameterSharding(ROW_WISE)}, 2)
+        build_layout(
+            tables,
+            {"a": dist.ParameterSharding(dist.TABLE_WISE, (0, 1)), "b": dist.ParameterSharding(dist.ROW_WISE)},
+            2,
+        )
     with pytest.raises(ValueError, match="row_wise uses every rank"):
-        build_layout(tables, {"a": ParameterSharding(ROW_WISE, (1, 0)), "b": ParameterSharding(ROW_WISE)}, 2)
+        build_layout(
+            tables, {"a": dist.ParameterSharding(dist.ROW_WISE, (1, 0)), "b": dist.ParameterSharding(dist.ROW_WISE)}, 2
+        )
     with pytest.raises(ValueError, match="feature 'x' is read by two tables"):
         build_layout([Config("a", 10, 4, ["x"]), Config("b", 10, 4, ["x"])], {}, 2)
 

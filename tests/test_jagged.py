@@ -538,6 +538,23 @@ def _segment_sum_domain(args):
     return args if v.dtype == np.float32 else dict(args, values=np.nan_to_num(v).astype(np.float32))
 
 
+def _to_dense_domain(args):
+    """fbgemm's jagged_1d/2d_to_dense: ``max_sequence_length > 0`` (it asserts), float32 for float64,
+    and a padding its int ``padding_value`` holds exactly."""
+    pad = args.get("padding_value", 0)
+    if args["max_sequence_length"] <= 0 or not float(pad).is_integer() or int(float(pad)) != pad:
+        return None  # fbgemm carries the padding through a double
+    dtype = np.dtype(args["values"].dtype)
+    info = np.iinfo(dtype) if dtype.kind in "iu" else np.finfo(dtype)
+    if not float(info.min) <= pad <= float(info.max) or not -(2**63) <= int(pad) < 2**63:
+        return None  # fbgemm raises where the padding overflows the values' dtype or its int
+    return dict(_no_f64(args, "values"), **({"padding_value": int(pad)} if "padding_value" in args else {}))
+
+
+def _one_dim(a):
+    return tensor(a["values"]), tensor(a["offsets"]), a["max_sequence_length"]
+
+
 def _offsets64(offsets):
     return [tensor(o.astype(np.int64)) for o in offsets]  # fbgemm wants one offsets dtype
 
@@ -565,6 +582,8 @@ FBGEMM = [
         # fbgemm leaves the output uninitialised for empty offsets (spec section 2)
         lambda a: a if a["range_size"] else None,
     ),
+    Peer("jagged_1d_to_dense", lambda fb, a: fb.jagged_1d_to_dense(*_one_dim(a), a["padding_value"]), _to_dense_domain),
+    Peer("jagged_2d_to_dense", lambda fb, a: fb.jagged_2d_to_dense(*_one_dim(a)), _to_dense_domain),
     Peer(
         "segment_sum_csr",
         lambda fb, a: fb.segment_sum_csr(a["batch_size"], tensor(a["csr_seg"]), tensor(a["values"])),
@@ -574,8 +593,6 @@ FBGEMM = [
 ]
 NO_FBGEMM_PEER = {
     "segment_sum_csr_backward": "fbgemm has no operator for it (its segment_sum_csr has no backward)",
-    "jagged_1d_to_dense": "fbgemm's jagged_1d_to_dense exists; not compared yet (the oracle and worked examples are)",
-    "jagged_2d_to_dense": "fbgemm's jagged_2d_to_dense exists; not compared yet (the oracle and worked examples are)",
 }
 
 
