@@ -695,8 +695,8 @@ FBGEMM = [
     Peer("invert_permute", lambda fb, a: fb.invert_permute(tensor(a["permute"])), examples=30),
 ]
 NO_FBGEMM_PEER = {
-    "keyed_jagged_index_select_dim1": "fbgemm's keyed_jagged_index_select_dim1 exists; not compared yet",
-    "jagged_unique_indices": "fbgemm's jagged_unique_indices exists; not compared yet",
+    "keyed_jagged_index_select_dim1": "fbgemm-gpu-cpu 1.8.0 registers no CPU kernel for it (CUDA and Meta only)",
+    "jagged_unique_indices": "fbgemm-gpu-cpu 1.8.0 registers no CPU kernel for it (CUDA and Meta only)",
 }
 
 
