@@ -100,14 +100,14 @@ slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
 # parallel loops then run inline on the calling thread, no other thread is woken).
 #
 # SERIAL_BYTES_OF: each kernel's threshold, measured by ``python benchmarks/bench_tail.py
-# --sweep`` (single calls on one thread and on all, alternating, inputs of 4 KiB to 16 MiB;
-# 2 cores at load 9): the size at which the kernel's one-thread work reaches twice the
-# measured cost of waking its parallel region (6-29 us here), i.e. where a free second
-# core pays for itself. 0: the kernel has no parallel region (switching the thread count
-# would cost ~1.5 us for nothing). At that load all threads were never faster than one
-# by their p10 up to 16 MiB, so no crossover could be measured directly; rerun the sweep
-# on a quiet machine and paste its last line here. Kernels not in the table use
-# SERIAL_BYTES (an estimate). SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel.
+# --sweep`` on a quiet machine (2026-11-24 05:10 UTC, 2 cores, load 1.1; single calls on one
+# thread and on all, alternating, inputs of 4 KiB to 16 MiB; table in benchmarks/RESULTS.md):
+# the size at which the kernel's one-thread work reaches twice the measured cost of waking
+# its parallel region, i.e. where a free second core pays for itself (the sweep's direct
+# crossover, where all threads were >= 10% faster by p10, was at or above these sizes for
+# every kernel that had one). 0: the kernel has no parallel region (switching the thread
+# count would cost ~1.5 us for nothing). Kernels not in the table use SERIAL_BYTES (an
+# estimate). SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel.
 SERIAL_BYTES = 1 << 16
 SERIAL_BYTES_OF: dict[str, int] = {
     "complete_cumsum": 0,
@@ -115,18 +115,18 @@ SERIAL_BYTES_OF: dict[str, int] = {
     "inclusive_cumsum": 0,
     "permute_2d_sparse_data": 0,
     "permute_1d_sparse_data": 0,
-    "offsets_range": 422912,
-    "jagged_to_padded_dense": 525312,
-    "dense_to_jagged": 3611648,
-    "segment_sum_csr": 252928,
-    "block_bucketize_sparse_features": 97280,
-    "float_to_fused_8bit_rowwise": 228352,
-    "fused_8bit_rowwise_to_float": 299008,
-    "float_to_fused_nbit_rowwise": 115712,
-    "fused_nbit_rowwise_to_float": 185344,
-    "float_to_fp16": 53248,
-    "float_to_bfloat16": 310272,
-    "permute_multi_embedding": 596992,
+    "offsets_range": 1909760,
+    "jagged_to_padded_dense": 3133440,
+    "dense_to_jagged": 16960176,
+    "segment_sum_csr": 886784,
+    "block_bucketize_sparse_features": 478208,
+    "float_to_fused_8bit_rowwise": 1347584,
+    "fused_8bit_rowwise_to_float": 2125824,
+    "float_to_fused_nbit_rowwise": 614400,
+    "fused_nbit_rowwise_to_float": 1390592,
+    "float_to_fp16": 147456,
+    "float_to_bfloat16": 3665920,
+    "permute_multi_embedding": 5262336,
 }
 SERIAL_OVERRIDE: int | None = None
 
