@@ -203,8 +203,9 @@ def range_parts(a, n) -> list:
     """``[1 if every entry of the index array a lies in [0, n) else 0]`` as a device scalar."""
     if a.size == 0:
         return [1]
-    if _fast(a) is not None:
-        lo, hi = min_max(a)
+    fast = _fast(a)
+    if fast is not None:
+        lo, hi = fast.min_max(a)
         return [int(lo >= 0 and hi < n)]
     return [(a.min() >= 0) & (a.max() < n)]
 
@@ -212,8 +213,9 @@ def range_parts(a, n) -> list:
 def offsets_parts(offs) -> list:
     """``[offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1]]`` as device scalars
     (``offs`` 1-D with at least one entry)."""
-    if _fast(offs) is not None:
-        return list(_offsets_summary(offs))
+    fast = _fast(offs)
+    if fast is not None:
+        return [int(x) for x in fast.offsets_summary(offs)]
     xp = xp_of(offs)
     drop = 0
     if offs.shape[0] > 1:
