@@ -125,6 +125,9 @@ class Op:
         self.signature = inspect.signature(declaration)
         self._example_fn: Callable | None = None
         self._implementations: dict[str, Callable] = {}
+        # how the cpu backend allocates this op's outputs: the family's cpu module may define
+        # ``empty_output(shape, dtype)`` (embnum.cpu._pool: reused large outputs), else np.empty
+        self._host_empty: Callable = np.empty
         self.check_fn: Callable = exact_match
         self.public = self._make_public()
 
@@ -147,6 +150,8 @@ class Op:
                 impl = self._implementations[backend] = getattr(module, self.kernel_name)
             except AttributeError:
                 raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
+            if backend == "cpu":
+                self._host_empty = getattr(module, "empty_output", np.empty)
         return impl
 
     # -- the call --------------------------------------------------------
@@ -174,7 +179,7 @@ class Op:
                     impl = self._implementations.get("cpu")
                     if impl is None or _small_call is None:
                         impl = self._cpu_implementation()
-                    result = np.empty(spec.shape, spec.dtype)
+                    result = self._host_empty(spec.shape, spec.dtype)
                     _small_call(impl, plan.args, result)  # one thread on small inputs
                     return result
                 return self._call(arguments, out, backend, plan)
@@ -238,7 +243,8 @@ class Op:
                     o[...] = r
         else:
             if outs is None:
-                outs = [None if s is None else chosen.empty(*s) for s in shapes]
+                empty = self._host_empty if chosen.name == "cpu" else chosen.empty
+                outs = [None if s is None else empty(*s) for s in shapes]
             given = outs[0] if single else tuple(outs) if as_tuple else outs
             if chosen.name == "cpu":
                 self._cpu_call(plan.args, given)
