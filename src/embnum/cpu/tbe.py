@@ -10,7 +10,7 @@ lookups by row (ids are bounded by the table's rows, so no comparison sort),
 then one pass over the rows in increasing order that sums each touched row's
 gradient in a fixed order (increasing position) and writes or updates the row
 once. No atomics; results do not depend on the thread count. One kernel per
-result (``_dense_grad``, ``_sparse_grad``, ``_fused_update``), each taking the
+result (``_dense_grad``, ``_sparse_grad``, ``_FUSED_UPDATE``), each taking the
 prepared lookups as one ``Lookups`` record; the optimizer step takes
 ``embnum._tbe.OptimizerArgs`` and applies one row rule per kind.
 """
@@ -48,7 +48,8 @@ from ._common import float32_result, half_table, round_once
 
 BAGS_PER_JOB = 64
 PREFETCH_DISTANCE = 8  # forward: lookups ahead (the rows are random in a buffer far larger than the caches)
-UPDATE_PREFETCH_DISTANCE = 4  # fused update: touched rows ahead
+UPDATE_PREFETCH_DISTANCE = 8  # fused update: touched rows ahead
+GRAD_PREFETCH_DISTANCE = 16  # backward: sorted lookups ahead whose output gradient is prefetched
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
 _NO_I64 = np.zeros(1, dtype=np.int64)
@@ -419,18 +420,17 @@ def _grad_source(lk, p, D):
 
 
 @njit(cache=True, inline="always")
-def _prefetch_grad(lk, order, run_end, i, D):
-    """Prefetch the output gradient of the first lookup of touched row ``i``."""
-    _prefetch_row(lk.grad, _grad_source(lk, order[run_end[i - 1]], D), D)
-
-
-@njit(cache=True, inline="always")
-def _row_grad(acc, D, order, s, e, lk):
-    """``acc[:D]`` = the summed gradient of one row from its lookups ``order[s:e]``."""
+def _row_grad(acc, D, order, s, e, nl, lk):
+    """``acc[:D]`` = the summed gradient of one row from its lookups ``order[s:e]`` (of the
+    table's ``nl``), prefetching the gradient of the lookup ``GRAD_PREFETCH_DISTANCE`` ahead
+    in the sorted order (every lookup's, not only a row's first: the gradient rows are
+    scattered over the whole output gradient)."""
     for d in range(D):
         acc[d] = 0.0
     g = lk.grad
     for q in range(s, e):
+        if q + GRAD_PREFETCH_DISTANCE < nl:
+            _prefetch_row(g, _grad_source(lk, order[q + GRAD_PREFETCH_DISTANCE], D), D)
         p = order[q]
         src = _grad_source(lk, p, D)
         if lk.pooling == NONE:
@@ -454,10 +454,9 @@ def _dense_grad(lk, dense):
         D, w0 = lk.tables[j, DIM], lk.tables[j, WEIGHTS_OFFSET]
         order, touched, run_end, n = _table_runs(lk, j)
         acc = np.empty(D, dtype=np.float32)
+        nl = order.shape[0]
         for i in range(n):
-            if i + UPDATE_PREFETCH_DISTANCE < n:
-                _prefetch_grad(lk, order, run_end, i + UPDATE_PREFETCH_DISTANCE, D)
-            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], lk)
+            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk)
             base = w0 + touched[i] * D
             for d in range(D):
                 dense[base + d] = acc[d]
@@ -473,10 +472,9 @@ def _sparse_grad(lk, row_start, value_start, lids, values):
         acc = np.empty(D, dtype=np.float32)
         u = row_start[j]
         vo = value_start[j]
+        nl = order.shape[0]
         for i in range(n):
-            if i + UPDATE_PREFETCH_DISTANCE < n:
-                _prefetch_grad(lk, order, run_end, i + UPDATE_PREFETCH_DISTANCE, D)
-            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], lk)
+            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk)
             lids[u] = h0 + touched[i]
             for d in range(D):
                 values[vo + d] = acc[d]
@@ -484,30 +482,40 @@ def _sparse_grad(lk, row_start, value_start, lids, values):
             vo += D
 
 
-@njit(cache=True, parallel=True)
-def _fused_update(lk, w, lut, m1, m2, opt, in_place, value_start, new, pos):
+def _make_fused_update(in_place):
     """The optimizer step (``opt``: ``OptimizerArgs``) on every touched row: in place on
-    float32 ``w``; otherwise (float16 weights) table ``j``'s new rows, in float32, to
-    ``new[value_start[j]:]`` and their element positions to ``pos``."""
-    for j in prange(lk.tables.shape[0]):
-        D, w0, h0 = lk.tables[j, DIM], lk.tables[j, WEIGHTS_OFFSET], lk.tables[j, FIRST_ROW]
-        order, touched, run_end, n = _table_runs(lk, j)
-        acc = np.empty(D, dtype=np.float32)
-        part = np.empty(16, dtype=np.float32)
-        vo = value_start[j]
-        for i in range(n):
-            ahead = i + UPDATE_PREFETCH_DISTANCE
-            if ahead < n:
-                _prefetch_row(w, w0 + touched[ahead] * D, D)
-                if opt.kind == ADAGRAD or opt.kind == ADAM:
-                    _prefetch_row(m1, w0 + touched[ahead] * D, D)
-                elif opt.kind == ROWWISE_ADAGRAD:  # its one accumulator, at the row's linear id
-                    _prefetch(m1, np.uint64(h0 + touched[ahead]))
-                _prefetch_grad(lk, order, run_end, ahead, D)
-            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], lk)
-            r = touched[i]
-            _update_row(acc, D, w0 + np.int64(r) * D, h0 + r, w, lut, m1, m2, opt, in_place, new, pos, vo, part)
-            vo += D
+    float32 ``w`` (``in_place``); otherwise (float16 weights) table ``j``'s new rows, in
+    float32, to ``new[value_start[j]:]`` and their element positions to ``pos``.
+    ``in_place`` is a compile-time constant: as a run-time flag its branch in every
+    element's write kept the row loops from vectorising (the row-wise Adagrad step was
+    ~25% slower)."""
+
+    @njit(cache=True, parallel=True)
+    def kernel(lk, w, lut, m1, m2, opt, value_start, new, pos):
+        for j in prange(lk.tables.shape[0]):
+            D, w0, h0 = lk.tables[j, DIM], lk.tables[j, WEIGHTS_OFFSET], lk.tables[j, FIRST_ROW]
+            order, touched, run_end, n = _table_runs(lk, j)
+            acc = np.empty(D, dtype=np.float32)
+            part = np.empty(16, dtype=np.float32)
+            vo = value_start[j]
+            nl = order.shape[0]
+            for i in range(n):
+                ahead = i + UPDATE_PREFETCH_DISTANCE
+                if ahead < n:
+                    _prefetch_row(w, w0 + touched[ahead] * D, D)
+                    if opt.kind == ADAGRAD or opt.kind == ADAM:
+                        _prefetch_row(m1, w0 + touched[ahead] * D, D)
+                    elif opt.kind == ROWWISE_ADAGRAD:  # its one accumulator, at the row's linear id
+                        _prefetch(m1, np.uint64(h0 + touched[ahead]))
+                _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk)
+                r = touched[i]
+                _update_row(acc, D, w0 + np.int64(r) * D, h0 + r, w, lut, m1, m2, opt, in_place, new, pos, vo, part)
+                vo += D
+
+    return kernel
+
+
+_FUSED_UPDATE = {True: _make_fused_update(True), False: _make_fused_update(False)}
 
 
 # -- fused optimizers: one row rule per kind ---------------------------------------
@@ -704,14 +712,14 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     m2 = _NO_F32 if momentum2 is None else momentum2
     if weights.dtype == np.float32:
         no_starts = np.zeros(lk.tables.shape[0] + 1, np.int64)
-        _fused_update(lk, weights, _NO_LUT, m1, m2, opt, True, no_starts, _NO_F32, _NO_I64)
+        _FUSED_UPDATE[True](lk, weights, _NO_LUT, m1, m2, opt, no_starts, _NO_F32, _NO_I64)
         return
     # float16: new rows in float32, then one rounding to float16 by NumPy
     _, value_start = _starts(lk)
     new = np.empty(int(value_start[-1]), dtype=np.float32)
     pos = np.empty(new.shape[0], dtype=np.int64)
     w, lut = _weights(weights)
-    _fused_update(lk, w, lut, m1, m2, opt, False, value_start, new, pos)
+    _FUSED_UPDATE[False](lk, w, lut, m1, m2, opt, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)
 
