@@ -382,6 +382,18 @@ BAD = [
 # test_bad_input: tests/test_ops.py runs BAD on every backend
 
 
+@settings(max_examples=30)
+@given(data=st.data(), dtype=index_dtypes, shape=st.sampled_from([(1,), (7,), (40,), (3, 5), (2, 1, 6)]))
+def test_compiled_min_max_is_numpys(data, dtype, shape):
+    """The one-pass compiled ``min_max`` (the int32 cumsum overflow proof and kjt's index checks
+    rest on it) agrees with NumPy at the dtype's extremes, on n-d and strided arrays."""
+    info = np.iinfo(dtype)
+    elem = st.integers(int(info.min), int(info.max))
+    a = np.array(data.draw(st.lists(elem, min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))), dtype)
+    a = data.draw(maybe_strided(a.reshape(shape)))
+    assert embnum._validate.min_max(a) == (int(a.min()), int(a.max()))
+
+
 def test_bad_out():
     x = np.arange(1, 7.0)
     args = dict(batch_size=2, csr_seg=_offs(0, 1, 1, 3), values=x)
