@@ -43,13 +43,23 @@ class Out:
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        shape = tuple(map(int, shape))
-        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        if type(shape) is tuple:  # the per-call case: a tuple of Python ints, kept as it is
+            for d in shape:
+                if type(d) is not int:
+                    shape = tuple(map(int, shape))
+                    break
+        else:
+            shape = tuple(map(int, shape))
+        if not isinstance(dtype, np.dtype):
+            dtype = np.dtype(dtype)
         n = dtype.itemsize  # _validate.shape_fits(shape + (itemsize,)) written inline (the per-call path)
         for d in shape:
-            if d:
+            if d > 0:
                 n *= d
-        if n > _MAX_SIZE or (shape and min(shape) < 0):  # before anything is allocated
+            elif d < 0:
+                n = -1
+                break
+        if n > _MAX_SIZE or n < 0:  # before anything is allocated
             raise ValueError(
                 f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
                 " check the size arguments"
@@ -125,6 +135,10 @@ class Op:
         self.signature = inspect.signature(declaration)
         self._example_fn: Callable | None = None
         self._implementations: dict[str, Callable] = {}
+        self._run: Callable | None = None  # run(impl, args, out): the cpu kernel's small call, once loaded
+        # how the cpu backend allocates this op's outputs: the family's cpu module may define
+        # ``empty_output(shape, dtype)`` (embnum.cpu._pool: reused large outputs), else np.empty
+        self._host_empty: Callable = np.empty
         self.check_fn: Callable = exact_match
         self.public = self._make_public()
 
@@ -147,6 +161,9 @@ class Op:
                 impl = self._implementations[backend] = getattr(module, self.kernel_name)
             except AttributeError:
                 raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
+            if backend == "cpu":  # Numba and the cpu kernels are loaded: open the public function's short path
+                self._namespace["_empty"] = self._host_empty = getattr(module, "empty_output", np.empty)
+                self._namespace["_run"] = self._run = _kernel_runner(impl)
         return impl
 
     # -- the call --------------------------------------------------------
@@ -165,24 +182,37 @@ class Op:
         output) takes a short path: no backend search, the cpu kernel looked up
         once, one ``np.empty``. Everything else goes through :meth:`_call`.
         Running out of memory for sizes below the limit is an
-        :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
+        :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``).
+        The public function (:meth:`_make_public`) runs the same short path inline."""
         try:
             if backend is None and out is None and _all_plain_numpy(arguments):
                 plan = self.declaration(**arguments)
                 spec = plan.out
                 if type(spec) is Out:
                     impl = self._implementations.get("cpu")
-                    if impl is None or _small_call is None:
+                    if impl is None or self._run is None:
                         impl = self._cpu_implementation()
-                    result = np.empty(spec.shape, spec.dtype)
-                    _small_call(impl, plan.args, result)  # one thread on small inputs
+                    result = self._host_empty(spec.shape, spec.dtype)
+                    self._run(impl, plan.args, result)  # small_call: one thread on small inputs
                     return result
                 return self._call(arguments, out, backend, plan)
             return self._call(arguments, out, backend)
         except MemoryError as e:
-            if isinstance(e, _validate.AllocationError):
-                raise
-            raise _validate.AllocationError(f"embnum.{self.name}: not enough memory for this call ({e})") from e
+            self._memory_error(e)
+
+    def call_planned(self, arguments: dict[str, Any], plan: Plan):
+        """:meth:`call` without ``out=``/``backend=`` on plain NumPy ``arguments`` whose
+        declaration already ran (``plan``): the public function's short path when the
+        plan is not one array."""
+        try:
+            return self._call(arguments, None, None, plan)
+        except MemoryError as e:
+            self._memory_error(e)
+
+    def _memory_error(self, e: MemoryError):
+        if isinstance(e, _validate.AllocationError):
+            raise e
+        raise _validate.AllocationError(f"embnum.{self.name}: not enough memory for this call ({e})") from e
 
     def _cpu_call(self, args, out):
         impl = self._implementations.get("cpu")
@@ -238,7 +268,8 @@ class Op:
                     o[...] = r
         else:
             if outs is None:
-                outs = [None if s is None else chosen.empty(*s) for s in shapes]
+                empty = self._host_empty if chosen.name == "cpu" else chosen.empty
+                outs = [None if s is None else empty(*s) for s in shapes]
             given = outs[0] if single else tuple(outs) if as_tuple else outs
             if chosen.name == "cpu":
                 self._cpu_call(plan.args, given)
@@ -252,7 +283,17 @@ class Op:
         """Generate ``def <name>(<params>, *, out=None, backend=None)`` from the declaration.
 
         The function is written out (not a ``*args`` wrapper) so that its
-        signature is the op's and a call costs no argument binding."""
+        signature is the op's and a call costs no argument binding. It holds the
+        common case inline (issue 12: a tiny call's cost is its Python work): no
+        ``out=``/``backend=``, every argument a plain ``np.ndarray`` or a Python
+        scalar (``None`` included) with at least one array, and the cpu kernel
+        already loaded (by an earlier call through :meth:`call`). Then the
+        declaration is called directly, its one :class:`Out` allocated with
+        ``np.empty`` and the kernel run through ``cpu._common.small_call``: the
+        same declaration, kernel and rules as :meth:`call`, without building the
+        arguments dict, searching for a backend or scanning the arguments. Any
+        other case (lists of arrays, NumPy scalars, other array types, a plan that
+        is not one array) goes through :meth:`call` / :meth:`call_planned`."""
         params = list(self.signature.parameters.values())
         defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
         positional = [p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
@@ -264,12 +305,44 @@ class Op:
         )
         args = ", ".join(f"{p.name!r}: {p.name}" for p in params)
         out = "out" if self.takes_out else "None"
-        src = (
-            f"def {self.name}({head + ', ' if head else ''}"
-            f"*, {tail}):\n    return _op.call({{{args}}}, {out}, backend)\n"
-        )
-        namespace = {"_op": self, "_defaults": defaults}
-        exec(compile(src, f"<embnum op {self.name}>", "exec"), namespace)
+        lines = [f"def {self.name}({head + ', ' if head else ''}*, {tail}):"]
+        if self.takes_out and params and not self.mutates:
+            names = [p.name for p in params]
+            if len(names) == 1:
+                plain = f"type({names[0]}) is _ndarray"
+            else:
+                types = ", ".join(f"type({n})" for n in names)
+                plain = f"_ndarray in (_types := ({types})) and _FAST_TYPES.issuperset(_types)"
+            decl_args = ", ".join([p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword])
+            lines += [
+                f"    if out is None and backend is None and _run is not None and {plain}:",
+                "        impl = _implementations.get('cpu')",
+                "        if impl is not None:",
+                "            try:",
+                f"                plan = _declaration({decl_args})",
+                "                spec = plan.out",
+                "                if type(spec) is _Out:",
+                "                    result = _empty(spec.shape, spec.dtype)",
+                "                    _run(impl, plan.args, result)  # small_call: one thread on small inputs",
+                "                    return result",
+                "            except MemoryError as e:",
+                "                _op._memory_error(e)",
+                f"            return _op.call_planned({{{args}}}, plan)",
+            ]
+        lines.append(f"    return _op.call({{{args}}}, {out}, backend)")
+        namespace = {
+            "_op": self,
+            "_defaults": defaults,
+            "_declaration": self.declaration,
+            "_implementations": self._implementations,
+            "_run": None,  # set by implementation("cpu") once Numba and the cpu kernels are loaded
+            "_Out": Out,
+            "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
+            "_ndarray": np.ndarray,
+            "_FAST_TYPES": _FAST_TYPES,
+        }
+        self._namespace = namespace
+        exec(compile("\n".join(lines) + "\n", f"<embnum op {self.name}>", "exec"), namespace)
         public = namespace[self.name]
         public.__doc__ = self.declaration.__doc__
         public.__module__ = "embnum"
@@ -284,12 +357,29 @@ _MAX_SIZE = _validate.MAX_SIZE
 _small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba is loaded
 
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
+_FAST_TYPES = _SCALAR_TYPES | {np.ndarray}  # the argument types of the public function's short path
 
 
 def _other_array(v) -> bool:
     """An array that is not a plain ``np.ndarray`` (a subclass, a CuPy array)."""
     t = type(v)
     return t not in _SCALAR_TYPES and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
+
+
+def _kernel_runner(impl: Callable) -> Callable:
+    """``run(impl, args, out)`` for a cpu kernel: ``cpu._common.kernel_runner`` (the kernel called
+    positionally) when its parameters are plain names without defaults ending in ``out``, else
+    ``cpu._common.small_call`` (keyword call)."""
+    from .cpu._common import kernel_runner, small_call
+
+    try:
+        params = list(inspect.signature(impl).parameters.values())
+    except (TypeError, ValueError):
+        return small_call
+    plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+    if not plain or not params or params[-1].name != "out":
+        return small_call
+    return kernel_runner(impl, getattr(impl, "__name__", ""), [p.name for p in params[:-1]])
 
 
 def _all_plain_numpy(arguments: dict[str, Any]) -> bool:

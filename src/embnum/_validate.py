@@ -37,9 +37,10 @@ def array(name: str, a, *, ndim=None, dtypes=None):
     """Check that ``a`` is a NumPy/CuPy array of an allowed ndim and dtype."""
     if type(a) is not np.ndarray and not is_array(a):  # the plain-NumPy test first: the per-call path
         raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__}")
-    if ndim is not None and a.ndim != ndim:
-        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-        if a.ndim not in allowed:
+    if ndim is not None:
+        n = a.ndim
+        if n != ndim and (isinstance(ndim, int) or n not in ndim):
+            allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
             want = " or ".join(f"{n}-D" for n in allowed)
             raise ValueError(f"{name} must be {want}, got shape {tuple(a.shape)}")
     if dtypes is not None and a.dtype not in dtypes:
@@ -254,6 +255,15 @@ def min_max(a) -> tuple[int, int]:
     if fast is not None:
         lo, hi = fast.min_max(a)
         return int(lo), int(hi)
+    return int(a.min()), int(a.max())
+
+
+def host_min_max(a) -> tuple[int, int]:
+    """:func:`min_max` of an array the caller knows to be a plain NumPy int32/int64 array
+    with at least one entry (the per-call path: no second type test)."""
+    compiled = _NUMBA or _compiled()
+    if compiled:
+        return compiled.min_max(a)  # Numba returns int64 scalars as Python ints
     return int(a.min()), int(a.max())
 
 

@@ -25,7 +25,7 @@ def _cumsum_fits_int32(name, lengths, *, drop_last):
     if lengths.dtype != _INT32 or lengths.size == 0 or (drop_last and lengths.shape[-1] < 2):
         return
     if type(lengths) is np.ndarray:  # host data: reads are free, and most inputs need no prefix sum
-        lo, hi = v.min_max(lengths)  # one compiled pass
+        lo, hi = v.host_min_max(lengths)  # one compiled pass (an int32 array: checked above)
         if max(-lo, hi) * lengths.shape[-1] <= v.INT32_MAX:  # no prefix of a row can reach past int32
             return
     xp = v.xp_of(lengths)
@@ -78,7 +78,7 @@ def complete_cumsum(lengths):
     """
     v.index_array("lengths", lengths, ndim=(1, 2))
     _cumsum_fits_int32("lengths", lengths, drop_last=False)
-    shape = tuple(lengths.shape[:-1]) + (lengths.shape[-1] + 1,)
+    shape = lengths.shape[:-1] + (lengths.shape[-1] + 1,)
     return Plan(dict(lengths=lengths), Out(shape, lengths.dtype))
 
 
