@@ -6,8 +6,11 @@
 Prints the machine, the load before and after, then a markdown table: milliseconds per
 call, median [IQR] over ``--rounds`` rounds in which every contender runs in turn in this
 process (``_bench.interleaved``, torch.utils.benchmark). The headline case is the issue's:
-8-bit and 4-bit row-wise quantize and dequantize of a [65536, 128] float32 array.
-"embnum out=" reuses an output buffer (no allocation, no first touch of fresh pages);
+8-bit and 4-bit row-wise quantize and dequantize of a [65536, 128] float32 array, and
+the element-wise dequantizers (bfloat16, float16, HFP8) to a [65536, 128] float32 array.
+"embnum out=" reuses an output buffer (no allocation, no first touch of fresh pages;
+allocating quant calls reuse large outputs the caller no longer holds, see
+``embnum.cpu._pool``);
 fbgemm's ops always allocate (through torch's allocator, which does not ask for huge
 pages: on this VM every 4 KiB first touch costs several microseconds). "copy floor" is a
 plain NumPy copy of the bytes the op must read and write, "fresh copy" the same into a
@@ -50,6 +53,40 @@ def cases(R, D, rng):
         yield Case(
             f"fused_{kind}_rowwise_to_float", from_in, dict(input=q, **kw), q.nbytes, x.nbytes, from_fb, None, True
         )
+    # the element-wise dequantizers, each with a fresh [R, D] float32 output (issue 12 item 6)
+    bf16, f16 = embnum.float_to_bfloat16(x), x.astype(np.float16)
+    hfp8 = embnum.float_to_hfp8(x, 4, 7, 448.0)
+    tb, th, t8 = (torch.from_numpy(a) for a in (bf16.view(np.int16), f16, hfp8)) if fb else (None,) * 3
+    yield Case(
+        "bfloat16_to_float",
+        f"[{R}, {D}] bf16",
+        dict(input=bf16),
+        bf16.nbytes,
+        x.nbytes,
+        fb and (lambda: fb.Bfloat16QuantizedToFloat(tb.view(torch.bfloat16))),
+        torch and (lambda: tb.view(torch.bfloat16).float()),
+        True,
+    )
+    yield Case(
+        "fp16_to_float",
+        f"[{R}, {D}] f16",
+        dict(input=f16),
+        f16.nbytes,
+        x.nbytes,
+        None,  # fbgemm's fp16_to_fp32 is torch's .float()
+        torch and (lambda: th.float()),
+        True,
+    )
+    yield Case(
+        "hfp8_to_float",
+        f"[{R}, {D}] hfp8 e4 bias 7",
+        dict(input=hfp8, ebits=4, exponent_bias=7),
+        hfp8.nbytes,
+        x.nbytes,
+        fb and (lambda: fb.HFP8QuantizedToFloat(t8, 4, 7)),
+        None,
+        True,
+    )
 
 
 def main(argv=None):
@@ -59,7 +96,14 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--threads", type=int, help="Numba threads for the cpu backend (default: all)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per row")
+    parser.add_argument(
+        "--no-pool", action="store_true", help="every embnum output a fresh np.empty (embnum.cpu._pool off: the A/B)"
+    )
     args = parser.parse_args(argv)
+    if args.no_pool:
+        from embnum.cpu import _pool
+
+        _pool.MAX_BYTES = 0
     if args.threads:
         import numba
 

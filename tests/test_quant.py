@@ -727,3 +727,90 @@ def test_codecs_around_a_gloo_all_to_all():
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ok:" in proc.stdout
+
+
+# -- the cpu backend's reuse of large outputs (embnum.cpu._pool) ----------------------------
+@pytest.fixture
+def pool(monkeypatch):
+    """The output pool with a small threshold (so that test-sized outputs use it), emptied."""
+    pytest.importorskip("numba")
+    from embnum.cpu import _pool
+
+    monkeypatch.setattr(_pool, "MIN_BYTES", 1)
+    monkeypatch.setattr(_pool, "_buffers", [])
+    return _pool
+
+
+def _q8_rows(seed, rows=64):
+    x = np.random.default_rng(seed).standard_normal((rows, 16)).astype(F32)
+    return embnum.float_to_fused_8bit_rowwise(x)
+
+
+def test_pooled_outputs_never_alias_a_result_still_held(pool):
+    """Whatever keeps a result alive (the array, a view of it, a memoryview, a torch tensor)
+    keeps its buffer out of the pool; once everything is gone the buffer is reused."""
+    q = _q8_rows(0)
+    want = embnum.fused_8bit_rowwise_to_float(q, backend="ref")
+    keepers = [
+        lambda r: r,
+        lambda r: r[1:, ::2].T,
+        lambda r: memoryview(r),
+        lambda r: np.asarray(r).reshape(-1),
+    ]
+    try:
+        import torch
+
+        keepers.append(lambda r: torch.from_numpy(r))
+    except ImportError:
+        pass
+    for keep in keepers:
+        first = embnum.fused_8bit_rowwise_to_float(q)
+        held = keep(first)
+        del first
+        second = embnum.fused_8bit_rowwise_to_float(q)
+        assert not np.shares_memory(second, np.asarray(held))
+        np.testing.assert_array_equal(second, want)
+        del held, second
+    pool.release()  # only q's buffer (busy) stays
+    third = embnum.fused_8bit_rowwise_to_float(q)
+    fourth = embnum.fused_8bit_rowwise_to_float(q)
+    assert not np.shares_memory(third, fourth)
+    assert third.base is not None and fourth.base is not None and len(pool._buffers) == 3  # pooled
+    address = third.__array_interface__["data"][0]
+    del third
+    assert embnum.fused_8bit_rowwise_to_float(q).__array_interface__["data"][0] == address  # dropped: reused
+
+
+def test_pool_bounds_what_it_keeps(pool, monkeypatch):
+    """At most MAX_BUFFERS buffers and MAX_BYTES bytes are tracked, whatever the caller holds;
+    MAX_BYTES = 0 turns the pool off; release() frees the idle ones."""
+    q = _q8_rows(1)
+    monkeypatch.setattr(pool, "MAX_BUFFERS", 2)
+    held = [embnum.fused_8bit_rowwise_to_float(q) for _ in range(5)]
+    assert len(pool._buffers) == 2 and pool.held_bytes() <= pool.MAX_BYTES
+    assert all(not np.shares_memory(a, b) for i, a in enumerate(held) for b in held[i + 1 :])
+    del held
+    assert pool.release() > 0 and pool.held_bytes() == 0
+    monkeypatch.setattr(pool, "MAX_BYTES", 0)
+    assert embnum.fused_8bit_rowwise_to_float(q).base is None and pool.held_bytes() == 0
+
+
+def test_pool_hands_a_buffer_to_one_thread(pool):
+    """Calls from several threads that keep their results get pairwise distinct memory."""
+    import threading
+
+    q = _q8_rows(2)
+    results, barrier = [], threading.Barrier(4)
+
+    def work():
+        barrier.wait()
+        for _ in range(20):
+            results.append(embnum.fused_8bit_rowwise_to_float(q))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    addresses = [r.__array_interface__["data"][0] for r in results]
+    assert len(set(addresses)) == len(results)

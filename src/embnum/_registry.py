@@ -136,6 +136,9 @@ class Op:
         self._example_fn: Callable | None = None
         self._implementations: dict[str, Callable] = {}
         self._run: Callable | None = None  # run(impl, args, out): the cpu kernel's small call, once loaded
+        # how the cpu backend allocates this op's outputs: the family's cpu module may define
+        # ``empty_output(shape, dtype)`` (embnum.cpu._pool: reused large outputs), else np.empty
+        self._host_empty: Callable = np.empty
         self.check_fn: Callable = exact_match
         self.public = self._make_public()
 
@@ -159,6 +162,7 @@ class Op:
             except AttributeError:
                 raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
             if backend == "cpu":  # Numba and the cpu kernels are loaded: open the public function's short path
+                self._namespace["_empty"] = self._host_empty = getattr(module, "empty_output", np.empty)
                 self._namespace["_run"] = self._run = _kernel_runner(impl)
         return impl
 
@@ -188,7 +192,7 @@ class Op:
                     impl = self._implementations.get("cpu")
                     if impl is None or self._run is None:
                         impl = self._cpu_implementation()
-                    result = np.empty(spec.shape, spec.dtype)
+                    result = self._host_empty(spec.shape, spec.dtype)
                     self._run(impl, plan.args, result)  # small_call: one thread on small inputs
                     return result
                 return self._call(arguments, out, backend, plan)
@@ -264,7 +268,8 @@ class Op:
                     o[...] = r
         else:
             if outs is None:
-                outs = [None if s is None else chosen.empty(*s) for s in shapes]
+                empty = self._host_empty if chosen.name == "cpu" else chosen.empty
+                outs = [None if s is None else empty(*s) for s in shapes]
             given = outs[0] if single else tuple(outs) if as_tuple else outs
             if chosen.name == "cpu":
                 self._cpu_call(plan.args, given)
@@ -332,7 +337,7 @@ class Op:
             "_implementations": self._implementations,
             "_run": None,  # set by implementation("cpu") once Numba and the cpu kernels are loaded
             "_Out": Out,
-            "_empty": np.empty,
+            "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
             "_ndarray": np.ndarray,
             "_FAST_TYPES": _FAST_TYPES,
         }

@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _qrow
+from . import _pool
 from ._common import (
     bits_to_float32,
     float32_bits_to_half_bits,
@@ -25,6 +26,10 @@ from ._common import (
     half_table,
     rne,
 )
+
+# The registry allocates this family's outputs with this (large ones reused across calls
+# once the caller has dropped them; the rule: embnum.cpu._pool).
+empty_output = _pool.empty
 
 _jit = njit(cache=True, inline="always")
 _put_u32 = _jit(_qrow.put_u32)

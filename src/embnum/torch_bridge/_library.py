@@ -285,13 +285,14 @@ _grad_enabled = torch.is_grad_enabled
 _SLOW = object()  # what a direct path returns when the call must go through the dispatcher
 
 
-def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
+def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable:
     """``direct(args)``: run a functional op without the dispatcher where :func:`_direct`
     allows it (the same rules, written out per op: only the positions of its tensors and
     tensor lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
     the op's public NumPy function (whose short path then applies); returns ``_SLOW`` where
     the call needs the dispatcher, or a bfloat16 tensor needs the bridge's conversion (the
-    full implementation does both).
+    full implementation does both). A call that needs a gradient goes to
+    :func:`_eager_autograd` (ops with a formula).
 
     Generated per op (issue 12: the bridge's per-call cost): a plain tensor is first tried
     with ``t.numpy()`` alone, which succeeds only for a CPU tensor of a NumPy dtype (not
@@ -314,13 +315,13 @@ def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
                 f"    a{i} = args[{i}]",
                 f"    if a{i} is not None:",
                 f"        if type(a{i}) is not _Tensor:",
-                "            return _SLOW",
+                "            return _fallback(args)",
                 "        try:",
                 f"            a{i} = a{i}.numpy()",
                 "        except Exception:",
                 f"            a{i} = _one(a{i})",
                 f"            if a{i} is None:",
-                "                return _SLOW",
+                "                return _fallback(args)",
             ]
         elif i in lists:
             lines += [
@@ -328,7 +329,7 @@ def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
                 f"    if a{i} is not None:",
                 f"        a{i} = _list(a{i})",
                 f"        if a{i} is None:",
-                "            return _SLOW",
+                "            return _fallback(args)",
             ]
         else:
             lines.append(f"    a{i} = args[{i}]")
@@ -363,9 +364,25 @@ def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
         "_public": op.public,
         "_from_numpy": torch.from_numpy,
         "_convert_result": convert_result,
+        "_fallback": None,
     }
     exec(compile("\n".join(lines) + "\n", f"<embnum.torch_bridge direct {op.name}>", "exec"), namespace)
-    return namespace["direct"]
+    direct = namespace["direct"]
+
+    def no_grad_call(args):
+        """The call in the eager autograd forward (grad mode is off there)."""
+        result = direct(args)
+        return impl(*args) if result is _SLOW else result
+
+    eager = _eager_autograd(spec, names, no_grad_call, tuple(tensors), tuple(lists))
+
+    def fallback(args):
+        """A tensor the direct path cannot take: the eager autograd call where grad mode is on
+        and the op has one (it returns ``_SLOW`` itself for what it cannot take), else ``_SLOW``."""
+        return eager(args) if eager is not None and _grad_enabled() else _SLOW
+
+    namespace["_fallback"] = fallback
+    return direct
 
 
 def _one(t):
@@ -397,6 +414,126 @@ def _list(ts):
                 return None
         items.append(a)
     return items
+
+
+_functorch_stack = torch._C._functorch.peek_interpreter_stack
+
+
+class _EagerCall:
+    """One eager autograd call's layout: ``where[k]`` = (argument position, list index or
+    None) of the ``k``-th tensor passed to the Function, ``lengths`` of the list arguments,
+    ``out`` the result's shape (set by the forward: None, a list length, or which tuple
+    entries are present)."""
+
+    __slots__ = ("where", "lengths", "out")
+
+    def __init__(self, where, lengths):
+        self.where, self.lengths, self.out = where, lengths, None
+
+
+def _eager_autograd(spec: Bridge, names: list[str], impl: Callable, tensors: tuple, lists: tuple):
+    """``run(args)``: an eager call that needs a gradient, through one ``torch.autograd.Function``
+    per op whose forward is ``impl(args)`` (the direct path, else the implementation the
+    dispatcher runs; grad mode is off inside a Function's forward) and whose
+    ``setup``/``backward`` are the family's formula, called with the same arguments and
+    gradient structure as the registered autograd (:func:`_register_autograd`). What the
+    registered path adds per call (the dispatcher's autograd kernel, ``torch.library``'s
+    pytree flattening of every list and the default refill) is about 0.2 ms of the
+    ~0.35 ms an autograd call of a list op costs on a tiny input; here the tensor positions
+    are known per op. Returns ``_SLOW`` (the dispatcher then runs it) for anything but plain
+    CPU tensors (a subclass, another device, a functorch transform), and where nothing needs
+    a gradient. None for ops without a formula or with non-tensor results."""
+    if spec.backward is None or spec.setup is None or "int" in spec.returns:
+        return None
+    setup, formula, plain = spec.setup, spec.backward, torch.Tensor
+    every = (*names, "backend")
+
+    def forward(ctx, args, call, *flat):
+        result = impl(args)
+        setup(ctx, dict(zip(every, args)), result)
+        ctx.embnum_where, ctx.embnum_lengths = call.where, call.lengths
+        if type(result) is list:
+            ctx.embnum_out = call.out = len(result)
+            return tuple(result)
+        if type(result) is tuple:
+            ctx.embnum_out = call.out = tuple(r is not None for r in result)
+            return tuple(r for r in result if r is not None)
+        ctx.embnum_out = call.out = None
+        return result
+
+    def backward(ctx, *grads):
+        shape, where = ctx.embnum_out, ctx.embnum_where
+        if type(shape) is int:  # a Tensor[] result: the gradients as one list
+            grads = (list(grads),)
+        elif shape is not None:  # a tuple with optional results: None where one was not returned
+            it = iter(grads)
+            grads = tuple(next(it) if present else None for present in shape)
+        flat_needs = ctx.needs_input_grad
+        needs = [False] * len(every)
+        for (i, j), need in zip(where, flat_needs[2:]):
+            if j is None:
+                needs[i] = need
+            else:
+                if needs[i] is False:
+                    needs[i] = [False] * ctx.embnum_lengths[i]
+                needs[i][j] = need
+        ctx.needs_input_grad = tuple(needs)
+        try:
+            by_name = formula(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = flat_needs
+        out = []
+        for i, j in where:
+            g = by_name.get(every[i])
+            out.append(g if j is None or g is None else g[j])
+        return (None, None, *out)
+
+    # grad_fn: Eager_<name>Backward (a profile names the op)
+    eager = type(
+        f"Eager_{spec.name}",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+    )
+
+    apply = eager.apply
+
+    def run(args):
+        if _functorch_stack() is not None:
+            return _SLOW
+        flat, where, lengths = [], [], {}
+        needed = False
+        for i in tensors:
+            t = args[i]
+            if t is not None:
+                if type(t) is not plain or not t.is_cpu:
+                    return _SLOW
+                flat.append(t)
+                where.append((i, None))
+                needed = needed or t.requires_grad
+        for i in lists:
+            if args[i] is None:
+                continue
+            lengths[i] = len(args[i])
+            for j, t in enumerate(args[i]):
+                if t is not None:
+                    if type(t) is not plain or not t.is_cpu:
+                        return _SLOW
+                    flat.append(t)
+                    where.append((i, j))
+                    needed = needed or t.requires_grad
+        if not needed:
+            return _SLOW
+        call = _EagerCall(where, lengths)
+        out = apply(args, call, *flat)
+        shape = call.out
+        if type(shape) is int:
+            return list(out)
+        if shape is not None:
+            it = iter(out)
+            return tuple(next(it) if present else None for present in shape)
+        return out
+
+    return run
 
 
 def _direct(args: tuple) -> bool:
@@ -470,7 +607,7 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
         "_torch_op": torch_op,
         "_impl": impl,
         "_direct": _direct,
-        "_direct_call": _direct_path(op, spec, list(op.signature.parameters)) if impl is not None else None,
+        "_direct_call": _direct_path(op, spec, list(op.signature.parameters), impl) if impl is not None else None,
         "_SLOW": _SLOW,
         "_check": _check_value,
         "_Tensor": torch.Tensor,
