@@ -43,8 +43,9 @@ def _sort_reduce(lk, sink):
         acc = np.empty(D, dtype=np.float32)
         s = np.float32(0)
         nl = order.shape[0]
+        tg = ct._table_grad(lk, j, D, nl)
         for i in range(n):
-            ct._row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk)
+            ct._row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk, tg)
             s += acc[0]
         sink[j] = s
 

@@ -283,7 +283,11 @@ def _psw(a):
 
 # -- backward: counting sort per table, one pass over touched rows ---------------
 # Columns of the ``tables`` array (one row per physical table, see ``_tables``).
-FIRST_FEATURE, START, END, ROWS, DIM, WEIGHTS_OFFSET, FIRST_ROW = range(7)
+FIRST_FEATURE, START, END, ROWS, DIM, WEIGHTS_OFFSET, FIRST_ROW, END_FEATURE = range(8)
+# A pooled table's output-gradient columns are copied to one contiguous block (``_table_grad``)
+# when it has at most this many elements and at least one lookup per bag: the sorted lookups
+# then gather from a block of ~1 MB instead of rows one output-row stride apart.
+COMPACT_GRAD_MAX = 1 << 21
 
 
 class Lookups(NamedTuple):
@@ -293,8 +297,8 @@ class Lookups(NamedTuple):
     ``t*B + b`` of each position, -1 outside every bag); doff: int64 ``[T+1]``
     (``D_offsets``); grad: float32, the output gradient flattened (clipped when
     the optimizer says so); psw: float32 ``[N]`` (a 1-element placeholder when
-    ``has_psw`` is false); tables: int64 ``[n, 7]``, columns ``FIRST_FEATURE`` ..
-    ``FIRST_ROW``.
+    ``has_psw`` is false); tables: int64 ``[n, 8]``, columns ``FIRST_FEATURE`` ..
+    ``END_FEATURE``.
     """
 
     indices: np.ndarray
@@ -324,12 +328,14 @@ def _bag_of_position(offsets, n_bags, N):
 def _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offsets, B):
     """One row per physical table (features sharing a table merged), columns
     ``FIRST_FEATURE, START, END`` (its lookups' position range), ``ROWS, DIM,
-    WEIGHTS_OFFSET, FIRST_ROW`` (its first linear row id)."""
+    WEIGHTS_OFFSET, FIRST_ROW`` (its first linear row id), ``END_FEATURE`` (one past its
+    last feature: the features of a table are consecutive)."""
     T = weights_offsets.shape[0]
     out = []
     for t in range(T):
         if t and hash_size_cumsum[t] == hash_size_cumsum[t - 1]:
             out[-1][END] = int(offsets[(t + 1) * B])
+            out[-1][END_FEATURE] = t + 1
             continue
         out.append(
             [
@@ -340,9 +346,10 @@ def _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offsets, B):
                 int(D_offsets[t + 1] - D_offsets[t]),
                 int(weights_offsets[t]),
                 int(hash_size_cumsum[t]),
+                t + 1,
             ]
         )
-    return np.array(out, dtype=np.int64).reshape(-1, 7)
+    return np.array(out, dtype=np.int64).reshape(-1, 8)
 
 
 @njit(cache=True, inline="always")
@@ -410,29 +417,52 @@ def _count_touched(indices, tables):
 
 
 @njit(cache=True, inline="always")
-def _grad_source(lk, p, D):
-    """Where the output gradient of lookup ``p`` starts in ``lk.grad``."""
+def _table_grad(lk, j, D, nl):
+    """Where table ``j``'s ``nl`` lookups read their output gradient: ``(g, kb, stride, col,
+    affine)``. Pooled lookups of bag ``k`` start at ``(k - kb) * stride + col`` in ``g`` when
+    ``affine`` (one feature, or the table's columns copied to a contiguous block: its
+    features' ``[B, D]`` gradients one after the other), otherwise by the bag's feature."""
+    t0, t1, B = lk.tables[j, FIRST_FEATURE], lk.tables[j, END_FEATURE], lk.B
+    nb = (t1 - t0) * B
+    TD = lk.doff[lk.doff.shape[0] - 1]
+    if lk.pooling != NONE and nb * D <= COMPACT_GRAD_MAX and nl >= nb:
+        block = np.empty(nb * D, dtype=np.float32)
+        for f in range(t0, t1):
+            for b in range(B):
+                src = np.uint64(b * TD + lk.doff[f])
+                dst = np.uint64(((f - t0) * B + b) * D)
+                for d in range(D):
+                    block[dst + np.uint64(d)] = lk.grad[src + np.uint64(d)]
+        return block, t0 * B, D, np.int64(0), True
+    return lk.grad, t0 * B, TD, lk.doff[t0], t1 - t0 == 1
+
+
+@njit(cache=True, inline="always")
+def _grad_source(lk, p, D, tg):
+    """Where the output gradient of lookup ``p`` starts in ``tg[0]`` (``tg``: ``_table_grad``)."""
     if lk.pooling == NONE:
         return np.uint64(p * D)
     k = lk.bag[p]
+    if tg[4]:
+        return np.uint64((k - tg[1]) * tg[2] + tg[3])
     t = k // lk.B
     return np.uint64((k - t * lk.B) * lk.doff[lk.doff.shape[0] - 1] + lk.doff[t])
 
 
 @njit(cache=True, inline="always")
-def _row_grad(acc, D, order, s, e, nl, lk):
+def _row_grad(acc, D, order, s, e, nl, lk, tg):
     """``acc[:D]`` = the summed gradient of one row from its lookups ``order[s:e]`` (of the
-    table's ``nl``), prefetching the gradient of the lookup ``GRAD_PREFETCH_DISTANCE`` ahead
-    in the sorted order (every lookup's, not only a row's first: the gradient rows are
-    scattered over the whole output gradient)."""
+    table's ``nl``; ``tg``: ``_table_grad``), prefetching the gradient of the lookup
+    ``GRAD_PREFETCH_DISTANCE`` ahead in the sorted order (every lookup's, not only a row's
+    first: the gradient rows are scattered)."""
     for d in range(D):
         acc[d] = 0.0
-    g = lk.grad
+    g = tg[0]
     for q in range(s, e):
         if q + GRAD_PREFETCH_DISTANCE < nl:
-            _prefetch_row(g, _grad_source(lk, order[q + GRAD_PREFETCH_DISTANCE], D), D)
+            _prefetch_row(g, _grad_source(lk, order[q + GRAD_PREFETCH_DISTANCE], D, tg), D)
         p = order[q]
-        src = _grad_source(lk, p, D)
+        src = _grad_source(lk, p, D, tg)
         if lk.pooling == NONE:
             c = np.float32(1.0)
         elif lk.has_psw:
@@ -455,8 +485,9 @@ def _dense_grad(lk, dense):
         order, touched, run_end, n = _table_runs(lk, j)
         acc = np.empty(D, dtype=np.float32)
         nl = order.shape[0]
+        tg = _table_grad(lk, j, D, nl)
         for i in range(n):
-            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk)
+            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk, tg)
             base = w0 + touched[i] * D
             for d in range(D):
                 dense[base + d] = acc[d]
@@ -473,8 +504,9 @@ def _sparse_grad(lk, row_start, value_start, lids, values):
         u = row_start[j]
         vo = value_start[j]
         nl = order.shape[0]
+        tg = _table_grad(lk, j, D, nl)
         for i in range(n):
-            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk)
+            _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk, tg)
             lids[u] = h0 + touched[i]
             for d in range(D):
                 values[vo + d] = acc[d]
@@ -499,6 +531,7 @@ def _make_fused_update(in_place):
             part = np.empty(16, dtype=np.float32)
             vo = value_start[j]
             nl = order.shape[0]
+            tg = _table_grad(lk, j, D, nl)
             for i in range(n):
                 ahead = i + UPDATE_PREFETCH_DISTANCE
                 if ahead < n:
@@ -507,7 +540,7 @@ def _make_fused_update(in_place):
                         _prefetch_row(m1, w0 + touched[ahead] * D, D)
                     elif opt.kind == ROWWISE_ADAGRAD:  # its one accumulator, at the row's linear id
                         _prefetch(m1, np.uint64(h0 + touched[ahead]))
-                _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk)
+                _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk, tg)
                 r = touched[i]
                 _update_row(acc, D, w0 + np.int64(r) * D, h0 + r, w, lut, m1, m2, opt, in_place, new, pos, vo, part)
                 vo += D
