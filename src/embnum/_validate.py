@@ -50,6 +50,10 @@ def array(name: str, a, *, ndim=None, dtypes=None):
 
 def index_array(name: str, a, *, ndim=1):
     """An int32/int64 index, length or offset array."""
+    if type(a) is np.ndarray:  # the per-call case, tested without a second call; errors from array()
+        n = a.ndim
+        if (n == ndim or ndim is None or (type(ndim) is not int and n in ndim)) and a.dtype in INDEX_DTYPES:
+            return a
     return array(name, a, ndim=ndim, dtypes=INDEX_DTYPES)
 
 

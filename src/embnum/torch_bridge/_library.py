@@ -287,48 +287,61 @@ _SLOW = object()  # what a direct path returns when the call must go through the
 
 def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable:
     """``direct(args)``: run a functional op without the dispatcher where :func:`_direct`
-    allows it (the same rules, written per op: only the positions of its tensors and tensor
-    lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
-    ``op.call`` once; returns ``_SLOW`` where the call needs the dispatcher, or a bfloat16
-    tensor needs the bridge's conversion (the full implementation does both). A call that
-    needs a gradient goes to :func:`_eager_autograd` (ops with a formula)."""
-    tensors = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor", "Tensor?"))
-    lists = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor[]", "Tensor?[]", "Tensor[]?"))
-    call, n, bf16, plain = op.call, len(names), torch.bfloat16, torch.Tensor
+    allows it (the same rules, written out per op: only the positions of its tensors and
+    tensor lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
+    the op's public NumPy function (whose short path then applies); returns ``_SLOW`` where
+    the call needs the dispatcher, or a bfloat16 tensor needs the bridge's conversion (the
+    full implementation does both). A call that needs a gradient goes to
+    :func:`_eager_autograd` (ops with a formula).
 
-    def one(t, grad):
-        """``t`` as a NumPy array, or None when the direct path cannot take it."""
-        if type(t) is not plain or not t.is_cpu or t.dtype is bf16:
-            return None
-        if t.requires_grad:
-            if grad:
-                return None
-            t = t.detach()
-        return t.numpy()
+    Generated per op (issue 12: the bridge's per-call cost): a plain tensor is first tried
+    with ``t.numpy()`` alone, which succeeds only for a CPU tensor of a NumPy dtype (not
+    bfloat16) that does not require grad; anything else (an exception) goes through
+    :func:`_one`, the full rule (a tensor that requires grad runs here, detached, when grad
+    is disabled). A plain ndarray result becomes a tensor with ``torch.from_numpy``."""
+    tensors = [i for i, n in enumerate(names) if spec.types[n] in ("Tensor", "Tensor?")]
+    lists = [i for i, n in enumerate(names) if spec.types[n] in ("Tensor[]", "Tensor?[]", "Tensor[]?")]
+    params = list(op.signature.parameters.values())
+    n = len(names)
+    lines = [
+        "def direct(args):",
+        "    if (_is_compiling() or _dispatch_stack_len() or _function_mode_enabled()"
+        " or _tracing_state() is not None or _profiler._is_profiler_enabled):",
+        "        return _SLOW",
+    ]
+    for i in range(n):
+        if i in tensors:
+            lines += [
+                f"    a{i} = args[{i}]",
+                f"    if a{i} is not None:",
+                f"        if type(a{i}) is not _Tensor:",
+                "            return _fallback(args)",
+                "        try:",
+                f"            a{i} = a{i}.numpy()",
+                "        except Exception:",
+                f"            a{i} = _one(a{i})",
+                f"            if a{i} is None:",
+                "                return _fallback(args)",
+            ]
+        elif i in lists:
+            lines += [
+                f"    a{i} = args[{i}]",
+                f"    if a{i} is not None:",
+                f"        a{i} = _list(a{i})",
+                f"        if a{i} is None:",
+                "            return _fallback(args)",
+            ]
+        else:
+            lines.append(f"    a{i} = args[{i}]")
+    call = [f"a{i}" for i, p in enumerate(params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    call += [f"{p.name}=a{i}" for i, p in enumerate(params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    call.append(f"backend=args[{n}] if len(args) > {n} else None")
+    lines.append(f"    result = _public({', '.join(call)})")
+    if not spec.bf16_patterns:
+        lines += ["    if type(result) is _ndarray and result.flags.writeable:", "        return _from_numpy(result)"]
+    lines.append("    return _convert_result(result)")
 
-    def direct(args):
-        if _watched():
-            return _SLOW
-        grad = _grad_enabled()
-        values = list(args)
-        for i in tensors:
-            t = values[i]
-            if t is not None:
-                a = one(t, grad)
-                if a is None:
-                    return eager(args) if grad and eager is not None else _SLOW
-                values[i] = a
-        for i in lists:
-            if values[i] is None:
-                continue
-            items = []
-            for t in values[i]:
-                a = one(t, grad) if t is not None else t
-                if a is None and t is not None:
-                    return eager(args) if grad and eager is not None else _SLOW
-                items.append(a)
-            values[i] = items
-        result = call(dict(zip(names, values)), None, values[n] if len(values) > n else None)
+    def convert_result(result):
         if type(result) is np.ndarray:
             return _convert_output(result, spec, False)
         if result is None:
@@ -337,13 +350,70 @@ def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable
             return tuple(_convert_output(r, spec, False) for r in result)
         return [_convert_output(r, spec, False) for r in result]
 
+    namespace = {
+        "_is_compiling": _is_compiling,
+        "_dispatch_stack_len": _dispatch_stack_len,
+        "_function_mode_enabled": _function_mode_enabled,
+        "_tracing_state": _tracing_state,
+        "_profiler": torch.autograd.profiler,
+        "_SLOW": _SLOW,
+        "_Tensor": torch.Tensor,
+        "_ndarray": np.ndarray,
+        "_one": _one,
+        "_list": _list,
+        "_public": op.public,
+        "_from_numpy": torch.from_numpy,
+        "_convert_result": convert_result,
+        "_fallback": None,
+    }
+    exec(compile("\n".join(lines) + "\n", f"<embnum.torch_bridge direct {op.name}>", "exec"), namespace)
+    direct = namespace["direct"]
+
     def no_grad_call(args):
         """The call in the eager autograd forward (grad mode is off there)."""
         result = direct(args)
         return impl(*args) if result is _SLOW else result
 
-    eager = _eager_autograd(spec, names, no_grad_call, tensors, lists)
+    eager = _eager_autograd(spec, names, no_grad_call, tuple(tensors), tuple(lists))
+
+    def fallback(args):
+        """A tensor the direct path cannot take: the eager autograd call where grad mode is on
+        and the op has one (it returns ``_SLOW`` itself for what it cannot take), else ``_SLOW``."""
+        return eager(args) if eager is not None and _grad_enabled() else _SLOW
+
+    namespace["_fallback"] = fallback
     return direct
+
+
+def _one(t):
+    """``t`` (a tensor on which ``t.numpy()`` failed) as a NumPy array where the direct path
+    can take it (a plain CPU tensor, not bfloat16, needing no gradient: detached), else None."""
+    if type(t) is not torch.Tensor or not t.is_cpu or t.dtype is torch.bfloat16:
+        return None
+    if t.requires_grad:
+        if _grad_enabled():
+            return None
+        t = t.detach()
+    return t.numpy()
+
+
+def _list(ts):
+    """A list of tensors (None items kept) as NumPy arrays for the direct path, or None."""
+    items = []
+    for t in ts:
+        if t is None:
+            items.append(None)
+            continue
+        if type(t) is not torch.Tensor:
+            return None
+        try:
+            a = t.numpy()
+        except Exception:  # noqa: BLE001 - not a plain CPU tensor of a NumPy dtype: the full rule
+            a = _one(t)
+            if a is None:
+                return None
+        items.append(a)
+    return items
 
 
 _functorch_stack = torch._C._functorch.peek_interpreter_stack
