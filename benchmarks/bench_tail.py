@@ -1,6 +1,6 @@
 """Tail latency of small calls, and where one thread stops being as fast as all of them.
 
-    python benchmarks/bench_tail.py [--calls 2000] [--compete 2] [--sweep [--kernel NAME ...]]
+    python benchmarks/bench_tail.py [--calls 2000] [--compete 2] [--op NAME ...] [--sweep [--kernel NAME ...]]
 
 Tail: every op's small tour example through ``embnum.<op>(...)`` (NumPy), called
 ``--calls`` times one by one (wall clock per call), in blocks of 50 that alternate
@@ -101,7 +101,7 @@ def _cells(ts, sw):
     )
 
 
-def tail(calls):
+def tail(calls, only=None):
     """Every op's tiny example and three pure-Python controls, round robin: each round gives
     every op 50 calls under the rule, then 50 on all threads, so a burst of load from the
     neighbours falls on all ops and both modes alike (one op's calls are spread over the
@@ -109,7 +109,7 @@ def tail(calls):
     cases = {}
     notes = {}
     for op in embnum.ops():
-        if op.mutates or op.example_fn is None:
+        if op.mutates or op.example_fn is None or (only and op.name not in only):
             continue
         args = op.example_fn(np.random.default_rng(0), "small").args
         try:
@@ -346,6 +346,7 @@ def main():
     p.add_argument("--compete", type=int, default=0, help="busy processes competing for the cores during the run")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--kernel", action="append", help="kernels to sweep (default: all swept kernels)")
+    p.add_argument("--op", action="append", help="ops whose tail to time (default: every op)")
     a = p.parse_args()
     print(_bench.machine())
     print(f"- command: python benchmarks/bench_tail.py {' '.join(sys.argv[1:])}".rstrip())
@@ -357,7 +358,7 @@ def main():
         if a.sweep:
             sweep(a.kernel or SWEPT)
         else:
-            tail(a.calls)
+            tail(a.calls, a.op)
     print(f"\n- after: {_bench.load()}")
 
 

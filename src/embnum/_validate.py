@@ -257,6 +257,12 @@ def _compiled():
     return _NUMBA or None
 
 
+def compiled():
+    """The compiled one-pass checks (:mod:`embnum._validate_numba`), or None where Numba is
+    missing; for checks on host arrays the caller has already made (loaded on first use)."""
+    return _NUMBA or _compiled()
+
+
 def _fast(a):
     """The compiled checks when ``a`` is a plain NumPy int32/int64 array, else None."""
     if type(a) is np.ndarray and a.dtype in INDEX_DTYPES:
