@@ -12,7 +12,12 @@ by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over
 * forward (SUM pooling, float32 output): ``embnum.tbe_forward``; fbgemm's
   ``SplitTableBatchedEmbeddingBagsCodegen`` under ``no_grad`` (FP16 weights for float16);
   ``torch.nn.functional.embedding_bag`` per table, concatenated; ``floor``: a copy of the
-  rows the forward must read (``N x D x itemsize`` bytes read and as many written).
+  rows the forward must read (``N x D x itemsize`` bytes read and as many written);
+  ``gather floor``: the same rows read in the forward's order and nothing written or summed
+  (each row xor-folded into a per-job block, every cache line prefetched 8 rows ahead as the
+  forward does, the same jobs on the same threads): what this machine's memory gives a
+  random-row read, which a contiguous copy (served by the hardware's stream prefetchers)
+  does not show.
 * training step (float32 weights only): forward + exact row-wise Adagrad.
   embnum: ``tbe_forward`` then ``tbe_backward_update``; fbgemm: ``module(indices,
   offsets).backward(grad)`` (EXACT_ROWWISE_ADAGRAD, fused); torch: the per-table loop with
@@ -21,7 +26,7 @@ by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over
   the forward, output written, gradient read, ids read, every touched row and its
   accumulator read and written), i.e. a copy of half that many bytes.
 
-Ratios: ``embnum / copy`` (target <= 1.15 for the forward) and ``peer / embnum`` (> 1: embnum
+Ratios: ``embnum / copy`` (target <= 1.15 for the forward), ``embnum / gather`` and ``peer / embnum`` (> 1: embnum
 is faster; medians, minima in parentheses). Prints the load average before and after; the table is ready for RESULTS.md.
 """
 
@@ -32,10 +37,12 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from numba import njit, prange
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _bench  # noqa: E402
 import embnum  # noqa: E402
+from embnum.cpu.tbe import _prefetch_row  # noqa: E402  (the forward's own row prefetch)
 from embnum.examples.tbe import make_batch  # noqa: E402
 
 LR = 0.01
@@ -64,6 +71,37 @@ def torch_tables(torch, a, b, dtype):
     return forward, t_idx, t_off
 
 
+@njit(parallel=True, nogil=True, cache=True)
+def _read_rows(w, woff, D, idx, starts, tables, sink):
+    """Job ``j`` reads the rows ``w[woff[t] + idx[p] * D :][:D]`` of table ``t = tables[j]`` for
+    ``p`` in ``starts[j]:starts[j + 1]`` (prefetched 8 rows ahead) and xor-folds them into
+    ``sink[j]`` (``w``: the weights' bits as unsigned integers; ``sink``: ``[jobs, D]``)."""
+    for j in prange(tables.shape[0]):
+        w0 = woff[tables[j]]
+        p0, p1 = starts[j], starts[j + 1]
+        acc = np.zeros(D, dtype=w.dtype)
+        for q in range(p0, min(p0 + 8, p1)):
+            _prefetch_row(w, w0 + np.int64(idx[q]) * D, D)
+        for p in range(p0, p1):
+            if p + 8 < p1:
+                _prefetch_row(w, w0 + np.int64(idx[p + 8]) * D, D)
+            base = np.uint64(w0 + np.int64(idx[p]) * D)
+            for d in range(D):
+                acc[d] ^= w[base + np.uint64(d)]
+        sink[j] = acc
+
+
+def gather_floor(a, b):
+    """The ``gather floor`` contender: the forward's rows read in its jobs (64 bags of one feature)."""
+    w = b["weights"].view(np.uint32 if b["weights"].itemsize == 4 else np.uint16)
+    firsts = (np.arange(a.T)[:, None] * a.B + np.arange(0, a.B, 64)[None, :]).ravel()
+    starts = b["offsets"][np.append(firsts, a.T * a.B)].astype(np.int64)
+    tables = (firsts // a.B).astype(np.int64)
+    sink = np.empty((tables.shape[0], a.D), w.dtype)
+    woff, idx = b["weights_offsets"], b["indices"]
+    return lambda: _read_rows(w, woff, a.D, idx, starts, tables, sink)
+
+
 def forward_contenders(torch, a, b, fp16):
     lay = (b["weights_offsets"], b["D_offsets"], b["hash_size_cumsum"])
     w, idx, offs = b["weights"], b["indices"], b["offsets"]
@@ -88,6 +126,7 @@ def forward_contenders(torch, a, b, fp16):
 
         fns["torch"] = loop
     fns.update(_bench.copy_contenders(N * a.D * w.itemsize, N * a.D * w.itemsize))
+    fns["gather floor"] = gather_floor(a, b)
     return fns
 
 
@@ -144,7 +183,7 @@ def timed(what, dtype, n, fns, rounds):
     row = {"what": what, "weights": dtype, "threads": n}
     ms = _bench.interleaved(fns, rounds=rounds, threads=n)
     row.update({k: _bench.fmt_ms_iqr(m) for k, m in ms.items()})
-    _bench.ratio_cells(row, ms, "embnum cpu")
+    _bench.ratio_cells(row, ms, "embnum cpu", floors=("copy floor", "gather floor"))
     print(f"  {what} {dtype} {n} thread(s): done", file=sys.stderr, flush=True)
     return row
 

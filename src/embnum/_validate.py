@@ -50,6 +50,10 @@ def array(name: str, a, *, ndim=None, dtypes=None):
 
 def index_array(name: str, a, *, ndim=1):
     """An int32/int64 index, length or offset array."""
+    if type(a) is np.ndarray:  # the per-call case, tested without a second call; errors from array()
+        n = a.ndim
+        if (n == ndim or ndim is None or (type(ndim) is not int and n in ndim)) and a.dtype in INDEX_DTYPES:
+            return a
     return array(name, a, ndim=ndim, dtypes=INDEX_DTYPES)
 
 
@@ -239,6 +243,12 @@ def _compiled():
             compiled = False
         _NUMBA = compiled
     return _NUMBA or None
+
+
+def compiled():
+    """The compiled one-pass checks (:mod:`embnum._validate_numba`), or None where Numba is
+    missing; for checks on host arrays the caller has already made (loaded on first use)."""
+    return _NUMBA or _compiled()
 
 
 def _fast(a):

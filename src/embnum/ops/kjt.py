@@ -100,7 +100,9 @@ def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_s
     v.index_array("lengths", lengths, ndim=ndim)
     v.index_array("permute", permute)
     n_seg = seg_sizes.shape[0]
-    totals = _totals_read_once(lengths, permute, n_seg, _selected(v.xp_of(lengths), seg_sizes, permute, n_seg))
+    totals = None
+    if _on_device(lengths, permute):  # host data: the exact checks below (no clip/gather of the sizes first)
+        totals = _totals_read_once(lengths, permute, n_seg, _selected(v.xp_of(lengths), seg_sizes, permute, n_seg))
     if totals is None:  # the exact checks, in the order of the rules (they raise)
         N = _lengths("lengths", lengths, ndim=ndim)
         _values("values", values, N)
