@@ -477,12 +477,12 @@ def invert_permute(permute):
     v.index_array("permute", permute)
     n = permute.shape[0]
     if n:
-        xp = v.xp_of(permute)
-        seen = xp.bincount(xp.clip(permute, 0, n - 1).astype(np.int64), minlength=n)
-        in_range, once = v.read_ints(*v.range_parts(permute, n), seen.max() == 1)  # one read
+        in_range, once = v.read_ints(*v.permutation_parts(permute, n))  # one read
         if not in_range:
             _in_range("permute", permute, n)  # raises
         if not once:
+            xp = v.xp_of(permute)
+            seen = xp.bincount(permute.astype(np.int64), minlength=n)
             r = int(xp.argmax(seen > 1))
             raise ValueError(f"permute is not a permutation: {r} appears {int(seen[r])} times")
     return Plan(dict(permute=permute), Out((n,), permute.dtype))
