@@ -818,13 +818,13 @@ def test_cpu_permute_split_across_threads_is_ref(name, data):
         pytest.skip("Numba has one thread here (NUMBA_NUM_THREADS=1): nothing to split")
     args = data.draw(permute_2d_args() if name == "permute_2d_sparse_data" else permute_1d_args())
     want = getattr(embnum, name)(**args, backend="ref")
-    before, threads = cpu_kjt.SPLIT_BYTES, numba.get_num_threads()
+    before, threads = (cpu_kjt.SPLIT_BYTES, cpu_kjt.SPLIT_SEGMENT_BYTES), numba.get_num_threads()
     try:
-        cpu_kjt.SPLIT_BYTES = 0
+        cpu_kjt.SPLIT_BYTES = cpu_kjt.SPLIT_SEGMENT_BYTES = 0
         numba.set_num_threads(data.draw(st.integers(2, numba.config.NUMBA_NUM_THREADS)))
         got = getattr(embnum, name)(**args, backend="cpu")
     finally:
-        cpu_kjt.SPLIT_BYTES = before
+        cpu_kjt.SPLIT_BYTES, cpu_kjt.SPLIT_SEGMENT_BYTES = before
         numba.set_num_threads(threads)
     for a, b in zip(want, got, strict=True):
         assert (a is None) == (b is None)

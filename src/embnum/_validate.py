@@ -215,6 +215,18 @@ def range_parts(a, n) -> list:
     return [(a.min() >= 0) & (a.max() < n)]
 
 
+def permutation_parts(p, n) -> list:
+    """``[in_range, once]`` of the 1-D index array ``p`` (``n`` entries, ``n >= 1``) as device
+    scalars: every entry in ``[0, n)``; and no value twice (then ``p`` is a permutation). One
+    compiled pass for NumPy arrays."""
+    fast = _fast(p)
+    if fast is not None:
+        return [int(x) for x in fast.permutation_flags(p)]
+    xp = xp_of(p)
+    seen = xp.bincount(xp.clip(p, 0, n - 1).astype(np.int64), minlength=n)
+    return [*range_parts(p, n), seen.max() == 1]
+
+
 def offsets_parts(offs) -> list:
     """``[offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1]]`` as device scalars
     (``offs`` 1-D with at least one entry)."""

@@ -140,3 +140,20 @@ def tbe_layout_rows(woff, doff, hcs, W):
         if woff[a] + rows[a] * (doff[a + 1] - doff[a]) > woff[b]:  # the end fits in W (checked above)
             return bad
     return rows
+
+
+@_jit
+def permutation_flags(p):
+    """``(in_range, once)`` of a 1-D integer array of ``n`` entries: ``in_range`` 1 when every
+    entry lies in ``[0, n)``; ``once`` 1 when, in addition, no value repeats (``p`` is then a
+    permutation of ``0..n-1``). One pass with a byte per value."""
+    n = p.shape[0]
+    seen = np.zeros(n, np.uint8)
+    once = 1
+    for i in range(n):
+        x = np.int64(p[i])
+        if x < 0 or x >= n:
+            return 0, 0
+        once &= 1 - seen[x]
+        seen[x] = 1
+    return 1, once
