@@ -1,15 +1,23 @@
 """Tail latency of small calls, and where one thread stops being as fast as all of them.
 
-    python benchmarks/bench_tail.py [--calls 2000] [--compete 2] [--sweep [--kernel NAME ...]]
+    python benchmarks/bench_tail.py [--calls 2000] [--compete 2] [--op NAME ...] [--sweep [--kernel NAME ...]]
 
 Tail: every op's small tour example through ``embnum.<op>(...)`` (NumPy), called
 ``--calls`` times one by one (wall clock per call), in blocks of 50 that alternate
 between the registry's rule (one thread below each kernel's threshold,
-``embnum.cpu._common.SERIAL_BYTES_OF``) and all Numba threads always
-(``SERIAL_OVERRIDE = 0``); prints median, p90, p99 and p99 / median of each. The
-issue's target: p99 at most 3x the median with two processes competing for the two
-cores: ``--compete N`` starts N busy processes (a Python spin loop each) for the
-run and ends them after it.
+``embnum.cpu._common.SERIAL_BYTES_OF``; TBE's lookup rule) and all Numba threads always
+(``SERIAL_OVERRIDE = 0``), the ops taken round robin (block by block), beside three
+controls (pure Python spins of 20, 50 and 100 us); prints median, p90, p99 and p99 /
+median of each, the share of calls in which the calling thread was preempted
+(involuntary context switch) or blocked (voluntary: e.g. waiting for a parallel
+region's threads), and the p99 of the calls that were neither. The issue's target: p99
+at most 3x the median with two processes competing for the two cores: ``--compete N``
+starts N busy processes (a Python spin loop each) for the run and ends them after it.
+With three runnable processes on two cores the scheduler preempts the calling thread
+every few milliseconds of its run time for a time slice (~3-4 ms here), whatever the
+call does: once a call lasts more than ~1% of that interval, over 1% of its calls are
+preempted and its p99 is a time slice (the spin controls show the rate); a call that
+blocks is what the serial rule is there to prevent.
 
 ``--sweep``: for every swept kernel and inputs of 4 KiB to 16 MiB (inputs + output),
 single calls on one thread and on all threads, alternating: p10 and median of each.
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import resource
 import subprocess
 import sys
 import time
@@ -49,34 +58,95 @@ def _percentiles(ts):
     return med, p90, p99
 
 
-def tail(calls):
-    rows = []
+def _spin(seconds):
+    """A control of ``seconds`` of pure Python work (no kernel, no allocation, no thread):
+    what the scheduler alone does to a call that long."""
+
+    def spin():
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    return spin
+
+
+def _timed(fn, args, n, times, switches):
+    """``n`` calls of ``fn(**args)``: wall time of each, and the calling thread's voluntary
+    and involuntary context switches during it (``getrusage(RUSAGE_THREAD)``, read outside
+    the timed span). A voluntary switch: the call blocked (e.g. waited for a parallel
+    region's other threads); an involuntary one: the scheduler preempted the thread for
+    another runnable process. One untimed call first: the ops run round robin, so a block's
+    first call finds the caches holding the previous op's data."""
+    fn(**args)
+    for _ in range(n):
+        r0 = resource.getrusage(resource.RUSAGE_THREAD)
+        t0 = time.perf_counter()
+        fn(**args)
+        t1 = time.perf_counter()
+        r1 = resource.getrusage(resource.RUSAGE_THREAD)
+        times.append(t1 - t0)
+        switches.append((r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw))
+
+
+def _cells(ts, sw):
+    med, p90, p99 = _percentiles(ts)
+    sw = np.asarray(sw).reshape(-1, 2)
+    blocked, preempted = sw[:, 0] > 0, sw[:, 1] > 0
+    clean = np.asarray(ts)[~(blocked | preempted)] * 1e6
+    p99c = float(np.percentile(clean, 99)) if clean.size else float("nan")
+    return (
+        f"{med:.1f} / {p90:.1f} / {p99:.1f} ({p99 / med:.1f}x)",
+        f"{preempted.mean() * 100:.1f}% / {blocked.mean() * 100:.1f}%",
+        f"{p99c:.1f} ({p99c / med:.1f}x)",
+    )
+
+
+def tail(calls, only=None):
+    """Every op's tiny example and three pure-Python controls, round robin: each round gives
+    every op 50 calls under the rule, then 50 on all threads, so a burst of load from the
+    neighbours falls on all ops and both modes alike (one op's calls are spread over the
+    whole run, not taken in one stretch)."""
+    cases = {}
+    notes = {}
     for op in embnum.ops():
-        if op.mutates or op.example_fn is None:
+        if op.mutates or op.example_fn is None or (only and op.name not in only):
             continue
         args = op.example_fn(np.random.default_rng(0), "small").args
-        fn = op.public
         try:
-            fn(**args)
+            op.public(**args)
         except Exception as e:  # noqa: BLE001
-            rows.append(dict(op=op.name, note=f"not timed: {type(e).__name__}"))
+            notes[op.name] = f"not timed: {type(e).__name__}"
             continue
-        times = {"rule": [], "all threads": []}
-        for block in range(calls // 50):
-            mode = "rule" if block % 2 == 0 else "all threads"
-            _common.SERIAL_OVERRIDE = None if mode == "rule" else 0
-            for _ in range(50):
-                t0 = time.perf_counter()
-                fn(**args)
-                times[mode].append(time.perf_counter() - t0)
-        _common.SERIAL_OVERRIDE = None
-        row = dict(op=op.name)
-        for mode, ts in times.items():
-            med, p90, p99 = _percentiles(ts)
-            row[mode] = f"{med:.1f} / {p90:.1f} / {p99:.1f} ({p99 / med:.1f}x)"
-        rows.append(row)
-    print("\nmicroseconds per call: median / p90 / p99 (p99 / median)\n")
-    print(_bench.table(rows, ["op", "rule", "all threads", "note"]))
+        cases[op.name] = (op.public, args)
+    for us in (20, 50, 100):
+        cases[f"control: Python spin {us} us"] = (_spin(us * 1e-6), {})
+    data = {k: {m: ([], []) for m in ("rule", "all threads")} for k in cases}
+    for _ in range(max(1, calls // 100)):
+        for name, (fn, args) in cases.items():
+            for mode in ("rule", "all threads"):
+                _common.SERIAL_OVERRIDE = None if mode == "rule" else 0
+                _timed(fn, args, 50, *data[name][mode])
+    _common.SERIAL_OVERRIDE = None
+    rows = [dict(op=k, note=v) for k, v in notes.items()]
+    for name, modes in data.items():
+        rule, rule_sw, rule_clean = _cells(*modes["rule"])
+        every, every_sw, _ = _cells(*modes["all threads"])
+        rows.append(
+            {
+                "op": name,
+                "rule": rule,
+                "rule: preempted / blocked": rule_sw,
+                "rule: p99 of calls neither preempted nor blocked": rule_clean,
+                "all threads": every,
+                "all threads: preempted / blocked": every_sw,
+            }
+        )
+    print(
+        "\nmicroseconds per call: median / p90 / p99 (p99 / median); preempted / blocked: share of calls in"
+        " which the calling thread was switched out involuntarily (another process took the core) /"
+        " voluntarily (the call waited, e.g. for a parallel region's threads)\n"
+    )
+    print(_bench.table(rows, [c for c in rows[-1] if c != "note"] + ["note"]))
 
 
 def _kjt(rng, nbytes, per_id):
@@ -276,6 +346,7 @@ def main():
     p.add_argument("--compete", type=int, default=0, help="busy processes competing for the cores during the run")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--kernel", action="append", help="kernels to sweep (default: all swept kernels)")
+    p.add_argument("--op", action="append", help="ops whose tail to time (default: every op)")
     a = p.parse_args()
     print(_bench.machine())
     print(f"- command: python benchmarks/bench_tail.py {' '.join(sys.argv[1:])}".rstrip())
@@ -287,7 +358,7 @@ def main():
         if a.sweep:
             sweep(a.kernel or SWEPT)
         else:
-            tail(a.calls)
+            tail(a.calls, a.op)
     print(f"\n- after: {_bench.load()}")
 
 

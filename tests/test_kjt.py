@@ -802,3 +802,58 @@ def test_cpu_bucketize_does_not_depend_on_the_thread_count():
     assert embnum.get_op("block_bucketize_sparse_features").check_fn(
         results[0], embnum.block_bucketize_sparse_features(*args, backend="ref"), {}
     )[1]
+
+
+@pytest.mark.parametrize("name", ["permute_2d_sparse_data", "permute_1d_sparse_data"])
+@settings(max_examples=25)
+@given(data=st.data())
+def test_cpu_permute_split_across_threads_is_ref(name, data):
+    """The gather cut into equal element ranges across the threads (cpu.kjt._gather_split, used
+    from SPLIT_BYTES of output) gives ref's bytes: ranges that start inside a segment, empty
+    segments, repeated and dropped keys."""
+    numba = pytest.importorskip("numba")
+    from embnum.cpu import kjt as cpu_kjt
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("Numba has one thread here (NUMBA_NUM_THREADS=1): nothing to split")
+    args = data.draw(permute_2d_args() if name == "permute_2d_sparse_data" else permute_1d_args())
+    want = getattr(embnum, name)(**args, backend="ref")
+    before, threads = (cpu_kjt.SPLIT_BYTES, cpu_kjt.SPLIT_SEGMENT_BYTES), numba.get_num_threads()
+    try:
+        cpu_kjt.SPLIT_BYTES = cpu_kjt.SPLIT_SEGMENT_BYTES = 0
+        numba.set_num_threads(data.draw(st.integers(2, numba.config.NUMBA_NUM_THREADS)))
+        got = getattr(embnum, name)(**args, backend="cpu")
+    finally:
+        cpu_kjt.SPLIT_BYTES, cpu_kjt.SPLIT_SEGMENT_BYTES = before
+        numba.set_num_threads(threads)
+    for a, b in zip(want, got, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert a.tobytes() == b.tobytes()
+
+
+@settings(max_examples=40)
+@given(
+    sizes=st.lists(st.integers(0, 9), min_size=1, max_size=12),
+    picks=st.lists(st.integers(0, 11), max_size=15),
+    parts=st.integers(1, 7),
+)
+def test_cpu_split_gather_any_number_of_parts(sizes, picks, parts):
+    """cpu.kjt._gather_split with 1-7 parts (more than there are threads too) equals the serial
+    gather: every cut of the output, in a segment or on a boundary, empty segments included."""
+    pytest.importorskip("numba")
+    from embnum.cpu import kjt as cpu_kjt
+
+    sizes = np.array(sizes, np.int64)
+    seg = np.array([p % sizes.shape[0] for p in picks], np.int64)
+    src_offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    dst_offs = np.concatenate([[0], np.cumsum(sizes[seg])]).astype(np.int64)
+    src = np.arange(1, src_offs[-1] + 1, dtype=np.uint64)
+    wsrc = src.astype(np.uint32) * 3
+    want, wwant = np.zeros(dst_offs[-1], np.uint64), np.zeros(dst_offs[-1], np.uint32)
+    got, wgot = np.zeros_like(want), np.zeros_like(wwant)
+    cpu_kjt._gather(src, wsrc, src_offs, seg, dst_offs, want, wwant)
+    cpu_kjt._gather_split(src, wsrc, src_offs, seg, dst_offs, got, wgot, parts)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(wgot, wwant)

@@ -164,6 +164,32 @@ def test_torch_op_callable_without_backend(name):
 
 
 @pytest.mark.parametrize("name", BRIDGED)
+def test_eager_autograd_path_equals_the_registered_one(name):
+    """An eager call that needs a gradient runs through the op's own ``autograd.Function``
+    (no dispatcher; ``_library._eager_autograd``): the same outputs, the same gradients
+    (every differentiable input, lists included) and the same ``needs_input_grad`` seen by
+    the formula as ``torch.ops.embnum.<name>`` (the registered autograd) gives."""
+    op = embnum.get_op(name)
+    args = _example(name)
+    leaves = [
+        t
+        for k in op.differentiable
+        for t in (args[k] if isinstance(args[k], list) else [args[k]])
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+    if op.mutates or not leaves or tb.BRIDGES[name].backward is None or tb.BRIDGES[name].codecs:
+        pytest.skip("no eager autograd path: in place, nothing differentiable, or codecs (registered path only)")
+    eager = getattr(tb, name)(**args)
+    registered = getattr(torch.ops.embnum, name)(*args.values())
+    kinds = {type(t.grad_fn).__name__ for t in _tensors(eager) if t.requires_grad}
+    assert kinds == {f"Eager_{name}Backward"}, kinds
+    assert not any(type(t.grad_fn).__name__.startswith("Eager") for t in _tensors(registered) if t.requires_grad)
+    torch.testing.assert_close(_result(name, args, eager), _result(name, args, registered), rtol=0, atol=0)
+    for a, b in zip(torch.autograd.grad(_loss(eager), leaves), torch.autograd.grad(_loss(registered), leaves)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", BRIDGED)
 def test_compile_fullgraph_aot_eager(name):
     torch._dynamo.reset()  # one code object serves every op here: start each from a clean cache
     args = _example(name)

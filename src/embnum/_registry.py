@@ -195,6 +195,14 @@ class Op:
                     result = self._host_empty(spec.shape, spec.dtype)
                     self._run(impl, plan.args, result)  # small_call: one thread on small inputs
                     return result
+                if (type(spec) is tuple or type(spec) is list) and self._run is not None and not self.mutates:
+                    impl = self._implementations.get("cpu")
+                    if impl is not None:  # several outputs (None: not requested), as _call allocates them
+                        empty = self._host_empty
+                        outs = [None if s is None else empty(s.shape, s.dtype) for s in spec]
+                        given = tuple(outs) if type(spec) is tuple else outs
+                        self._run(impl, plan.args, given)
+                        return given
                 return self._call(arguments, out, backend, plan)
             return self._call(arguments, out, backend)
         except MemoryError as e:
@@ -288,12 +296,12 @@ class Op:
         ``out=``/``backend=``, every argument a plain ``np.ndarray`` or a Python
         scalar (``None`` included) with at least one array, and the cpu kernel
         already loaded (by an earlier call through :meth:`call`). Then the
-        declaration is called directly, its one :class:`Out` allocated with
-        ``np.empty`` and the kernel run through ``cpu._common.small_call``: the
+        declaration is called directly, its :class:`Out` (one, or a tuple/list of them)
+        allocated and the kernel run through ``cpu._common.small_call``: the
         same declaration, kernel and rules as :meth:`call`, without building the
         arguments dict, searching for a backend or scanning the arguments. Any
-        other case (lists of arrays, NumPy scalars, other array types, a plan that
-        is not one array) goes through :meth:`call` / :meth:`call_planned`."""
+        other case (lists of arrays, NumPy scalars, other array types, a plan
+        without outputs) goes through :meth:`call` / :meth:`call_planned`."""
         params = list(self.signature.parameters.values())
         defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
         positional = [p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
@@ -325,6 +333,11 @@ class Op:
                 "                    result = _empty(spec.shape, spec.dtype)",
                 "                    _run(impl, plan.args, result)  # small_call: one thread on small inputs",
                 "                    return result",
+                "                if type(spec) is tuple or type(spec) is list:  # several outputs (None: not asked)",
+                "                    outs = [None if s is None else _empty(s.shape, s.dtype) for s in spec]",
+                "                    given = tuple(outs) if type(spec) is tuple else outs",
+                "                    _run(impl, plan.args, given)",
+                "                    return given",
                 "            except MemoryError as e:",
                 "                _op._memory_error(e)",
                 f"            return _op.call_planned({{{args}}}, plan)",

@@ -50,6 +50,10 @@ def array(name: str, a, *, ndim=None, dtypes=None):
 
 def index_array(name: str, a, *, ndim=1):
     """An int32/int64 index, length or offset array."""
+    if type(a) is np.ndarray:  # the per-call case, tested without a second call; errors from array()
+        n = a.ndim
+        if (n == ndim or ndim is None or (type(ndim) is not int and n in ndim)) and a.dtype in INDEX_DTYPES:
+            return a
     return array(name, a, ndim=ndim, dtypes=INDEX_DTYPES)
 
 
@@ -211,6 +215,18 @@ def range_parts(a, n) -> list:
     return [(a.min() >= 0) & (a.max() < n)]
 
 
+def permutation_parts(p, n) -> list:
+    """``[in_range, once]`` of the 1-D index array ``p`` (``n`` entries, ``n >= 1``) as device
+    scalars: every entry in ``[0, n)``; and no value twice (then ``p`` is a permutation). One
+    compiled pass for NumPy arrays."""
+    fast = _fast(p)
+    if fast is not None:
+        return [int(x) for x in fast.permutation_flags(p)]
+    xp = xp_of(p)
+    seen = xp.bincount(xp.clip(p, 0, n - 1).astype(np.int64), minlength=n)
+    return [*range_parts(p, n), seen.max() == 1]
+
+
 def offsets_parts(offs) -> list:
     """``[offs[0], the first i with offs[i] < offs[i-1] or 0, offs[-1]]`` as device scalars
     (``offs`` 1-D with at least one entry)."""
@@ -239,6 +255,12 @@ def _compiled():
             compiled = False
         _NUMBA = compiled
     return _NUMBA or None
+
+
+def compiled():
+    """The compiled one-pass checks (:mod:`embnum._validate_numba`), or None where Numba is
+    missing; for checks on host arrays the caller has already made (loaded on first use)."""
+    return _NUMBA or _compiled()
 
 
 def _fast(a):

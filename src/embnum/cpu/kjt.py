@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _bucketize
+from . import _common
 from ._common import bits, int64s
 
 bucket_of = njit(cache=True, inline="always")(_bucketize.bucket_of)
@@ -76,12 +77,58 @@ def _gather(src, wsrc, src_offs, seg, dst_offs, dst, wdst):
                 wd[e] = ws[e]
 
 
+@njit(cache=True, parallel=True)
+def _gather_split(src, wsrc, src_offs, seg, dst_offs, dst, wdst, parts):
+    """:func:`_gather` with the output cut into ``parts`` equal ranges of elements (by bytes,
+    not by segments: a few whole keys or many bags split alike), one per thread; each range
+    starts in the segment that holds its first element (binary search) and walks on."""
+    total = dst_offs[dst_offs.shape[0] - 1]
+    both = wdst.shape[0] != 0
+    for p in prange(parts):
+        lo = total * p // parts
+        hi = total * (p + 1) // parts
+        j = np.searchsorted(dst_offs, lo, side="right") - 1  # dst_offs[j] <= lo < dst_offs[j + 1]
+        while lo < hi:
+            end = min(dst_offs[j + 1], hi)
+            start = src_offs[seg[j]] + (lo - dst_offs[j])
+            d = dst[lo:end]  # bounded views: the copy loops vectorise
+            s = src[start : start + (end - lo)]
+            for e in range(end - lo):
+                d[e] = s[e]
+            if both:
+                wd = wdst[lo:end]
+                ws = wsrc[start : start + (end - lo)]
+                for e in range(end - lo):
+                    wd[e] = ws[e]
+            lo = end
+            j += 1
+
+
+# Output bytes from which the gather runs on every Numba thread: about twice the measured cost
+# of waking a parallel region (6-29 us, bench_tail.py --sweep) in copy time. Below it the call
+# is serial (no parallel region at all); _common.SERIAL_OVERRIDE, when set, replaces it.
+# SPLIT_SEGMENT_BYTES: the split is taken only when the output's segments average at least this
+# many bytes (long copies, bound by bandwidth: permute_2d's whole keys, 1.10 -> 0.85-0.94 ms).
+# Short segments (bags of ~20 ids) are bound by the latency of random reads; split across two
+# threads they measured slower on the shared machine (permute_1d 26 -> 32 ms, load ~4.5).
+SPLIT_BYTES = 1 << 20
+SPLIT_SEGMENT_BYTES = 4096
+
+
 def _gather_segments(data, src_offs, seg, dst_offs, dst, weights=None, wdst=None):
     """``_gather`` of ``data`` into ``dst`` (and of ``weights`` into ``wdst`` when given),
-    every array seen as unsigned integers of its width."""
+    every array seen as unsigned integers of its width; split across the threads from
+    :data:`SPLIT_BYTES` of output in segments of :data:`SPLIT_SEGMENT_BYTES` on average."""
     if dst.shape[0]:
         w, wd = (data[:0], dst[:0]) if weights is None else (weights, wdst)
-        _gather(bits(data), bits(w), src_offs, seg, dst_offs, dst.view(bits(dst).dtype), wd.view(bits(wd).dtype))
+        args = (bits(data), bits(w), src_offs, seg, dst_offs, dst.view(bits(dst).dtype), wd.view(bits(wd).dtype))
+        limit = _common.SERIAL_OVERRIDE if _common.SERIAL_OVERRIDE is not None else SPLIT_BYTES
+        threads = numba.get_num_threads()
+        long = dst.nbytes + wd.nbytes >= SPLIT_SEGMENT_BYTES * seg.shape[0]
+        if threads > 1 and dst.nbytes + wd.nbytes >= limit and (long or _common.SERIAL_OVERRIDE is not None):
+            _gather_split(*args, threads)
+        else:
+            _gather(*args)
 
 
 def _offsets_of(sizes):
@@ -278,15 +325,16 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, out):
         _expand(int64s(permute), int64s(input_offset), int64s(output_offset), out)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _invert(permute, out):
-    for i in prange(permute.shape[0]):
+    """Serial: the scatter stays in cache at the sizes of a permutation of keys or bags
+    (106,496 entries: 0.09 ms serial against 0.19 ms on two threads, min of 7, load ~4)."""
+    for i in range(permute.shape[0]):
         out[permute[i]] = i
 
 
 def invert_permute(permute, out):
-    with numba.parallel_chunksize(1 << 16):
-        _invert(np.ascontiguousarray(permute), out)
+    _invert(np.ascontiguousarray(permute), out)
 
 
 # -- unique ids per table -----------------------------------------------------------

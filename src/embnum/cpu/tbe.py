@@ -171,14 +171,16 @@ def _one_thread_when_small(entry):
     """Run the entry point on one thread when its lookups move fewer than
     ``SERIAL_BYTES`` (lookups x mean dim x 8 bytes: a row read and an output or
     gradient element written per element). The registry's own rule counts every
-    array, the weights included, which says nothing about a lookup's work."""
+    array, the weights included, which says nothing about a lookup's work.
+    ``SERIAL_OVERRIDE`` (tests, benchmarks), when set, replaces ``SERIAL_BYTES`` here too."""
 
     @functools.wraps(entry)
     def run(*args, **kw):
         idx, doff = kw.get("indices"), kw.get("D_offsets")
         if idx is not None and doff is not None and doff.shape[0] > 1:
             work = idx.shape[0] * (int(doff[-1]) // (doff.shape[0] - 1) + 1) * 8
-            if work < _common.SERIAL_BYTES:
+            limit = _common.SERIAL_OVERRIDE
+            if work < (_common.SERIAL_BYTES if limit is None else limit):
                 return _common.on_one_thread(entry, *args, **kw)
         return entry(*args, **kw)
 

@@ -100,7 +100,9 @@ def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_s
     v.index_array("lengths", lengths, ndim=ndim)
     v.index_array("permute", permute)
     n_seg = seg_sizes.shape[0]
-    totals = _totals_read_once(lengths, permute, n_seg, _selected(v.xp_of(lengths), seg_sizes, permute, n_seg))
+    totals = None
+    if _on_device(lengths, permute):  # host data: the exact checks below (no clip/gather of the sizes first)
+        totals = _totals_read_once(lengths, permute, n_seg, _selected(v.xp_of(lengths), seg_sizes, permute, n_seg))
     if totals is None:  # the exact checks, in the order of the rules (they raise)
         N = _lengths("lengths", lengths, ndim=ndim)
         _values("values", values, N)
@@ -475,12 +477,12 @@ def invert_permute(permute):
     v.index_array("permute", permute)
     n = permute.shape[0]
     if n:
-        xp = v.xp_of(permute)
-        seen = xp.bincount(xp.clip(permute, 0, n - 1).astype(np.int64), minlength=n)
-        in_range, once = v.read_ints(*v.range_parts(permute, n), seen.max() == 1)  # one read
+        in_range, once = v.read_ints(*v.permutation_parts(permute, n))  # one read
         if not in_range:
             _in_range("permute", permute, n)  # raises
         if not once:
+            xp = v.xp_of(permute)
+            seen = xp.bincount(permute.astype(np.int64), minlength=n)
             r = int(xp.argmax(seen > 1))
             raise ValueError(f"permute is not a permutation: {r} appears {int(seen[r])} times")
     return Plan(dict(permute=permute), Out((n,), permute.dtype))

@@ -285,49 +285,63 @@ _grad_enabled = torch.is_grad_enabled
 _SLOW = object()  # what a direct path returns when the call must go through the dispatcher
 
 
-def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
+def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable:
     """``direct(args)``: run a functional op without the dispatcher where :func:`_direct`
-    allows it (the same rules, written per op: only the positions of its tensors and tensor
-    lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
-    ``op.call`` once; returns ``_SLOW`` where the call needs the dispatcher, or a bfloat16
-    tensor needs the bridge's conversion (the full implementation does both)."""
-    tensors = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor", "Tensor?"))
-    lists = tuple(i for i, n in enumerate(names) if spec.types[n] in ("Tensor[]", "Tensor?[]", "Tensor[]?"))
-    call, n, bf16, plain = op.call, len(names), torch.bfloat16, torch.Tensor
+    allows it (the same rules, written out per op: only the positions of its tensors and
+    tensor lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
+    the op's public NumPy function (whose short path then applies); returns ``_SLOW`` where
+    the call needs the dispatcher, or a bfloat16 tensor needs the bridge's conversion (the
+    full implementation does both). A call that needs a gradient goes to
+    :func:`_eager_autograd` (ops with a formula).
 
-    def one(t, grad):
-        """``t`` as a NumPy array, or None when the direct path cannot take it."""
-        if type(t) is not plain or not t.is_cpu or t.dtype is bf16:
-            return None
-        if t.requires_grad:
-            if grad:
-                return None
-            t = t.detach()
-        return t.numpy()
+    Generated per op (issue 12: the bridge's per-call cost): a plain tensor is first tried
+    with ``t.numpy()`` alone, which succeeds only for a CPU tensor of a NumPy dtype (not
+    bfloat16) that does not require grad; anything else (an exception) goes through
+    :func:`_one`, the full rule (a tensor that requires grad runs here, detached, when grad
+    is disabled). A plain ndarray result becomes a tensor with ``torch.from_numpy``."""
+    tensors = [i for i, n in enumerate(names) if spec.types[n] in ("Tensor", "Tensor?")]
+    lists = [i for i, n in enumerate(names) if spec.types[n] in ("Tensor[]", "Tensor?[]", "Tensor[]?")]
+    params = list(op.signature.parameters.values())
+    n = len(names)
+    lines = [
+        "def direct(args):",
+        "    if (_is_compiling() or _dispatch_stack_len() or _function_mode_enabled()"
+        " or _tracing_state() is not None or _profiler._is_profiler_enabled):",
+        "        return _SLOW",
+    ]
+    for i in range(n):
+        if i in tensors:
+            lines += [
+                f"    a{i} = args[{i}]",
+                f"    if a{i} is not None:",
+                f"        if type(a{i}) is not _Tensor:",
+                "            return _fallback(args)",
+                "        try:",
+                f"            a{i} = a{i}.numpy()",
+                "        except Exception:",
+                f"            a{i} = _one(a{i})",
+                f"            if a{i} is None:",
+                "                return _fallback(args)",
+            ]
+        elif i in lists:
+            lines += [
+                f"    a{i} = args[{i}]",
+                f"    if a{i} is not None:",
+                f"        a{i} = _list(a{i})",
+                f"        if a{i} is None:",
+                "            return _fallback(args)",
+            ]
+        else:
+            lines.append(f"    a{i} = args[{i}]")
+    call = [f"a{i}" for i, p in enumerate(params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    call += [f"{p.name}=a{i}" for i, p in enumerate(params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    call.append(f"backend=args[{n}] if len(args) > {n} else None")
+    lines.append(f"    result = _public({', '.join(call)})")
+    if not spec.bf16_patterns:
+        lines += ["    if type(result) is _ndarray and result.flags.writeable:", "        return _from_numpy(result)"]
+    lines.append("    return _convert_result(result)")
 
-    def direct(args):
-        if _watched():
-            return _SLOW
-        grad = _grad_enabled()
-        values = list(args)
-        for i in tensors:
-            t = values[i]
-            if t is not None:
-                a = one(t, grad)
-                if a is None:
-                    return _SLOW
-                values[i] = a
-        for i in lists:
-            if values[i] is None:
-                continue
-            items = []
-            for t in values[i]:
-                a = one(t, grad) if t is not None else t
-                if a is None and t is not None:
-                    return _SLOW
-                items.append(a)
-            values[i] = items
-        result = call(dict(zip(names, values)), None, values[n] if len(values) > n else None)
+    def convert_result(result):
         if type(result) is np.ndarray:
             return _convert_output(result, spec, False)
         if result is None:
@@ -336,7 +350,190 @@ def _direct_path(op, spec: Bridge, names: list[str]) -> Callable:
             return tuple(_convert_output(r, spec, False) for r in result)
         return [_convert_output(r, spec, False) for r in result]
 
+    namespace = {
+        "_is_compiling": _is_compiling,
+        "_dispatch_stack_len": _dispatch_stack_len,
+        "_function_mode_enabled": _function_mode_enabled,
+        "_tracing_state": _tracing_state,
+        "_profiler": torch.autograd.profiler,
+        "_SLOW": _SLOW,
+        "_Tensor": torch.Tensor,
+        "_ndarray": np.ndarray,
+        "_one": _one,
+        "_list": _list,
+        "_public": op.public,
+        "_from_numpy": torch.from_numpy,
+        "_convert_result": convert_result,
+        "_fallback": None,
+    }
+    exec(compile("\n".join(lines) + "\n", f"<embnum.torch_bridge direct {op.name}>", "exec"), namespace)
+    direct = namespace["direct"]
+
+    def no_grad_call(args):
+        """The call in the eager autograd forward (grad mode is off there)."""
+        result = direct(args)
+        return impl(*args) if result is _SLOW else result
+
+    eager = _eager_autograd(spec, names, no_grad_call, tuple(tensors), tuple(lists))
+
+    def fallback(args):
+        """A tensor the direct path cannot take: the eager autograd call where grad mode is on
+        and the op has one (it returns ``_SLOW`` itself for what it cannot take), else ``_SLOW``."""
+        return eager(args) if eager is not None and _grad_enabled() else _SLOW
+
+    namespace["_fallback"] = fallback
     return direct
+
+
+def _one(t):
+    """``t`` (a tensor on which ``t.numpy()`` failed) as a NumPy array where the direct path
+    can take it (a plain CPU tensor, not bfloat16, needing no gradient: detached), else None."""
+    if type(t) is not torch.Tensor or not t.is_cpu or t.dtype is torch.bfloat16:
+        return None
+    if t.requires_grad:
+        if _grad_enabled():
+            return None
+        t = t.detach()
+    return t.numpy()
+
+
+def _list(ts):
+    """A list of tensors (None items kept) as NumPy arrays for the direct path, or None."""
+    items = []
+    for t in ts:
+        if t is None:
+            items.append(None)
+            continue
+        if type(t) is not torch.Tensor:
+            return None
+        try:
+            a = t.numpy()
+        except Exception:  # noqa: BLE001 - not a plain CPU tensor of a NumPy dtype: the full rule
+            a = _one(t)
+            if a is None:
+                return None
+        items.append(a)
+    return items
+
+
+_functorch_stack = torch._C._functorch.peek_interpreter_stack
+
+
+class _EagerCall:
+    """One eager autograd call's layout: ``where[k]`` = (argument position, list index or
+    None) of the ``k``-th tensor passed to the Function, ``lengths`` of the list arguments,
+    ``out`` the result's shape (set by the forward: None, a list length, or which tuple
+    entries are present)."""
+
+    __slots__ = ("where", "lengths", "out")
+
+    def __init__(self, where, lengths):
+        self.where, self.lengths, self.out = where, lengths, None
+
+
+def _eager_autograd(spec: Bridge, names: list[str], impl: Callable, tensors: tuple, lists: tuple):
+    """``run(args)``: an eager call that needs a gradient, through one ``torch.autograd.Function``
+    per op whose forward is ``impl(args)`` (the direct path, else the implementation the
+    dispatcher runs; grad mode is off inside a Function's forward) and whose
+    ``setup``/``backward`` are the family's formula, called with the same arguments and
+    gradient structure as the registered autograd (:func:`_register_autograd`). What the
+    registered path adds per call (the dispatcher's autograd kernel, ``torch.library``'s
+    pytree flattening of every list and the default refill) is about 0.2 ms of the
+    ~0.35 ms an autograd call of a list op costs on a tiny input; here the tensor positions
+    are known per op. Returns ``_SLOW`` (the dispatcher then runs it) for anything but plain
+    CPU tensors (a subclass, another device, a functorch transform), and where nothing needs
+    a gradient. None for ops without a formula or with non-tensor results."""
+    if spec.backward is None or spec.setup is None or "int" in spec.returns:
+        return None
+    setup, formula, plain = spec.setup, spec.backward, torch.Tensor
+    every = (*names, "backend")
+
+    def forward(ctx, args, call, *flat):
+        result = impl(args)
+        setup(ctx, dict(zip(every, args)), result)
+        ctx.embnum_where, ctx.embnum_lengths = call.where, call.lengths
+        if type(result) is list:
+            ctx.embnum_out = call.out = len(result)
+            return tuple(result)
+        if type(result) is tuple:
+            ctx.embnum_out = call.out = tuple(r is not None for r in result)
+            return tuple(r for r in result if r is not None)
+        ctx.embnum_out = call.out = None
+        return result
+
+    def backward(ctx, *grads):
+        shape, where = ctx.embnum_out, ctx.embnum_where
+        if type(shape) is int:  # a Tensor[] result: the gradients as one list
+            grads = (list(grads),)
+        elif shape is not None:  # a tuple with optional results: None where one was not returned
+            it = iter(grads)
+            grads = tuple(next(it) if present else None for present in shape)
+        flat_needs = ctx.needs_input_grad
+        needs = [False] * len(every)
+        for (i, j), need in zip(where, flat_needs[2:]):
+            if j is None:
+                needs[i] = need
+            else:
+                if needs[i] is False:
+                    needs[i] = [False] * ctx.embnum_lengths[i]
+                needs[i][j] = need
+        ctx.needs_input_grad = tuple(needs)
+        try:
+            by_name = formula(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = flat_needs
+        out = []
+        for i, j in where:
+            g = by_name.get(every[i])
+            out.append(g if j is None or g is None else g[j])
+        return (None, None, *out)
+
+    # grad_fn: Eager_<name>Backward (a profile names the op)
+    eager = type(
+        f"Eager_{spec.name}",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+    )
+
+    apply = eager.apply
+
+    def run(args):
+        if _functorch_stack() is not None:
+            return _SLOW
+        flat, where, lengths = [], [], {}
+        needed = False
+        for i in tensors:
+            t = args[i]
+            if t is not None:
+                if type(t) is not plain or not t.is_cpu:
+                    return _SLOW
+                flat.append(t)
+                where.append((i, None))
+                needed = needed or t.requires_grad
+        for i in lists:
+            if args[i] is None:
+                continue
+            lengths[i] = len(args[i])
+            for j, t in enumerate(args[i]):
+                if t is not None:
+                    if type(t) is not plain or not t.is_cpu:
+                        return _SLOW
+                    flat.append(t)
+                    where.append((i, j))
+                    needed = needed or t.requires_grad
+        if not needed:
+            return _SLOW
+        call = _EagerCall(where, lengths)
+        out = apply(args, call, *flat)
+        shape = call.out
+        if type(shape) is int:
+            return list(out)
+        if shape is not None:
+            it = iter(out)
+            return tuple(next(it) if present else None for present in shape)
+        return out
+
+    return run
 
 
 def _direct(args: tuple) -> bool:
@@ -410,7 +607,7 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
         "_torch_op": torch_op,
         "_impl": impl,
         "_direct": _direct,
-        "_direct_call": _direct_path(op, spec, list(op.signature.parameters)) if impl is not None else None,
+        "_direct_call": _direct_path(op, spec, list(op.signature.parameters), impl) if impl is not None else None,
         "_SLOW": _SLOW,
         "_check": _check_value,
         "_Tensor": torch.Tensor,

@@ -27,6 +27,15 @@ def _op(name):
     return getattr(torch.ops.embnum, name).default
 
 
+def _call(name):
+    """The bridge's user function of ``name``: a plain CPU call (a backward's, grad mode off)
+    skips the dispatcher; anything it watches (torch.compile, modes) still goes through
+    ``torch.ops``."""
+    from .. import torch_bridge
+
+    return getattr(torch_bridge, name)
+
+
 # -- permute_pooled_embs -------------------------------------------------------------
 _POOLED_LISTS = ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
 
@@ -87,8 +96,8 @@ def _regroup_backward(ctx, grads, permutes, in_shapes, out_shapes):
     if ctx.dtype == torch.bfloat16:
         return {"pooled_embs": _bf16_backward(full, permutes, in_shapes, out_shapes, ctx.in_lengths, ctx.backend)}
     return {
-        "pooled_embs": _op("permute_multi_embedding_backward")(
-            full, permutes, in_shapes, out_shapes, ctx.in_lengths, ctx.backend
+        "pooled_embs": _call("permute_multi_embedding_backward")(
+            full, permutes, in_shapes, out_shapes, ctx.in_lengths, backend=ctx.backend
         )
     }
 
