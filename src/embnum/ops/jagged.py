@@ -18,15 +18,19 @@ MAX_JAGGED_DIMS = 5
 
 # -- shared checks ---------------------------------------------------------
 _INT32 = np.dtype(np.int32)  # a dtype, not the type: comparing with the type converts it on every call
+_INT32_MAX = v.INT32_MAX
 
 
 def _cumsum_fits_int32(name, lengths, *, drop_last):
     """ValueError when an int32 prefix sum (the output) would leave int32."""
-    if lengths.dtype != _INT32 or lengths.size == 0 or (drop_last and lengths.shape[-1] < 2):
+    if lengths.dtype != _INT32:
+        return
+    n = lengths.shape[-1]
+    if n == 0 or lengths.size == 0 or (drop_last and n < 2):
         return
     if type(lengths) is np.ndarray:  # host data: reads are free, and most inputs need no prefix sum
         lo, hi = v.host_min_max(lengths)  # one compiled pass (an int32 array: checked above)
-        if max(-lo, hi) * lengths.shape[-1] <= v.INT32_MAX:  # no prefix of a row can reach past int32
+        if hi * n <= _INT32_MAX and lo * n >= -_INT32_MAX:  # Python ints: no prefix of a row can leave int32
             return
     xp = v.xp_of(lengths)
     prefix = xp.cumsum(lengths.astype(xp.int64), axis=-1)  # int32 entries: the int64 prefix is exact
@@ -79,13 +83,13 @@ def complete_cumsum(lengths):
     v.index_array("lengths", lengths, ndim=(1, 2))
     _cumsum_fits_int32("lengths", lengths, drop_last=False)
     shape = lengths.shape[:-1] + (lengths.shape[-1] + 1,)
-    return Plan(dict(lengths=lengths), Out(shape, lengths.dtype))
+    return Plan({"lengths": lengths}, Out(shape, lengths.dtype))
 
 
 def _same_length_scan(lengths, *, drop_last):
     v.index_array("lengths", lengths, ndim=1)
     _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
-    return Plan(dict(lengths=lengths), Out(lengths.shape, lengths.dtype))
+    return Plan({"lengths": lengths}, Out(lengths.shape, lengths.dtype))
 
 
 @op("jagged")
