@@ -25,7 +25,7 @@ from typing import NamedTuple
 import llvmlite.binding as llvm_binding
 import llvmlite.ir as ir
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, parallel_chunksize, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
@@ -744,7 +744,10 @@ def _prepare(grad_output, lookup: dict, max_gradient=None) -> Lookups:
 def _starts(lk):
     """Where each table's touched rows start (``row_start``, ``[n+1]``) and where their
     values start (``value_start``: rows times the table's dim, summed)."""
-    counts = _count_touched(lk.indices, lk.tables)
+    with parallel_chunksize(
+        1
+    ):  # tables handed out one by one (dynamic scheduling: a thread the OS deschedules does not hold up the others)
+        counts = _count_touched(lk.indices, lk.tables)
     row_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=row_start[1:])
     value_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
@@ -756,7 +759,8 @@ def _starts(lk):
 def tbe_backward(grad_output, weights, out, **lookup):
     lk = _prepare(grad_output, lookup)
     _zero(out)
-    _dense_grad(lk, out)
+    with parallel_chunksize(1):
+        _dense_grad(lk, out)
 
 
 @njit(cache=True, parallel=True)
@@ -771,7 +775,8 @@ def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     row_start, value_start = _starts(lk)
     lids = np.empty(int(row_start[-1]), dtype=np.int64)
     values = np.empty(int(value_start[-1]), dtype=np.float32)
-    _sparse_grad(lk, row_start, value_start, lids, values)
+    with parallel_chunksize(1):
+        _sparse_grad(lk, row_start, value_start, lids, values)
     value_offsets = np.zeros(lids.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.repeat(lk.tables[:, DIM], np.diff(row_start)), out=value_offsets[1:])
     out = TBESparseGrad(lids, values, value_offsets)
@@ -815,14 +820,16 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     m2 = _NO_F32 if momentum2 is None else momentum2
     if weights.dtype == np.float32:
         no_starts = np.zeros(lk.tables.shape[0] + 1, np.int64)
-        _FUSED_UPDATE[True](lk, weights, _NO_LUT, m1, m2, opt, no_starts, _NO_F32, _NO_I64)
+        with parallel_chunksize(1):
+            _FUSED_UPDATE[True](lk, weights, _NO_LUT, m1, m2, opt, no_starts, _NO_F32, _NO_I64)
         return
     # float16: new rows in float32, then one rounding to float16 by NumPy
     _, value_start = _starts(lk)
     new = np.empty(int(value_start[-1]), dtype=np.float32)
     pos = np.empty(new.shape[0], dtype=np.int64)
     w, lut = _weights(weights)
-    _FUSED_UPDATE[False](lk, w, lut, m1, m2, opt, value_start, new, pos)
+    with parallel_chunksize(1):
+        _FUSED_UPDATE[False](lk, w, lut, m1, m2, opt, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)
 
