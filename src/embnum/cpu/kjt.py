@@ -27,8 +27,12 @@ from numba import njit, prange
 
 from .. import _bucketize
 from .._validate_numba import row_sums
-from . import _common
+from . import _common, _pool
 from ._common import bits, int64s
+
+# The registry allocates this family's outputs with this (large ones reused across calls once
+# the caller has dropped them; the rule: embnum.cpu._pool).
+empty_output = _pool.empty
 
 bucket_of = njit(cache=True, inline="always")(_bucketize.bucket_of)
 uniform_new_id = njit(cache=True, inline="always")(_bucketize.uniform_new_id)
