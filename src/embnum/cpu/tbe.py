@@ -55,7 +55,8 @@ BAGS_PER_JOB = 64
 # One stage (prefetcht0, 8 ahead) kept ~24 lines in flight: 72 -> 57 ms on the case, 1 thread.
 PREFETCH_DISTANCE = 6
 PREFETCH_FAR = 32
-UPDATE_PREFETCH_DISTANCE = 8  # fused update: touched rows ahead
+UPDATE_PREFETCH_DISTANCE = 8  # fused update: touched rows ahead into the L1 ...
+UPDATE_PREFETCH_FAR = 32  # ... and this many ahead towards the L2 (two stages, as the forward)
 GRAD_PREFETCH_DISTANCE = 16  # backward: sorted lookups ahead whose output gradient is prefetched
 _NO_LUT = np.zeros(1, dtype=np.float32)
 _NO_F32 = np.zeros(1, dtype=np.float32)
@@ -567,7 +568,14 @@ def _make_fused_update(in_place):
             vo = value_start[j]
             nl = order.shape[0]
             tg = _table_grad(lk, j, D, nl)
+            for i in range(min(UPDATE_PREFETCH_FAR, n)):
+                _prefetch_row_far(w, w0 + touched[i] * D, D)
             for i in range(n):
+                far = i + UPDATE_PREFETCH_FAR
+                if far < n:
+                    _prefetch_row_far(w, w0 + touched[far] * D, D)
+                    if opt.kind == ADAGRAD or opt.kind == ADAM:
+                        _prefetch_row_far(m1, w0 + touched[far] * D, D)
                 ahead = i + UPDATE_PREFETCH_DISTANCE
                 if ahead < n:
                     _prefetch_row(w, w0 + touched[ahead] * D, D)
