@@ -1,6 +1,6 @@
 """permute_multi_embedding forward + backward through torch autograd, beside fbgemm and the raw ops.
 
-    python benchmarks/bench_autograd.py [--B 2048 16384] [--rounds 11]
+    python benchmarks/bench_autograd.py [--B 2048 16384] [--rounds 11] [--phases]
 
 The classic keyed-tensor case (``embnum.examples.keyed_tensor.classic_case``, float32).
 Contenders, interleaved round by round in one process (``_bench.interleaved``):
@@ -22,6 +22,14 @@ unmapping would otherwise be timed in the next contender's call). Outputs are fr
 arrays/tensors on every side (no ``out=``).
 
 Targets (issue 12): bridge at least 5x faster than fbgemm, within 1.5x of raw.
+
+``--phases`` (no fbgemm): where the bridge's time goes, per step of the call path, all
+with autograd's lifetimes: ``raw``; ``direct`` (the bridge's two ops without grad: tensor
+conversion, no dispatcher); ``dispatcher`` (the same through ``torch.ops.embnum``);
+``eager autograd`` (``embnum.torch_bridge.permute_multi_embedding`` + ``torch.autograd.backward``:
+the bridge's own autograd.Function); ``registered autograd`` (``torch.ops.embnum`` +
+``torch.autograd.backward``: torch.library's autograd, what torch.compile and modes see).
+A B below 100 takes the classic case's small widths (the per-call cost without the kernels).
 Prints the load average before and after.
 """
 
@@ -76,10 +84,57 @@ def case(B, torch, tb, fb):
     return fns
 
 
+def phases(B, torch, tb):
+    rng = np.random.default_rng(B)
+    embs, keys, lengths, groups = classic_case(rng, B, small=B < 100)
+    perm, ins, outs, ol = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    in_lengths = ins.tolist()
+    grads = [rng.standard_normal((B, w)).astype(np.float32) for w in ol]
+    gt = [torch.from_numpy(g) for g in grads]
+    xn = [torch.from_numpy(e) for e in embs]
+    pt, it, ot = (torch.from_numpy(a) for a in (perm, ins, outs))
+    held = []
+
+    def pair(forward, backward, *args):
+        def run():
+            held.clear()
+            outputs = forward(*args[0])
+            held.append(backward(*args[1]))
+            del outputs
+
+        return run
+
+    def through_autograd(forward):
+        xt = [torch.from_numpy(e.copy()).requires_grad_() for e in embs]
+
+        def run():
+            for x in xt:
+                x.grad = None
+            torch.autograd.backward(forward(xt, pt, it, ot, ol), gt)
+
+        return run
+
+    ops = torch.ops.embnum
+    tensors = ((xn, pt, it, ot, ol), (gt, pt, it, ot, in_lengths))
+    return {
+        "raw": pair(
+            embnum.permute_multi_embedding,
+            embnum.permute_multi_embedding_backward,
+            (embs, perm, ins, outs, ol),
+            (grads, perm, ins, outs, in_lengths),
+        ),
+        "direct": pair(tb.permute_multi_embedding, tb.permute_multi_embedding_backward, *tensors),
+        "dispatcher": pair(ops.permute_multi_embedding, ops.permute_multi_embedding_backward, *tensors),
+        "eager autograd": through_autograd(tb.permute_multi_embedding),
+        "registered autograd": through_autograd(ops.permute_multi_embedding),
+    }
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--B", type=int, nargs="+", default=[2048, 16384])
     p.add_argument("--rounds", type=int, default=11)
+    p.add_argument("--phases", action="store_true", help="time the bridge's call path step by step (no fbgemm)")
     a = p.parse_args()
     torch = _bench.optional_torch()
     if torch is None:
@@ -90,6 +145,17 @@ def main():
     print(_bench.machine())
     print(f"- before: {_bench.load()}")
     rows = []
+    if a.phases:
+        names = ["raw", "direct", "dispatcher", "eager autograd", "registered autograd"]
+        for B in a.B:
+            ms = _bench.interleaved(phases(B, torch, tb), rounds=a.rounds, block_s=0.05)
+            row = {"B": B, **{k: f"{m.median * 1e3:.3f} [{m.iqr * 1e3:.3f}]" for k, m in ms.items()}}
+            row.update({f"{k} / raw": f"{ms[k].median / ms['raw'].median:.2f}" for k in names[1:]})
+            rows.append(row)
+        print(f"- after: {_bench.load()}")
+        print("\nforward + backward, ms: median [IQR]\n")
+        print(_bench.table(rows, ["B", *names, *(f"{k} / raw" for k in names[1:])]))
+        return
     for B in a.B:
         ms = _bench.interleaved(case(B, torch, tb, fb), rounds=a.rounds, block_s=0.05)
         row = {"B": B, **{k: f"{m.median * 1e3:.3f} [{m.iqr * 1e3:.3f}]" for k, m in ms.items()}}

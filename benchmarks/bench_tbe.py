@@ -14,8 +14,8 @@ by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over
   ``torch.nn.functional.embedding_bag`` per table, concatenated; ``floor``: a copy of the
   rows the forward must read (``N x D x itemsize`` bytes read and as many written);
   ``gather floor``: the same rows read in the forward's order and nothing written or summed
-  (each row xor-folded into a per-job block, every cache line prefetched 8 rows ahead as the
-  forward does, the same jobs on the same threads): what this machine's memory gives a
+  (each row xor-folded into a per-job block, every cache line prefetched in the forward's two
+  stages, the same jobs on the same threads): what this machine's memory gives a
   random-row read, which a contiguous copy (served by the hardware's stream prefetchers)
   does not show.
 * training step (float32 weights only): forward + exact row-wise Adagrad.
@@ -42,7 +42,7 @@ from numba import njit, prange
 sys.path.insert(0, str(Path(__file__).parent))
 import _bench  # noqa: E402
 import embnum  # noqa: E402
-from embnum.cpu.tbe import _prefetch_row  # noqa: E402  (the forward's own row prefetch)
+from embnum.cpu.tbe import PREFETCH_DISTANCE, PREFETCH_FAR, _prefetch_row, _prefetch_row_far  # noqa: E402
 from embnum.examples.tbe import make_batch  # noqa: E402
 
 LR = 0.01
@@ -74,17 +74,21 @@ def torch_tables(torch, a, b, dtype):
 @njit(parallel=True, nogil=True, cache=True)
 def _read_rows(w, woff, D, idx, starts, tables, sink):
     """Job ``j`` reads the rows ``w[woff[t] + idx[p] * D :][:D]`` of table ``t = tables[j]`` for
-    ``p`` in ``starts[j]:starts[j + 1]`` (prefetched 8 rows ahead) and xor-folds them into
+    ``p`` in ``starts[j]:starts[j + 1]`` (prefetched as the forward does) and xor-folds them into
     ``sink[j]`` (``w``: the weights' bits as unsigned integers; ``sink``: ``[jobs, D]``)."""
     for j in prange(tables.shape[0]):
         w0 = woff[tables[j]]
         p0, p1 = starts[j], starts[j + 1]
         acc = np.zeros(D, dtype=w.dtype)
-        for q in range(p0, min(p0 + 8, p1)):
+        for q in range(p0, min(p0 + PREFETCH_FAR, p1)):
+            _prefetch_row_far(w, w0 + np.int64(idx[q]) * D, D)
+        for q in range(p0, min(p0 + PREFETCH_DISTANCE, p1)):
             _prefetch_row(w, w0 + np.int64(idx[q]) * D, D)
         for p in range(p0, p1):
-            if p + 8 < p1:
-                _prefetch_row(w, w0 + np.int64(idx[p + 8]) * D, D)
+            if p + PREFETCH_FAR < p1:
+                _prefetch_row_far(w, w0 + np.int64(idx[p + PREFETCH_FAR]) * D, D)
+            if p + PREFETCH_DISTANCE < p1:
+                _prefetch_row(w, w0 + np.int64(idx[p + PREFETCH_DISTANCE]) * D, D)
             base = np.uint64(w0 + np.int64(idx[p]) * D)
             for d in range(D):
                 acc[d] ^= w[base + np.uint64(d)]

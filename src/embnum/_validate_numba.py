@@ -157,3 +157,18 @@ def permutation_flags(p):
         once &= 1 - seen[x]
         seen[x] = 1
     return 1, once
+
+
+@_jit
+def row_sums(a):
+    """int64 sums of the rows of a 2-D integer array (wrapping as NumPy's int64 sum wraps; the
+    callers check totals exactly elsewhere). One vectorised pass, no int64 copy."""
+    R = a.shape[0]
+    out = np.empty(R, np.int64)
+    for r in range(R):
+        row = a[r]
+        acc = np.int64(0)
+        for b in range(row.shape[0]):
+            acc += row[b]
+        out[r] = acc
+    return out

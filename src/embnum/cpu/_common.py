@@ -115,6 +115,7 @@ SERIAL_BYTES_OF: dict[str, int] = {
     "inclusive_cumsum": 0,
     "permute_2d_sparse_data": 0,
     "permute_1d_sparse_data": 0,
+    "invert_permute": 0,  # a serial scatter since issue 12 item 6: no parallel region
     "offsets_range": 1909760,
     "jagged_to_padded_dense": 3133440,
     "dense_to_jagged": 16960176,

@@ -140,7 +140,7 @@ def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_leng
            [0, 1]]), array([20, 10, 11, 12, 20]), None)
     """
     v.index_array("lengths", lengths, ndim=2)
-    sizes = lengths.sum(axis=1, dtype=np.int64)
+    sizes = v.row_sums(lengths)
     return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, sizes, 2)
 
 

@@ -205,7 +205,8 @@ class PermuteMultiEmbedding(torch.nn.Module):
     ``keys``, ``lengths`` and ``groups`` are given once (as for
     :func:`kt_regroup_arguments`). ``forward(values)`` takes the list of ``[B, D_i]``
     tensors (``D_i = sum(lengths[i])``) and returns one ``[B, width_j]`` tensor per group,
-    through ``torch.ops.embnum.permute_multi_embedding``; the inputs are never concatenated.
+    through ``embnum.torch_bridge.permute_multi_embedding`` (``torch.ops.embnum.permute_multi_embedding``
+    wherever torch.compile or a mode watches); the inputs are never concatenated.
     The permute arguments are built once per device and cached, so after the first call
     on a device nothing is copied from the host to it for the arguments.
     """
@@ -236,8 +237,8 @@ class PermuteMultiEmbedding(torch.nn.Module):
                 f"values must hold {len(self.in_lengths)} tensors (one per input KeyedTensor), got {len(values)}"
             )
         permutes, in_shapes, out_shapes = self.arguments(values[0].device)
-        return _op("permute_multi_embedding")(
-            list(values), permutes, in_shapes, out_shapes, self.out_lengths, self.backend
+        return _call("permute_multi_embedding")(
+            list(values), permutes, in_shapes, out_shapes, self.out_lengths, backend=self.backend
         )
 
     def extra_repr(self) -> str:
