@@ -39,10 +39,10 @@ def vmstat() -> dict:
         return {}
 
 
-def fill(n, piece) -> list[float]:
-    a = np.empty(n // 4, np.float32)
+def fill(a, piece) -> list[float]:
+    """Seconds to fill each ``piece`` bytes of float32 array ``a``, in order."""
     times = []
-    for k in range(0, n // 4, piece // 4):
+    for k in range(0, a.shape[0], piece // 4):
         t = time.perf_counter()
         a[k : k + piece // 4].fill(1.0)
         times.append(time.perf_counter() - t)
@@ -80,20 +80,16 @@ def main(argv=None):
             print("free page reporting order:", f.read().strip())
     except OSError:
         print("free page reporting: not found")
-    phase("fresh, no pause", args.reps, 0.0, lambda: fill(n, piece))
-    phase(f"fresh, {args.sleep:g} s pause", args.reps, args.sleep, lambda: fill(n, piece))
-    phase("fresh, no pause", args.reps, 0.0, lambda: fill(n, piece))
+
+    def fresh():
+        return fill(np.empty(n // 4, np.float32), piece)  # freed on return
+
+    phase("fresh, no pause", args.reps, 0.0, fresh)
+    phase(f"fresh, {args.sleep:g} s pause", args.reps, args.sleep, fresh)
+    phase("fresh, no pause", args.reps, 0.0, fresh)
     kept = np.empty(n // 4, np.float32)
 
-    def reuse():
-        times = []
-        for k in range(0, n // 4, piece // 4):
-            t = time.perf_counter()
-            kept[k : k + piece // 4].fill(1.0)
-            times.append(time.perf_counter() - t)
-        return times
-
-    phase(f"kept buffer, {args.sleep:g} s pause", args.reps, args.sleep, reuse)
+    phase(f"kept buffer, {args.sleep:g} s pause", args.reps, args.sleep, lambda: fill(kept, piece))
 
 
 if __name__ == "__main__":

@@ -59,6 +59,15 @@ def _exclusive_in_place(a):
         acc += v
 
 
+@njit(cache=True, inline="always")
+def _copy_run(dst, src, lo, hi, start):
+    """``dst[lo:hi] = src[start:start + hi - lo]`` through bounded views, so the loop vectorises."""
+    d = dst[lo:hi]
+    s = src[start : start + (hi - lo)]
+    for e in range(hi - lo):
+        d[e] = s[e]
+
+
 @njit(cache=True)
 def _gather(src, wsrc, src_offs, seg, dst_offs, dst, wdst):
     """Output segment ``j`` = source segment ``seg[j]``, of ``src`` into ``dst`` and, when
@@ -71,15 +80,9 @@ def _gather(src, wsrc, src_offs, seg, dst_offs, dst, wdst):
     for j in range(seg.shape[0]):
         lo, hi = dst_offs[j], dst_offs[j + 1]
         start = src_offs[seg[j]]
-        d = dst[lo:hi]  # bounded views: the copy loops vectorise
-        s = src[start : start + (hi - lo)]
-        for e in range(hi - lo):
-            d[e] = s[e]
+        _copy_run(dst, src, lo, hi, start)
         if both:
-            wd = wdst[lo:hi]
-            ws = wsrc[start : start + (hi - lo)]
-            for e in range(hi - lo):
-                wd[e] = ws[e]
+            _copy_run(wdst, wsrc, lo, hi, start)
 
 
 @njit(cache=True, parallel=True)
@@ -96,15 +99,9 @@ def _gather_split(src, wsrc, src_offs, seg, dst_offs, dst, wdst, parts):
         while lo < hi:
             end = min(dst_offs[j + 1], hi)
             start = src_offs[seg[j]] + (lo - dst_offs[j])
-            d = dst[lo:end]  # bounded views: the copy loops vectorise
-            s = src[start : start + (end - lo)]
-            for e in range(end - lo):
-                d[e] = s[e]
+            _copy_run(dst, src, lo, end, start)
             if both:
-                wd = wdst[lo:end]
-                ws = wsrc[start : start + (end - lo)]
-                for e in range(end - lo):
-                    wd[e] = ws[e]
+                _copy_run(wdst, wsrc, lo, end, start)
             lo = end
             j += 1
 

@@ -500,27 +500,17 @@ def _eager_autograd(spec: Bridge, names: list[str], impl: Callable, tensors: tup
     def run(args):
         if _functorch_stack() is not None:
             return _SLOW
-        flat, where, lengths = [], [], {}
-        needed = False
-        for i in tensors:
-            t = args[i]
+        lengths = {i: len(args[i]) for i in lists if args[i] is not None}
+        found = [(i, None, args[i]) for i in tensors]
+        found += [(i, j, t) for i in lengths for j, t in enumerate(args[i])]
+        flat, where, needed = [], [], False
+        for i, j, t in found:
             if t is not None:
                 if type(t) is not plain or not t.is_cpu:
                     return _SLOW
                 flat.append(t)
-                where.append((i, None))
+                where.append((i, j))
                 needed = needed or t.requires_grad
-        for i in lists:
-            if args[i] is None:
-                continue
-            lengths[i] = len(args[i])
-            for j, t in enumerate(args[i]):
-                if t is not None:
-                    if type(t) is not plain or not t.is_cpu:
-                        return _SLOW
-                    flat.append(t)
-                    where.append((i, j))
-                    needed = needed or t.requires_grad
         if not needed:
             return _SLOW
         call = _EagerCall(where, lengths)
