@@ -13,9 +13,10 @@ process and interleaved round by round (``_bench.interleaved``, torch.utils.benc
   memory (conversion both ways, the torch op or its direct path, the numpy call);
 
 and, for the cumsum, the peers (``torch.ops.fbgemm.asynchronous_complete_cumsum``
-and ``torch.cumsum``). Overhead = median(API) - median(kernel). ``--cpu-time``
-times this thread's CPU time instead of wall time (on a loaded machine it leaves
-out the waits for a core). Prints the load average before and after.
+and ``torch.cumsum``) and the floor: a bare wrapper that only allocates and calls the
+kernel (``bare numpy``), and the same behind the tensor conversions (``bare bridge``).
+Overhead = median(API) - median(kernel). ``--cpu-time`` times this thread's CPU time
+instead of wall time (on a loaded machine it leaves out the waits for a core). Prints the load average before and after.
 """
 
 from __future__ import annotations
@@ -70,6 +71,25 @@ def contenders(op, torch, tb):
     return found
 
 
+def _floors(op, torch) -> dict:
+    """The floor of item 1 for complete_cumsum: a bare wrapper that only allocates the output
+    and calls the kernel (no checks, no registry), the least any Python API returning a fresh
+    array pays; and the same behind ``Tensor.numpy()`` / ``torch.from_numpy`` for the bridge."""
+    impl = op.implementation("cpu")
+    x = op.example_fn(np.random.default_rng(0), "small").args["lengths"]
+
+    def bare(x):
+        out = np.empty(x.shape[:-1] + (x.shape[-1] + 1,), x.dtype)
+        impl(x, out)
+        return out
+
+    found = {"bare numpy": lambda: bare(x)}
+    if torch is not None:
+        t = torch.from_numpy(x)
+        found["bare bridge"] = lambda: torch.from_numpy(bare(t.numpy()))
+    return found
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=15)
@@ -98,6 +118,7 @@ def main():
             fns["torch.cumsum"] = lambda: torch.cumsum(t, 0)
             if fb is not None:
                 fns["fbgemm"] = lambda: fb.asynchronous_complete_cumsum(t)
+            fns.update(_floors(op, torch))
         ms = _bench.interleaved(fns, rounds=a.rounds, timer=timer)
         k = ms["kernel"].median
         row = dict(op=op.name, family=op.family, kernel=_bench.fmt_us(ms["kernel"]), numpy=_bench.fmt_us(ms["numpy"]))
@@ -106,6 +127,9 @@ def main():
             row["bridge"] = _bench.fmt_us(ms["bridge"])
             row["bridge overhead"] = f"{(ms['bridge'].median - k) * 1e6:.2f}"
         row["peers"] = ", ".join(f"{n} {_bench.fmt_us(ms[n])}" for n in ("fbgemm", "torch.cumsum") if n in ms)
+        floors = [f"{n} +{(ms[n].median - k) * 1e6:.2f}" for n in ("bare numpy", "bare bridge") if n in ms]
+        if floors:
+            row["note"] = "floor, overhead of a bare wrapper: " + ", ".join(floors)
         rows.append(row)
         fam = by_family.setdefault(op.family, {"numpy": [], "bridge": []})
         fam["numpy"].append(ms["numpy"].median - k)
