@@ -198,9 +198,7 @@ class Op:
                 if (type(spec) is tuple or type(spec) is list) and self._run is not None and not self.mutates:
                     impl = self._implementations.get("cpu")
                     if impl is not None:  # several outputs (None: not requested), as _call allocates them
-                        empty = self._host_empty
-                        outs = [None if s is None else empty(s.shape, s.dtype) for s in spec]
-                        given = tuple(outs) if type(spec) is tuple else outs
+                        given = self._host_outputs(spec)
                         self._run(impl, plan.args, given)
                         return given
                 return self._call(arguments, out, backend, plan)
@@ -216,6 +214,14 @@ class Op:
             return self._call(arguments, None, None, plan)
         except MemoryError as e:
             self._memory_error(e)
+
+    def _host_outputs(self, planned: tuple | list) -> tuple | list:
+        """The cpu backend's outputs for a plan of several (a tuple or list of :class:`Out`,
+        None where an output is not requested), from the family's allocator; the short paths
+        of :meth:`call` and of the public function both allocate them here."""
+        empty = self._host_empty
+        outs = [None if s is None else empty(s.shape, s.dtype) for s in planned]
+        return tuple(outs) if type(planned) is tuple else outs
 
     def _memory_error(self, e: MemoryError):
         if isinstance(e, _validate.AllocationError):
@@ -334,8 +340,7 @@ class Op:
                 "                    _run(impl, plan.args, result)  # small_call: one thread on small inputs",
                 "                    return result",
                 "                if type(planned) is tuple or type(planned) is list:  # several outputs",
-                "                    outs = [None if s is None else _empty(s.shape, s.dtype) for s in planned]",
-                "                    given = tuple(outs) if type(planned) is tuple else outs",
+                "                    given = _op._host_outputs(planned)",
                 "                    _run(impl, plan.args, given)",
                 "                    return given",
                 "            except MemoryError as e:",
