@@ -1,18 +1,20 @@
 """Reuse of large host outputs for the cpu kernels of the families that opt in.
 
 Why: a fresh output of many MiB costs more than the kernel that fills it. Each call
-would get new pages from the OS, which the kernel zeroes at first touch; on a VM with
-free page reporting (virtio-balloon, as on the machine of issue 12) every free 2 MiB
-block is also handed back to the host about 2 s after it was freed, and touching it
-again faults in the host: a fresh 32 MiB float32 output then costs 5-100 ms against
-the 1.6 ms of the dequantizer's work (benchmarks/RESULTS.md, issue 12 item 6). Pages
-that stay mapped in the process cost neither.
+would get new pages from the OS, which the kernel zeroes at first touch: on issue 12's
+2-core VM a fresh 32 MiB float32 fill took 4.9-6.3 ms against 1.6 ms into a kept buffer
+(``benchmarks/fresh_pages.py``), and under load up to ~60 ms (a VM with free page
+reporting hands freed 2 MiB blocks back to its host, so touching them again faults in
+the host; seen under load, not reproduced on the quiet machine). The dequantizer's own
+work is ~1.2-1.6 ms (benchmarks/RESULTS.md, issue 12 item 6). Pages that stay mapped in
+the process cost neither.
 
 The lifetime rule (what a caller can rely on):
 
 * Only outputs that embnum allocates itself (no ``out=``) on the cpu backend, of at
-  least :data:`MIN_BYTES`, for ops of a family whose cpu module exports ``empty``
-  (today: quant) come from here; every other output is a plain ``np.empty``.
+  least :data:`MIN_BYTES`, for ops of a family whose cpu module exports
+  ``empty_output`` (today: quant and kjt) come from here; every other output is a plain
+  ``np.empty``.
 * A returned array is a view of a pooled buffer (``result.base`` is the buffer). A
   buffer is handed out again only when the pool holds the ONLY reference to it: as long
   as any array returned from it, any view of one, or anything that keeps one alive (a
