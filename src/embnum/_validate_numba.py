@@ -183,31 +183,30 @@ def row_sums(a):
 
 
 @_jit
-def offsets_ok(offs, first_zero, n_values):
-    """1 when the 1-D offsets (at least one entry) start at 0 (``first_zero``) or at ``>= 0``,
-    never decrease and end at ``<= n_values`` (``n_values < 0``: no bound), else 0."""
+def offsets_last(offs, first_zero, n_values):
+    """``offs[-1]`` (as int64, ``>= 0``) when the 1-D offsets (at least one entry) start at 0
+    (``first_zero``) or at ``>= 0``, never decrease and end at ``<= n_values`` (``n_values < 0``: no
+    bound); -1 otherwise."""
     first = offs[0]
     if first < 0 or (first_zero and first != 0):
-        return 0
+        return np.int64(-1)
     prev = first
     for i in range(1, offs.shape[0]):
         x = offs[i]
         if x < prev:
-            return 0
+            return np.int64(-1)
         prev = x
     if n_values >= 0 and np.int64(prev) > n_values:
-        return 0
-    return 1
+        return np.int64(-1)
+    return np.int64(prev)
 
 
 @_jit
 def csr_ok(csr, batch_size, n_values):
     """1 when ``csr`` (1-D, at least one entry) is valid offsets (``>= 0``, non-decreasing) and
-    ``csr[-1] * batch_size <= n_values`` (tested as ``csr[-1] <= n_values // batch_size``)."""
-    if offsets_ok(csr, False, -1) == 0:
-        return 0
-    last = np.int64(csr[csr.shape[0] - 1])
-    if batch_size > 0 and last > n_values // batch_size:
+    ``csr[-1] * batch_size <= n_values`` (tested as ``csr[-1] <= n_values // batch_size``), else 0."""
+    last = offsets_last(csr, False, -1)
+    if last < 0 or (batch_size > 0 and last > n_values // batch_size):
         return 0
     return 1
 
@@ -304,7 +303,7 @@ def expand_permute_ok(permute, input_offset, output_offset, output_size):
     ``output_offset[-1] == output_size``, ``permute`` in ``[0, T)`` and output segment ``t`` as long
     as input segment ``permute[t]``; else 0."""
     T = permute.shape[0]
-    if offsets_ok(input_offset, True, -1) == 0 or offsets_ok(output_offset, True, -1) == 0:
+    if offsets_last(input_offset, True, -1) < 0 or offsets_last(output_offset, True, -1) < 0:
         return 0
     if np.int64(output_offset[T]) != output_size:
         return 0
