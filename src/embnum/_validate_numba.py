@@ -174,6 +174,153 @@ def row_sums(a):
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# k13j (issue 12): one-pass verdicts of the jagged, kjt and quant declarations on host data.
+# Each returns a verdict (and the sizes the plan needs) and never raises: on a failing verdict the
+# declaration reruns its exact Python rules, which name the error. Overflow-safe: sums are bounded
+# before adding (``y > limit - total``), products by division, differences only of ordered values.
+# ---------------------------------------------------------------------------------------------
+
+
+@_jit
+def offsets_last(offs, first_zero, n_values):
+    """``offs[-1]`` (as int64, ``>= 0``) when the 1-D offsets (at least one entry) start at 0
+    (``first_zero``) or at ``>= 0``, never decrease and end at ``<= n_values`` (``n_values < 0``: no
+    bound); -1 otherwise."""
+    first = offs[0]
+    if first < 0 or (first_zero and first != 0):
+        return np.int64(-1)
+    prev = first
+    for i in range(1, offs.shape[0]):
+        x = offs[i]
+        if x < prev:
+            return np.int64(-1)
+        prev = x
+    if n_values >= 0 and np.int64(prev) > n_values:
+        return np.int64(-1)
+    return np.int64(prev)
+
+
+@_jit
+def csr_ok(csr, batch_size, n_values):
+    """1 when ``csr`` (1-D, at least one entry) is valid offsets (``>= 0``, non-decreasing) and
+    ``csr[-1] * batch_size <= n_values`` (tested as ``csr[-1] <= n_values // batch_size``), else 0."""
+    last = offsets_last(csr, False, -1)
+    if last < 0 or (batch_size > 0 and last > n_values // batch_size):
+        return 0
+    return 1
+
+
+@_jit
+def _bounded_add(total, y, limit):
+    """``total + y`` when ``y >= 0`` and the sum stays ``<= limit`` (``0 <= total <= limit``), else -1."""
+    if y < 0 or y > limit - total:
+        return np.int64(-1)
+    return total + y
+
+
+@_jit
+def permute_totals_2d(permute, lengths, limit):
+    """``(N, M)`` of a 2-D permute (``permute_2d_sparse_data``): ``N`` the exact total of the
+    ``[T, B]`` lengths, ``M`` the exact total of the rows ``permute`` selects; ``(-1, -1)`` when a
+    length is negative, a total passes ``limit`` or an entry of ``permute`` is outside ``[0, T)``."""
+    T = lengths.shape[0]
+    sizes = np.empty(T, np.int64)
+    N = np.int64(0)
+    for t in range(T):
+        row = np.int64(0)
+        for b in range(lengths.shape[1]):
+            row = _bounded_add(row, np.int64(lengths[t, b]), limit)
+            if row < 0:
+                return np.int64(-1), np.int64(-1)
+        sizes[t] = row
+        N = _bounded_add(N, row, limit)
+        if N < 0:
+            return np.int64(-1), np.int64(-1)
+    M = np.int64(0)
+    for i in range(permute.shape[0]):
+        p = np.int64(permute[i])
+        if p < 0 or p >= T:
+            return np.int64(-1), np.int64(-1)
+        M = _bounded_add(M, sizes[p], limit)
+        if M < 0:
+            return np.int64(-1), np.int64(-1)
+    return N, M
+
+
+@_jit
+def permute_totals_1d(permute, lengths, limit):
+    """:func:`permute_totals_2d` for a flat list of segments (``lengths`` 1-D ``[S]``)."""
+    S = lengths.shape[0]
+    N = np.int64(0)
+    for s in range(S):
+        N = _bounded_add(N, np.int64(lengths[s]), limit)
+        if N < 0:
+            return np.int64(-1), np.int64(-1)
+    M = np.int64(0)
+    for i in range(permute.shape[0]):
+        p = np.int64(permute[i])
+        if p < 0 or p >= S:
+            return np.int64(-1), np.int64(-1)
+        M = _bounded_add(M, np.int64(lengths[p]), limit)
+        if M < 0:
+            return np.int64(-1), np.int64(-1)
+    return N, M
+
+
+@_jit
+def index_select_totals(lengths, offsets, indices, batch_size, limit):
+    """``(N, M)`` of ``keyed_jagged_index_select_dim1`` (``batch_size >= 1`` divides ``len(lengths)``,
+    ``len(offsets) == len(lengths) + 1``): ``N`` the exact total of the lengths, ``M`` that of the
+    bags ``indices`` selects from every key; ``(-1, -1)`` when a length is negative, a total passes
+    ``limit``, ``offsets`` is not the complete cumsum of ``lengths`` or an index is outside
+    ``[0, batch_size)``."""
+    bad = (np.int64(-1), np.int64(-1))
+    if offsets[0] != 0:
+        return bad
+    N = np.int64(0)
+    for k in range(lengths.shape[0]):
+        N = _bounded_add(N, np.int64(lengths[k]), limit)
+        if N < 0 or np.int64(offsets[k + 1]) != N:
+            return bad
+    for j in range(indices.shape[0]):
+        x = np.int64(indices[j])
+        if x < 0 or x >= batch_size:
+            return bad
+    M = np.int64(0)
+    for t in range(lengths.shape[0] // batch_size):
+        for j in range(indices.shape[0]):
+            M = _bounded_add(M, np.int64(lengths[t * batch_size + indices[j]]), limit)
+            if M < 0:
+                return bad
+    return N, M
+
+
+@_jit
+def expand_permute_ok(permute, input_offset, output_offset, output_size):
+    """1 when the arguments of ``expand_into_jagged_permute`` (``len(permute) = T``, both offsets
+    ``T + 1`` entries) pass every rule: both offsets start at 0 and never decrease,
+    ``output_offset[-1] == output_size``, ``permute`` in ``[0, T)`` and output segment ``t`` as long
+    as input segment ``permute[t]``; else 0."""
+    T = permute.shape[0]
+    if offsets_last(input_offset, True, -1) < 0 or offsets_last(output_offset, True, -1) < 0:
+        return 0
+    if np.int64(output_offset[T]) != output_size:
+        return 0
+    for t in range(T):
+        p = np.int64(permute[t])
+        if p < 0 or p >= T:
+            return 0
+    for t in range(T):
+        p = permute[t]
+        # both arrays are non-decreasing from 0: the differences are >= 0 and cannot wrap
+        if np.int64(output_offset[t + 1]) - np.int64(output_offset[t]) != np.int64(input_offset[p + 1]) - np.int64(
+            input_offset[p]
+        ):
+            return 0
+    return 1
+
+
 # -- keyed_tensor and TBE verdicts (issue 12 item 1, k13k) ---------------------------------
 @_jit
 def pooled_lists_ok(offs, perm, inv_offs, inv, D):
