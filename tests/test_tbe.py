@@ -242,6 +242,8 @@ def pooled_kernel_case(draw):
         psw=psw,
         has_psw=draw(st.booleans()),
         mean=draw(st.booleans()),
+        stream=draw(st.booleans()),
+        shift=draw(st.sampled_from([0, 4, 1])),  # floats past a 64-byte boundary
     )
 
 
@@ -257,10 +259,14 @@ def test_forward_vector_kernel_matches_element_kernel(case):
     lut = tbe.half_table() if case["w"].dtype == np.uint16 else tbe._NO_LUT
     outs = []
     for kernel in (tbe._FORWARD_POOLED[D], _element_kernel(D)):
-        out = np.full((B, T * D), -1.0, np.float32)
+        # streamed (non-temporal stores: 32-byte ones, 16-byte ones or none as the output is aligned) or not
+        buf = np.full(B * T * D + 16, -1.0, np.float32)
+        first = (-buf.ctypes.data // 4) % 16 + case["shift"]
+        out = buf[first : first + B * T * D].reshape(B, T * D)
         psw = case["psw"] if case["has_psw"] else tbe._NO_F32
         args = (case["woff"], case["doff"], np.arange(T, dtype=np.int64), case["indices"], case["offsets"], B)
-        kernel(case["w"], lut, *args, case["mean"], psw, case["has_psw"], out)
+        kernel(case["w"], lut, *args, case["mean"], psw, case["has_psw"], out, case["stream"])
+        assert (buf[:first] == -1).all() and (buf[first + out.size :] == -1).all()
         outs.append(out)
     got, want = outs
     nan = np.isnan(want)
