@@ -985,3 +985,98 @@ def test_cuda_c_kernels_on_the_host_handwritten_rows(cu_on_host, args, data):
     )
     got_b = _run_cu_backward(cu_on_host, grads, perm, in_lengths, grid, block)
     assert embnum.get_op("permute_multi_embedding_backward").check_fn(got_b, want_b, {})[1]
+
+
+# -- issue 12 item 1: the one-pass verdicts, the caches and the small kernels ------------
+_ENTRY = st.one_of(st.integers(-3, 12), st.sampled_from([-(2**63), -(2**31), 2**31 - 1, 2**62, 2**63 - 1]))
+
+
+@st.composite
+def pooled_lists(draw):
+    """Valid ``permute_pooled_embs`` lists, then maybe broken: an entry of one list replaced by a
+    drawn value (int64 extremes included), or one list shortened or lengthened; int32 or int64."""
+    args = draw(pooled_args())
+    lists = [np.asarray(args[k], np.int64).copy() for k in _POOLED]
+    if draw(st.booleans()):
+        k = draw(st.integers(0, 3))
+        if draw(st.booleans()) and lists[k].size:
+            lists[k][draw(st.integers(0, lists[k].size - 1))] = draw(_ENTRY)
+        else:
+            extra = np.array(draw(st.lists(_ENTRY, max_size=2)), np.int64)
+            lists[k] = np.concatenate([lists[k][: draw(st.integers(0, lists[k].size))], extra])
+    fits = all(np.abs(a).max(initial=0) < 2**31 for a in lists)
+    lists = [a.astype(draw(index_dtypes)) if fits else a for a in lists]
+    return args["pooled_embs"], lists
+
+
+_POOLED = ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
+
+
+@given(case=pooled_lists())
+def test_pooled_lists_verdict_matches_the_exact_rules(case):
+    """``_validate_numba.pooled_lists_ok`` (the compiled verdict of permute_pooled_embs's checks)
+    accepts exactly what the Python rules accept; a rejection reruns them, so the message is theirs."""
+    from embnum import _validate, _validate_numba
+    from embnum.ops import keyed_tensor as ops_kt
+
+    x, lists = case
+    try:
+        ops_kt._pooled_rules(x.shape[1], lists)
+        exact = None
+    except ValueError as e:
+        exact = str(e)
+    assert bool(_validate_numba.pooled_lists_ok(*lists, x.shape[1])) == (exact is None)
+    try:
+        embnum.permute_pooled_embs(x, *lists)
+        fast = None
+    except ValueError as e:
+        fast = str(e)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_validate, "compiled", lambda: None)
+        try:
+            embnum.permute_pooled_embs(x, *lists)
+            slow = None
+        except ValueError as e:
+            slow = str(e)
+    assert fast == slow == exact
+
+
+@pytest.mark.parametrize("name", FAMILY)
+@given(data=st.data())
+def test_small_kernels_match_the_parallel_plan(name, data):
+    """The small-call kernels (the arrays themselves, the cached indexed plan, one thread) give the
+    same bits as the addressed parallel kernels (``SMALL_BYTES = 0`` forces those)."""
+    from embnum.cpu import keyed_tensor as cpu_kt
+
+    args = data.draw(STRATEGIES[name])
+    small = getattr(embnum, name)(**args)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cpu_kt, "SMALL_BYTES", 0)
+        big = getattr(embnum, name)(**args)
+    for a, b in zip(
+        small if isinstance(small, (list, tuple)) else [small], big if isinstance(big, (list, tuple)) else [big]
+    ):
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert a.tobytes() == b.tobytes()
+        else:
+            assert a == b
+
+
+def test_validated_permutes_changed_in_place_are_checked_again():
+    args = pme_args(
+        [np.ones((2, 3), np.float32)], *embnum.kt_regroup_arguments(None, [["a", "b"]], [[1, 2]], [["b", "a"]])[:3], [3]
+    )
+    embnum.permute_multi_embedding(**args)
+    args["permutes"][0, 4] = 3  # the row now reaches past its input's width
+    with pytest.raises(ValueError, match="exceeds the width"):
+        embnum.permute_multi_embedding(**args)
+
+
+@pytest.mark.parametrize("bad", [2.0, True, np.float64(2.0)])
+def test_validated_key_lists_do_not_admit_equal_non_ints(bad):
+    """A cached verdict on ``[[1, 2]]`` is never reused for ``[[1, 2.0]]`` or ``[[1, True]]``."""
+    embnum.kt_regroup_arguments(None, [["a", "b"]], [[1, 2]], [["b"]])
+    embnum.kt_regroup_arguments(None, [["a", "b"]], [[1, 1]], [["b"]])
+    with pytest.raises(TypeError, match=r"lengths\[0\]\[1\]"):
+        embnum.kt_regroup_arguments(None, [["a", "b"]], [[1, bad]], [["b"]])

@@ -97,6 +97,30 @@ def _forward_indexed(rows_bytes, P, out_widths):
     return segs
 
 
+def forward_segments(permutes: np.ndarray, out_widths) -> np.ndarray:
+    """:func:`forward_indexed` of a host ``[P, 6]`` int32/int64 array, keyed by its bytes and
+    dtype (no int64 copy per call). Cached by content, so an array changed in place between
+    calls is planned afresh."""
+    return _forward_segments(permutes.tobytes(), permutes.dtype.char, permutes.shape[0], tuple(out_widths))
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_segments(rows_bytes, char, P, out_widths):
+    rows = np.frombuffer(rows_bytes, dtype=np.dtype(char)).reshape(P, 6).astype(np.int64)
+    return _forward_indexed(rows.tobytes(), P, out_widths)
+
+
+def backward_plan(permutes: np.ndarray, in_widths):
+    """:func:`backward_indexed` of a host ``[P, 6]`` int32/int64 array (cached by content)."""
+    return _backward_plan(permutes.tobytes(), permutes.dtype.char, permutes.shape[0], tuple(in_widths))
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_plan(rows_bytes, char, P, in_widths):
+    rows = np.frombuffer(rows_bytes, dtype=np.dtype(char)).reshape(P, 6).astype(np.int64)
+    return _backward_indexed(rows.tobytes(), P, in_widths)
+
+
 def pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, width) -> np.ndarray:
     """Segments of ``permute_pooled_embs`` (one source and one destination array)."""
     offs, perm, inv = (host_rows(a) for a in (offset_dim_list, permute_list, inv_offset_dim_list))
@@ -183,33 +207,46 @@ def backward_slots(grads, rows: np.ndarray, outs, keep):
 
 
 def regroup_arguments(keys, lengths, groups):
-    """``kt_regroup_arguments`` on the host (validated arguments): the rows in one pass
-    over the flattened groups, ``next`` filled by a backward pass that remembers each
-    key's following occurrence."""
+    """``kt_regroup_arguments`` on the host (validated arguments): fresh arrays (copies of the
+    result cached by the key lists, which are the whole input: it cannot go stale)."""
+    permutes, in_shapes, out_shapes = _regroup_arguments(
+        tuple(map(tuple, keys)), tuple(map(tuple, lengths)), tuple(map(tuple, groups))
+    )
+    return permutes.copy(), in_shapes.copy(), out_shapes.copy(), out_shapes.tolist()
+
+
+@functools.lru_cache(maxsize=256)
+def _regroup_arguments(keys, lengths, groups):
+    """The rows in one pass over the flattened groups, ``next`` filled by a backward pass that
+    remembers each key's following occurrence; read-only arrays."""
     where = {}
     for i, (ks, ls) in enumerate(zip(keys, lengths)):
-        starts = np.concatenate([[0], np.cumsum(ls, dtype=np.int64)])
-        where.update((k, (i, int(starts[m]), int(ls[m]))) for m, k in enumerate(ks))
+        start = 0
+        for k, n in zip(ks, ls):
+            where[k] = (i, start, n)
+            start += n
     flat = [(j, k) for j, g in enumerate(groups) for k in g]
     P = len(flat)
-    permutes = np.zeros((P, 6), dtype=np.int32)
-    out_shapes = np.zeros(len(groups), dtype=np.int32)
-    for r, (j, k) in enumerate(flat):
+    rows, out_widths = [], [0] * len(groups)  # Python lists, one array each at the end
+    for j, k in flat:
         i, a, n = where[k]
-        permutes[r, :5] = (i, j, a, out_shapes[j], n)
-        out_shapes[j] += n
-    following, first = {}, {}
+        rows.append([i, j, a, out_widths[j], n, 0])
+        out_widths[j] += n
+    first = {}  # each key's first row, once the backward pass is done
     for r in range(P - 1, -1, -1):
         k = flat[r][1]
-        nxt = following.get(k)
-        permutes[r, 5] = -(P if nxt is None else nxt)
-        following[k] = r
+        nxt = first.get(k)
+        rows[r][5] = -(P if nxt is None else nxt)
         first[k] = r
-    for k, r in first.items():
-        nxt = -int(permutes[r, 5])
-        permutes[r, 5] = 0 if nxt == P else nxt  # the head: 0 when used once, else its next row
+    for r in first.values():
+        nxt = -rows[r][5]
+        rows[r][5] = 0 if nxt == P else nxt  # the head: 0 when used once, else its next row
+    permutes = np.array(rows, dtype=np.int32).reshape(P, 6)
+    out_shapes = np.array(out_widths, dtype=np.int32)
     in_shapes = np.array([sum(ls) for ls in lengths], dtype=np.int32)
-    return permutes, in_shapes, out_shapes, out_shapes.tolist()
+    for a in (permutes, in_shapes, out_shapes):
+        a.flags.writeable = False
+    return permutes, in_shapes, out_shapes
 
 
 def regroup_rows(keys, lengths, groups) -> np.ndarray:
@@ -217,8 +254,22 @@ def regroup_rows(keys, lengths, groups) -> np.ndarray:
     return _regroup_rows(tuple(map(tuple, keys)), tuple(map(tuple, lengths)), tuple(map(tuple, groups)))
 
 
+def regroup_segments(keys, lengths, groups) -> np.ndarray:
+    """:func:`forward_indexed` of a regrouping (validated key lists), cached by the key lists."""
+    return _regroup_segments(tuple(map(tuple, keys)), tuple(map(tuple, lengths)), tuple(map(tuple, groups)))
+
+
+@functools.lru_cache(maxsize=256)
+def _regroup_segments(keys, lengths, groups):
+    rows = _regroup_rows(keys, lengths, groups)
+    widths = [0] * len(groups)
+    for j, n in zip(rows[:, 1].tolist(), rows[:, 4].tolist()):
+        widths[j] += n
+    return _forward_indexed(rows.tobytes(), rows.shape[0], tuple(widths))
+
+
 @functools.lru_cache(maxsize=256)
 def _regroup_rows(keys, lengths, groups):
-    rows = regroup_arguments(keys, lengths, groups)[0].astype(np.int64)
+    rows = _regroup_arguments(keys, lengths, groups)[0].astype(np.int64)
     rows.flags.writeable = False
     return rows

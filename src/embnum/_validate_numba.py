@@ -172,3 +172,261 @@ def row_sums(a):
             acc += row[b]
         out[r] = acc
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# k13j (issue 12): one-pass verdicts of the jagged, kjt and quant declarations on host data.
+# Each returns a verdict (and the sizes the plan needs) and never raises: on a failing verdict the
+# declaration reruns its exact Python rules, which name the error. Overflow-safe: sums are bounded
+# before adding (``y > limit - total``), products by division, differences only of ordered values.
+# ---------------------------------------------------------------------------------------------
+
+
+@_jit
+def offsets_last(offs, first_zero, n_values):
+    """``offs[-1]`` (as int64, ``>= 0``) when the 1-D offsets (at least one entry) start at 0
+    (``first_zero``) or at ``>= 0``, never decrease and end at ``<= n_values`` (``n_values < 0``: no
+    bound); -1 otherwise."""
+    first = offs[0]
+    if first < 0 or (first_zero and first != 0):
+        return np.int64(-1)
+    prev = first
+    for i in range(1, offs.shape[0]):
+        x = offs[i]
+        if x < prev:
+            return np.int64(-1)
+        prev = x
+    if n_values >= 0 and np.int64(prev) > n_values:
+        return np.int64(-1)
+    return np.int64(prev)
+
+
+@_jit
+def csr_ok(csr, batch_size, n_values):
+    """1 when ``csr`` (1-D, at least one entry) is valid offsets (``>= 0``, non-decreasing) and
+    ``csr[-1] * batch_size <= n_values`` (tested as ``csr[-1] <= n_values // batch_size``), else 0."""
+    last = offsets_last(csr, False, -1)
+    if last < 0 or (batch_size > 0 and last > n_values // batch_size):
+        return 0
+    return 1
+
+
+@_jit
+def _bounded_add(total, y, limit):
+    """``total + y`` when ``y >= 0`` and the sum stays ``<= limit`` (``0 <= total <= limit``), else -1."""
+    if y < 0 or y > limit - total:
+        return np.int64(-1)
+    return total + y
+
+
+@_jit
+def permute_totals_2d(permute, lengths, limit):
+    """``(N, M)`` of a 2-D permute (``permute_2d_sparse_data``): ``N`` the exact total of the
+    ``[T, B]`` lengths, ``M`` the exact total of the rows ``permute`` selects; ``(-1, -1)`` when a
+    length is negative, a total passes ``limit`` or an entry of ``permute`` is outside ``[0, T)``."""
+    T = lengths.shape[0]
+    sizes = np.empty(T, np.int64)
+    N = np.int64(0)
+    for t in range(T):
+        row = np.int64(0)
+        for b in range(lengths.shape[1]):
+            row = _bounded_add(row, np.int64(lengths[t, b]), limit)
+            if row < 0:
+                return np.int64(-1), np.int64(-1)
+        sizes[t] = row
+        N = _bounded_add(N, row, limit)
+        if N < 0:
+            return np.int64(-1), np.int64(-1)
+    M = np.int64(0)
+    for i in range(permute.shape[0]):
+        p = np.int64(permute[i])
+        if p < 0 or p >= T:
+            return np.int64(-1), np.int64(-1)
+        M = _bounded_add(M, sizes[p], limit)
+        if M < 0:
+            return np.int64(-1), np.int64(-1)
+    return N, M
+
+
+@_jit
+def permute_totals_1d(permute, lengths, limit):
+    """:func:`permute_totals_2d` for a flat list of segments (``lengths`` 1-D ``[S]``)."""
+    S = lengths.shape[0]
+    N = np.int64(0)
+    for s in range(S):
+        N = _bounded_add(N, np.int64(lengths[s]), limit)
+        if N < 0:
+            return np.int64(-1), np.int64(-1)
+    M = np.int64(0)
+    for i in range(permute.shape[0]):
+        p = np.int64(permute[i])
+        if p < 0 or p >= S:
+            return np.int64(-1), np.int64(-1)
+        M = _bounded_add(M, np.int64(lengths[p]), limit)
+        if M < 0:
+            return np.int64(-1), np.int64(-1)
+    return N, M
+
+
+@_jit
+def index_select_totals(lengths, offsets, indices, batch_size, limit):
+    """``(N, M)`` of ``keyed_jagged_index_select_dim1`` (``batch_size >= 1`` divides ``len(lengths)``,
+    ``len(offsets) == len(lengths) + 1``): ``N`` the exact total of the lengths, ``M`` that of the
+    bags ``indices`` selects from every key; ``(-1, -1)`` when a length is negative, a total passes
+    ``limit``, ``offsets`` is not the complete cumsum of ``lengths`` or an index is outside
+    ``[0, batch_size)``."""
+    bad = (np.int64(-1), np.int64(-1))
+    if offsets[0] != 0:
+        return bad
+    N = np.int64(0)
+    for k in range(lengths.shape[0]):
+        N = _bounded_add(N, np.int64(lengths[k]), limit)
+        if N < 0 or np.int64(offsets[k + 1]) != N:
+            return bad
+    for j in range(indices.shape[0]):
+        x = np.int64(indices[j])
+        if x < 0 or x >= batch_size:
+            return bad
+    M = np.int64(0)
+    for t in range(lengths.shape[0] // batch_size):
+        for j in range(indices.shape[0]):
+            M = _bounded_add(M, np.int64(lengths[t * batch_size + indices[j]]), limit)
+            if M < 0:
+                return bad
+    return N, M
+
+
+@_jit
+def expand_permute_ok(permute, input_offset, output_offset, output_size):
+    """1 when the arguments of ``expand_into_jagged_permute`` (``len(permute) = T``, both offsets
+    ``T + 1`` entries) pass every rule: both offsets start at 0 and never decrease,
+    ``output_offset[-1] == output_size``, ``permute`` in ``[0, T)`` and output segment ``t`` as long
+    as input segment ``permute[t]``; else 0."""
+    T = permute.shape[0]
+    if offsets_last(input_offset, True, -1) < 0 or offsets_last(output_offset, True, -1) < 0:
+        return 0
+    if np.int64(output_offset[T]) != output_size:
+        return 0
+    for t in range(T):
+        p = np.int64(permute[t])
+        if p < 0 or p >= T:
+            return 0
+    for t in range(T):
+        p = permute[t]
+        # both arrays are non-decreasing from 0: the differences are >= 0 and cannot wrap
+        if np.int64(output_offset[t + 1]) - np.int64(output_offset[t]) != np.int64(input_offset[p + 1]) - np.int64(
+            input_offset[p]
+        ):
+            return 0
+    return 1
+
+
+@_jit
+def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max):
+    """The host arrays ``block_bucketize_sparse_features`` hands its kernel in the plain case (no
+    per-key batch sizes, block counts, boundaries or keep flags): ``(N, block_sizes as int64,
+    batch [T], total_num_blocks [T], keep [T])``, ``N`` the exact total of the lengths; ``N = -1``
+    when a length or a block size is negative, the total passes ``limit``, ``len(lengths)`` is not a
+    multiple of ``T = len(block_sizes)`` (or not 0 when ``T = 0``) or a block size times ``my_size``
+    (``>= 1``) passes ``id_max`` (tested as ``block_size > id_max // my_size``)."""
+    T = block_sizes.shape[0]
+    n_bags = lengths.shape[0]
+    bs = np.empty(T, np.int64)
+    batch = np.empty(T, np.int64)
+    blocks = np.empty(T, np.int64)
+    flags = np.empty(T, np.bool_)
+    N = np.int64(0)
+    if (T == 0 and n_bags != 0) or (T > 0 and n_bags % T != 0):
+        N = np.int64(-1)
+    for t in range(T):
+        x = np.int64(block_sizes[t])
+        if x < 0 or x > id_max // my_size:
+            N = np.int64(-1)
+        bs[t] = x
+        batch[t] = n_bags // T
+        blocks[t] = my_size
+        flags[t] = keep
+    for i in range(n_bags):
+        if N < 0:
+            break
+        N = _bounded_add(N, np.int64(lengths[i]), limit)
+    return N, bs, batch, blocks, flags
+
+
+@_jit
+def unique_count(hsc, hso, offsets, indices, B):
+    """The output size ``K`` of ``jagged_unique_indices`` (``T = len(hsc) - 1 >= 1``,
+    ``len(hso) = T + 1``, ``len(offsets) = T * B + 1``) when every rule holds: the three offsets
+    arrays start at 0 and never decrease, ``hso[-1] = T``, ``offsets[-1] = len(indices)``, the
+    features of a table share one ``hsc`` entry, ids are ``>= 0`` and below their table's hash size
+    (the last table's: at most ``2**63 - 1 - hsc[a]``); else -1. ``K`` counts the distinct ids per
+    table (a sorted copy of each table's ids)."""
+    T = hsc.shape[0] - 1
+    if offsets_last(hsc, True, -1) < 0 or offsets_last(hso, True, -1) < 0 or offsets_last(offsets, True, -1) < 0:
+        return np.int64(-1)
+    if np.int64(hso[T]) != T or np.int64(offsets[offsets.shape[0] - 1]) != indices.shape[0]:
+        return np.int64(-1)
+    for i in range(indices.shape[0]):
+        if indices[i] < 0:
+            return np.int64(-1)
+    K = np.int64(0)
+    last = T - 1
+    while last > 0 and hso[last] >= hso[last + 1]:
+        last -= 1
+    for g in range(T):
+        a, b = np.int64(hso[g]), np.int64(hso[g + 1])
+        if a >= b:
+            continue
+        for f in range(a, b):
+            if hsc[f] != hsc[a]:
+                return np.int64(-1)
+        # the last table's ids are unbounded above, but hsc[a] + id must not wrap (hsc[a] >= 0)
+        cap = np.int64(9223372036854775807) - np.int64(hsc[a]) if g == last else np.int64(hsc[b]) - np.int64(hsc[a]) - 1
+        ids = np.sort(indices[offsets[a * B] : offsets[b * B]])
+        n = ids.shape[0]
+        if n:
+            if np.int64(ids[n - 1]) > cap:
+                return np.int64(-1)
+            K += 1
+            for r in range(1, n):
+                if ids[r] != ids[r - 1]:
+                    K += 1
+    return K
+
+
+# -- keyed_tensor and TBE verdicts (issue 12 item 1, k13k) ---------------------------------
+@_jit
+def pooled_lists_ok(offs, perm, inv_offs, inv, D):
+    """Whether the four lists of ``permute_pooled_embs`` pass every rule of its declaration
+    (``embnum.ops.keyed_tensor``): ``offs [T+1]`` starts at 0, never decreases and ends at ``D``;
+    ``perm [T]`` is a permutation of ``0..T-1``; ``inv [T]`` its inverse; ``inv_offs [T+1]`` is 0
+    followed by the running sum of the permuted widths. One pass each, no temporaries but a
+    ``[T]`` table; never wraps (the widths are >= 0 and sum to ``D``, checked before they are
+    added). 1-D int32/int64 arrays of any mix."""
+    n = offs.shape[0]
+    if n < 1 or offs[0] != 0 or offs[n - 1] != D:
+        return False
+    for k in range(1, n):
+        if offs[k] < offs[k - 1]:
+            return False
+    T = n - 1
+    if perm.shape[0] != T or inv.shape[0] != T or inv_offs.shape[0] != n:
+        return False
+    seen = np.full(T, -1, np.int64)
+    for t in range(T):
+        p = np.int64(perm[t])
+        if p < 0 or p >= T or seen[p] >= 0:
+            return False
+        seen[p] = t
+    for p in range(T):
+        if inv[p] != seen[p]:
+            return False
+    if inv_offs[0] != 0:
+        return False
+    acc = np.int64(0)
+    for t in range(T):
+        p = np.int64(perm[t])
+        acc += np.int64(offs[p + 1]) - np.int64(offs[p])
+        if inv_offs[t + 1] != acc:
+            return False
+    return True

@@ -88,25 +88,93 @@ def _run_copy(segs, B):
         _copy(segs, B)
 
 
-def _forward(inputs, rows, out):
+# -- small calls: no addresses, no plan arrays per call, one thread ---------------------
+# Below SMALL_BYTES (bytes of the inputs) a call's cost is its Python: the addressed plan
+# (``copy_segments``: an ``__array_interface__`` read per array, ~1.4 us each, and a
+# handful of NumPy temporaries) and a parallel region cost more than the copies. These
+# kernels take the arrays themselves (a tuple of C-contiguous arrays of one type: one
+# Numba argument, ~0.1 us per array) and the cached indexed plan, and run serially.
+SMALL_BYTES = 1 << 16
+
+
+def _small(arrays) -> bool:
+    """Whether ``arrays`` (a list of 2-D arrays of one dtype) take the small kernels: C-contiguous
+    NumPy arrays, not float16 (Numba has no float16 host type), fewer than SMALL_BYTES in all."""
+    total = 0
+    for a in arrays:
+        if type(a) is not np.ndarray or not a.flags.c_contiguous:
+            return False
+        total += a.nbytes
+    return total < SMALL_BYTES and arrays[0].dtype != np.float16
+
+
+@njit(cache=True)
+def _copy_small(ins, outs, segs, B):
+    """segs ``[S, 5]`` indexed (``_permute_plan.copy_indexed``: src array or -1 for zeros, src
+    col, dst array, dst col, n): ``outs[j][b, c:c+n] = ins[i][b, a:a+n]`` for every row."""
+    for b in range(B):
+        for s in range(segs.shape[0]):
+            i, a, j, c, n = segs[s, 0], segs[s, 1], segs[s, 2], segs[s, 3], segs[s, 4]
+            d = outs[j]
+            if i < 0:
+                for x in range(n):
+                    d[b, c + x] = 0
+            else:
+                src = ins[i]
+                for x in range(n):
+                    d[b, c + x] = src[b, a + x]
+
+
+@njit(cache=True)
+def _pooled_small(src, dst, offs, perm, inv_offs):
+    """``permute_pooled_embs`` straight from its validated lists (every output column is
+    written: the groups tile ``[0, D)``)."""
+    for b in range(src.shape[0]):
+        for t in range(perm.shape[0]):
+            p = perm[t]
+            a, c = offs[p], inv_offs[t]
+            for x in range(offs[p + 1] - a):
+                dst[b, c + x] = src[b, a + x]
+
+
+def _forward(inputs, permutes, out):
+    if _small(inputs):
+        segs = plan.forward_segments(permutes, [o.shape[1] for o in out])
+        if inputs[0].shape[0] and segs.shape[0]:
+            _copy_small(tuple(inputs), tuple(out), segs, inputs[0].shape[0])
+        return
     keep = []  # strided inputs' contiguous copies live here until the kernel is done
+    rows = plan.host_rows(permutes)
     _run_copy(
         plan.copy_segments(plan.forward_indexed(rows, [o.shape[1] for o in out]), inputs, out, keep), inputs[0].shape[0]
     )
 
 
 def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list, out):
+    if type(offset_dim_list) is np.ndarray and pooled_embs.nbytes < SMALL_BYTES and pooled_embs.dtype != np.float16:
+        _pooled_small(pooled_embs, out, offset_dim_list, permute_list, inv_offset_dim_list)
+        return
     segs = plan.pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, out.shape[1])
     keep = []
     _run_copy(plan.copy_segments(segs, [pooled_embs], [out], keep), pooled_embs.shape[0])
 
 
 def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_lengths, out):
-    _forward(pooled_embs, plan.host_rows(permutes), out)
+    _forward(pooled_embs, permutes, out)
 
 
 def regroup_keyed_tensor(pooled_embs, keys, lengths, groups, out):
-    _forward(pooled_embs, plan.regroup_rows(keys, lengths, groups), out)
+    if _small(pooled_embs):
+        segs = plan.regroup_segments(keys, lengths, groups)
+        if pooled_embs[0].shape[0] and segs.shape[0]:
+            _copy_small(tuple(pooled_embs), tuple(out), segs, pooled_embs[0].shape[0])
+        return
+    keep = []
+    rows = plan.regroup_rows(keys, lengths, groups)
+    _run_copy(
+        plan.copy_segments(plan.forward_indexed(rows, [o.shape[1] for o in out]), pooled_embs, out, keep),
+        pooled_embs[0].shape[0],
+    )
 
 
 def kt_regroup_arguments(embs, keys, lengths, groups):
@@ -160,8 +228,40 @@ def _accumulate_half(slots, srcs, B, like):
                     d[x] = acc
 
 
+@njit(cache=True)
+def _accumulate_small(grads, outs, slots, srcs, B, like):
+    """:func:`_accumulate` on the arrays themselves (a tuple each), serially, from the indexed
+    plan (``_permute_plan.backward_indexed``: slots ``[E, 5]`` (gradient array, col, n, first
+    source, end source), srcs ``[K, 2]`` (grad_outputs array, col)); the same additions in the
+    same order, so the same bits. ``like``: a zero of the dtype (one element)."""
+    zero = like[0]
+    for b in range(B):
+        for e in range(slots.shape[0]):
+            i, x0, n, k0, k1 = slots[e, 0], slots[e, 1], slots[e, 2], slots[e, 3], slots[e, 4]
+            d = outs[i]
+            if k0 == k1:
+                for x in range(n):
+                    d[b, x0 + x] = zero
+                continue
+            g, c = grads[srcs[k0, 0]], srcs[k0, 1]
+            for x in range(n):
+                d[b, x0 + x] = zero + g[b, c + x]
+            for k in range(k0 + 1, k1):
+                g, c = grads[srcs[k, 0]], srcs[k, 1]
+                for x in range(n):
+                    d[b, x0 + x] += g[b, c + x]
+
+
+_ZERO = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}  # read only: never written
+
+
 def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shapes, in_lengths, out):
     B = grad_outputs[0].shape[0]
+    if out and _small(grad_outputs):
+        slots, srcs = plan.backward_plan(permutes, in_lengths)
+        if B and slots.shape[0]:
+            _accumulate_small(tuple(grad_outputs), tuple(out), slots, srcs, B, _ZERO[out[0].dtype.char])
+        return
     keep = []
     slots, srcs = plan.backward_slots(grad_outputs, plan.host_rows(permutes), out, keep)
     if B == 0 or slots.shape[0] == 0:

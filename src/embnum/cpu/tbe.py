@@ -1,11 +1,14 @@
 """Numba host kernels of the TBE family (``docs/families/tbe.md``).
 
-Forward: parallel over blocks of bags of one feature; each bag is pooled into a
-float32 register block and written once. The rows are random, so the gather is bound by
-the cache misses a core keeps in flight: rows are prefetched in two stages (towards the L2
-far ahead, into the L1 near), see ``PREFETCH_FAR``. float16 weights are widened through a
-65536-entry lookup table (``embnum._half``: exact; Numba has no float16 arithmetic on
-the CPU), accumulated in float32 and rounded once.
+Forward: parallel over blocks of bags of one feature; each bag is pooled in float32 and
+written once: for the specialised dims (multiples of 8) in 8-lane vector accumulators held in
+registers (``_pool_bag8``, explicit LLVM vector code), else element by element through a
+float32 block (``_pool_bag_scalar``). The rows are random, so the gather is bound by the
+cache misses a core keeps in flight: rows are prefetched in two stages (towards the L2 far
+ahead, into the L1 near), see ``PREFETCH_FAR``. float16 weights are widened exactly: 8 at a
+time by the CPU's F16C conversion where it has one (LLVM ``fpext``), else through a
+65536-entry lookup table (``embnum._half``; Numba has no float16 arithmetic on the CPU);
+accumulated in float32 and rounded once.
 
 Backward and the fused optimizers: per physical table, a counting sort of the
 lookups by row (ids are bounded by the table's rows, so no comparison sort),
@@ -103,6 +106,19 @@ def _load_impl(w, lut, i):
     return lambda w, lut, i: w[i]
 
 
+def _prefetch_lines(builder, ptr, nbytes, locality):
+    """``llvm.prefetch`` (read, ``locality``: 3 -> ``prefetcht0``, 1 -> ``prefetcht2``) of every 64-byte
+    line of the ``nbytes`` from ``ptr``."""
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+    base = builder.bitcast(ptr, i8p)
+    for c in range(0, nbytes, 64):
+        line = builder.gep(base, [ir.Constant(ir.IntType(64), c)])
+        builder.call(fn, [line, ir.Constant(i32, 0), ir.Constant(i32, locality), ir.Constant(i32, 1)])
+
+
 def _prefetch_intrinsic(locality, doc):
     """An intrinsic ``(arr, i) -> None`` hinting the CPU to fetch ``arr[i]``'s cache line
     (LLVM ``llvm.prefetch``, read, the given locality: 3 -> ``prefetcht0``, 1 -> ``prefetcht2``)."""
@@ -114,12 +130,7 @@ def _prefetch_intrinsic(locality, doc):
             aryty = signature.args[0]
             ary = context.make_array(aryty)(context, builder, args[0])
             ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-            i8p = ir.IntType(8).as_pointer()
-            fnty = ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-            i32 = ir.IntType(32)
-            flags = [ir.Constant(i32, 0), ir.Constant(i32, locality), ir.Constant(i32, 1)]
-            builder.call(fn, [builder.bitcast(ptr, i8p), *flags])
+            _prefetch_lines(builder, ptr, 1, locality)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -210,10 +221,157 @@ def _add_scaled_row(acc, w, lut, base, D, c):
         acc[d] += c * _load(w, lut, ub + np.uint64(d))
 
 
-def _make_forward_pooled(DC):
+def _vector_rows(w):
+    """Whether ``_pool_bag8`` can read rows of ``w`` (a compile-time constant): float32, or float16
+    bits where the CPU converts 8 halves at once (F16C; elsewhere LLVM would widen each lane by a
+    library call)."""
+
+
+@overload(_vector_rows, inline="always")
+def _vector_rows_impl(w):
+    ok = isinstance(w, types.Array) and (w.dtype == types.float32 or (w.dtype == types.uint16 and F16C))
+    return lambda w: ok
+
+
+# columns pooled per pass over a bag's rows in ``_pool_bag8`` (a wider row takes several passes, the later
+# ones reading the bag's rows from the L1). 128: D=128 in one pass, 16 accumulators of 8 lanes (x86's AVX2
+# has 16 vector registers, so LLVM spills ~3 to the stack). Issue-12 case, 1 thread, min of 21 rounds
+# (A/B in one process): float16 30.5 -> 28.9 ms with 128 columns, 38.5 with 64 (two passes); float32 53.4 -> 47.2.
+POOL_COLUMNS = 128
+
+
+def _row_pointer(builder, data, w0, index, D):
+    """``&data[w0 + index * D]`` (``index`` sign-extended to 64 bits)."""
+    i64 = ir.IntType(64)
+    row = builder.sext(index, i64) if index.type.width < 64 else index
+    return builder.gep(data, [builder.add(w0, builder.mul(row, ir.Constant(i64, D)))])
+
+
+def _splat(builder, x, vty):
+    """The vector ``vty`` with ``x`` in every lane."""
+    one = builder.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count)
+    return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), zeros)
+
+
+def _bit(builder, flag):
+    """A boolean argument (``i1``, or ``i8`` in some representations) as ``i1``."""
+    return builder.trunc(flag, ir.IntType(1)) if flag.type.width > 1 else flag
+
+
+@intrinsic(prefer_literal=True)
+def _pool_bag8(typingctx, w, indices, s, e, pend, w0, D, columns, psw, has_psw, flat, o, mean):
+    """Bag ``s..e-1`` pooled into ``flat[o : o + D]``: ``sum_p c_p * w[w0 + indices[p] * D :][:D]`` in
+    float32 (``c_p = psw[p]`` when ``has_psw``, else the row is added unscaled), divided by the bag's
+    length when ``mean`` and it is not empty. ``w``: float32, or float16 as uint16 bits (widened 8 at a
+    time, exactly: LLVM ``fpext``); ``D`` and ``columns``: literal multiples of 8.
+
+    The accumulators are 8-lane vectors held in registers over the bag's rows, ``columns`` columns
+    per pass (see ``POOL_COLUMNS``), and written once; every element is the same chain of float32 operations, in
+    the same order, as the scalar ``_pool_bag_scalar`` (``0 + r_0 + r_1 ...``, or ``... + c_p * r_p``
+    with a separate multiply, no fused multiply-add), so the results are bit for bit the same (one
+    exception: where two NaNs of different payloads meet in a bag, the result is a NaN in both, but
+    which payload survives follows the operand order LLVM picks for each add, which neither kernel
+    pins, nor does the reference). The
+    first pass prefetches rows ``PREFETCH_FAR`` and ``PREFETCH_DISTANCE`` lookups ahead, as the
+    scalar loop does (``pend``: the job's end)."""
+    if not all(isinstance(x, types.IntegerLiteral) and x.literal_value % 8 == 0 for x in (D, columns)):
+        return None
+    DC = D.literal_value
+    width = min(DC, columns.literal_value)
+    half = w.dtype == types.uint16
+    i64 = types.int64
+    sig = types.void(w, indices, i64, i64, i64, i64, D, columns, psw, types.boolean, flat, i64, types.boolean)
+
+    def codegen(context, builder, signature, args):
+        wa, ia, s_, e_, pend_, w0_, _, _, pa, has_psw_, fa, o_, mean_ = args
+        ty = signature.args
+        wdata = context.make_array(ty[0])(context, builder, wa).data
+        idata = context.make_array(ty[1])(context, builder, ia).data
+        pdata = context.make_array(ty[8])(context, builder, pa).data
+        fdata = context.make_array(ty[10])(context, builder, fa).data
+        f32 = ir.FloatType()
+        v8 = ir.VectorType(f32, 8)
+        lane_in = ir.VectorType(ir.HalfType(), 8) if half else v8
+        esize = 2 if half else 4
+        i64l = ir.IntType(64)
+        accs = [cgutils.alloca_once(builder, v8) for _ in range(width // 8)]
+
+        def row_loop(c0, scaled, prefetch):
+            for a in accs:
+                builder.store(ir.Constant(v8, [0.0] * 8), a)
+            with cgutils.for_range_slice(builder, s_, e_, ir.Constant(i64l, 1)) as (p, _):
+                if prefetch:
+                    for dist, locality in ((PREFETCH_FAR, 1), (PREFETCH_DISTANCE, 3)):
+                        q = builder.add(p, ir.Constant(i64l, dist))
+                        with cgutils.if_likely(builder, builder.icmp_signed("<", q, pend_)):
+                            ptr = _row_pointer(builder, wdata, w0_, builder.load(builder.gep(idata, [q])), DC)
+                            _prefetch_lines(builder, ptr, DC * esize, locality)
+                row = _row_pointer(builder, wdata, w0_, builder.load(builder.gep(idata, [p])), DC)
+                if scaled:
+                    cv = _splat(builder, builder.load(builder.gep(pdata, [p])), v8)
+                for k, a in enumerate(accs):
+                    ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64l, c0 + 8 * k)]), lane_in.as_pointer())
+                    x = builder.load(ptr, align=esize)
+                    if half:
+                        x = builder.fpext(x, v8)
+                    if scaled:
+                        x = builder.fmul(cv, x)
+                    builder.store(builder.fadd(x, builder.load(a)), a)
+
+        def store(c0):
+            n = builder.sub(e_, s_)
+            with builder.if_then(builder.and_(_bit(builder, mean_), builder.icmp_signed(">", n, n.type(0)))):
+                Lv = _splat(builder, builder.sitofp(n, f32), v8)  # np.float32(e - s)
+                for a in accs:
+                    builder.store(builder.fdiv(builder.load(a), Lv), a)
+            for k, a in enumerate(accs):
+                ptr = builder.gep(fdata, [builder.add(o_, ir.Constant(i64l, c0 + 8 * k))])
+                builder.store(builder.load(a), builder.bitcast(ptr, v8.as_pointer()), align=4)
+
+        for c0 in range(0, DC, width):
+            with builder.if_else(_bit(builder, has_psw_)) as (then, otherwise):
+                with then:
+                    row_loop(c0, True, c0 == 0)
+                with otherwise:
+                    row_loop(c0, False, c0 == 0)
+            store(c0)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always")
+def _pool_bag_scalar(w, lut, indices, s, e, pend, w0, D, psw, has_psw, acc, flat, o, mean):
+    """Bag ``s..e-1`` pooled into ``flat[o : o + D]`` element by element through ``acc`` (float32 ``[D]``),
+    every row prefetched in two stages (``PREFETCH_FAR``, ``PREFETCH_DISTANCE``; ``pend``: the job's end)."""
+    for d in range(D):
+        acc[d] = 0.0
+    for p in range(s, e):
+        if p + PREFETCH_FAR < pend:
+            _prefetch_row_far(w, w0 + np.int64(indices[p + PREFETCH_FAR]) * D, D)
+        if p + PREFETCH_DISTANCE < pend:
+            _prefetch_row(w, w0 + np.int64(indices[p + PREFETCH_DISTANCE]) * D, D)
+        if has_psw:
+            _add_scaled_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D, psw[p])
+        else:
+            _add_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D)
+    uo = np.uint64(o)
+    if mean and e > s:
+        L = np.float32(e - s)
+        for d in range(D):
+            flat[uo + np.uint64(d)] = acc[d] / L
+    else:
+        for d in range(D):
+            flat[uo + np.uint64(d)] = acc[d]
+
+
+def _make_forward_pooled(DC, vector=True, columns=POOL_COLUMNS):
     """The pooled forward for features of one embedding dim: ``DC`` (a constant the
     compiler unrolls and vectorises the row loops for) or, when ``DC == 0``, the dim
-    read from ``D_offsets`` per feature."""
+    read from ``D_offsets`` per feature. ``vector``: a constant ``DC`` that is a multiple of 8
+    pools each bag in 8-lane register accumulators (``_pool_bag8``) when the weights allow
+    it (``_vector_rows``); else element by element through a float32 block in memory."""
 
     @njit(cache=True, parallel=True, nogil=True)
     def kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out):
@@ -239,25 +397,11 @@ def _make_forward_pooled(DC):
             for b in range(b0, b1):
                 s = offsets[t * B + b]
                 e = offsets[t * B + b + 1]
-                for d in range(D):
-                    acc[d] = 0.0
-                for p in range(s, e):
-                    if p + PREFETCH_FAR < pend:
-                        _prefetch_row_far(w, w0 + np.int64(indices[p + PREFETCH_FAR]) * D, D)
-                    if p + PREFETCH_DISTANCE < pend:
-                        _prefetch_row(w, w0 + np.int64(indices[p + PREFETCH_DISTANCE]) * D, D)
-                    if has_psw:
-                        _add_scaled_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D, psw[p])
-                    else:
-                        _add_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D)
-                o = np.uint64(b * OC + c0)
-                if mean and e > s:
-                    L = np.float32(e - s)
-                    for d in range(D):
-                        flat[o + np.uint64(d)] = acc[d] / L
+                o = b * OC + c0
+                if vector and DC > 0 and DC % 8 == 0 and _vector_rows(w):
+                    _pool_bag8(w, indices, s, e, pend, w0, DC, columns, psw, has_psw, flat, o, mean)
                 else:
-                    for d in range(D):
-                        flat[o + np.uint64(d)] = acc[d]
+                    _pool_bag_scalar(w, lut, indices, s, e, pend, w0, D, psw, has_psw, acc, flat, o, mean)
 
     return kernel
 

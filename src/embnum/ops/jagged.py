@@ -64,6 +64,58 @@ def _value_array(name, a, ndim):
     return v.array(name, a, ndim=ndim, dtypes=v.VALUE_DTYPES)
 
 
+# -- the per-call path (issue 12) --------------------------------------------
+# On plain NumPy arrays and Python ints a declaration first asks ONE compiled pass of
+# ``embnum._validate_numba`` (``v.compiled()``) per offsets array for its verdict; when every rule
+# holds the plan is built from that. A failing verdict, other argument types or a missing Numba take
+# the exact rules, which raise the error (same types and messages whatever the path).
+_ND = np.ndarray
+_INDEX = v.INDEX_DTYPES
+_VALUES = v.VALUE_DTYPES
+_MAX = v.MAX_SIZE
+
+
+def _host_index(a) -> bool:
+    """``a`` is a plain 1-D NumPy int32/int64 array with at least one entry."""
+    return type(a) is _ND and a.ndim == 1 and a.dtype in _INDEX and a.shape[0] > 0
+
+
+def _host_size(x) -> bool:
+    """``x`` is a Python int in ``[0, MAX_SIZE]`` (what ``v.size`` passes unchanged)."""
+    return type(x) is int and 0 <= x <= _MAX
+
+
+def _host_values(a, ndims) -> bool:
+    return type(a) is _ND and a.ndim in ndims and a.dtype in _VALUES
+
+
+def _host_levels(compiled, offsets, n_values):
+    """``offsets[-1][-1]`` when ``offsets`` is a list/tuple of 1..5 host offsets arrays that pass
+    every rule of :func:`_jagged_offsets` over ``n_values`` rows (``-1``: no bound), else -1."""
+    if (type(offsets) is not list and type(offsets) is not tuple) or not 1 <= len(offsets) <= MAX_JAGGED_DIMS:
+        return -1
+    last, top = -1, len(offsets) - 1
+    for k, o in enumerate(offsets):
+        if not _host_index(o) or (k and o.shape[0] != last + 1):
+            return -1
+        last = compiled.offsets_last(o, False, n_values if k == top else -1)
+        if last < 0:
+            return -1
+    return last
+
+
+def _host_padding(value, dtype):
+    """``v.scalar_for(value, dtype)`` for a Python int/float that converts without overflow or
+    rounding questions, else None (then the exact conversion runs)."""
+    t = type(value)
+    if dtype.kind == "f":
+        if (t is float or t is int) and -65504 <= value <= 65504:  # finite in every float dtype
+            return dtype.type(float(value))
+    elif t is int and -(2**31) <= value <= v.INT32_MAX:
+        return dtype.type(value)
+    return None
+
+
 # -- 1. cumulative sums ----------------------------------------------------
 @op("jagged")
 def complete_cumsum(lengths):
@@ -135,6 +187,15 @@ def offsets_range(offsets, range_size):
     >>> embnum.offsets_range(np.array([0, 2, 2, 5]), 6)
     array([0, 1, 0, 1, 2, 0])
     """
+    compiled = v.compiled()
+    if (
+        compiled is not None
+        and _host_index(offsets)
+        and _host_size(range_size)
+        and (range_size <= _INT32_MAX or offsets.dtype != _INT32)
+        and compiled.offsets_last(offsets, True, range_size) >= 0
+    ):
+        return Plan(dict(offsets=offsets, range_size=range_size), Out((range_size,), offsets.dtype))
     v.index_array("offsets", offsets)
     range_size = v.size("range_size", range_size)
     if offsets.dtype == np.int32 and range_size > v.INT32_MAX:
@@ -178,8 +239,14 @@ def segment_sum_csr(batch_size, csr_seg, values):
     >>> embnum.segment_sum_csr(2, np.array([0, 1, 1, 3]), np.arange(1.0, 7.0))
     array([ 3.,  0., 18.])
     """
-    _value_array("values", values, 1)
-    batch_size = _csr_runs(batch_size, csr_seg, values.shape[0], "values")
+    compiled = v.compiled()
+    if (
+        compiled is None
+        or not (_host_values(values, (1,)) and _host_size(batch_size) and _host_index(csr_seg))
+        or not compiled.csr_ok(csr_seg, batch_size, values.shape[0])
+    ):  # the exact rules (they raise)
+        _value_array("values", values, 1)
+        batch_size = _csr_runs(batch_size, csr_seg, values.shape[0], "values")
     return Plan(
         dict(batch_size=batch_size, csr_seg=csr_seg, values=values),
         Out((csr_seg.shape[0] - 1,), values.dtype),
@@ -199,9 +266,16 @@ def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values):
     >>> embnum.segment_sum_csr_backward(2, np.array([0, 1, 1, 3]), np.array([1.0, 2.0, 3.0]), 7)
     array([1., 1., 3., 3., 3., 3., 0.])
     """
-    _value_array("grad_output", grad_output, 1)
-    num_values = v.size("num_values", num_values)
-    batch_size = _csr_runs(batch_size, csr_seg, num_values, "values (num_values)")
+    compiled = v.compiled()
+    if (
+        compiled is None
+        or not (_host_values(grad_output, (1,)) and _host_size(num_values) and _host_size(batch_size))
+        or not (_host_index(csr_seg) and grad_output.shape[0] == csr_seg.shape[0] - 1)
+        or not compiled.csr_ok(csr_seg, batch_size, num_values)
+    ):  # the exact rules (they raise)
+        _value_array("grad_output", grad_output, 1)
+        num_values = v.size("num_values", num_values)
+        batch_size = _csr_runs(batch_size, csr_seg, num_values, "values (num_values)")
     if grad_output.shape[0] != csr_seg.shape[0] - 1:
         raise ValueError(
             f"grad_output must have len(csr_seg) - 1 = {csr_seg.shape[0] - 1} entries, got {grad_output.shape[0]}"
@@ -237,6 +311,9 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
            [[ 5.,  6.],
             [-1., -1.]]])
     """
+    plan = _padded_fast(values, (1, 2), offsets, max_lengths, padding_value)
+    if plan is not None:
+        return plan
     _value_array("values", values, (1, 2))
     offsets, _ = _jagged_offsets(offsets, values.shape[0])
     max_lengths = v.int_list("max_lengths", max_lengths)
@@ -247,6 +324,27 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
     shape = (B, *max_lengths) + tuple(values.shape[1:])
     if not v.shape_fits(shape + (values.dtype.itemsize,)):
         raise ValueError(f"max_lengths = {max_lengths} give an output of shape {shape}, above the size limit 2**48")
+    return Plan(
+        dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), Out(shape, values.dtype)
+    )
+
+
+def _padded_fast(values, ndims, offsets, max_lengths, padding_value):
+    """The plan of :func:`jagged_to_padded_dense` from one compiled pass per offsets level when every
+    rule holds on host data (``values`` of ``ndims`` dims), else None."""
+    compiled = v.compiled()
+    if compiled is None or not _host_values(values, ndims) or _host_levels(compiled, offsets, values.shape[0]) < 0:
+        return None
+    if type(max_lengths) is not list and type(max_lengths) is not tuple or len(max_lengths) != len(offsets):
+        return None
+    for x in max_lengths:
+        if not _host_size(x):
+            return None
+    pad = _host_padding(padding_value, values.dtype)
+    shape = (offsets[0].shape[0] - 1, *max_lengths) + values.shape[1:]
+    if pad is None or not v.shape_fits(shape + (values.dtype.itemsize,)):
+        return None
+    offsets, max_lengths = list(offsets), list(max_lengths)
     return Plan(
         dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), Out(shape, values.dtype)
     )
@@ -265,6 +363,9 @@ def jagged_1d_to_dense(values, offsets, max_sequence_length, padding_value=0):
            [-1, -1],
            [13, -1]])
     """
+    plan = _padded_fast(values, (1,), [offsets], [max_sequence_length], padding_value)
+    if plan is not None:
+        return plan
     _value_array("values", values, 1)
     v.index_array("offsets", offsets)
     L = v.size("max_sequence_length", max_sequence_length)
@@ -285,6 +386,9 @@ def jagged_2d_to_dense(values, offsets, max_sequence_length):
            [[2., 3.],
             [4., 5.]]])
     """
+    plan = _padded_fast(values, (2,), [offsets], [max_sequence_length], 0.0)
+    if plan is not None:
+        return plan
     _value_array("values", values, 2)
     v.index_array("offsets", offsets)
     L = v.size("max_sequence_length", max_sequence_length)
@@ -310,6 +414,20 @@ def dense_to_jagged(dense, offsets, total_L=None):
            [7., 8.],
            [0., 0.]])
     """
+    compiled = v.compiled()
+    if compiled is not None and type(dense) is _ND and dense.dtype in _VALUES:
+        last = _host_levels(compiled, offsets, -1)
+        if (
+            0 <= last <= _MAX
+            and dense.ndim == len(offsets) + 2
+            and offsets[0].shape[0] == dense.shape[0] + 1
+            and (total_L is None or (_host_size(total_L) and total_L >= last))
+        ):
+            total_L = last if total_L is None else total_L
+            return Plan(
+                dict(dense=dense, offsets=list(offsets), total_L=total_L),
+                Out((total_L, dense.shape[-1]), dense.dtype),
+            )
     v.array("dense", dense, dtypes=v.VALUE_DTYPES)
     offsets = v.array_list("offsets", offsets, min_len=1, max_len=MAX_JAGGED_DIMS)
     J = len(offsets)

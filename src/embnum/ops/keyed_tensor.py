@@ -43,6 +43,15 @@ def _read_together(arrays) -> list:
 # -- shared checks ---------------------------------------------------------
 def _float_list(name, arrays):
     """Non-empty list of 2-D float16/32/64 arrays of one dtype and one B; returns (list, B, dtype)."""
+    if type(arrays) is list and arrays and type(arrays[0]) is np.ndarray:  # the per-call case: one pass
+        first = arrays[0]
+        dtype, B = first.dtype, first.shape[0] if first.ndim == 2 else -1
+        if dtype in v.FLOAT_DTYPES and B >= 0:
+            for a in arrays:
+                if type(a) is not np.ndarray or a.ndim != 2 or a.dtype != dtype or a.shape[0] != B:
+                    break
+            else:
+                return arrays, B, dtype
     arrays = v.array_list(name, arrays, min_len=1)
     for i, a in enumerate(arrays):
         v.array(f"{name}[{i}]", a, ndim=2, dtypes=v.FLOAT_DTYPES)
@@ -152,30 +161,14 @@ def _cumsum_list(name, offs, D=None, o=None):
     return o
 
 
-@op("keyed_tensor", differentiable=("pooled_embs",))
-def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list):
-    """Permute the ``T`` column groups of ``pooled_embs [B, D]``: output group ``t`` is input group
-    ``permute_list[t]``, placed at column ``inv_offset_dim_list[t]``.
+_POOLED_NAMES = ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
 
-    pooled_embs: exactly 2-D, float16/32/64 or int32/64. The four lists: 1-D int32/int64,
-    ``offset_dim_list [T+1]`` the cumsum of the group widths (ending at ``D``),
-    ``permute_list [T]`` a permutation, ``inv_permute_list [T]`` its inverse,
-    ``inv_offset_dim_list [T+1]`` the cumsum of the permuted widths. All four are validated.
-    Output ``[B, D]``, dtype of ``pooled_embs`` (exact copies).
 
-    Examples
-    --------
-    >>> embs = np.arange(6.0).reshape(2, 3)  # groups: column 0 | columns 1, 2
-    >>> embnum.permute_pooled_embs(embs, np.array([0, 1, 3]), np.array([1, 0]), np.array([0, 2, 3]), np.array([1, 0]))
-    array([[1., 2., 0.],
-           [4., 5., 3.]])
-    """
-    v.array("pooled_embs", pooled_embs, ndim=2, dtypes=v.VALUE_DTYPES)
-    D = pooled_embs.shape[1]
-    lists = (offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list)
-    names = ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
-    for name, a in zip(names, lists):
-        v.index_array(name, a)
+def _pooled_rules(D, lists):
+    """Every rule on the four lists of ``permute_pooled_embs``, in order, raising on the first
+    broken one (on host copies read in one device-to-host copy; ``_validate_numba.pooled_lists_ok``
+    is the same rules as one verdict)."""
+    offset_dim_list, _, inv_offset_dim_list, _ = lists
     offs_h, perm, inv_offs_h, inv = _read_together(lists)  # one read for the four lists
     offs = _cumsum_list("offset_dim_list", offset_dim_list, D, offs_h)
     T = offs.shape[0] - 1
@@ -203,6 +196,41 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
     if wrong.size:
         k = int(wrong[0])
         raise ValueError(f"inv_offset_dim_list[{k}] = {inv_offs[k]} but the permuted widths give {want[k]}")
+
+
+@op("keyed_tensor", differentiable=("pooled_embs",))
+def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list):
+    """Permute the ``T`` column groups of ``pooled_embs [B, D]``: output group ``t`` is input group
+    ``permute_list[t]``, placed at column ``inv_offset_dim_list[t]``.
+
+    pooled_embs: exactly 2-D, float16/32/64 or int32/64. The four lists: 1-D int32/int64,
+    ``offset_dim_list [T+1]`` the cumsum of the group widths (ending at ``D``),
+    ``permute_list [T]`` a permutation, ``inv_permute_list [T]`` its inverse,
+    ``inv_offset_dim_list [T+1]`` the cumsum of the permuted widths. All four are validated.
+    Output ``[B, D]``, dtype of ``pooled_embs`` (exact copies).
+
+    Examples
+    --------
+    >>> embs = np.arange(6.0).reshape(2, 3)  # groups: column 0 | columns 1, 2
+    >>> embnum.permute_pooled_embs(embs, np.array([0, 1, 3]), np.array([1, 0]), np.array([0, 2, 3]), np.array([1, 0]))
+    array([[1., 2., 0.],
+           [4., 5., 3.]])
+    """
+    v.array("pooled_embs", pooled_embs, ndim=2, dtypes=v.VALUE_DTYPES)
+    D = pooled_embs.shape[1]
+    lists = (offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list)
+    for name, a in zip(_POOLED_NAMES, lists):
+        v.index_array(name, a)
+    compiled = v.compiled()
+    if not (
+        compiled is not None
+        and type(offset_dim_list) is np.ndarray
+        and type(permute_list) is np.ndarray
+        and type(inv_offset_dim_list) is np.ndarray
+        and type(inv_permute_list) is np.ndarray
+        and compiled.pooled_lists_ok(*lists, D)
+    ):
+        _pooled_rules(D, lists)  # device arrays, or a rule broken: the exact checks, which name it
     return Plan(
         dict(
             pooled_embs=pooled_embs,
@@ -228,8 +256,41 @@ def _str_lists(name, x):
     return [list(inner) for inner in x]
 
 
+_KEYS_OK = BoundedCache(256)  # key lists already validated -> their normalised form (tuples)
+
+
+def _keys_key(keys, lengths, groups):
+    """``keys``/``lengths``/``groups`` as nested tuples, a key of :data:`_KEYS_OK`, or None where
+    they are not lists/tuples of lists/tuples with exactly-``int`` lengths (the cache is then not
+    used). Why a hit is never wrong: validation is a function of the content alone, the key is the
+    content (str keys compare as str; the lengths are exactly ``int``, so no ``96.0`` or ``True``
+    can equal a validated ``96`` or ``1``), and a hit returns the normalised lists stored when the
+    content was validated, not the caller's objects."""
+    try:
+        lens = tuple(map(tuple, lengths))
+        for ls in lens:
+            for n in ls:
+                if type(n) is not int:
+                    return None
+        return tuple(map(tuple, keys)), lens, tuple(map(tuple, groups))
+    except TypeError:  # not iterable, or an item not hashable: the full checks say what is wrong
+        return None
+
+
 def regroup_keys(keys, lengths, groups):
     """Validate ``keys``/``lengths``/``groups``; return them normalised (lists of lists, ints)."""
+    key = _keys_key(keys, lengths, groups) if type(keys) in (list, tuple) else None
+    found = _KEYS_OK.get(key) if key is not None else None
+    if found is not None:
+        return [list(k) for k in found[0]], [list(n) for n in found[1]], [list(g) for g in found[2]]
+    keys, norm, groups = _regroup_keys(keys, lengths, groups)
+    if key is not None:
+        _KEYS_OK.put(key, (tuple(map(tuple, keys)), tuple(map(tuple, norm)), tuple(map(tuple, groups))))
+    return keys, norm, groups
+
+
+def _regroup_keys(keys, lengths, groups):
+    """The rules of :func:`regroup_keys`, raising on the first broken one."""
     keys = _str_lists("keys", keys)
     groups = _str_lists("groups", groups)
     if not isinstance(lengths, (list, tuple)):
@@ -244,7 +305,7 @@ def regroup_keys(keys, lengths, groups):
             raise ValueError(f"lengths[{i}] must have len(keys[{i}]) = {len(ks)} entries, got {len(ls)}")
         row = []
         for j, n in enumerate(ls):
-            row.append(v.size(f"lengths[{i}][{j}]", n))
+            row.append(n if type(n) is int and 0 <= n <= v.MAX_SIZE else v.size(f"lengths[{i}][{j}]", n))
             k = ks[j]
             if k in where:
                 raise ValueError(f"key {k!r} appears twice in keys: keys{list(where[k])} and keys[{i}][{j}]")
@@ -345,14 +406,20 @@ def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shap
     return _permute_plan(False, "grad_outputs", grad_outputs, "in_lengths", in_lengths, permutes, in_shapes, out_shapes)
 
 
-def _permute_plan(forward, arrays_name, arrays, lengths_name, lengths, permutes, in_shapes, out_shapes):
-    """The checks and plan of :func:`permute_multi_embedding` (``forward``: ``arrays`` are the
-    inputs, ``lengths`` the output widths) and of its adjoint (``arrays`` are the output
-    gradients, ``lengths`` the input widths): one rule, the two sides swapped. Returns one
-    ``[B, w]`` output per entry of ``lengths``."""
-    arrays, B, dtype = _float_list(arrays_name, arrays)
-    widths = [int(a.shape[1]) for a in arrays]
-    lengths = v.int_list(lengths_name, lengths)
+def _sizes(name, x) -> list:
+    """``v.int_list(name, x)``, with a plain list of Python ints in range taken in one loop."""
+    if type(x) is list:
+        for n in x:
+            if type(n) is not int or n < 0 or n > v.MAX_SIZE:
+                break
+        else:
+            return x
+    return v.int_list(name, x)
+
+
+def _permute_rules(forward, arrays_name, widths, lengths_name, lengths, permutes, in_shapes, out_shapes):
+    """Every rule on the index arrays of :func:`permute_multi_embedding` (and its adjoint),
+    raising on the first broken one; host copies read in one device-to-host copy."""
     got = dict(zip(("in_shapes", "out_shapes", "permutes"), _read_shapes_and_rows(in_shapes, out_shapes, permutes)))
     shapes = {"in_shapes": in_shapes, "out_shapes": out_shapes}
     arrays_shapes, lengths_shapes = ("in_shapes", "out_shapes") if forward else ("out_shapes", "in_shapes")
@@ -361,6 +428,39 @@ def _permute_plan(forward, arrays_name, arrays, lengths_name, lengths, permutes,
     sides = [(widths, arrays_name), (lengths, lengths_name)]
     (in_widths, in_name), (out_widths, out_name) = sides if forward else sides[::-1]
     _rows(permutes, in_widths, out_widths, in_name, out_name, got["permutes"])
+
+
+def _permute_plan(forward, arrays_name, arrays, lengths_name, lengths, permutes, in_shapes, out_shapes):
+    """The checks and plan of :func:`permute_multi_embedding` (``forward``: ``arrays`` are the
+    inputs, ``lengths`` the output widths) and of its adjoint (``arrays`` are the output
+    gradients, ``lengths`` the input widths): one rule, the two sides swapped. Returns one
+    ``[B, w]`` output per entry of ``lengths``."""
+    arrays, B, dtype = _float_list(arrays_name, arrays)
+    widths = [int(a.shape[1]) for a in arrays]
+    lengths = _sizes(lengths_name, lengths)
+    if type(permutes) is np.ndarray and type(in_shapes) is np.ndarray and type(out_shapes) is np.ndarray:
+        v.index_array("in_shapes", in_shapes)
+        v.index_array("out_shapes", out_shapes)
+        _permutes_shape(permutes)
+        # The verdict of the rules below is a function of exactly these values (the three arrays'
+        # bytes and dtypes, which fix their lengths; the widths and lengths as Python ints), so a
+        # cached verdict can never be stale: an array changed in place has other bytes.
+        key = (
+            forward,
+            permutes.tobytes(),
+            permutes.dtype.char,
+            in_shapes.tobytes(),
+            in_shapes.dtype.char,
+            out_shapes.tobytes(),
+            out_shapes.dtype.char,
+            tuple(widths),
+            tuple(lengths),
+        )
+        if not _VALID.get(key):
+            _permute_rules(forward, arrays_name, widths, lengths_name, lengths, permutes, in_shapes, out_shapes)
+            _VALID.put(key, True)
+    else:
+        _permute_rules(forward, arrays_name, widths, lengths_name, lengths, permutes, in_shapes, out_shapes)
     args = {arrays_name: arrays, "permutes": permutes, "in_shapes": in_shapes, "out_shapes": out_shapes}
     return Plan(dict(args, **{lengths_name: lengths}), [Out((B, w), dtype) for w in lengths])
 

@@ -15,6 +15,33 @@ from .. import _validate as v
 from .._registry import Out, Plan, op
 
 W_DTYPES = v.FLOAT_DTYPES
+_INDEX = v.INDEX_DTYPES
+_VALUES = v.VALUE_DTYPES
+_MAX = v.MAX_SIZE
+_ND = np.ndarray
+
+
+# -- the per-call path (issue 12) --------------------------------------------
+# On plain NumPy arrays each declaration first asks ONE compiled pass of ``embnum._validate_numba``
+# (``v.compiled()``) for its verdict and the sizes its plan needs; when every rule holds the plan is
+# built from that. Any failing verdict, other array types or a missing Numba take the exact rules
+# below, which raise the error (same types and messages whatever the path).
+def _host_index(a, ndim=1) -> bool:
+    """``a`` is a plain NumPy int32/int64 array of ``ndim`` dims."""
+    return type(a) is _ND and a.ndim == ndim and a.dtype in _INDEX
+
+
+def _host_data(values, weights, n) -> bool:
+    """``values`` (and ``weights`` unless None) are plain 1-D NumPy arrays of ``n`` entries and allowed dtypes."""
+    if type(values) is not _ND or values.ndim != 1 or values.shape[0] != n or values.dtype not in _VALUES:
+        return False
+    return weights is None or (
+        type(weights) is _ND and weights.ndim == 1 and weights.shape[0] == n and weights.dtype in W_DTYPES
+    )
+
+
+def _hint_ok(hint, actual) -> bool:
+    return hint is None or (type(hint) is int and hint == actual)
 
 
 # -- shared checks ---------------------------------------------------------
@@ -94,6 +121,20 @@ def _totals_read_once(lengths, index, n, selected):
     return int(r[1]), int(r[5])
 
 
+def _permute_fast(permute, lengths, values, weights, permuted_lengths_sum, ndim):
+    """The plan of a permute from one compiled pass when every rule holds on host data, else None."""
+    compiled = v.compiled()
+    if compiled is None or not (_host_index(permute) and _host_index(lengths, ndim)):
+        return None
+    totals = compiled.permute_totals_2d if ndim == 2 else compiled.permute_totals_1d
+    N, M = totals(permute, lengths, _MAX)
+    if N < 0 or not _host_data(values, weights, N) or not _hint_ok(permuted_lengths_sum, M):
+        return None
+    shape = (permute.shape[0], lengths.shape[1]) if ndim == 2 else (permute.shape[0],)
+    outs = (Out(shape, lengths.dtype), Out((M,), values.dtype), None if weights is None else Out((M,), weights.dtype))
+    return Plan(dict(permute=permute, lengths=lengths, values=values, weights=weights, total=M), outs)
+
+
 def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_sizes, ndim):
     """Common part of the two permutes: ``seg_sizes`` are the int64 segment sizes. Reads device
     data back once per call (the output size M); the hint, when given, is compared with it."""
@@ -139,6 +180,9 @@ def permute_2d_sparse_data(permute, lengths, values, weights=None, permuted_leng
            [1, 2],
            [0, 1]]), array([20, 10, 11, 12, 20]), None)
     """
+    plan = _permute_fast(permute, lengths, values, weights, permuted_lengths_sum, 2)
+    if plan is not None:
+        return plan
     v.index_array("lengths", lengths, ndim=2)
     sizes = v.row_sums(lengths)
     return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, sizes, 2)
@@ -159,6 +203,9 @@ def permute_1d_sparse_data(permute, lengths, values, weights=None, permuted_leng
     >>> embnum.permute_1d_sparse_data(np.array([2, 0]), lengths, values, weights)
     (array([1, 1]), array([13, 10]), array([2. , 0.5], dtype=float32))
     """
+    plan = _permute_fast(permute, lengths, values, weights, permuted_lengths_sum, 1)
+    if plan is not None:
+        return plan
     v.index_array("lengths", lengths)
     return _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, lengths.astype(np.int64), 1)
 
@@ -258,6 +305,23 @@ def block_bucketize_sparse_features(
     >>> new_ids
     array([3, 6, 2])
     """
+    plan = _bucketize_fast(
+        lengths,
+        indices,
+        bucketize_pos,
+        sequence,
+        block_sizes,
+        my_size,
+        weights,
+        max_B,
+        keep_orig_idx,
+        batch_size_per_feature is None
+        and total_num_blocks is None
+        and keep_orig_idx_per_feature is None
+        and (block_bucketize_pos is None or (type(block_bucketize_pos) in (list, tuple) and not block_bucketize_pos)),
+    )
+    if plan is not None:
+        return plan
     v.index_array("lengths", lengths)
     v.index_array("block_sizes", block_sizes)
     summary, copies = _bucketize_reads(
@@ -320,6 +384,38 @@ def block_bucketize_sparse_features(
     bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
+    return _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N)
+
+
+_ID_MAX = {np.dtype(np.int32): v.INT32_MAX, np.dtype(np.int64): v.INT64_MAX}
+
+
+def _bucketize_fast(lengths, indices, bucketize_pos, sequence, block_sizes, my_size, weights, max_B, keep, plain):
+    """The plan of a ``plain`` block bucketize (no per-key batch sizes, block counts, boundaries or
+    keep flags) from one compiled pass when every rule holds on host data, else None."""
+    compiled = v.compiled()
+    if not (compiled is not None and plain and _host_index(lengths) and _host_index(block_sizes)):
+        return None
+    if not (_host_index(indices) and type(my_size) is int and 1 <= my_size and type(max_B) is int):
+        return None
+    if type(keep) is not bool or type(bucketize_pos) is not bool or type(sequence) is not bool:
+        return None
+    if my_size * max(lengths.shape[0], 1) > _MAX or not -v.INT64_MAX - 1 <= max_B <= v.INT64_MAX:
+        return None
+    N, bs, batch, G, flags = compiled.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype])
+    if N < 0 or indices.shape[0] != N:
+        return None
+    if weights is not None and not (
+        type(weights) is _ND and weights.ndim == 1 and weights.shape[0] == N and weights.dtype in W_DTYPES
+    ):
+        return None
+    if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
+        return None
+    return _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, None, flags, bucketize_pos, sequence, N)
+
+
+def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N):
+    n_bags = lengths.shape[0]
     idx = indices.dtype
     outs = (
         Out((my_size * n_bags,), lengths.dtype),
@@ -364,6 +460,20 @@ def keyed_jagged_index_select_dim1(
     >>> embnum.keyed_jagged_index_select_dim1(values, lengths, embnum.complete_cumsum(lengths), np.array([1, 1, 0]), 2)
     [array([11, 12, 11, 12, 10, 20, 20]), array([2, 2, 1, 1, 1, 0])]
     """
+    compiled = v.compiled()
+    if (
+        compiled is not None
+        and type(batch_size) is int
+        and 1 <= batch_size <= _MAX
+        and _host_index(lengths)
+        and _host_index(offsets)
+        and _host_index(indices)
+        and lengths.shape[0] % batch_size == 0
+        and offsets.shape[0] == lengths.shape[0] + 1
+    ):
+        N, M = compiled.index_select_totals(lengths, offsets, indices, batch_size, _MAX)
+        if N >= 0 and _host_data(values, weights, N) and _hint_ok(selected_lengths_sum, M):
+            return _index_select_plan(values, lengths, offsets, indices, batch_size, weights, M)
     batch_size = v.size("batch_size", batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -399,7 +509,11 @@ def keyed_jagged_index_select_dim1(
         sel = lengths.reshape(T, batch_size)[:, indices] if T and n else lengths[:0]
         M = v.checked_sum("the bags indices selects", sel, what="the total size of")
     _hint("selected_lengths_sum", selected_lengths_sum, M)
-    outs = [Out((M,), values.dtype), Out((T * n,), lengths.dtype)]
+    return _index_select_plan(values, lengths, offsets, indices, batch_size, weights, M)
+
+
+def _index_select_plan(values, lengths, offsets, indices, batch_size, weights, M):
+    outs = [Out((M,), values.dtype), Out((lengths.shape[0] // batch_size * indices.shape[0],), lengths.dtype)]
     if weights is not None:
         outs.append(Out((M,), weights.dtype))
     args = dict(
@@ -430,6 +544,21 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
     >>> embnum.expand_into_jagged_permute(np.array([1, 0]), np.array([0, 2, 5]), np.array([0, 3, 5]), 5)
     array([2, 3, 4, 0, 1])
     """
+    compiled = v.compiled()
+    if (
+        compiled is not None
+        and _host_index(permute)
+        and _host_index(input_offset)
+        and _host_index(output_offset)
+        and input_offset.shape[0] == permute.shape[0] + 1 == output_offset.shape[0]
+        and type(output_size) is int
+        and 0 <= output_size <= _MAX
+        and compiled.expand_permute_ok(permute, input_offset, output_offset, output_size)
+    ):
+        return Plan(
+            dict(permute=permute, input_offset=input_offset, output_offset=output_offset),
+            Out((output_size,), input_offset.dtype),
+        )
     v.index_array("permute", permute)
     T = permute.shape[0]
     for name, o in (("input_offset", input_offset), ("output_offset", output_offset)):
@@ -474,6 +603,11 @@ def invert_permute(permute):
     >>> embnum.invert_permute(np.array([2, 0, 1]))
     array([1, 2, 0])
     """
+    compiled = v.compiled()
+    if compiled is not None and _host_index(permute) and permute.shape[0]:
+        in_range, once = compiled.permutation_flags(permute)
+        if in_range and once:
+            return Plan(dict(permute=permute), Out(permute.shape, permute.dtype))
     v.index_array("permute", permute)
     n = permute.shape[0]
     if n:
@@ -527,6 +661,12 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     # device data: one read for every rule and the output size; host data: reads are free, and the
     # table-by-table rules need no (table, id) sort
     on_device = _on_device(hash_size_cumsum, hash_size_offsets, offsets, indices)
+    compiled = v.compiled()
+    if compiled is not None and not on_device:  # host data: one compiled pass checks every rule and counts K
+        K = compiled.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T)
+        if K >= 0:
+            h = hash_size_offsets.tolist()
+            return _unique_plan([(a, b) for a, b in zip(h[:-1], h[1:]) if a < b], nb // T, offsets, indices, K)
     fast = (
         None if not on_device else _unique_read_once(hash_size_cumsum, hash_size_offsets, offsets, indices, T, nb // T)
     )
@@ -534,9 +674,18 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         tables, K = _unique_exact(hash_size_cumsum, hash_size_offsets, offsets, indices, T)
     else:
         tables, K = fast
-    N = indices.shape[0]
-    args = dict(tables=tables, B=nb // T, offsets=offsets, indices=indices)
-    outs = (Out((nb,), offsets.dtype), Out((nb + 1,), offsets.dtype), Out((K,), indices.dtype), Out((N,), np.int64))
+    return _unique_plan(tables, nb // T, offsets, indices, K)
+
+
+def _unique_plan(tables, B, offsets, indices, K):
+    nb = offsets.shape[0] - 1
+    args = dict(tables=tables, B=B, offsets=offsets, indices=indices)
+    outs = (
+        Out((nb,), offsets.dtype),
+        Out((nb + 1,), offsets.dtype),
+        Out((K,), indices.dtype),
+        Out((indices.shape[0],), np.int64),
+    )
     return Plan(args, outs)
 
 

@@ -34,10 +34,42 @@ def _rows_input(name, a, *, dtypes, exactly_2d=False):
 
 
 def _bit_rate(bit_rate):
+    if type(bit_rate) is int and bit_rate in BIT_RATES:  # the per-call case (issue 12)
+        return bit_rate
     bit_rate = v.integer("bit_rate", bit_rate, what="an int (2, 4 or 8)")
     if bit_rate not in BIT_RATES:
         raise ValueError(f"bit_rate must be 2, 4 or 8, got {bit_rate}")
     return bit_rate
+
+
+_OUTPUT_DTYPES = {"float32": F32, "float16": F16}  # the names callers pass, as v.output_dtype reads them
+
+
+def _output_dtype(value):
+    """``v.output_dtype(value)``, without NumPy's dtype parsing for the usual names and dtypes."""
+    if value is F32 or value is F16:
+        return value
+    if type(value) is str:
+        dt = _OUTPUT_DTYPES.get(value)
+        if dt is not None:
+            return dt
+    return v.output_dtype(value)
+
+
+_HFP8_FORMATS: dict = {}  # (ebits, exponent_bias) Python ints -> (hfp8_format's result, the largest value)
+
+
+def _hfp8(ebits, exponent_bias):
+    """``(hfp8_format(...), hfp8_largest(...))``, looked up for Python ints already seen valid."""
+    if type(ebits) is int and type(exponent_bias) is int:
+        known = _HFP8_FORMATS.get((ebits, exponent_bias))
+        if known is not None:
+            return known
+    fmt = hfp8_format(ebits, exponent_bias)
+    known = fmt, hfp8_largest(fmt[0], fmt[1])
+    if type(ebits) is int and type(exponent_bias) is int and len(_HFP8_FORMATS) < 256:
+        _HFP8_FORMATS[(ebits, exponent_bias)] = known
+    return known
 
 
 def hfp8_format(ebits, exponent_bias):
@@ -70,6 +102,8 @@ def hfp8_usual_max_pos(ebits, exponent_bias):
 
 def _bfloat16_bits(name, a):
     """A uint16 array, or an ``ml_dtypes.bfloat16`` array read as uint16."""
+    if type(a) is np.ndarray and a.dtype == U16:  # the per-call case (issue 12): no dtype name built
+        return a
     v.array(name, a)
     if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:
         return a.view(U16)
@@ -121,7 +155,7 @@ def fused_8bit_rowwise_to_float(input, *, output_dtype="float32"):
     C = input.shape[-1]
     if C < 8:
         raise ValueError(f"input rows must hold at least 8 bytes (scale and bias), got {C}")
-    dt = v.output_dtype(output_dtype)
+    dt = _output_dtype(output_dtype)
     return Plan(dict(input=input, output_dtype=dt), Out((*input.shape[:-1], C - 8), dt))
 
 
@@ -167,7 +201,7 @@ def fused_nbit_rowwise_to_float(input, bit_rate, *, output_dtype="float32"):
     C = input.shape[1]
     if C < 4:
         raise ValueError(f"input rows must hold at least 4 bytes (scale and bias), got {C}")
-    dt = v.output_dtype(output_dtype)
+    dt = _output_dtype(output_dtype)
     return Plan(
         dict(input=input, bit_rate=bit_rate, output_dtype=dt), Out((input.shape[0], (C - 4) * (8 // bit_rate)), dt)
     )
@@ -250,12 +284,14 @@ def float_to_hfp8(input, ebits, exponent_bias, max_pos):
     >>> embnum.float_to_hfp8(np.array([0, 1, -1, 0.3, 100, 1000], dtype=np.float32), 4, 7, 480.0)
     array([  0,  56, 184,  42, 108, 127], dtype=uint8)
     """
-    ebits, exponent_bias, _ = hfp8_format(ebits, exponent_bias)
+    (ebits, exponent_bias, _), largest = _hfp8(ebits, exponent_bias)
     v.array("input", input, dtypes=(F32,))
-    v.real("max_pos", max_pos)
-    with np.errstate(over="ignore"):
+    if type(max_pos) is float and -3e38 < max_pos < 3e38:  # the per-call case: no overflow to watch
         mp = np.float32(max_pos)
-    largest = hfp8_largest(ebits, exponent_bias)
+    else:
+        v.real("max_pos", max_pos)
+        with np.errstate(over="ignore"):
+            mp = np.float32(max_pos)
     if not (math.isfinite(mp) and 0 < mp <= largest):
         raise ValueError(
             f"max_pos must be finite, > 0 and at most {largest} (the largest value of this format), got {max_pos!r}"
@@ -273,7 +309,7 @@ def hfp8_to_float(input, ebits, exponent_bias):
     array([ 0.000e+00,  1.000e+00, -1.000e+00,  3.125e-01,  9.600e+01,
             4.800e+02], dtype=float32)
     """
-    ebits, exponent_bias, _ = hfp8_format(ebits, exponent_bias)
+    (ebits, exponent_bias, _), _ = _hfp8(ebits, exponent_bias)
     v.array("input", input, dtypes=(U8,))
     return Plan(dict(input=input, ebits=ebits, exponent_bias=exponent_bias), Out(input.shape, F32))
 
