@@ -99,10 +99,11 @@ SMALL_BYTES = 1 << 16
 
 def _small(arrays) -> bool:
     """Whether ``arrays`` (a list of 2-D arrays of one dtype) take the small kernels: C-contiguous
-    NumPy arrays, not float16 (Numba has no float16 host type), fewer than SMALL_BYTES in all."""
+    NumPy arrays, not float16 (Numba has no float16 host type), fewer than SMALL_BYTES in all, and all
+    writeable (a read-only array is another Numba type: a mixed tuple could not be indexed)."""
     total = 0
     for a in arrays:
-        if type(a) is not np.ndarray or not a.flags.c_contiguous:
+        if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.flags.writeable:
             return False
         total += a.nbytes
     return total < SMALL_BYTES and arrays[0].dtype != np.float16
