@@ -16,7 +16,7 @@ output lines the previous one left):
   ``torch.nn.functional.embedding_bag`` per table, concatenated; ``floor``: a copy of the
   rows the forward must read (``N x D x itemsize`` bytes read and as many written);
   ``gather floor``: the same rows read in the forward's order and nothing written or summed
-  (every element xor-folded into one per-job value held in vector registers, every cache line
+  (one element of every cache line of every row xor-folded into one per-job value, every line
   prefetched in the forward's two stages, the same jobs on the same threads): what this
   machine's memory gives a random-row read, which a contiguous copy (served by the hardware's
   stream prefetchers) does not show.
@@ -44,7 +44,7 @@ from numba import njit, prange
 sys.path.insert(0, str(Path(__file__).parent))
 import _bench  # noqa: E402
 import embnum  # noqa: E402
-from embnum.cpu.tbe import PREFETCH_DISTANCE, PREFETCH_FAR, _prefetch_row, _prefetch_row_far  # noqa: E402
+from embnum.cpu.tbe import PREFETCH_DISTANCE, PREFETCH_FAR, _per_line, _prefetch_row, _prefetch_row_far  # noqa: E402
 from embnum.examples.tbe import make_batch  # noqa: E402
 
 LR = 0.01
@@ -76,9 +76,9 @@ def torch_tables(torch, a, b, dtype):
 @njit(parallel=True, nogil=True, cache=True)
 def _read_rows(w, woff, D, idx, starts, tables, sink):
     """Job ``j`` reads the rows ``w[woff[t] + idx[p] * D :][:D]`` of table ``t = tables[j]`` for
-    ``p`` in ``starts[j]:starts[j + 1]`` (prefetched as the forward does) and xor-folds all their elements
-    into ``sink[j, 0]`` (``w``: the weights' bits as unsigned integers; ``sink``: ``[jobs, D]``). An integer
-    xor is associative, so LLVM keeps the fold in vector registers: the least work that reads every byte."""
+    ``p`` in ``starts[j]:starts[j + 1]`` (prefetched as the forward does) and xor-folds one element of
+    each of their cache lines into ``sink[j, 0]`` (``w``: the weights' bits as unsigned integers;
+    ``sink``: ``[jobs, D]``): the least work that brings every line of every row to the core."""
     for j in prange(tables.shape[0]):
         w0 = woff[tables[j]]
         p0, p1 = starts[j], starts[j + 1]
@@ -93,7 +93,7 @@ def _read_rows(w, woff, D, idx, starts, tables, sink):
             if p + PREFETCH_DISTANCE < p1:
                 _prefetch_row(w, w0 + np.int64(idx[p + PREFETCH_DISTANCE]) * D, D)
             base = np.uint64(w0 + np.int64(idx[p]) * D)
-            for d in range(D):
+            for d in range(0, D, _per_line(w)):
                 acc ^= w[base + np.uint64(d)]
         sink[j, 0] = acc
 
