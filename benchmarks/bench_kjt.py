@@ -179,10 +179,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", action="append", help="embnum backends to time (default: cpu, and cuda on a GPU)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per row")
+    parser.add_argument("--op", action="append", help="ops to time (default: every case)")
     args = parser.parse_args(argv)
     backends = default_backends(args.backend)
     rng = np.random.default_rng(0)
-    report("bench_kjt.py", lambda: run_cases(cases(rng), backends, rounds=args.rounds))
+    chosen = (c for c in cases(rng) if not args.op or c.op in args.op)  # same inputs whichever are chosen
+    report("bench_kjt.py", lambda: run_cases(chosen, backends, rounds=args.rounds))
 
 
 if __name__ == "__main__":

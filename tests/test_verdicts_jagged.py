@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embnum
-from test_verdicts_kjt import _break, _cast, same_both_ways
+from test_verdicts_kjt import INDEX, _break, _cast, same_both_ways
 
 pytest.importorskip("numba")
 
@@ -38,31 +38,34 @@ def _levels(draw, J, B):
 @given(st.data())
 def test_offsets_range_verdict_matches_the_exact_rules(data):
     draw = data.draw
+    dt = draw(INDEX)
     (offsets,) = _break(draw, [_offsets(draw, draw(st.integers(0, 4)))])
     size = draw(st.one_of(st.just(int(offsets[-1]) if offsets.size else 0), SIZES))
-    same_both_ways(embnum.offsets_range.op.declaration, _cast(draw, offsets), size)
+    same_both_ways(embnum.offsets_range.op.declaration, _cast(dt, offsets), size)
 
 
 @EXAMPLES
 @given(st.data(), st.booleans())
 def test_segment_sum_csr_verdicts_match_the_exact_rules(data, backward):
     draw = data.draw
+    dt = draw(INDEX)
     (csr,) = _break(draw, [_offsets(draw, draw(st.integers(0, 4)))])
     batch = draw(st.one_of(st.integers(0, 3), SIZES))
     n = draw(st.one_of(st.integers(0, 12), SIZES))
     S = max(csr.shape[0] - 1 + draw(st.sampled_from([0, 0, 0, -1, 1])), 0)
     if backward:
         grad = np.ones(S, draw(st.sampled_from([np.float32, np.int64])))
-        same_both_ways(embnum.segment_sum_csr_backward.op.declaration, batch, _cast(draw, csr), grad, n)
+        same_both_ways(embnum.segment_sum_csr_backward.op.declaration, batch, _cast(dt, csr), grad, n)
     else:
         values = np.ones(max(n, 0) if n < 100 else 7, draw(st.sampled_from([np.float16, np.int32])))
-        same_both_ways(embnum.segment_sum_csr.op.declaration, batch, _cast(draw, csr), values)
+        same_both_ways(embnum.segment_sum_csr.op.declaration, batch, _cast(dt, csr), values)
 
 
 @EXAMPLES
 @given(st.data(), st.sampled_from(["padded", "1d", "2d"]))
 def test_to_dense_verdicts_match_the_exact_rules(data, which):
     draw = data.draw
+    dt = draw(INDEX)
     J = draw(st.integers(1, 3)) if which == "padded" else 1
     B = draw(st.integers(0, 3))
     levels, n = _levels(draw, J, B)
@@ -72,7 +75,7 @@ def test_to_dense_verdicts_match_the_exact_rules(data, which):
     values = np.zeros((rows, 2) if ndim == 2 else (rows,), dtype)
     lengths = draw(st.lists(SIZES, min_size=J, max_size=J))
     pad = draw(st.one_of(st.integers(-3, 3), st.floats(allow_nan=False), st.sampled_from([2**31, 1e6, -(2**63), 0.5])))
-    levels = [_cast(draw, o) for o in levels]
+    levels = [_cast(dt, o) for o in levels]
     if which == "padded":
         levels = draw(st.sampled_from([levels, tuple(levels), levels[:-1]]))
         same_both_ways(embnum.jagged_to_padded_dense.op.declaration, values, levels, lengths, pad)
@@ -86,6 +89,7 @@ def test_to_dense_verdicts_match_the_exact_rules(data, which):
 @given(st.data())
 def test_dense_to_jagged_verdict_matches_the_exact_rules(data):
     draw = data.draw
+    dt = draw(INDEX)
     J = draw(st.integers(1, 3))
     B = draw(st.integers(0, 3))
     levels, n = _levels(draw, J, B)
@@ -94,4 +98,4 @@ def test_dense_to_jagged_verdict_matches_the_exact_rules(data):
         shape = shape[:-1]
     dense = np.zeros(shape, draw(st.sampled_from([np.float32, np.int64])))
     total = draw(st.one_of(st.none(), st.just(n), SIZES))
-    same_both_ways(embnum.dense_to_jagged.op.declaration, dense, [_cast(draw, o) for o in levels], total)
+    same_both_ways(embnum.dense_to_jagged.op.declaration, dense, [_cast(dt, o) for o in levels], total)

@@ -46,10 +46,11 @@ def same_both_ways(decl, *args, **kwargs):
     return fast
 
 
-def _cast(draw, a):
-    """``a`` in int32 when it fits and the draw says so, else int64."""
+def _cast(dtype, a):
+    """``a`` in ``dtype`` (one index dtype per example: few compiled signatures, each a compile on
+    a fresh checkout), or in int64 where an entry does not fit int32."""
     a = np.asarray(a, np.int64)
-    if draw(st.booleans()) and (a.size == 0 or np.abs(a).max() < 2**31):
+    if dtype == np.int32 and (a.size == 0 or np.abs(a).max() < 2**31):
         return a.astype(np.int32)
     return a
 
@@ -75,6 +76,7 @@ def _break(draw, arrays):
 @given(st.data(), st.booleans(), st.booleans())
 def test_permute_verdicts_match_the_exact_rules(data, two_d, weighted):
     draw = data.draw
+    dt = draw(INDEX)
     T = draw(st.integers(0, 4))
     B = draw(st.integers(1, 3))
     lengths = np.array(draw(st.lists(st.integers(0, 3), min_size=T * B, max_size=T * B)), np.int64)
@@ -88,13 +90,14 @@ def test_permute_verdicts_match_the_exact_rules(data, two_d, weighted):
     weights = np.ones(max(N, 0), np.float32) if weighted else None
     hint = draw(st.one_of(st.none(), st.integers(0, 30)))
     decl = (embnum.permute_2d_sparse_data if two_d else embnum.permute_1d_sparse_data).op.declaration
-    same_both_ways(decl, _cast(draw, permute), _cast(draw, lengths), values, weights, hint)
+    same_both_ways(decl, _cast(dt, permute), _cast(dt, lengths), values, weights, hint)
 
 
 @settings(max_examples=150)  # declarations only: ~1 ms an example
 @given(st.data(), st.booleans())
 def test_index_select_verdict_matches_the_exact_rules(data, weighted):
     draw = data.draw
+    dt = draw(INDEX)
     T = draw(st.integers(0, 3))
     B = draw(st.integers(1, 3))
     lengths = np.array(draw(st.lists(st.integers(0, 3), min_size=T * B, max_size=T * B)), np.int64)
@@ -107,13 +110,14 @@ def test_index_select_verdict_matches_the_exact_rules(data, weighted):
     batch = draw(st.one_of(st.just(B), st.sampled_from([0, 1, 2, 2**48 + 1])))
     hint = draw(st.one_of(st.none(), st.integers(0, 30)))
     decl = embnum.keyed_jagged_index_select_dim1.op.declaration
-    same_both_ways(decl, values, _cast(draw, lengths), _cast(draw, offsets), _cast(draw, indices), batch, weights, hint)
+    same_both_ways(decl, values, _cast(dt, lengths), _cast(dt, offsets), _cast(dt, indices), batch, weights, hint)
 
 
 @settings(max_examples=150)  # declarations only: ~1 ms an example
 @given(st.data())
 def test_expand_permute_verdict_matches_the_exact_rules(data):
     draw = data.draw
+    dt = draw(INDEX)
     T = draw(st.integers(0, 4))
     sizes = np.array(draw(st.lists(st.integers(0, 3), min_size=T, max_size=T)), np.int64)
     permute = np.array(draw(st.permutations(range(T))), np.int64)
@@ -123,13 +127,74 @@ def test_expand_permute_verdict_matches_the_exact_rules(data):
     output_size = int(output_offset[-1]) if output_offset.size else 0
     output_size = draw(st.sampled_from([output_size, output_size, output_size + 1, 2**48 + 1]))
     decl = embnum.expand_into_jagged_permute.op.declaration
-    same_both_ways(decl, _cast(draw, permute), _cast(draw, input_offset), _cast(draw, output_offset), output_size)
+    same_both_ways(decl, _cast(dt, permute), _cast(dt, input_offset), _cast(dt, output_offset), output_size)
 
 
 @settings(max_examples=150)  # declarations only: ~1 ms an example
 @given(st.data())
 def test_invert_permute_verdict_matches_the_exact_rules(data):
     draw = data.draw
+    dt = draw(INDEX)
     n = draw(st.integers(0, 6))
     (permute,) = _break(draw, [np.array(draw(st.permutations(range(n))), np.int64)])
-    same_both_ways(embnum.invert_permute.op.declaration, _cast(draw, permute))
+    same_both_ways(embnum.invert_permute.op.declaration, _cast(dt, permute))
+
+
+@settings(max_examples=150)  # declarations only: ~1 ms an example
+@given(st.data(), st.booleans())
+def test_bucketize_verdict_matches_the_exact_rules(data, weighted):
+    draw = data.draw
+    dt = draw(INDEX)
+    T = draw(st.integers(0, 3))
+    B = draw(st.integers(0, 3))
+    lengths = np.array(draw(st.lists(st.integers(0, 3), min_size=T * B, max_size=T * B)), np.int64)
+    block_sizes = np.array(draw(st.lists(st.integers(0, 6), min_size=T, max_size=T)), np.int64)
+    lengths, block_sizes = _break(draw, [lengths, block_sizes])
+    N = int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+    indices = np.arange(max(N, 0), dtype=draw(INDEX))
+    weights = np.ones(max(N, 0), np.float32) if weighted else None
+    my_size = draw(st.one_of(st.integers(1, 3), st.integers(1, 3), st.sampled_from([0, -1, 2**31, 2**47, True])))
+    odd = draw(st.integers(0, 5)) == 0  # mostly the plain case the compiled verdict serves
+    flags = [draw(st.sampled_from([np.True_, 1, False] if odd else [True, False])) for _ in range(3)]
+    max_B = draw(st.sampled_from([-1, 5, 2**63, np.int64(3)] if odd else [-1, 5]))
+    pos = draw(st.sampled_from([None, []]))
+    decl = embnum.block_bucketize_sparse_features.op.declaration
+    same_both_ways(
+        decl,
+        _cast(dt, lengths),
+        indices,
+        flags[0],
+        flags[1],
+        _cast(dt, block_sizes),
+        my_size,
+        weights,
+        max_B=max_B,
+        block_bucketize_pos=pos,
+        keep_orig_idx=flags[2],
+    )
+
+
+@settings(max_examples=150)
+@given(st.data())
+def test_unique_verdict_matches_the_exact_rules(data):
+    draw = data.draw
+    dt = draw(INDEX)
+    n_tables = draw(st.integers(1, 3))
+    per_table = draw(st.lists(st.integers(1, 2), min_size=n_tables, max_size=n_tables))
+    T = sum(per_table)
+    B = draw(st.integers(1, 2))
+    sizes = draw(st.lists(st.integers(0, 5), min_size=n_tables, max_size=n_tables))
+    hsc = np.concatenate([[0], np.cumsum(np.repeat(sizes, per_table))]).astype(np.int64)
+    hsc = np.concatenate([np.repeat(np.concatenate([[0], np.cumsum(sizes)])[:-1], per_table), [sum(sizes)]])
+    hso = np.concatenate([[0], np.cumsum(per_table)]).astype(np.int64)
+    hso = np.repeat(hso, draw(st.lists(st.integers(1, 2), min_size=hso.shape[0], max_size=hso.shape[0])))
+    hso = hso[: T + 1] if hso.shape[0] >= T + 1 else hso
+    lengths = draw(st.lists(st.integers(0, 3), min_size=T * B, max_size=T * B))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    feature = np.repeat(np.arange(T * B) // B, lengths)
+    table = np.searchsorted(np.concatenate([[0], np.cumsum(per_table)]), feature, side="right") - 1
+    top = np.array(sizes + [1])[table]
+    indices = np.array([draw(st.integers(0, max(int(h) - 1, 0))) for h in top], np.int64)
+    hsc, hso, offsets, indices = _break(draw, [hsc.astype(np.int64), hso.astype(np.int64), offsets, indices])
+    decl = embnum.jagged_unique_indices.op.declaration
+    same_both_ways(decl, _cast(dt, hsc), _cast(dt, hso), _cast(dt, offsets), _cast(dt, indices))

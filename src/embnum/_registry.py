@@ -35,36 +35,32 @@ from ._compare import exact_match
 
 
 class Out:
-    """Shape and dtype of one output array (``shape``: a tuple of Python ints).
+    """Shape and dtype of one output array (``shape``: a tuple of Python ints; ``dtype``: a
+    ``np.dtype``). An output above the size limit (or with a negative dimension) is a
+    ``ValueError`` here, before anything is allocated.
 
-    A slotted class rather than a frozen dataclass: every call builds one, and a frozen
-    dataclass's ``__init__`` costs twice as much (it is the per-call path)."""
+    A slotted class rather than a frozen dataclass: every call builds one (it is the per-call
+    path, issue 12). The common case (a tuple of non-negative Python ints, a ``np.dtype``, within
+    the limit) is recognised in one loop; anything else takes :func:`_out_spec`, the exact rule."""
 
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        if type(shape) is tuple:  # the per-call case: a tuple of Python ints, kept as it is
-            for d in shape:
-                if type(d) is not int:
-                    shape = tuple(map(int, shape))
-                    break
-        else:
-            shape = tuple(map(int, shape))
-        if not isinstance(dtype, np.dtype):
+        if type(dtype) not in _DTYPE_TYPES:
             dtype = np.dtype(dtype)
-        n = dtype.itemsize  # _validate.shape_fits(shape + (itemsize,)) written inline (the per-call path)
-        for d in shape:
-            if d > 0:
-                n *= d
-            elif d < 0:
-                n = -1
-                break
-        if n > _MAX_SIZE or n < 0:  # before anything is allocated
-            raise ValueError(
-                f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
-                " check the size arguments"
-            )
-        self.shape = shape
+        if type(shape) is tuple:
+            n = dtype.itemsize
+            for d in shape:
+                if type(d) is not int or d < 0:  # negative or not a Python int: the exact rule
+                    break
+                if d:  # zero dimensions are skipped (the exact rule's product)
+                    n *= d
+            else:
+                if n <= _MAX_SIZE:
+                    self.shape = shape
+                    self.dtype = dtype
+                    return
+        self.shape = _out_shape(shape, dtype)
         self.dtype = dtype
 
     def __eq__(self, other):
@@ -74,6 +70,38 @@ class Out:
 
     def __repr__(self) -> str:
         return f"Out(shape={self.shape}, dtype={self.dtype!r})"
+
+
+def _out_shape(shape, dtype: np.dtype) -> tuple:
+    """:class:`Out`'s exact rule: ``shape`` as a tuple of Python ints whose elements times the
+    item size (zero dimensions skipped) is at most :data:`embnum.MAX_SIZE` bytes, no dimension
+    negative; a ``ValueError`` otherwise (before anything is allocated)."""
+    if type(shape) is tuple:  # a tuple of Python ints is kept as it is
+        for d in shape:
+            if type(d) is not int:
+                shape = tuple(map(int, shape))
+                break
+    else:
+        shape = tuple(map(int, shape))
+    n = dtype.itemsize  # _validate.shape_fits(shape + (itemsize,))
+    for d in shape:
+        if d > 0:
+            n *= d
+        elif d < 0:
+            n = -1
+            break
+    if n > _MAX_SIZE or n < 0:
+        raise ValueError(
+            f"an output of shape {shape} ({dtype}) is negative or above the size limit 2**48 (embnum.MAX_SIZE);"
+            " check the size arguments"
+        )
+    return shape
+
+
+# The classes of every NumPy dtype instance (np.dtype(np.int32) is a numpy.dtypes.Int32DType): a set
+# test is ~3x cheaper than isinstance(dtype, np.dtype), whose metaclass check is slow. Others (new
+# dtypes) still pass np.dtype(dtype), which returns a dtype as it is.
+_DTYPE_TYPES = frozenset(type(np.dtype(c)) for c in np.typecodes["All"])
 
 
 @dataclasses.dataclass(slots=True)
@@ -162,8 +190,18 @@ class Op:
             except AttributeError:
                 raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
             if backend == "cpu":  # Numba and the cpu kernels are loaded: open the public function's short path
+                from .cpu import _common
+
                 self._namespace["_empty"] = self._host_empty = getattr(module, "empty_output", np.empty)
-                self._namespace["_run"] = self._run = _kernel_runner(impl)
+                self._namespace["_common"] = _common
+                self._namespace["_small_call"] = _common.small_call
+                names = _positional_kernel(impl)
+                self._namespace["_kernel_name"] = kernel = getattr(impl, "__name__", "")  # the rule's key
+                if names is not None:
+                    self._inline_kernel(names)
+                self._namespace["_run"] = self._run = (
+                    _common.small_call if names is None else _common.kernel_runner(impl, kernel, names)
+                )
         return impl
 
     # -- the call --------------------------------------------------------
@@ -303,13 +341,44 @@ class Op:
         scalar (``None`` included) with at least one array, and the cpu kernel
         already loaded (by an earlier call through :meth:`call`). Then the
         declaration is called directly, its :class:`Out` (one, or a tuple/list of them)
-        allocated and the kernel run through ``cpu._common.small_call``: the
+        allocated and the kernel run through ``cpu._common.small_call``'s rule: the
         same declaration, kernel and rules as :meth:`call`, without building the
         arguments dict, searching for a backend or scanning the arguments. Any
         other case (lists of arrays, NumPy scalars, other array types, a plan
-        without outputs) goes through :meth:`call` / :meth:`call_planned`."""
+        without outputs) goes through :meth:`call` / :meth:`call_planned`.
+
+        Once the cpu kernel is loaded and takes its plan's arguments by name then ``out``
+        (``cpu._common.kernel_runner``'s case), :meth:`_inline_kernel` rewrites the
+        function's code with that call written out (``impl(args['a'], args['b'], out)``
+        and the one-thread rule inline: no runner frame per call)."""
+        namespace = {
+            "_op": self,
+            "_defaults": {},
+            "_declaration": self.declaration,
+            "_implementations": self._implementations,
+            "_run": None,  # set by implementation("cpu") once Numba and the cpu kernels are loaded
+            "_Out": Out,
+            "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
+            "_ndarray": np.ndarray,
+            "_FAST_TYPES": _FAST_TYPES,
+            "_common": None,  # embnum.cpu._common, once loaded (the one-thread rule)
+            "_small_call": None,
+            "_kernel_name": "",
+        }
+        self._namespace = namespace
+        public = self._compile_public(None)
+        public.__doc__ = self.declaration.__doc__
+        public.__module__ = "embnum"
+        public.op = self
+        return public
+
+    def _compile_public(self, kernel_names: list[str] | None) -> Callable:
+        """The public function of :meth:`_make_public` compiled in its namespace; with
+        ``kernel_names`` (the cpu kernel's parameters before ``out``) its single-output case
+        calls the kernel positionally with the one-thread rule written inline."""
         params = list(self.signature.parameters.values())
-        defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        defaults = self._namespace["_defaults"]
+        defaults.update({p.name: p.default for p in params if p.default is not inspect.Parameter.empty})
         positional = [p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
         keyword = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]  # stay keyword-only
         head = ", ".join(p.name if p.name not in defaults else f"{p.name}=_defaults[{p.name!r}]" for p in positional)
@@ -328,6 +397,20 @@ class Op:
                 types = ", ".join(f"type({n})" for n in names)
                 plain = f"_ndarray in (_types := ({types})) and _FAST_TYPES.issuperset(_types)"
             decl_args = ", ".join([p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword])
+            if kernel_names is None:
+                run = ["                    _run(impl, plan.args, result)  # small_call: one thread on small inputs"]
+            else:  # cpu._common.kernel_runner written inline (the same rule, read on every call)
+                call = ", ".join([f"args[{n!r}]" for n in kernel_names] + ["result"])
+                run = [
+                    "                    args = plan.args",
+                    "                    limit = _common.SERIAL_OVERRIDE",
+                    "                    if limit is None:",
+                    "                        limit = _common.SERIAL_BYTES_OF.get(_kernel_name, _common.SERIAL_BYTES)",
+                    "                    if limit and _common._GET_THREADS() != 1:",
+                    "                        _small_call(impl, args, result)",
+                    "                    else:",
+                    f"                        impl({call})",
+                ]
             lines += [
                 f"    if out is None and backend is None and _run is not None and {plain}:",
                 "        impl = _implementations.get('cpu')",
@@ -337,7 +420,7 @@ class Op:
                 "                planned = plan.out",
                 "                if type(planned) is _Out:",
                 "                    result = _empty(planned.shape, planned.dtype)",
-                "                    _run(impl, plan.args, result)  # small_call: one thread on small inputs",
+                *run,
                 "                    return result",
                 "                if type(planned) is tuple or type(planned) is list:  # several outputs",
                 "                    given = _op._host_outputs(planned)",
@@ -348,24 +431,18 @@ class Op:
                 f"            return _op.call_planned({{{args}}}, plan)",
             ]
         lines.append(f"    return _op.call({{{args}}}, {out}, backend)")
-        namespace = {
-            "_op": self,
-            "_defaults": defaults,
-            "_declaration": self.declaration,
-            "_implementations": self._implementations,
-            "_run": None,  # set by implementation("cpu") once Numba and the cpu kernels are loaded
-            "_Out": Out,
-            "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
-            "_ndarray": np.ndarray,
-            "_FAST_TYPES": _FAST_TYPES,
-        }
-        self._namespace = namespace
-        exec(compile("\n".join(lines) + "\n", f"<embnum op {self.name}>", "exec"), namespace)
-        public = namespace[self.name]
-        public.__doc__ = self.declaration.__doc__
-        public.__module__ = "embnum"
-        public.op = self
-        return public
+        code = compile("\n".join(lines) + "\n", f"<embnum op {self.name}>", "exec")
+        # the function is defined in the namespace (its globals); a rewrite only takes its code
+        scope = self._namespace if kernel_names is None else dict(self._namespace)
+        exec(code, scope)
+        return scope[self.name] if kernel_names is None else scope[self.name].__code__
+
+    def _inline_kernel(self, kernel_names: list[str]) -> None:
+        """Give the public function the code with the cpu kernel's call written out (see
+        :meth:`_make_public`): the same function object (its signature, defaults, docstring
+        and identity are kept), a new ``__code__`` compiled for the same namespace."""
+        if self.takes_out and self.signature.parameters and not self.mutates:
+            self.public.__code__ = self._compile_public(kernel_names)
 
     def __repr__(self) -> str:
         return f"<embnum op {self.family}.{self.name}>"
@@ -384,20 +461,19 @@ def _other_array(v) -> bool:
     return t not in _SCALAR_TYPES and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
 
 
-def _kernel_runner(impl: Callable) -> Callable:
-    """``run(impl, args, out)`` for a cpu kernel: ``cpu._common.kernel_runner`` (the kernel called
-    positionally) when its parameters are plain names without defaults ending in ``out``, else
-    ``cpu._common.small_call`` (keyword call)."""
-    from .cpu._common import kernel_runner, small_call
-
+def _positional_kernel(impl: Callable) -> list[str] | None:
+    """The names of a cpu kernel's parameters before ``out`` when they are plain names without
+    defaults ending in ``out`` (the kernel is then called positionally:
+    ``cpu._common.kernel_runner``, or the public function's inline call), else None (keyword
+    call through ``cpu._common.small_call``)."""
     try:
         params = list(inspect.signature(impl).parameters.values())
     except (TypeError, ValueError):
-        return small_call
+        return None
     plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
     if not plain or not params or params[-1].name != "out":
-        return small_call
-    return kernel_runner(impl, getattr(impl, "__name__", ""), [p.name for p in params[:-1]])
+        return None
+    return [p.name for p in params[:-1]]
 
 
 def _all_plain_numpy(arguments: dict[str, Any]) -> bool:

@@ -292,10 +292,19 @@ def min_max(a) -> tuple[int, int]:
 
 def host_min_max(a) -> tuple[int, int]:
     """:func:`min_max` of an array the caller knows to be a plain NumPy int32/int64 array
-    with at least one entry (the per-call path: no second type test)."""
+    with at least one entry (the per-call path: no second type test), as Python ints.
+
+    The first call rebinds ``embnum._validate.host_min_max`` to the compiled pass itself
+    (Numba returns int64 scalars as Python ints), or to :func:`_host_min_max_numpy` where
+    Numba is missing: callers look it up as ``v.host_min_max`` on every call, which then
+    costs no Python frame (``import embnum`` still loads no Numba)."""
     compiled = _NUMBA or _compiled()
-    if compiled:
-        return compiled.min_max(a)  # Numba returns int64 scalars as Python ints
+    fn = globals()["host_min_max"] = compiled.min_max if compiled else _host_min_max_numpy
+    return fn(a)
+
+
+def _host_min_max_numpy(a) -> tuple[int, int]:
+    """:func:`host_min_max` without Numba: two reductions."""
     return int(a.min()), int(a.max())
 
 

@@ -305,6 +305,23 @@ def block_bucketize_sparse_features(
     >>> new_ids
     array([3, 6, 2])
     """
+    plan = _bucketize_fast(
+        lengths,
+        indices,
+        bucketize_pos,
+        sequence,
+        block_sizes,
+        my_size,
+        weights,
+        max_B,
+        keep_orig_idx,
+        batch_size_per_feature is None
+        and total_num_blocks is None
+        and keep_orig_idx_per_feature is None
+        and (block_bucketize_pos is None or (type(block_bucketize_pos) in (list, tuple) and not block_bucketize_pos)),
+    )
+    if plan is not None:
+        return plan
     v.index_array("lengths", lengths)
     v.index_array("block_sizes", block_sizes)
     summary, copies = _bucketize_reads(
@@ -367,6 +384,38 @@ def block_bucketize_sparse_features(
     bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
+    return _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N)
+
+
+_ID_MAX = {np.dtype(np.int32): v.INT32_MAX, np.dtype(np.int64): v.INT64_MAX}
+
+
+def _bucketize_fast(lengths, indices, bucketize_pos, sequence, block_sizes, my_size, weights, max_B, keep, plain):
+    """The plan of a ``plain`` block bucketize (no per-key batch sizes, block counts, boundaries or
+    keep flags) from one compiled pass when every rule holds on host data, else None."""
+    compiled = v.compiled()
+    if not (compiled is not None and plain and _host_index(lengths) and _host_index(block_sizes)):
+        return None
+    if not (_host_index(indices) and type(my_size) is int and 1 <= my_size and type(max_B) is int):
+        return None
+    if type(keep) is not bool or type(bucketize_pos) is not bool or type(sequence) is not bool:
+        return None
+    if my_size * max(lengths.shape[0], 1) > _MAX or not -v.INT64_MAX - 1 <= max_B <= v.INT64_MAX:
+        return None
+    N, bs, batch, G, flags = compiled.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype])
+    if N < 0 or indices.shape[0] != N:
+        return None
+    if weights is not None and not (
+        type(weights) is _ND and weights.ndim == 1 and weights.shape[0] == N and weights.dtype in W_DTYPES
+    ):
+        return None
+    if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
+        return None
+    return _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, None, flags, bucketize_pos, sequence, N)
+
+
+def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N):
+    n_bags = lengths.shape[0]
     idx = indices.dtype
     outs = (
         Out((my_size * n_bags,), lengths.dtype),
@@ -612,6 +661,12 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     # device data: one read for every rule and the output size; host data: reads are free, and the
     # table-by-table rules need no (table, id) sort
     on_device = _on_device(hash_size_cumsum, hash_size_offsets, offsets, indices)
+    compiled = v.compiled()
+    if compiled is not None and not on_device:  # host data: one compiled pass checks every rule and counts K
+        K = compiled.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T)
+        if K >= 0:
+            h = hash_size_offsets.tolist()
+            return _unique_plan([(a, b) for a, b in zip(h[:-1], h[1:]) if a < b], nb // T, offsets, indices, K)
     fast = (
         None if not on_device else _unique_read_once(hash_size_cumsum, hash_size_offsets, offsets, indices, T, nb // T)
     )
@@ -619,9 +674,18 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
         tables, K = _unique_exact(hash_size_cumsum, hash_size_offsets, offsets, indices, T)
     else:
         tables, K = fast
-    N = indices.shape[0]
-    args = dict(tables=tables, B=nb // T, offsets=offsets, indices=indices)
-    outs = (Out((nb,), offsets.dtype), Out((nb + 1,), offsets.dtype), Out((K,), indices.dtype), Out((N,), np.int64))
+    return _unique_plan(tables, nb // T, offsets, indices, K)
+
+
+def _unique_plan(tables, B, offsets, indices, K):
+    nb = offsets.shape[0] - 1
+    args = dict(tables=tables, B=B, offsets=offsets, indices=indices)
+    outs = (
+        Out((nb,), offsets.dtype),
+        Out((nb + 1,), offsets.dtype),
+        Out((K,), indices.dtype),
+        Out((indices.shape[0],), np.int64),
+    )
     return Plan(args, outs)
 
 
