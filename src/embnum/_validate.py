@@ -290,22 +290,26 @@ def min_max(a) -> tuple[int, int]:
     return int(a.min()), int(a.max())
 
 
-def host_min_max(a) -> tuple[int, int]:
-    """:func:`min_max` of an array the caller knows to be a plain NumPy int32/int64 array
-    with at least one entry (the per-call path: no second type test), as Python ints.
-
-    The first call rebinds ``embnum._validate.host_min_max`` to the compiled pass itself
-    (Numba returns int64 scalars as Python ints), or to :func:`_host_min_max_numpy` where
-    Numba is missing: callers look it up as ``v.host_min_max`` on every call, which then
-    costs no Python frame (``import embnum`` still loads no Numba)."""
+def host_int32_prefix_fits(a, drop_last: bool) -> bool:
+    """Whether every running sum along the last axis of a plain NumPy int32 array ``a`` (1-D or
+    2-D; a row's last entry left out when ``drop_last``) stays in int32: the compiled verdict
+    (``_validate_numba.int32_prefix_fits``). The first call rebinds this module's name to the
+    compiled function itself: callers look it up as ``v.host_int32_prefix_fits`` on every call,
+    which then costs no Python frame (``import embnum`` still loads no Numba). Without Numba,
+    True only where the min/max bound proves it (the caller then runs its exact rule, which
+    names the error)."""
     compiled = _NUMBA or _compiled()
-    fn = globals()["host_min_max"] = compiled.min_max if compiled else _host_min_max_numpy
-    return fn(a)
+    fn = globals()["host_int32_prefix_fits"] = compiled.int32_prefix_fits if compiled else _int32_bound_fits
+    return fn(a, drop_last)
 
 
-def _host_min_max_numpy(a) -> tuple[int, int]:
-    """:func:`host_min_max` without Numba: two reductions."""
-    return int(a.min()), int(a.max())
+def _int32_bound_fits(a, drop_last: bool) -> bool:
+    """:func:`host_int32_prefix_fits` without Numba: the min/max bound only (Python ints)."""
+    n = a.shape[-1]
+    if a.size == 0 or n == 0 or (drop_last and n < 2):
+        return True
+    lo, hi = int(a.min()), int(a.max())
+    return hi * n <= INT32_MAX and lo * n >= -INT32_MAX
 
 
 def _offsets_summary(offs) -> tuple[int, int, int]:

@@ -472,3 +472,34 @@ def tbe_lookups_ok(indices, offsets, B, rows, pruned_ok):
             if (x < 0 or x >= E) and not (pruned_ok and x == -1):
                 return False
     return True
+
+
+# -- the common call path (issue 12 item 1): int32 prefix sums ---------------------------------
+_I32_MAX = np.int64(2**31 - 1)
+_I32_MIN = np.int64(-(2**31))
+
+
+@_jit
+def int32_prefix_fits(a, drop_last):
+    """Whether every running sum of each row of the int32 array ``a`` (1-D: one row; 2-D: along
+    the last axis; a row's last entry left out when ``drop_last``) lies in int32: the verdict of
+    ``ops.jagged._cumsum_fits_int32``'s exact rule, in one call. First the bound of one
+    vectorised min/max pass (``max * n <= INT32_MAX`` and ``min * n >= -INT32_MAX``, compared
+    by division: never wraps); only when it fails, the exact row sums, in int64 and stopped at
+    the first one outside int32 (each step adds at most 2**31 in magnitude: never wraps)."""
+    n = a.shape[-1]
+    if a.size == 0 or n == 0 or (drop_last and n < 2):
+        return True
+    lo, hi = min_max(a)
+    n64 = np.int64(n)
+    if (hi <= 0 or hi <= _I32_MAX // n64) and (lo >= 0 or -lo <= _I32_MAX // n64):
+        return True
+    rows = np.atleast_2d(a)
+    m = n - 1 if drop_last else n
+    for r in range(rows.shape[0]):
+        acc = np.int64(0)
+        for j in range(m):
+            acc += np.int64(rows[r, j])
+            if acc > _I32_MAX or acc < _I32_MIN:
+                return False
+    return True

@@ -382,6 +382,7 @@ def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable
         return eager(args) if eager is not None and _grad_enabled() else _SLOW
 
     namespace["_fallback"] = fallback
+    direct.convert_result = convert_result  # the user function's inline path converts results alike
     return direct
 
 
@@ -586,8 +587,16 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
         return checked
 
     head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
-    body = ", ".join([passed(p) for p in params] + ["backend"])
-    src = f"def {op.name}({head}):\n    args = ({body},)\n"
+    direct_call = _direct_path(op, spec, list(op.signature.parameters), impl) if impl is not None else None
+    if impl is not None and not spec.codecs:
+        # every argument checked into a local, the direct path's common case inline (below)
+        src = f"def {op.name}({head}):\n"
+        src += "".join(f"    a{i} = {passed(p)}\n" for i, p in enumerate(params))
+        src += _inline_direct(op, spec, params)
+        src += f"    args = ({''.join(f'a{i}, ' for i in range(len(params)))}backend)\n"
+    else:
+        body = ", ".join([passed(p) for p in params] + ["backend"])
+        src = f"def {op.name}({head}):\n    args = ({body},)\n"
     if impl is not None and spec.codecs:
         src += "    if _direct(args):\n        return _impl(*args)\n"
     elif impl is not None:
@@ -597,15 +606,69 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
         "_torch_op": torch_op,
         "_impl": impl,
         "_direct": _direct,
-        "_direct_call": _direct_path(op, spec, list(op.signature.parameters), impl) if impl is not None else None,
+        "_direct_call": direct_call,
+        "_direct_result": getattr(direct_call, "convert_result", None),
         "_SLOW": _SLOW,
         "_check": _check_value,
         "_Tensor": torch.Tensor,
         "_defaults": defaults,
         "_encode": {k: c[0] for k, c in spec.codecs.items()},
+        "_is_compiling": _is_compiling,
+        "_dispatch_stack_len": _dispatch_stack_len,
+        "_function_mode_enabled": _function_mode_enabled,
+        "_tracing_state": _tracing_state,
+        "_profiler": torch.autograd.profiler,
+        "_public": op.public,
+        "_ndarray": np.ndarray,
+        "_from_numpy": torch.from_numpy,
     }
     exec(compile(src, f"<embnum.torch_bridge {op.name}>", "exec"), namespace)
     return namespace[op.name]
+
+
+def _inline_direct(op, spec: Bridge, params: list) -> str:
+    """The user function's inline form of :func:`_direct_path`'s common case (issue 12: the
+    bridge's per-call cost is its Python work): nothing watches the dispatcher (the same five
+    tests), every ``Tensor`` argument is a plain ``torch.Tensor`` (``Tensor?``: or None) that
+    ``t.numpy()`` converts (a CPU tensor of a NumPy dtype needing no gradient), and the op has
+    no tensor-list argument. Then the op's public NumPy function is called and a writeable
+    ndarray result comes back through ``torch.from_numpy``; ops whose results need the
+    bridge's conversion (bfloat16 patterns, several outputs) return ``_SLOW``'s way: through
+    ``_direct_call``. Anything else falls through to the lines after it (``_direct_call``, which
+    applies every rule, then the dispatcher): no tuple of arguments, no second frame."""
+    kinds = [spec.types[p.name] for p in params]
+    if any(k not in ("Tensor", "Tensor?") and k.startswith("Tensor") for k in kinds) or spec.bf16_patterns:
+        return ""
+    tensors = [i for i, k in enumerate(kinds) if k in ("Tensor", "Tensor?")]
+    if not tensors:
+        return ""
+    plain = " and ".join(
+        f"type(a{i}) is _Tensor" if kinds[i] == "Tensor" else f"(a{i} is None or type(a{i}) is _Tensor)"
+        for i in tensors
+    )
+    watched = (
+        "_is_compiling() or _dispatch_stack_len() or _function_mode_enabled()"
+        " or _tracing_state() is not None or _profiler._is_profiler_enabled"
+    )
+    lines = [f"    if {plain} and not ({watched}):", "        try:"]
+    for i in tensors:
+        conv = f"a{i}.numpy()" if kinds[i] == "Tensor" else f"None if a{i} is None else a{i}.numpy()"
+        lines.append(f"            n{i} = {conv}")
+    lines += [
+        "        except Exception:  # not a plain CPU tensor of a NumPy dtype: _direct_call's rules",
+        "            pass",
+    ]
+    values = [f"n{i}" if i in tensors else f"a{i}" for i in range(len(params))]
+    call = [v for v, p in zip(values, params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    call += [f"{p.name}={v}" for v, p in zip(values, params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    lines += [
+        "        else:",
+        f"            result = _public({', '.join(call + ['backend=backend'])})",
+        "            if type(result) is _ndarray and result.flags.writeable:",
+        "                return _from_numpy(result)",
+        "            return _direct_result(result)",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 _INT64 = (-(2**63), 2**63 - 1)
