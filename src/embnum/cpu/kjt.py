@@ -302,6 +302,48 @@ def _bucket_scatter(
                     w_out[slot] = w_in[i]
 
 
+# Serial twins of the two passes (the same code, prange run as range): a call on one thread below
+# SERIAL_BUCKETIZE_IDS ids skips the parallel runtime and its chunk-size context (~10 us a pass on
+# the small example); the order of the results is the same by construction (see the module docstring).
+SERIAL_BUCKETIZE_IDS = 1 << 14
+_bucket_count_serial = njit(cache=True)(_bucket_count.py_func)
+_bucket_scatter_serial = njit(cache=True)(_bucket_scatter.py_func)
+
+
+@njit(cache=True)
+def _bucketize_prep(lengths, batch, block_sizes, total_num_blocks, my_size):
+    """One compiled pass for what both bucketize passes read: ``(offs [n_bags+1]`` int64 offsets of
+    the bags, ``bag_key [n_bags]`` each bag's key, ``kc [T*5]`` the keys' constants as
+    ``embnum._bucketize.key_constants`` computes them (uint64, its arithmetic))."""
+    n_bags, T = lengths.shape[0], batch.shape[0]
+    offs = np.empty(n_bags + 1, np.int64)
+    acc = np.int64(0)
+    offs[0] = 0
+    for i in range(n_bags):
+        acc += lengths[i]
+        offs[i + 1] = acc
+    bag_key = np.empty(n_bags, np.int64)
+    k = 0
+    for t in range(T):
+        for _ in range(batch[t]):
+            bag_key[k] = t
+            k += 1
+    kc = np.empty(T * 5, np.uint64)
+    mu = np.uint64(my_size)
+    for t in range(T):
+        bs, G = np.uint64(block_sizes[t]), np.uint64(total_num_blocks[t])
+        lb = G // mu
+        kc[5 * t] = bs
+        kc[5 * t + 1] = G
+        kc[5 * t + 2] = lb
+        kc[5 * t + 3] = bs * lb
+        kc[5 * t + 4] = bs * G
+    return offs, bag_key, kc
+
+
+_NO_POS = np.zeros(0, np.uint64)
+
+
 def block_bucketize_sparse_features(
     lengths, indices, weights, block_sizes, my_size, batch, total_num_blocks, pos, keep, bucketize_pos, sequence, out
 ):
@@ -309,20 +351,23 @@ def block_bucketize_sparse_features(
     n_bags, N = lengths.shape[0], indices.shape[0]
     if n_bags == 0:
         return
-    offs = _offsets_of(lengths)
-    bag_key = np.repeat(np.arange(batch.shape[0], dtype=np.int64), batch)
+    offs, bag_key, kc = _bucketize_prep(lengths, batch, block_sizes, total_num_blocks, my_size)
     uidx = bits(indices)
     params = (
-        _bucketize.key_constants(block_sizes, total_num_blocks, my_size).reshape(-1),
+        kc,
         np.uint64(my_size),
-        np.zeros(0, np.uint64) if pos is None else pos.reshape(-1).astype(np.uint64),
+        _NO_POS if pos is None else pos.reshape(-1).astype(np.uint64),
         pos is not None,
         np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
     )
     bucket = np.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
     counts = np.empty(my_size * n_bags, np.int64)
-    with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
-        _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
+    serial = N < SERIAL_BUCKETIZE_IDS and _common.SERIAL_OVERRIDE is None
+    if serial:
+        _bucket_count_serial(offs, uidx, bag_key, *params, bucket, counts)
+    else:
+        with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
+            _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
     new_lengths[...] = counts
     _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
     slots = counts
@@ -330,24 +375,13 @@ def block_bucketize_sparse_features(
     want_w = weights is not None and N > 0
     w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (uidx[:0], uidx[:0])
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
-    with numba.parallel_chunksize(2):
-        _bucket_scatter(
-            offs,
-            uidx,
-            bag_key,
-            *params,
-            keep,
-            bucket,
-            slots,
-            new_indices.view(uidx.dtype),
-            bucketize_pos,
-            pos_out,
-            sequence,
-            dst,
-            want_w,
-            w,
-            new_w,
-        )
+    args = (offs, uidx, bag_key, *params, keep, bucket, slots, new_indices.view(uidx.dtype))
+    args += (bucketize_pos, pos_out, sequence, dst, want_w, w, new_w)
+    if serial:
+        _bucket_scatter_serial(*args)
+    else:
+        with numba.parallel_chunksize(2):
+            _bucket_scatter(*args)
 
 
 # -- small permutation ops ---------------------------------------------------------
@@ -408,8 +442,47 @@ def _emit_unique(ids, bounds, order, base, unique, reverse):
             rv[i] = base[g] + rank
 
 
+@njit(cache=True)
+def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, reverse):
+    """The whole op in one compiled call (the small case): per table ``g`` (features
+    ``tables[g, 0] .. tables[g, 1] - 1``) its ids sorted (any order among equal ids), the distinct
+    ones emitted in order, every id's rank in ``reverse``, the table's count spread over its bags as
+    :func:`jagged_unique_indices` spreads it, then the complete cumsum of the lengths."""
+    nb = offs.shape[0] - 1
+    for i in range(nb):
+        out_lengths[i] = 0
+    base = np.int64(0)
+    for g in range(tables.shape[0]):
+        a, b = tables[g, 0], tables[g, 1]
+        lo, hi = offs[a * B], offs[b * B]
+        order = np.argsort(ids[lo:hi])
+        rank = np.int64(-1)
+        for r in range(hi - lo):
+            i = lo + order[r]
+            if r == 0 or ids[i] != ids[lo + order[r - 1]]:
+                rank += 1
+                unique[base + rank] = ids[i]
+            reverse[i] = base + rank
+        c = rank + 1
+        n = (b - a) * B
+        for k in range(n):
+            out_lengths[a * B + k] = c // n + (1 if k < c % n else 0)
+        base += c
+    acc = np.int64(0)
+    out_offsets[0] = 0
+    for i in range(nb):
+        acc += out_lengths[i]
+        out_offsets[i + 1] = acc
+
+
+SERIAL_UNIQUE_IDS = 1 << 14  # ids below which one compiled call does it all (no NumPy sorts, no parallel runtime)
+
+
 def jagged_unique_indices(tables, B, offsets, indices, out):
     out_lengths, out_offsets, unique, reverse = out
+    if indices.shape[0] < SERIAL_UNIQUE_IDS and _common.SERIAL_OVERRIDE is None:
+        _unique_serial(np.array(tables, np.int64).reshape(-1, 2), B, offsets, indices, *out)
+        return
     offs = int64s(offsets)
     ids = np.ascontiguousarray(indices)
     bounds = np.array([offs[a * B] for a, _ in tables] + [offs[tables[-1][1] * B]], np.int64)
