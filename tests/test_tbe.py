@@ -212,6 +212,79 @@ def test_forward_mixed_dims_specialised_and_generic(pooling, dtype, fast_backend
     check_matches_ref("tbe_forward", args, fast_backend)
 
 
+@st.composite
+def pooled_kernel_case(draw):
+    """A pooled forward's kernel arguments with every float16 bit pattern possible (NaNs of several
+    payloads, infinities, subnormals, -0) or float32 values that overflow when summed."""
+    D = draw(st.sampled_from([32, 128]))
+    half = draw(st.booleans())
+    T, rows, B = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 70))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if half:
+        w = rng.integers(0, 1 << 16, T * rows * D).astype(np.uint16)
+        specials = np.array([0x7C00, 0xFC00, 0x7E00, 0x7D01, 0x8000, 0x0001, 0x7BFF], np.uint16)
+        hit = rng.random(w.shape[0]) < draw(st.sampled_from([0.0, 0.01, 0.3]))
+        w[hit] = rng.choice(specials, int(hit.sum()))
+    else:
+        w = (rng.standard_normal(T * rows * D) * draw(st.sampled_from([1.0, 1e38]))).astype(np.float32)
+    lengths = rng.integers(0, 2 * draw(st.integers(0, 25)) + 1, T * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = rng.integers(0, rows, int(offsets[-1])).astype(np.int64)
+    psw = rng.standard_normal(indices.shape[0]).astype(np.float32) * np.float32(draw(st.sampled_from([1, 1e30])))
+    return dict(
+        w=w,
+        D=D,
+        B=B,
+        woff=np.arange(T, dtype=np.int64) * rows * D,
+        doff=np.arange(T + 1, dtype=np.int64) * D,
+        indices=indices,
+        offsets=offsets,
+        psw=psw,
+        has_psw=draw(st.booleans()),
+        mean=draw(st.booleans()),
+        stream=draw(st.booleans()),
+        shift=draw(st.sampled_from([0, 4, 1])),  # floats past a 64-byte boundary
+    )
+
+
+@given(case=pooled_kernel_case())
+@settings(deadline=None)
+def test_forward_vector_kernel_matches_element_kernel(case):
+    # the 8-lane register kernel (_pool_bag8) against the element-by-element one it replaces on this CPU
+    # (and which CPUs without F16C run): every element bit for bit, a NaN where the other has a NaN
+    from embnum.cpu import tbe
+
+    D, B = case["D"], case["B"]
+    T = case["woff"].shape[0]
+    lut = tbe.half_table() if case["w"].dtype == np.uint16 else tbe._NO_LUT
+    outs = []
+    for kernel in (tbe._FORWARD_POOLED[D], _element_kernel(D)):
+        # streamed (non-temporal stores: 32-byte ones, 16-byte ones or none as the output is aligned) or not
+        buf = np.full(B * T * D + 16, -1.0, np.float32)
+        first = (-buf.ctypes.data // 4) % 16 + case["shift"]
+        out = buf[first : first + B * T * D].reshape(B, T * D)
+        psw = case["psw"] if case["has_psw"] else tbe._NO_F32
+        args = (case["woff"], case["doff"], np.arange(T, dtype=np.int64), case["indices"], case["offsets"], B)
+        kernel(case["w"], lut, *args, case["mean"], psw, case["has_psw"], out, case["stream"])
+        assert (buf[:first] == -1).all() and (buf[first + out.size :] == -1).all()
+        outs.append(out)
+    got, want = outs
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+
+
+_ELEMENT_KERNELS = {}
+
+
+def _element_kernel(D):
+    from embnum.cpu import tbe
+
+    if D not in _ELEMENT_KERNELS:
+        _ELEMENT_KERNELS[D] = tbe._make_forward_pooled(D, vector=False)
+    return _ELEMENT_KERNELS[D]
+
+
 def test_batch_zero_and_one_feature(fast_backend):
     lay = tbe_layout([4], [3])
     args = tbe_args(lay, np.ones(12, np.float32), np.zeros(0, np.int64), np.zeros(1, np.int64))
