@@ -331,12 +331,11 @@ def _bucket_scatter(
                     w_out[slot] = w_in[i]
 
 
-# Serial twins of the two passes (the same code, prange run as range): a call on one thread below
-# SERIAL_BUCKETIZE_IDS ids skips the parallel runtime and its chunk-size context (~10 us a pass on
-# the small example); the order of the results is the same by construction (see the module docstring).
-SERIAL_BUCKETIZE_IDS = 1 << 14
-_bucket_count_serial = njit(cache=True)(_bucket_count.py_func)
-_bucket_scatter_serial = njit(cache=True)(_bucket_scatter.py_func)
+# Serial twins of the two passes (the same code, prange run as range): a call that runs on one
+# thread anyway (the registry's small-call rule) skips the parallel runtime and its chunk-size
+# context; the order of the results is the same by construction (see the module docstring).
+_bucket_count_serial = _common.serial_twin(_bucket_count)
+_bucket_scatter_serial = _common.serial_twin(_bucket_scatter)
 
 
 @njit(cache=True)
@@ -391,7 +390,7 @@ def block_bucketize_sparse_features(
     )
     bucket = np.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
     counts = np.empty(my_size * n_bags, np.int64)
-    serial = N < SERIAL_BUCKETIZE_IDS and _common.SERIAL_OVERRIDE is None
+    serial = _common.one_thread()
     if serial:
         _bucket_count_serial(offs, uidx, bag_key, *params, bucket, counts)
     else:
