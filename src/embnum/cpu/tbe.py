@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import types as types_module
 from typing import NamedTuple
 
 import llvmlite.binding as llvm_binding
@@ -598,20 +597,14 @@ _SERIAL = contextlib.nullcontext()
 
 def _one_or_all(kernel):
     """``run(*args)``: ``kernel`` (a parallel Numba function whose ``prange`` iterations write
-    disjoint data), or on one thread (every small call) its serial twin: the same code compiled
-    without the parallel runtime (``prange`` runs as ``range``: the same operations in the same
-    order, so the same bits), which saves the ~2.6 us launch of a parallel region per kernel.
-    The twin has its own qualified name, so Numba's on-disk cache never hands one the other's
-    machine code (the cache is keyed by name and signature, not by the ``parallel`` flag)."""
-    f = kernel.py_func
-    twin = types_module.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__)
-    twin.__qualname__ = f.__qualname__ + "_serial"
-    twin.__module__ = f.__module__
-    serial = njit(cache=True)(twin)
-    get = _common._GET_THREADS
+    disjoint data), or on one thread (every small call) its serial twin
+    (``_common.serial_twin``: the same code, the same bits), which saves the ~2.6 us launch of a
+    parallel region per kernel."""
+    serial = _common.serial_twin(kernel)
+    one_thread = _common.one_thread
 
     def run(*args):
-        return serial(*args) if get() == 1 else kernel(*args)
+        return serial(*args) if one_thread() else kernel(*args)
 
     return run
 
