@@ -1,6 +1,6 @@
 """Per-call overhead: what a call costs beyond its kernel, on each op's small example.
 
-    python benchmarks/bench_overhead.py [--rounds 15] [--family jagged] [--cpu-time]
+    python benchmarks/bench_overhead.py [--rounds 15] [--family jagged] [--ops a,b] [--cpu-time]
 
 For every registered op (its tour example at size "small"), side by side in one
 process and interleaved round by round (``_bench.interleaved``, torch.utils.benchmark):
@@ -94,6 +94,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--family", default=None)
+    p.add_argument("--ops", default=None, help="comma-separated op names (default: every op of --family)")
     p.add_argument("--cpu-time", action="store_true")
     a = p.parse_args()
     torch = _bench.optional_torch()
@@ -107,7 +108,10 @@ def main():
     print(f"- clock: {'thread CPU time' if a.cpu_time else 'wall'}; {a.rounds} interleaved rounds per op")
     print(f"- before: {_bench.load()}")
     rows, by_family = [], {}
+    only = set(a.ops.split(",")) if a.ops else None
     for op in embnum.ops(a.family):
+        if only is not None and op.name not in only:
+            continue
         try:
             fns = contenders(op, torch, tb)
         except Exception as e:  # noqa: BLE001 - report the op, keep going

@@ -1080,3 +1080,19 @@ def test_validated_key_lists_do_not_admit_equal_non_ints(bad):
     embnum.kt_regroup_arguments(None, [["a", "b"]], [[1, 1]], [["b"]])
     with pytest.raises(TypeError, match=r"lengths\[0\]\[1\]"):
         embnum.kt_regroup_arguments(None, [["a", "b"]], [[1, bad]], [["b"]])
+
+
+@pytest.mark.parametrize("readonly", [(0,), (1,), (0, 1)])
+def test_small_kernels_take_read_only_inputs_alike_or_mixed(readonly):
+    """The small kernels take a tuple of one Numba type: a mix of read-only and writable inputs
+    goes to the addressed kernel, all read-only ones to the small one; the same bits either way."""
+    keys, lengths, groups = [["a", "b"], ["c"]], [[1, 2], [2]], [["c", "a"], ["b"]]
+    embs = [np.arange(6.0).reshape(2, 3), np.arange(4.0).reshape(2, 2) + 10]
+    for i in readonly:
+        embs[i].flags.writeable = False
+    args = embnum.kt_regroup_arguments(None, keys, lengths, groups)
+    got = embnum.permute_multi_embedding(embs, *args)
+    want = embnum.permute_multi_embedding(embs, *args, backend="ref")
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+    back = embnum.permute_multi_embedding_backward([g.copy() for g in got], *args[:3], [3, 2])
+    assert [b.shape for b in back] == [(2, 3), (2, 2)]

@@ -397,6 +397,7 @@ class Op:
                 types = ", ".join(f"type({n})" for n in names)
                 plain = f"_ndarray in (_types := ({types})) and _FAST_TYPES.issuperset(_types)"
             decl_args = ", ".join([p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword])
+            ready = "_run is not None and " if kernel_names is None else ""  # the rewrite runs once it is set
             if kernel_names is None:
                 run = ["                    _run(impl, plan.args, result)  # small_call: one thread on small inputs"]
             else:  # cpu._common.kernel_runner written inline (the same rule, read on every call)
@@ -412,7 +413,7 @@ class Op:
                     f"                        impl({call})",
                 ]
             lines += [
-                f"    if out is None and backend is None and _run is not None and {plain}:",
+                f"    if out is None and backend is None and {ready}{plain}:",
                 "        impl = _implementations.get('cpu')",
                 "        if impl is not None:",
                 "            try:",

@@ -44,8 +44,15 @@ from ._validate import choice, to_host, xp_of
 MODES = ("fatal", "warning", "ignore", "none")
 
 
+_MODE_NAMES = {m: m for m in MODES}  # the lower-case names as given: no case folding per call
+
+
 def bounds_mode(value) -> str:
     """Normalise ``bounds_check_mode``: a name (any case) or fbgemm's ``BoundsCheckMode`` int 0..3."""
+    if type(value) is str:
+        found = _MODE_NAMES.get(value)
+        if found is not None:
+            return found
     return MODES[choice("bounds_check_mode", value, {m: i for i, m in enumerate(MODES)})]
 
 
@@ -234,6 +241,20 @@ def check(indices, offsets, B: int, rows: np.ndarray, mode: str, *, pruned_ok: b
     lookups read nothing back in ``warning``, ``ignore`` and ``none`` (see the module docstring);
     in ``fatal`` they are first checked by :func:`all_valid` (one host read), and only lookups it
     rejects take the feature-by-feature path that names the culprit."""
+    if (
+        type(indices) is np.ndarray
+        and type(offsets) is np.ndarray
+        and indices.ndim == 1
+        and offsets.ndim == 1
+        and offsets.shape[0] == rows.shape[0] * B + 1
+        and indices.dtype in _validate.INDEX_DTYPES
+        and offsets.dtype in _validate.INDEX_DTYPES
+    ):  # the per-call case: one compiled verdict of both checks; anything it rejects takes them below
+        compiled = _validate.compiled()
+        if compiled is not None and compiled.tbe_lookups_ok(
+            indices, offsets, B, np.ascontiguousarray(rows, dtype=np.int64), pruned_ok
+        ):
+            return indices, offsets
     if is_cupy(indices):
         if mode == "none":
             return indices, offsets

@@ -216,3 +216,25 @@ def kernel_runner(impl, name: str, names) -> object:
     namespace = {"_m": module, "name": name}
     exec(compile(src, f"<embnum kernel runner {name}>", "exec"), namespace)
     return namespace["run"]
+
+
+def serial_twin(kernel):
+    """``kernel`` (a ``parallel=True`` njit function) compiled once more without the parallel
+    runtime: the same code, ``prange`` run as ``range``, so the same results. Entering a parallel
+    region costs ~2 us even on one thread; small calls, which run on one thread anyway, take the
+    twin (see :func:`one_thread`). The twin is a copy of the Python function under its own name,
+    so Numba's on-disk cache (keyed by name and signature, not by the parallel flag) keeps the two
+    apart."""
+    import types
+
+    fn = kernel.py_func
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + "_serial"
+    twin.__doc__ = fn.__doc__
+    return njit(cache=True)(twin)
+
+
+def one_thread() -> bool:
+    """Whether Numba runs this thread's parallel regions on one thread now (``NUMBA_NUM_THREADS=1``,
+    or inside :func:`small_call`'s one-thread window): then a :func:`serial_twin` does the same work."""
+    return _GET_THREADS() == 1

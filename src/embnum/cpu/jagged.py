@@ -17,9 +17,11 @@ from ._common import (
     half_table,
     int64s,
     leaf_segment,
+    one_thread,
     pack_offsets,
     round_once,
     scalar_bits,
+    serial_twin,
     slab_of_segment,
 )
 
@@ -43,10 +45,13 @@ def _complete_rows(src, dst):
         _inclusive(src[r], dst[r, 1:])
 
 
+_complete_rows_serial = serial_twin(_complete_rows)
+
+
 def complete_cumsum(lengths, out):
     src = np.ascontiguousarray(lengths)
     if src.ndim == 2:
-        _complete_rows(src, out)
+        (_complete_rows_serial if one_thread() else _complete_rows)(src, out)
         return
     out[0] = 0
     _inclusive(src, out[1:])
@@ -74,8 +79,11 @@ def _offsets_range(offs, range_size, out):
             seg[j] = j
 
 
+_offsets_range_serial = serial_twin(_offsets_range)
+
+
 def offsets_range(offsets, range_size, out):
-    _offsets_range(np.ascontiguousarray(offsets), range_size, out)
+    (_offsets_range_serial if one_thread() else _offsets_range)(np.ascontiguousarray(offsets), range_size, out)
 
 
 # -- segment sums ----------------------------------------------------------
@@ -107,6 +115,9 @@ def _segment_sum(values, bounds, acc_zero, out):
         out[i] = _run_sum(values, bounds[i], bounds[i + 1], acc_zero)
 
 
+_segment_sum_serial = serial_twin(_segment_sum)
+
+
 @njit(cache=True, parallel=True)
 def _segment_sum_half(values, table, bounds, out):
     """float16 bits widened through ``table`` (exact) and summed in float32 (the ``embnum._half`` rule)."""
@@ -117,17 +128,20 @@ def _segment_sum_half(values, table, bounds, out):
         out[i] = acc
 
 
+_segment_sum_half_serial = serial_twin(_segment_sum_half)
+
+
 def segment_sum_csr(batch_size, csr_seg, values, out):
     bounds = int64s(csr_seg) * batch_size
     vals = np.ascontiguousarray(values)
+    serial = one_thread()
     if vals.dtype == np.float16:
         acc = float32_result(out)
-        _segment_sum_half(vals.view(np.uint16), half_table(), bounds, acc)
+        (_segment_sum_half_serial if serial else _segment_sum_half)(vals.view(np.uint16), half_table(), bounds, acc)
         round_once(acc, out)
-    elif vals.dtype.kind == "f":
-        _segment_sum(vals, bounds, np.float64(0), out)
-    else:
-        _segment_sum(vals, bounds, np.int64(0), out)  # wraps like the dtype
+    else:  # integers wrap like the dtype
+        zero = np.float64(0) if vals.dtype.kind == "f" else np.int64(0)
+        (_segment_sum_serial if serial else _segment_sum)(vals, bounds, zero, out)
 
 
 @njit(cache=True, parallel=True)
@@ -138,9 +152,14 @@ def _broadcast_runs(grad, bounds, out):
         out[bounds[i] : bounds[i + 1]] = grad[i]
 
 
+_broadcast_runs_serial = serial_twin(_broadcast_runs)
+
+
 def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values, out):
     src = bits(grad_output)
-    _broadcast_runs(src, int64s(csr_seg) * batch_size, out.view(src.dtype))
+    (_broadcast_runs_serial if one_thread() else _broadcast_runs)(
+        src, int64s(csr_seg) * batch_size, out.view(src.dtype)
+    )
 
 
 # -- jagged <-> dense --------------------------------------------------------
@@ -166,15 +185,24 @@ def _to_dense(values, offs, starts, lens, pad, out, M, D):
         out[base + n : base + MD] = pad
 
 
+_to_dense_serial = serial_twin(_to_dense)
+
+
 def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
     if out.size == 0:
         return
     D = values.shape[1] if values.ndim == 2 else 1
     src = bits(values).reshape(-1)
-    flat, starts = pack_offsets(offsets)
+    flat, starts = (
+        (int64s(offsets[0]), np.array((0, offsets[0].shape[0]), np.int64))
+        if len(offsets) == 1
+        else pack_offsets(offsets)
+    )
     lens = np.asarray(max_lengths, dtype=np.int64)
     pad = scalar_bits(padding_value, values.dtype)
-    _to_dense(src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), max_lengths[-1], D)
+    (_to_dense_serial if one_thread() else _to_dense)(
+        src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), max_lengths[-1], D
+    )
 
 
 @njit(cache=True, parallel=True)
@@ -197,8 +225,11 @@ def _to_jagged(dense, offs, starts, lens, out, M, D):
         out[start + n : end] = 0
 
 
+_to_jagged_serial = serial_twin(_to_jagged)
+
+
 def dense_to_jagged(dense, offsets, total_L, out):
     if out.size == 0:
         return
     src, flat, starts, lens, M, D = _offsets_walk.packed_dense(dense, offsets, bits, pack_offsets, np.asarray)
-    _to_jagged(src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)
+    (_to_jagged_serial if one_thread() else _to_jagged)(src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)

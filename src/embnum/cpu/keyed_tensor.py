@@ -98,12 +98,16 @@ SMALL_BYTES = 1 << 16
 
 
 def _small(arrays) -> bool:
-    """Whether ``arrays`` (a list of 2-D arrays of one dtype) take the small kernels: C-contiguous
-    NumPy arrays, not float16 (Numba has no float16 host type), fewer than SMALL_BYTES in all, and all
-    writeable (a read-only array is another Numba type: a mixed tuple could not be indexed)."""
+    """Whether ``arrays`` (a list of 2-D arrays of one dtype) take the small kernels: aligned
+    C-contiguous NumPy arrays, all read-only or all writable, not float16 (Numba has no float16
+    host type), fewer than SMALL_BYTES in all."""
     total = 0
-    for a in arrays:
-        if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.flags.writeable:
+    first = arrays[0].flags
+    for a in arrays:  # one Numba type for the tuple: C-contiguous, and read-only / aligned alike
+        if type(a) is not np.ndarray:
+            return False
+        f = a.flags
+        if not f.c_contiguous or f.writeable != first.writeable or not f.aligned:
             return False
         total += a.nbytes
     return total < SMALL_BYTES and arrays[0].dtype != np.float16
@@ -152,7 +156,12 @@ def _forward(inputs, permutes, out):
 
 
 def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list, out):
-    if type(offset_dim_list) is np.ndarray and pooled_embs.nbytes < SMALL_BYTES and pooled_embs.dtype != np.float16:
+    if (
+        type(offset_dim_list) is np.ndarray
+        and pooled_embs.nbytes < SMALL_BYTES
+        and pooled_embs.dtype != np.float16
+        and pooled_embs.flags.aligned
+    ):
         _pooled_small(pooled_embs, out, offset_dim_list, permute_list, inv_offset_dim_list)
         return
     segs = plan.pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, out.shape[1])

@@ -195,13 +195,42 @@ def permute_1d_sparse_data(permute, lengths, values, weights, total, out):
     _permute(permute, lengths.reshape(-1, 1), values, weights, total, out, out[0].reshape(-1, 1))
 
 
-def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size, weights, total, out):
+@njit(cache=True)
+def _select_offsets(lengths, indices, batch_size, out_lengths):
+    """Output bag ``t*n + j`` is input bag ``seg = t*batch_size + indices[j]``: its length copied to
+    ``out_lengths``; returns ``(seg, dst_offs)`` (int64; ``indices`` in range, lengths checked)."""
+    n = indices.shape[0]
     T = lengths.shape[0] // batch_size
-    seg = (np.arange(T, dtype=np.int64)[:, None] * batch_size + int64s(indices)[None, :]).reshape(-1)
-    np.take(lengths, seg, out=out[1])
-    src_offs = int64s(offsets)
-    dst_offs = _offsets_of(out[1])
-    _gather_segments(values, src_offs, seg, dst_offs, out[0], weights, None if weights is None else out[2])
+    seg = np.empty(T * n, np.int64)
+    dst_offs = np.empty(T * n + 1, np.int64)
+    dst_offs[0] = 0
+    for t in range(T):
+        for j in range(n):
+            k = t * n + j
+            p = t * batch_size + np.int64(indices[j])
+            seg[k] = p
+            out_lengths[k] = lengths[p]
+            dst_offs[k + 1] = dst_offs[k] + lengths[p]
+    return seg, dst_offs
+
+
+@njit(cache=True)
+def _select_serial(lengths, offsets, indices, batch_size, src, wsrc, out_lengths, dst, wdst):
+    """A whole small index select in one compiled call: :func:`_select_offsets`, then :func:`_gather`."""
+    seg, dst_offs = _select_offsets(lengths, indices, batch_size, out_lengths)
+    _gather(src, wsrc, offsets, seg, dst_offs, dst, wdst)
+
+
+def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size, weights, total, out):
+    wbytes = 0 if weights is None else weights.itemsize
+    if total * (values.itemsize + wbytes) < SPLIT_BYTES and _common.SERIAL_OVERRIDE is None:
+        dst = out[0]
+        src = bits(values)
+        w, wd = (src[:0], dst[:0]) if weights is None else (bits(weights), out[2])
+        _select_serial(lengths, offsets, indices, batch_size, src, w, out[1], dst.view(src.dtype), wd.view(w.dtype))
+        return
+    seg, dst_offs = _select_offsets(lengths, indices, batch_size, out[1])
+    _gather_segments(values, offsets, seg, dst_offs, out[0], weights, None if weights is None else out[2])
 
 
 # -- block bucketize -------------------------------------------------------------
@@ -302,12 +331,11 @@ def _bucket_scatter(
                     w_out[slot] = w_in[i]
 
 
-# Serial twins of the two passes (the same code, prange run as range): a call on one thread below
-# SERIAL_BUCKETIZE_IDS ids skips the parallel runtime and its chunk-size context (~10 us a pass on
-# the small example); the order of the results is the same by construction (see the module docstring).
-SERIAL_BUCKETIZE_IDS = 1 << 14
-_bucket_count_serial = njit(cache=True)(_bucket_count.py_func)
-_bucket_scatter_serial = njit(cache=True)(_bucket_scatter.py_func)
+# Serial twins of the two passes (the same code, prange run as range): a call that runs on one
+# thread anyway (the registry's small-call rule) skips the parallel runtime and its chunk-size
+# context; the order of the results is the same by construction (see the module docstring).
+_bucket_count_serial = _common.serial_twin(_bucket_count)
+_bucket_scatter_serial = _common.serial_twin(_bucket_scatter)
 
 
 @njit(cache=True)
@@ -362,7 +390,7 @@ def block_bucketize_sparse_features(
     )
     bucket = np.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
     counts = np.empty(my_size * n_bags, np.int64)
-    serial = N < SERIAL_BUCKETIZE_IDS and _common.SERIAL_OVERRIDE is None
+    serial = _common.one_thread()
     if serial:
         _bucket_count_serial(offs, uidx, bag_key, *params, bucket, counts)
     else:

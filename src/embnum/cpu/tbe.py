@@ -22,6 +22,7 @@ prepared lookups as one ``Lookups`` record; the optimizer step takes
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import NamedTuple
 
@@ -567,31 +568,55 @@ def _bag_of_position(offsets, n_bags, N):
     return bag
 
 
+@njit(cache=True)
 def _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offsets, B):
     """One row per physical table (features sharing a table merged), columns
     ``FIRST_FEATURE, START, END`` (its lookups' position range), ``ROWS, DIM,
     WEIGHTS_OFFSET, FIRST_ROW`` (its first linear row id), ``END_FEATURE`` (one past its
-    last feature: the features of a table are consecutive)."""
+    last feature: the features of a table are consecutive). Compiled (one call instead of
+    a Python loop over the features: issue 12 item 1)."""
     T = weights_offsets.shape[0]
-    out = []
+    out = np.empty((T, 8), dtype=np.int64)
+    n = 0
     for t in range(T):
         if t and hash_size_cumsum[t] == hash_size_cumsum[t - 1]:
-            out[-1][END] = int(offsets[(t + 1) * B])
-            out[-1][END_FEATURE] = t + 1
+            out[n - 1, END] = offsets[(t + 1) * B]
+            out[n - 1, END_FEATURE] = t + 1
             continue
-        out.append(
-            [
-                t,
-                int(offsets[t * B]),
-                int(offsets[(t + 1) * B]),
-                int(rows[t]),
-                int(D_offsets[t + 1] - D_offsets[t]),
-                int(weights_offsets[t]),
-                int(hash_size_cumsum[t]),
-                t + 1,
-            ]
-        )
-    return np.array(out, dtype=np.int64).reshape(-1, 8)
+        out[n, FIRST_FEATURE] = t
+        out[n, START] = offsets[t * B]
+        out[n, END] = offsets[(t + 1) * B]
+        out[n, ROWS] = rows[t]
+        out[n, DIM] = D_offsets[t + 1] - D_offsets[t]
+        out[n, WEIGHTS_OFFSET] = weights_offsets[t]
+        out[n, FIRST_ROW] = hash_size_cumsum[t]
+        out[n, END_FEATURE] = t + 1
+        n += 1
+    return out[:n].copy()
+
+
+_SERIAL = contextlib.nullcontext()
+
+
+def _one_or_all(kernel):
+    """``run(*args)``: ``kernel`` (a parallel Numba function whose ``prange`` iterations write
+    disjoint data), or on one thread (every small call) its serial twin
+    (``_common.serial_twin``: the same code, the same bits), which saves the ~2.6 us launch of a
+    parallel region per kernel."""
+    serial = _common.serial_twin(kernel)
+    one_thread = _common.one_thread
+
+    def run(*args):
+        return serial(*args) if one_thread() else kernel(*args)
+
+    return run
+
+
+def _tables_one_by_one():
+    """``parallel_chunksize(1)`` (tables handed out one by one: dynamic scheduling, so a thread
+    the OS deschedules does not hold up the others); on one thread (every small call) a no-op
+    context instead, since entering numba's costs ~4 us and changes nothing there."""
+    return _SERIAL if _common._GET_THREADS() == 1 else parallel_chunksize(1)
 
 
 @njit(cache=True, inline="always")
@@ -944,7 +969,7 @@ def _prepare(grad_output, lookup: dict, max_gradient=None) -> Lookups:
     return Lookups(
         indices=idx,
         offsets=offs,
-        bag=_bag_of_position(offs, offs.shape[0] - 1, idx.shape[0]),
+        bag=_BAG_OF_POSITION(offs, offs.shape[0] - 1, idx.shape[0]),
         B=int(a.B),
         doff=a.D_offsets,
         pooling=int(a.pooling),
@@ -958,10 +983,8 @@ def _prepare(grad_output, lookup: dict, max_gradient=None) -> Lookups:
 def _starts(lk):
     """Where each table's touched rows start (``row_start``, ``[n+1]``) and where their
     values start (``value_start``: rows times the table's dim, summed)."""
-    with parallel_chunksize(
-        1
-    ):  # tables handed out one by one (dynamic scheduling: a thread the OS deschedules does not hold up the others)
-        counts = _count_touched(lk.indices, lk.tables)
+    with _tables_one_by_one():
+        counts = _COUNT_TOUCHED(lk.indices, lk.tables)
     row_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=row_start[1:])
     value_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
@@ -972,9 +995,9 @@ def _starts(lk):
 @_one_thread_when_small
 def tbe_backward(grad_output, weights, out, **lookup):
     lk = _prepare(grad_output, lookup)
-    _zero(out)
-    with parallel_chunksize(1):
-        _dense_grad(lk, out)
+    _ZERO(out)
+    with _tables_one_by_one():
+        _DENSE_GRAD(lk, out)
 
 
 @njit(cache=True, parallel=True)
@@ -989,8 +1012,8 @@ def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     row_start, value_start = _starts(lk)
     lids = np.empty(int(row_start[-1]), dtype=np.int64)
     values = np.empty(int(value_start[-1]), dtype=np.float32)
-    with parallel_chunksize(1):
-        _sparse_grad(lk, row_start, value_start, lids, values)
+    with _tables_one_by_one():
+        _SPARSE_GRAD(lk, row_start, value_start, lids, values)
     value_offsets = np.zeros(lids.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.repeat(lk.tables[:, DIM], np.diff(row_start)), out=value_offsets[1:])
     out = TBESparseGrad(lids, values, value_offsets)
@@ -1021,7 +1044,7 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
     idx, offs = _checked(a.indices, a.offsets)
     w, lut = _weights(weights)
     g = np.ascontiguousarray(grad_output, dtype=np.float32)
-    _grad_psw(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, g, out)
+    _GRAD_PSW(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, g, out)
 
 
 @_one_thread_when_small
@@ -1034,7 +1057,7 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     m2 = _NO_F32 if momentum2 is None else momentum2
     if weights.dtype == np.float32:
         no_starts = np.zeros(lk.tables.shape[0] + 1, np.int64)
-        with parallel_chunksize(1):
+        with _tables_one_by_one():
             _FUSED_UPDATE[True](lk, weights, _NO_LUT, m1, m2, opt, no_starts, _NO_F32, _NO_I64)
         return
     # float16: new rows in float32, then one rounding to float16 by NumPy
@@ -1042,7 +1065,7 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     new = np.empty(int(value_start[-1]), dtype=np.float32)
     pos = np.empty(new.shape[0], dtype=np.int64)
     w, lut = _weights(weights)
-    with parallel_chunksize(1):
+    with _tables_one_by_one():
         _FUSED_UPDATE[False](lk, w, lut, m1, m2, opt, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)
@@ -1069,3 +1092,12 @@ def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, 
     a = LookupArgs(**lookup)
     layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)
     _tbe_rows.update_rows(np, _apply_rows, weights, layout, sparse, optimizer, momentum1, momentum2, step)
+
+
+# the backward kernels' serial twins for small calls (``_one_or_all``)
+_BAG_OF_POSITION = _one_or_all(_bag_of_position)
+_COUNT_TOUCHED = _one_or_all(_count_touched)
+_ZERO = _one_or_all(_zero)
+_DENSE_GRAD = _one_or_all(_dense_grad)
+_SPARSE_GRAD = _one_or_all(_sparse_grad)
+_GRAD_PSW = _one_or_all(_grad_psw)

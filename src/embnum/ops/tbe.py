@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _tbe_bounds as bounds
 from .. import _validate as v
+from .._cache import BoundedCache
 from .._compare import within
 from .._registry import Out, Plan, check, op
 from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
@@ -61,6 +62,38 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
     for name, a in (("D_offsets", D_offsets), ("hash_size_cumsum", hash_size_cumsum)):
         if a.shape[0] != T + 1:
             raise ValueError(f"{name} must have len(weights_offsets) + 1 = {T + 1} entries, got {a.shape[0]}")
+    key = None
+    if type(weights_offsets) is np.ndarray and type(D_offsets) is np.ndarray and type(hash_size_cumsum) is np.ndarray:
+        # The rules below read exactly these values: the three arrays (1-D, so their bytes and
+        # dtypes fix their contents and lengths) and len(weights). A cached result can never be
+        # stale: an array changed in place has other bytes. The cached arrays are read-only and
+        # each call gets copies (a device launch may write its host arguments back).
+        key = (
+            weights.shape[0],
+            weights_offsets.dtype.char,
+            weights_offsets.tobytes(),
+            D_offsets.dtype.char,
+            D_offsets.tobytes(),
+            hash_size_cumsum.dtype.char,
+            hash_size_cumsum.tobytes(),
+        )
+        found = _LAYOUTS.get(key)
+        if found is not None:
+            return found[0].copy(), found[1].copy(), found[2].copy(), found[3].copy()
+    found = _layout_rules(weights, weights_offsets, D_offsets, hash_size_cumsum, T)
+    if key is not None:
+        kept = tuple(a.copy() for a in found)
+        for a in kept:
+            a.flags.writeable = False
+        _LAYOUTS.put(key, kept)
+    return found
+
+
+_LAYOUTS = BoundedCache(64)  # layouts already validated -> (woff, doff, hcs, rows), read-only
+
+
+def _layout_rules(weights, weights_offsets, D_offsets, hash_size_cumsum, T):
+    """The layout's rules on host int64 copies; returns ``(woff, doff, hcs, rows)``."""
     woff, doff, hcs = _host(weights_offsets), _host(D_offsets), _host(hash_size_cumsum)
     compiled = v.compiled()
     if compiled is not None:  # every rule below in one compiled pass; the exact code names a failure

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import _tbe_bounds as tbe_bounds
 from .. import _validate as v
+from .._cache import BoundedCache
 from .._compare import within
 from .._registry import Out, Plan, check, op
 from .._tbe import NONE, POOLING_CODES
@@ -150,6 +151,67 @@ def _int_array(name, a, ndim=1):
     return v.index_array(name, a, ndim=ndim)
 
 
+_LAYOUTS = BoundedCache(64)  # validated layouts -> (D_offsets as a list, rows int64, layout int64), read-only
+
+
+def _layout_key(weights, weights_offsets, weights_tys, D_offsets, rows_per_table, row_alignment):
+    """The content of everything the layout's rules read (len(weights), the three index arrays
+    with their dtypes and shapes, the row types, the alignment), or None where it is not plain
+    NumPy arrays, exact ``str``/``int`` row types and an exact ``int`` alignment. A cached layout
+    can never be stale: an array changed in place has other bytes; ``True``/``1.0`` cannot equal
+    a validated ``1`` because only exact ``int``/``str`` items make a key."""
+    if type(D_offsets) is not np.ndarray or type(rows_per_table) is not np.ndarray or type(row_alignment) is not int:
+        return None
+    if type(weights_tys) is np.ndarray:
+        tys = (weights_tys.dtype.char, weights_tys.shape, weights_tys.tobytes())
+    elif type(weights_tys) in (list, tuple) and all(type(x) is str or type(x) is int for x in weights_tys):
+        tys = tuple(weights_tys)
+    else:
+        return None
+    return (
+        weights.shape[0],
+        weights_offsets.dtype.char,
+        weights_offsets.tobytes(),
+        tys,
+        D_offsets.dtype.char,
+        D_offsets.shape,
+        D_offsets.tobytes(),
+        rows_per_table.dtype.char,
+        rows_per_table.shape,
+        rows_per_table.tobytes(),
+        row_alignment,
+    )
+
+
+def _layout_rules(weights, weights_offsets, codes, D_offsets, rows_per_table, row_alignment, T):
+    """The rules of the tables (dims, row counts, the bytes each needs); returns ``(D_offsets as a
+    list, rows int64 [T], layout int64 [T, 5])``, the arrays read-only (they are cached)."""
+    Doffs, rows, woffs = (v.to_host(a).tolist() for a in (D_offsets, rows_per_table, weights_offsets))
+    if Doffs[0] != 0:
+        raise ValueError(f"D_offsets[0] must be 0, got {Doffs[0]}")
+    row_bytes = []
+    for t in range(T):
+        D = Doffs[t + 1] - Doffs[t]
+        if D < 1:
+            raise ValueError(f"feature {t} has D = D_offsets[{t + 1}] - D_offsets[{t}] = {D}, must be >= 1")
+        _check_dim(f"D_offsets[{t + 1}] - D_offsets[{t}] (feature {t})", codes[t], D)
+        if rows[t] < 1:
+            raise ValueError(f"rows_per_table[{t}] must be >= 1, got {rows[t]}")
+        R = _round_up(raw_row_bytes(codes[t], D), row_alignment)
+        if woffs[t] < 0 or woffs[t] + rows[t] * R > weights.shape[0]:
+            raise ValueError(
+                f"table of feature {t} (weights_offsets[{t}] = {woffs[t]}, {rows[t]} rows of {R} bytes) "
+                f"does not fit the {weights.shape[0]} bytes of weights"
+            )
+        row_bytes.append(R)
+    layout = np.array(
+        [[woffs[t], codes[t], Doffs[t], Doffs[t + 1] - Doffs[t], row_bytes[t]] for t in range(T)], np.int64
+    )
+    rows = np.asarray(rows, np.int64)
+    rows.flags.writeable = layout.flags.writeable = False
+    return Doffs, rows, layout
+
+
 @op("tbe_quantized")
 def tbe_forward_quantized(
     weights,
@@ -198,37 +260,30 @@ def tbe_forward_quantized(
     T = int(weights_offsets.shape[0])
     if T < 1:
         raise ValueError("weights_offsets must have at least 1 entry (one per feature), got 0")
-    codes = _type_codes(weights_tys, T)
-    _int_array("D_offsets", D_offsets)
-    _int_array("rows_per_table", rows_per_table)
-    _int_array("indices", indices)
-    _int_array("offsets", offsets)
-    if D_offsets.shape[0] != T + 1:
-        raise ValueError(f"D_offsets must have T + 1 = {T + 1} entries, got {D_offsets.shape[0]}")
-    if rows_per_table.shape[0] != T:
-        raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
-    row_alignment = v.positive("row_alignment", row_alignment)
+    key = _layout_key(weights, weights_offsets, weights_tys, D_offsets, rows_per_table, row_alignment)
+    found = _LAYOUTS.get(key) if key is not None else None
+    if found is None:  # the layout's rules, in order (indices and offsets are index-checked among them)
+        codes = _type_codes(weights_tys, T)
+        _int_array("D_offsets", D_offsets)
+        _int_array("rows_per_table", rows_per_table)
+        _int_array("indices", indices)
+        _int_array("offsets", offsets)
+        if D_offsets.shape[0] != T + 1:
+            raise ValueError(f"D_offsets must have T + 1 = {T + 1} entries, got {D_offsets.shape[0]}")
+        if rows_per_table.shape[0] != T:
+            raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
+        row_alignment = v.positive("row_alignment", row_alignment)
+    else:
+        _int_array("indices", indices)
+        _int_array("offsets", offsets)
     pooling = v.choice("pooling_mode", pooling_mode, POOLING_CODES)
     bounds = tbe_bounds.bounds_mode(bounds_check_mode)
     out_dtype = v.output_dtype(output_dtype)
-    Doffs, rows, woffs = (v.to_host(a).tolist() for a in (D_offsets, rows_per_table, weights_offsets))
-    if Doffs[0] != 0:
-        raise ValueError(f"D_offsets[0] must be 0, got {Doffs[0]}")
-    row_bytes = []
-    for t in range(T):
-        D = Doffs[t + 1] - Doffs[t]
-        if D < 1:
-            raise ValueError(f"feature {t} has D = D_offsets[{t + 1}] - D_offsets[{t}] = {D}, must be >= 1")
-        _check_dim(f"D_offsets[{t + 1}] - D_offsets[{t}] (feature {t})", codes[t], D)
-        if rows[t] < 1:
-            raise ValueError(f"rows_per_table[{t}] must be >= 1, got {rows[t]}")
-        R = _round_up(raw_row_bytes(codes[t], D), row_alignment)
-        if woffs[t] < 0 or woffs[t] + rows[t] * R > weights.shape[0]:
-            raise ValueError(
-                f"table of feature {t} (weights_offsets[{t}] = {woffs[t]}, {rows[t]} rows of {R} bytes) "
-                f"does not fit the {weights.shape[0]} bytes of weights"
-            )
-        row_bytes.append(R)
+    if found is None:
+        found = _layout_rules(weights, weights_offsets, codes, D_offsets, rows_per_table, row_alignment, T)
+        if key is not None:
+            _LAYOUTS.put(key, found)
+    Doffs, rows, layout = found
     n_offsets = int(offsets.shape[0])
     if n_offsets < 1 or (n_offsets - 1) % T:
         raise ValueError(f"offsets must have T * B + 1 entries for T = {T}, got {n_offsets}")
@@ -249,15 +304,12 @@ def tbe_forward_quantized(
         shape = (N, dims.pop())
     else:
         shape = (B, Doffs[T])
-    idx, offs = tbe_bounds.check(indices, offsets, B, np.asarray(rows, np.int64), bounds, pruned_ok=True)
+    idx, offs = tbe_bounds.check(indices, offsets, B, rows, bounds, pruned_ok=True)
     xp = v.xp_of(weights)
-    layout = np.array(
-        [[woffs[t], codes[t], Doffs[t], Doffs[t + 1] - Doffs[t], row_bytes[t]] for t in range(T)], np.int64
-    )
     return Plan(
         dict(
             weights=weights,
-            layout=layout if xp is np else xp.asarray(layout),
+            layout=layout.copy() if xp is np else xp.asarray(layout),
             indices=idx,
             offsets=offs,
             B=B,
