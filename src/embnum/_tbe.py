@@ -205,7 +205,15 @@ class TBEOptimizer:
             )
 
     def float32(self) -> dict:
-        """Every hyper-parameter rounded to float32 (as fbgemm's C floats)."""
+        """Every hyper-parameter rounded to float32 (as fbgemm's C floats): a new dict each call,
+        of values computed once per optimizer (it is frozen, so they cannot go stale)."""
+        found = self.__dict__.get("_float32")
+        if found is None:
+            found = self._round_to_float32()
+            object.__setattr__(self, "_float32", found)
+        return dict(found)
+
+    def _round_to_float32(self) -> dict:
         f = np.float32
         return dict(
             lr=f(self.learning_rate),

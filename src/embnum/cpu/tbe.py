@@ -595,6 +595,20 @@ def _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offsets, B):
 _SERIAL = contextlib.nullcontext()
 
 
+def _one_or_all(kernel):
+    """``run(*args)``: ``kernel`` (a parallel Numba function whose ``prange`` iterations write
+    disjoint data), or on one thread (every small call) its serial twin
+    (``_common.serial_twin``: the same code, the same bits), which saves the ~2.6 us launch of a
+    parallel region per kernel."""
+    serial = _common.serial_twin(kernel)
+    one_thread = _common.one_thread
+
+    def run(*args):
+        return serial(*args) if one_thread() else kernel(*args)
+
+    return run
+
+
 def _tables_one_by_one():
     """``parallel_chunksize(1)`` (tables handed out one by one: dynamic scheduling, so a thread
     the OS deschedules does not hold up the others); on one thread (every small call) a no-op
@@ -952,7 +966,7 @@ def _prepare(grad_output, lookup: dict, max_gradient=None) -> Lookups:
     return Lookups(
         indices=idx,
         offsets=offs,
-        bag=_bag_of_position(offs, offs.shape[0] - 1, idx.shape[0]),
+        bag=_BAG_OF_POSITION(offs, offs.shape[0] - 1, idx.shape[0]),
         B=int(a.B),
         doff=a.D_offsets,
         pooling=int(a.pooling),
@@ -967,7 +981,7 @@ def _starts(lk):
     """Where each table's touched rows start (``row_start``, ``[n+1]``) and where their
     values start (``value_start``: rows times the table's dim, summed)."""
     with _tables_one_by_one():
-        counts = _count_touched(lk.indices, lk.tables)
+        counts = _COUNT_TOUCHED(lk.indices, lk.tables)
     row_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=row_start[1:])
     value_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
@@ -978,9 +992,9 @@ def _starts(lk):
 @_one_thread_when_small
 def tbe_backward(grad_output, weights, out, **lookup):
     lk = _prepare(grad_output, lookup)
-    _zero(out)
+    _ZERO(out)
     with _tables_one_by_one():
-        _dense_grad(lk, out)
+        _DENSE_GRAD(lk, out)
 
 
 @njit(cache=True, parallel=True)
@@ -996,7 +1010,7 @@ def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     lids = np.empty(int(row_start[-1]), dtype=np.int64)
     values = np.empty(int(value_start[-1]), dtype=np.float32)
     with _tables_one_by_one():
-        _sparse_grad(lk, row_start, value_start, lids, values)
+        _SPARSE_GRAD(lk, row_start, value_start, lids, values)
     value_offsets = np.zeros(lids.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.repeat(lk.tables[:, DIM], np.diff(row_start)), out=value_offsets[1:])
     out = TBESparseGrad(lids, values, value_offsets)
@@ -1027,7 +1041,7 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
     idx, offs = _checked(a.indices, a.offsets)
     w, lut = _weights(weights)
     g = np.ascontiguousarray(grad_output, dtype=np.float32)
-    _grad_psw(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, g, out)
+    _GRAD_PSW(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, g, out)
 
 
 @_one_thread_when_small
@@ -1075,3 +1089,12 @@ def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, 
     a = LookupArgs(**lookup)
     layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)
     _tbe_rows.update_rows(np, _apply_rows, weights, layout, sparse, optimizer, momentum1, momentum2, step)
+
+
+# the backward kernels' serial twins for small calls (``_one_or_all``)
+_BAG_OF_POSITION = _one_or_all(_bag_of_position)
+_COUNT_TOUCHED = _one_or_all(_count_touched)
+_ZERO = _one_or_all(_zero)
+_DENSE_GRAD = _one_or_all(_dense_grad)
+_SPARSE_GRAD = _one_or_all(_sparse_grad)
+_GRAD_PSW = _one_or_all(_grad_psw)
