@@ -178,6 +178,21 @@ def _prefetch_row_far(w, base, n):
         _prefetch_far(w, ub + np.uint64(c))
 
 
+@njit(cache=True, inline="always")
+def _prefetch_whole_row(w, base, n):
+    """``_prefetch_row`` and the line holding ``w[base + n - 1]`` (a row that starts inside a line
+    ends in one more line; see ``_prefetch_lines``)."""
+    _prefetch_row(w, base, n)
+    _prefetch(w, np.uint64(base + n - 1))
+
+
+@njit(cache=True, inline="always")
+def _prefetch_whole_row_far(w, base, n):
+    """``_prefetch_row_far`` and the line holding ``w[base + n - 1]``."""
+    _prefetch_row_far(w, base, n)
+    _prefetch_far(w, np.uint64(base + n - 1))
+
+
 def _weights(weights):
     w = np.ascontiguousarray(weights)
     return (w.view(np.uint16), half_table()) if w.dtype == np.float16 else (w, _NO_LUT)
@@ -408,9 +423,9 @@ def _pool_bag_scalar(w, lut, indices, s, e, pend, w0, D, psw, has_psw, acc, flat
         acc[d] = 0.0
     for p in range(s, e):
         if p + PREFETCH_FAR < pend:
-            _prefetch_row_far(w, w0 + np.int64(indices[p + PREFETCH_FAR]) * D, D)
+            _prefetch_whole_row_far(w, w0 + np.int64(indices[p + PREFETCH_FAR]) * D, D)
         if p + PREFETCH_DISTANCE < pend:
-            _prefetch_row(w, w0 + np.int64(indices[p + PREFETCH_DISTANCE]) * D, D)
+            _prefetch_whole_row(w, w0 + np.int64(indices[p + PREFETCH_DISTANCE]) * D, D)
         if has_psw:
             _add_scaled_row(acc, w, lut, w0 + np.int64(indices[p]) * D, D, psw[p])
         else:
@@ -451,9 +466,9 @@ def _make_forward_pooled(DC, vector=True, columns=POOL_COLUMNS, far=PREFETCH_FAR
             ps = offsets[t * B + b0]
             pend = offsets[t * B + b1]
             for q in range(ps, min(ps + far, pend)):
-                _prefetch_row_far(w, w0 + np.int64(indices[q]) * D, D)
+                _prefetch_whole_row_far(w, w0 + np.int64(indices[q]) * D, D)
             for q in range(ps, min(ps + near, pend)):
-                _prefetch_row(w, w0 + np.int64(indices[q]) * D, D)
+                _prefetch_whole_row(w, w0 + np.int64(indices[q]) * D, D)
             for b in range(b0, b1):
                 s = offsets[t * B + b]
                 e = offsets[t * B + b + 1]
