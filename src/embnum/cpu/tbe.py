@@ -327,14 +327,14 @@ def _pool_bag8(typingctx, w, indices, s, e, pend, w0, D, columns, far, near, psw
     prefetch distances.
 
     The accumulators are 8-lane vectors held in registers over the bag's rows, ``columns`` columns
-    per pass (see ``POOL_COLUMNS``), and written once; every element is the same chain of float32 operations, in
-    the same order, as the scalar ``_pool_bag_scalar`` (``0 + r_0 + r_1 ...``, or ``... + c_p * r_p``
-    with a separate multiply, no fused multiply-add), so the results are bit for bit the same (one
-    exception: where two NaNs of different payloads meet in a bag, the result is a NaN in both, but
-    which payload survives follows the operand order LLVM picks for each add, which neither kernel
-    pins, nor does the reference). The
-    first pass prefetches rows ``far`` lookups ahead towards the L2 and ``near`` ahead into the L1, as
-    the scalar loop does (``pend``: the job's end). ``stream``: write ``flat`` with non-temporal
+    per pass (see ``POOL_COLUMNS``), and written once; every element is the same chain of float32
+    operations, in the same order, as in ``_pool_bag_scalar`` (``0 + r_0 + r_1 ...``, or
+    ``... + c_p * r_p`` with a separate multiply, no fused multiply-add), so the results are bit for
+    bit the same (one exception: where two NaNs of different payloads meet in a bag, the result is a
+    NaN in both, but which payload survives follows the operand order LLVM picks for each add, which
+    neither kernel pins, nor does the reference). The first pass prefetches rows ``far`` lookups
+    ahead towards the L2 and ``near`` ahead into the L1, as the element loop does (``pend``: the
+    job's end). ``stream``: write ``flat`` with non-temporal
     stores (see ``STREAM_BYTES``; 32- or 16-byte ones as ``flat + o`` is aligned, else plain stores);
     the caller then orders them (``_store_fence``) before anything reads ``flat``."""
     if not all(isinstance(x, types.IntegerLiteral) for x in (D, columns, far, near)):
