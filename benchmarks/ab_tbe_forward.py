@@ -12,8 +12,10 @@ declaration, no checks), so the columns differ only in the kernel. Each contende
 untimed before each block (``_bench.interleaved(warm=True)``). Both element and 8-lane kernels
 prefetch each row's last line (this session's fix), so the element column is not the previous
 session's kernel exactly. ``--cpu-time``: time the 1-thread rows with ``time.thread_time`` (leaves
-out time the thread waited for a core on a loaded machine). Results are checked equal first (NaN
-payloads aside: the weights here hold no NaN, so bit for bit).
+out time the thread waited for a core on a loaded machine). ``--align64``: the weights copied to a
+64-byte boundary, as torch allocates (NumPy's large arrays start 16 bytes past one, so each row
+reaches into one more cache line). Results are checked equal first (the weights here hold no NaN,
+so bit for bit).
 """
 
 from __future__ import annotations
@@ -59,10 +61,14 @@ def main(argv=None):
     p.add_argument("--dtypes", nargs="+", default=["float16", "float32"], choices=["float32", "float16"])
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--cpu-time", action="store_true")
+    p.add_argument("--align64", action="store_true", help="weights on a 64-byte boundary (NumPy's: 16 past one)")
     a = p.parse_args(argv)
 
     def body():
-        print(f"- T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}, uniform int64 ids, SUM, float32 output")
+        where = "64-byte aligned" if a.align64 else "as NumPy allocates them"
+        print(
+            f"- T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}, uniform int64 ids, SUM, float32 output, weights {where}"
+        )
         rows = []
         for dtype in a.dtypes:
             fns = contenders(a, dtype)

@@ -28,6 +28,10 @@ output lines the previous one left):
   the forward, output written, gradient read, ids read, every touched row and its
   accumulator read and written), i.e. a copy of half that many bytes.
 
+``--align64``: embnum's (and the torch loop's) weights copied to a 64-byte boundary, as torch allocates
+and as fbgemm's module holds its own; NumPy's large arrays start 16 bytes past one, so each row reaches
+into one more cache line than it covers (a 512-byte row spans 9 lines, a 256-byte one 5).
+
 Ratios: ``embnum / copy`` (target <= 1.15 for the forward), ``embnum / gather`` and ``peer / embnum`` (> 1: embnum
 is faster; medians, minima in parentheses). Prints the load average before and after; the table is ready for RESULTS.md.
 """
@@ -50,9 +54,20 @@ from embnum.examples.tbe import make_batch  # noqa: E402
 LR = 0.01
 
 
+def aligned_copy(x, align=64):
+    """``x`` copied into a buffer that starts on an ``align``-byte boundary (as torch allocates)."""
+    buf = np.empty(x.nbytes + align, np.uint8)
+    first = -buf.ctypes.data % align
+    out = buf[first : first + x.nbytes].view(x.dtype).reshape(x.shape)
+    out[...] = x
+    return out
+
+
 def batch(a, dtype):
     rng = np.random.default_rng(0)
     b = make_batch(rng, a.T, a.rows, a.D, a.B, a.L, dtype=dtype)
+    if getattr(a, "align64", False):
+        b["weights"] = aligned_copy(b["weights"])
     b["indices"] = rng.integers(0, a.rows, b["indices"].shape[0])  # uniform ids (make_batch skews them)
     b["grad"] = rng.standard_normal((a.B, a.T * a.D), dtype=np.float32) * np.float32(0.01)
     return b
@@ -201,13 +216,15 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--no-torch", action="store_true", help="leave out the torch embedding_bag loop")
     p.add_argument("--no-step", action="store_true", help="time the forward only")
+    p.add_argument("--align64", action="store_true", help="weights on a 64-byte boundary (NumPy's: 16 past one)")
     a = p.parse_args(argv)
     torch = _bench.optional_torch()
     if torch is None:
         sys.exit("needs torch (the peers' column)")
 
     def body():
-        print(f"- T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}, uniform int64 ids")
+        where = "64-byte aligned" if a.align64 else "as NumPy allocates them (16 bytes past a line)"
+        print(f"- T={a.T} rows={a.rows} D={a.D} B={a.B} L~{a.L}, uniform int64 ids, weights {where}")
         rows = []
         for dtype in a.dtypes:
             b = batch(a, np.dtype(dtype))
