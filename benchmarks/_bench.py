@@ -38,7 +38,9 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def interleaved(contenders: dict, *, rounds: int = 15, block_s: float = 0.002, timer=time.perf_counter, threads=None):
+def interleaved(
+    contenders: dict, *, rounds: int = 15, block_s: float = 0.002, timer=time.perf_counter, threads=None, warm=False
+):
     """Time every contender in turn, round after round, so that a burst of load from the
     neighbours hits all of them alike; returns ``{name: torch.utils.benchmark.Measurement}``
     (``.median``, ``.iqr`` over the ``rounds`` blocks, per call).
@@ -50,7 +52,10 @@ def interleaved(contenders: dict, *, rounds: int = 15, block_s: float = 0.002, t
     calls the contender enough times to last about ``block_s``. ``timer``:
     ``time.perf_counter`` (wall) or ``time.thread_time`` (this thread's CPU time: on a
     loaded machine it leaves out the time the thread waited for a core). ``threads``:
-    torch's thread count during the timing (the Timer's default is 1)."""
+    torch's thread count during the timing (the Timer's default is 1). ``warm``: call each contender
+    once, untimed, before each of its blocks, so that its first timed call does not pay for what the
+    previous contender left behind (e.g. ~27 MB of dirty output lines written back during the next
+    call's misses: a kernel timed after a read-only one looked several ms faster than after a writer)."""
     from torch.utils import benchmark
 
     n_threads = threads or optional_torch().get_num_threads()
@@ -70,6 +75,8 @@ def interleaved(contenders: dict, *, rounds: int = 15, block_s: float = 0.002, t
     blocks = {k: [] for k in contenders}
     for _ in range(rounds):
         for k, t in timers.items():
+            if warm:
+                contenders[k]()
             blocks[k].append(t.timeit(numbers[k]))
     return {k: benchmark.Measurement.merge(ms)[0] for k, ms in blocks.items()}
 

@@ -7,17 +7,19 @@
 The issue-12 case: T=26 tables of 100,000 rows, D=128, B=2048, bag lengths Poisson(20),
 int64 ids drawn uniformly (every lookup a cache miss, as in a large model). For each weight
 dtype and thread count (Numba's and torch's set alike), the contenders run interleaved block
-by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over the rounds):
+by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over the rounds;
+the forward's contenders each run once untimed before each block, so none pays for the dirty
+output lines the previous one left):
 
 * forward (SUM pooling, float32 output): ``embnum.tbe_forward``; fbgemm's
   ``SplitTableBatchedEmbeddingBagsCodegen`` under ``no_grad`` (FP16 weights for float16);
   ``torch.nn.functional.embedding_bag`` per table, concatenated; ``floor``: a copy of the
   rows the forward must read (``N x D x itemsize`` bytes read and as many written);
   ``gather floor``: the same rows read in the forward's order and nothing written or summed
-  (each row xor-folded into a per-job block, every cache line prefetched in the forward's two
-  stages, the same jobs on the same threads): what this machine's memory gives a
-  random-row read, which a contiguous copy (served by the hardware's stream prefetchers)
-  does not show.
+  (one element of every cache line of every row xor-folded into one per-job value, every line
+  prefetched in the forward's two stages, the same jobs on the same threads): what this
+  machine's memory gives a random-row read, which a contiguous copy (served by the hardware's
+  stream prefetchers) does not show.
 * training step (float32 weights only): forward + exact row-wise Adagrad.
   embnum: ``tbe_forward`` then ``tbe_backward_update``; fbgemm: ``module(indices,
   offsets).backward(grad)`` (EXACT_ROWWISE_ADAGRAD, fused); torch: the per-table loop with
@@ -42,7 +44,7 @@ from numba import njit, prange
 sys.path.insert(0, str(Path(__file__).parent))
 import _bench  # noqa: E402
 import embnum  # noqa: E402
-from embnum.cpu.tbe import PREFETCH_DISTANCE, PREFETCH_FAR, _prefetch_row, _prefetch_row_far  # noqa: E402
+from embnum.cpu.tbe import PREFETCH_DISTANCE, PREFETCH_FAR, _per_line, _prefetch_row, _prefetch_row_far  # noqa: E402
 from embnum.examples.tbe import make_batch  # noqa: E402
 
 LR = 0.01
@@ -74,12 +76,13 @@ def torch_tables(torch, a, b, dtype):
 @njit(parallel=True, nogil=True, cache=True)
 def _read_rows(w, woff, D, idx, starts, tables, sink):
     """Job ``j`` reads the rows ``w[woff[t] + idx[p] * D :][:D]`` of table ``t = tables[j]`` for
-    ``p`` in ``starts[j]:starts[j + 1]`` (prefetched as the forward does) and xor-folds them into
-    ``sink[j]`` (``w``: the weights' bits as unsigned integers; ``sink``: ``[jobs, D]``)."""
+    ``p`` in ``starts[j]:starts[j + 1]`` (prefetched as the forward does) and xor-folds one element of
+    each of their cache lines into ``sink[j, 0]`` (``w``: the weights' bits as unsigned integers;
+    ``sink``: ``[jobs, D]``): the least work that brings every line of every row to the core."""
     for j in prange(tables.shape[0]):
         w0 = woff[tables[j]]
         p0, p1 = starts[j], starts[j + 1]
-        acc = np.zeros(D, dtype=w.dtype)
+        acc = w[0] ^ w[0]
         for q in range(p0, min(p0 + PREFETCH_FAR, p1)):
             _prefetch_row_far(w, w0 + np.int64(idx[q]) * D, D)
         for q in range(p0, min(p0 + PREFETCH_DISTANCE, p1)):
@@ -90,9 +93,9 @@ def _read_rows(w, woff, D, idx, starts, tables, sink):
             if p + PREFETCH_DISTANCE < p1:
                 _prefetch_row(w, w0 + np.int64(idx[p + PREFETCH_DISTANCE]) * D, D)
             base = np.uint64(w0 + np.int64(idx[p]) * D)
-            for d in range(D):
-                acc[d] ^= w[base + np.uint64(d)]
-        sink[j] = acc
+            for d in range(0, D, _per_line(w)):
+                acc ^= w[base + np.uint64(d)]
+        sink[j, 0] = acc
 
 
 def gather_floor(a, b):
@@ -182,10 +185,10 @@ def step_contenders(torch, a, b):
     return fns
 
 
-def timed(what, dtype, n, fns, rounds):
+def timed(what, dtype, n, fns, rounds, warm=False):
     _bench.set_threads(n)
     row = {"what": what, "weights": dtype, "threads": n}
-    ms = _bench.interleaved(fns, rounds=rounds, threads=n)
+    ms = _bench.interleaved(fns, rounds=rounds, threads=n, warm=warm)
     row.update({k: _bench.fmt_ms_iqr(m) for k, m in ms.items()})
     _bench.ratio_cells(row, ms, "embnum cpu", floors=("copy floor", "gather floor"))
     print(f"  {what} {dtype} {n} thread(s): done", file=sys.stderr, flush=True)
@@ -209,7 +212,7 @@ def main(argv=None):
         for dtype in a.dtypes:
             b = batch(a, np.dtype(dtype))
             fns = forward_contenders(torch, a, b, dtype == "float16")
-            rows += [timed("forward", dtype, n, fns, a.rounds) for n in a.threads]
+            rows += [timed("forward", dtype, n, fns, a.rounds, warm=True) for n in a.threads]
             del fns
             if dtype == "float32" and not a.no_step:
                 fns = step_contenders(torch, a, b)

@@ -130,6 +130,12 @@ SERIAL_BYTES_OF: dict[str, int] = {
     "float_to_fp16": 147456,
     "float_to_bfloat16": 3665920,
     "permute_multi_embedding": 5262336,
+    # keyed_tensor: small calls take serial kernels (no switch needed); larger ones apply the
+    # default rule (SERIAL_BYTES) themselves, in cpu/keyed_tensor.py
+    "permute_pooled_embs": 0,
+    "permute_multi_embedding_backward": 0,
+    "regroup_keyed_tensor": 0,
+    "kt_regroup_arguments": 0,  # host Python only
 }
 SERIAL_OVERRIDE: int | None = None
 

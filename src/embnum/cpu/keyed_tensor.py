@@ -23,6 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import _permute_plan as plan
+from . import _common
 from ._common import float_to_half_bits, half_bits_to_float
 
 ROWS_PER_TASK = 32  # batch rows per parallel task
@@ -83,9 +84,19 @@ def _copy(segs, B):
                     _memcpy(dst + b * ds, src + b * ss, nb)
 
 
-def _run_copy(segs, B):
+def _run_copy(segs, B, nbytes):
+    """The parallel copy, on one thread below the registry's default threshold (``nbytes``: the
+    bytes read and written): these ops are at 0 in ``SERIAL_BYTES_OF`` because their small calls
+    take the serial kernels, which need no thread switch; the rest keep the registry's rule here."""
     if B and segs.shape[0]:
-        _copy(segs, B)
+        _parallel_when_big(_copy, nbytes, segs, B)
+
+
+def _parallel_when_big(kernel, nbytes, *args):
+    limit = _common.SERIAL_OVERRIDE
+    if nbytes < (_common.SERIAL_BYTES if limit is None else limit):
+        return _common.on_one_thread(kernel, *args)
+    return kernel(*args)
 
 
 # -- small calls: no addresses, no plan arrays per call, one thread ---------------------
@@ -95,6 +106,10 @@ def _run_copy(segs, B):
 # kernels take the arrays themselves (a tuple of C-contiguous arrays of one type: one
 # Numba argument, ~0.1 us per array) and the cached indexed plan, and run serially.
 SMALL_BYTES = 1 << 16
+
+
+def _bytes(arrays) -> int:
+    return sum(a.nbytes for a in arrays)
 
 
 def _small(arrays) -> bool:
@@ -151,7 +166,9 @@ def _forward(inputs, permutes, out):
     keep = []  # strided inputs' contiguous copies live here until the kernel is done
     rows = plan.host_rows(permutes)
     _run_copy(
-        plan.copy_segments(plan.forward_indexed(rows, [o.shape[1] for o in out]), inputs, out, keep), inputs[0].shape[0]
+        plan.copy_segments(plan.forward_indexed(rows, [o.shape[1] for o in out]), inputs, out, keep),
+        inputs[0].shape[0],
+        _bytes(inputs) + _bytes(out),
     )
 
 
@@ -166,7 +183,7 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
         return
     segs = plan.pooled_indexed(offset_dim_list, permute_list, inv_offset_dim_list, out.shape[1])
     keep = []
-    _run_copy(plan.copy_segments(segs, [pooled_embs], [out], keep), pooled_embs.shape[0])
+    _run_copy(plan.copy_segments(segs, [pooled_embs], [out], keep), pooled_embs.shape[0], 2 * pooled_embs.nbytes)
 
 
 def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_lengths, out):
@@ -184,6 +201,7 @@ def regroup_keyed_tensor(pooled_embs, keys, lengths, groups, out):
     _run_copy(
         plan.copy_segments(plan.forward_indexed(rows, [o.shape[1] for o in out]), pooled_embs, out, keep),
         pooled_embs[0].shape[0],
+        _bytes(pooled_embs) + _bytes(out),
     )
 
 
@@ -277,7 +295,8 @@ def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shap
     if B == 0 or slots.shape[0] == 0:
         return
     dtype = out[0].dtype
+    n = _bytes(grad_outputs) + _bytes(out)
     if dtype == np.float16:
-        _accumulate_half(slots, srcs, B, np.zeros(1, np.uint16))
+        _parallel_when_big(_accumulate_half, n, slots, srcs, B, np.zeros(1, np.uint16))
     else:
-        _accumulate(slots, srcs, B, np.zeros(1, dtype))
+        _parallel_when_big(_accumulate, n, slots, srcs, B, np.zeros(1, dtype))

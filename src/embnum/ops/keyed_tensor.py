@@ -279,14 +279,25 @@ def _keys_key(keys, lengths, groups):
 
 def regroup_keys(keys, lengths, groups):
     """Validate ``keys``/``lengths``/``groups``; return them normalised (lists of lists, ints)."""
+    return _regrouping(keys, lengths, groups)[:3]
+
+
+def _regrouping(keys, lengths, groups):
+    """:func:`regroup_keys` plus the widths it implies: ``(keys, lengths, groups, in_widths,
+    out_widths)`` (``in_widths[i] = sum(lengths[i])``, ``out_widths[j]`` the width of group
+    ``j``), from :data:`_KEYS_OK` when these key lists were validated before."""
     key = _keys_key(keys, lengths, groups) if type(keys) in (list, tuple) else None
     found = _KEYS_OK.get(key) if key is not None else None
     if found is not None:
-        return [list(k) for k in found[0]], [list(n) for n in found[1]], [list(g) for g in found[2]]
+        k, n, g, ins, outs = found
+        return [list(x) for x in k], [list(x) for x in n], [list(x) for x in g], ins, outs
     keys, norm, groups = _regroup_keys(keys, lengths, groups)
+    width = {k: n for ks, ls in zip(keys, norm) for k, n in zip(ks, ls)}
+    ins = tuple(sum(ls) for ls in norm)
+    outs = tuple(sum(width[k] for k in g) for g in groups)
     if key is not None:
-        _KEYS_OK.put(key, (tuple(map(tuple, keys)), tuple(map(tuple, norm)), tuple(map(tuple, groups))))
-    return keys, norm, groups
+        _KEYS_OK.put(key, (tuple(map(tuple, keys)), tuple(map(tuple, norm)), tuple(map(tuple, groups)), ins, outs))
+    return keys, norm, groups, ins, outs
 
 
 def _regroup_keys(keys, lengths, groups):
@@ -482,16 +493,15 @@ def regroup_keyed_tensor(pooled_embs, keys, lengths, groups):
            [5.]])]
     """
     pooled_embs, B, dtype = _float_list("pooled_embs", pooled_embs)
-    keys, lengths, groups = regroup_keys(keys, lengths, groups)
+    keys, lengths, groups, in_widths, out_widths = _regrouping(keys, lengths, groups)
     if len(pooled_embs) != len(keys):
         raise ValueError(f"pooled_embs must hold len(keys) = {len(keys)} arrays, got {len(pooled_embs)}")
-    for i, (a, ls) in enumerate(zip(pooled_embs, lengths)):
-        if a.shape[1] != sum(ls):
-            raise ValueError(f"pooled_embs[{i}] has {a.shape[1]} columns but sum(lengths[{i}]) = {sum(ls)}")
-    width = {k: n for ks, ls in zip(keys, lengths) for k, n in zip(ks, ls)}
+    for i, (a, w) in enumerate(zip(pooled_embs, in_widths)):
+        if a.shape[1] != w:
+            raise ValueError(f"pooled_embs[{i}] has {a.shape[1]} columns but sum(lengths[{i}]) = {w}")
     return Plan(
         dict(pooled_embs=pooled_embs, keys=keys, lengths=lengths, groups=groups),
-        [Out((B, sum(width[k] for k in g)), dtype) for g in groups],
+        [Out((B, w), dtype) for w in out_widths],
     )
 
 
