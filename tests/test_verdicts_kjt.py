@@ -55,6 +55,11 @@ def _cast(dtype, a):
     return a
 
 
+def _ints(draw, n, top=3):
+    """``n`` drawn int64 entries in ``[0, top]``."""
+    return np.array(draw(st.lists(st.integers(0, top), min_size=n, max_size=n)), np.int64)
+
+
 def _break(draw, arrays):
     """Maybe replace one entry of one of ``arrays`` (a list of int64 arrays) by a hostile value,
     or drop/append an entry."""
@@ -79,7 +84,7 @@ def test_permute_verdicts_match_the_exact_rules(data, two_d, weighted):
     dt = draw(INDEX)
     T = draw(st.integers(0, 4))
     B = draw(st.integers(1, 3))
-    lengths = np.array(draw(st.lists(st.integers(0, 3), min_size=T * B, max_size=T * B)), np.int64)
+    lengths = _ints(draw, T * B)
     lengths = lengths.reshape(T, B) if two_d else lengths
     permute = np.array(draw(st.lists(st.integers(0, max(T * (1 if two_d else B) - 1, 0)), max_size=5)), np.int64)
     if T == 0:
@@ -100,7 +105,7 @@ def test_index_select_verdict_matches_the_exact_rules(data, weighted):
     dt = draw(INDEX)
     T = draw(st.integers(0, 3))
     B = draw(st.integers(1, 3))
-    lengths = np.array(draw(st.lists(st.integers(0, 3), min_size=T * B, max_size=T * B)), np.int64)
+    lengths = _ints(draw, T * B)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     indices = np.array(draw(st.lists(st.integers(0, B - 1), max_size=4)), np.int64)
     lengths, offsets, indices = _break(draw, [lengths, offsets, indices])
@@ -147,8 +152,8 @@ def test_bucketize_verdict_matches_the_exact_rules(data, weighted):
     dt = draw(INDEX)
     T = draw(st.integers(0, 3))
     B = draw(st.integers(0, 3))
-    lengths = np.array(draw(st.lists(st.integers(0, 3), min_size=T * B, max_size=T * B)), np.int64)
-    block_sizes = np.array(draw(st.lists(st.integers(0, 6), min_size=T, max_size=T)), np.int64)
+    lengths = _ints(draw, T * B)
+    block_sizes = _ints(draw, T, 6)
     lengths, block_sizes = _break(draw, [lengths, block_sizes])
     N = int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
     indices = np.arange(max(N, 0), dtype=draw(INDEX))

@@ -260,33 +260,31 @@ def permute_totals_2d(permute, lengths, limit):
         N = _bounded_add(N, row, limit)  # -1 when row is -1
         if N < 0:
             return np.int64(-1), np.int64(-1)
-    M = np.int64(0)
-    for i in range(permute.shape[0]):
-        p = np.int64(permute[i])
-        if p < 0 or p >= T:
-            return np.int64(-1), np.int64(-1)
-        M = _bounded_add(M, sizes[p], limit)
-        if M < 0:
-            return np.int64(-1), np.int64(-1)
-    return N, M
+    M = _selected_total(permute, sizes, limit)
+    return (N, M) if M >= 0 else (np.int64(-1), np.int64(-1))
 
 
 @_jit
 def permute_totals_1d(permute, lengths, limit):
     """:func:`permute_totals_2d` for a flat list of segments (``lengths`` 1-D ``[S]``)."""
-    S = lengths.shape[0]
     N = _row_total(lengths, limit)
-    if N < 0:
-        return np.int64(-1), np.int64(-1)
+    M = _selected_total(permute, lengths, limit) if N >= 0 else np.int64(-1)
+    return (N, M) if M >= 0 else (np.int64(-1), np.int64(-1))
+
+
+@_jit
+def _selected_total(permute, sizes, limit):
+    """The exact total of ``sizes[permute[i]]`` (``sizes`` entries ``>= 0``) when every entry of
+    ``permute`` lies in ``[0, len(sizes))`` and the total is at most ``limit``, else -1."""
     M = np.int64(0)
     for i in range(permute.shape[0]):
         p = np.int64(permute[i])
-        if p < 0 or p >= S:
-            return np.int64(-1), np.int64(-1)
-        M = _bounded_add(M, np.int64(lengths[p]), limit)
+        if p < 0 or p >= sizes.shape[0]:
+            return np.int64(-1)
+        M = _bounded_add(M, np.int64(sizes[p]), limit)
         if M < 0:
-            return np.int64(-1), np.int64(-1)
-    return N, M
+            return np.int64(-1)
+    return M
 
 
 @_jit
