@@ -16,8 +16,8 @@ output lines the previous one left):
   ``torch.nn.functional.embedding_bag`` per table, concatenated; ``floor``: a copy of the
   rows the forward must read (``N x D x itemsize`` bytes read and as many written);
   ``gather floor``: the same rows read in the forward's order and nothing written or summed
-  (one element of every cache line of every row xor-folded into one per-job value, every line
-  prefetched in the forward's two stages, the same jobs on the same threads): what this
+  (one element of every cache line a row touches xor-folded into one per-job value, every such
+  line prefetched in the forward's two stages, the same jobs on the same threads): what this
   machine's memory gives a random-row read, which a contiguous copy (served by the hardware's
   stream prefetchers) does not show.
 * training step (float32 weights only): forward + exact row-wise Adagrad.
@@ -48,7 +48,13 @@ from numba import njit, prange
 sys.path.insert(0, str(Path(__file__).parent))
 import _bench  # noqa: E402
 import embnum  # noqa: E402
-from embnum.cpu.tbe import PREFETCH_DISTANCE, PREFETCH_FAR, _per_line, _prefetch_row, _prefetch_row_far  # noqa: E402
+from embnum.cpu.tbe import (  # noqa: E402
+    PREFETCH_DISTANCE,
+    PREFETCH_FAR,
+    _per_line,
+    _prefetch_whole_row,
+    _prefetch_whole_row_far,
+)
 from embnum.examples.tbe import make_batch  # noqa: E402
 
 LR = 0.01
@@ -92,24 +98,25 @@ def torch_tables(torch, a, b, dtype):
 def _read_rows(w, woff, D, idx, starts, tables, sink):
     """Job ``j`` reads the rows ``w[woff[t] + idx[p] * D :][:D]`` of table ``t = tables[j]`` for
     ``p`` in ``starts[j]:starts[j + 1]`` (prefetched as the forward does) and xor-folds one element of
-    each of their cache lines into ``sink[j, 0]`` (``w``: the weights' bits as unsigned integers;
+    each cache line they touch into ``sink[j, 0]`` (``w``: the weights' bits as unsigned integers;
     ``sink``: ``[jobs, D]``): the least work that brings every line of every row to the core."""
     for j in prange(tables.shape[0]):
         w0 = woff[tables[j]]
         p0, p1 = starts[j], starts[j + 1]
         acc = w[0] ^ w[0]
         for q in range(p0, min(p0 + PREFETCH_FAR, p1)):
-            _prefetch_row_far(w, w0 + np.int64(idx[q]) * D, D)
+            _prefetch_whole_row_far(w, w0 + np.int64(idx[q]) * D, D)
         for q in range(p0, min(p0 + PREFETCH_DISTANCE, p1)):
-            _prefetch_row(w, w0 + np.int64(idx[q]) * D, D)
+            _prefetch_whole_row(w, w0 + np.int64(idx[q]) * D, D)
         for p in range(p0, p1):
             if p + PREFETCH_FAR < p1:
-                _prefetch_row_far(w, w0 + np.int64(idx[p + PREFETCH_FAR]) * D, D)
+                _prefetch_whole_row_far(w, w0 + np.int64(idx[p + PREFETCH_FAR]) * D, D)
             if p + PREFETCH_DISTANCE < p1:
-                _prefetch_row(w, w0 + np.int64(idx[p + PREFETCH_DISTANCE]) * D, D)
+                _prefetch_whole_row(w, w0 + np.int64(idx[p + PREFETCH_DISTANCE]) * D, D)
             base = np.uint64(w0 + np.int64(idx[p]) * D)
             for d in range(0, D, _per_line(w)):
                 acc ^= w[base + np.uint64(d)]
+            acc ^= w[base + np.uint64(D - 1)]  # the line the row ends in (one more when it starts inside one)
         sink[j, 0] = acc
 
 
