@@ -54,3 +54,19 @@ def test_forward_with_cached_groups_matches_the_reference(dims, B, pooling):
         got = embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, pooling, backend="cpu")
         want = embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, pooling, backend="ref")
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 300)), min_size=1, max_size=6))
+def test_compiled_starts_and_value_offsets_match_numpy(tables_drawn):
+    """``_starts_of`` / ``_value_offsets`` (the sparse gradient's prefix sums, compiled) against
+    the NumPy formulas they replace, on drawn touched-row counts and table dims."""
+    counts = np.array([c for c, _ in tables_drawn], dtype=np.int64)
+    tables = np.zeros((len(tables_drawn), 8), dtype=np.int64)
+    tables[:, cpu_tbe.DIM] = [d for _, d in tables_drawn]
+    row_start, value_start = cpu_tbe._starts_of(counts, tables)
+    assert row_start.tolist() == [0, *np.cumsum(counts).tolist()]
+    assert value_start.tolist() == [0, *np.cumsum(counts * tables[:, cpu_tbe.DIM]).tolist()]
+    want = np.zeros(int(row_start[-1]) + 1, dtype=np.int64)
+    np.cumsum(np.repeat(tables[:, cpu_tbe.DIM], np.diff(row_start)), out=want[1:])
+    got = cpu_tbe._value_offsets(row_start, tables)
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
