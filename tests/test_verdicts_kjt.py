@@ -30,11 +30,12 @@ def outcome(decl, *args, **kwargs):
         plan = decl(*args, **kwargs)
     except (ValueError, TypeError, IndexError) as e:
         return type(e).__name__, str(e)
-    outs = plan.out if isinstance(plan.out, (list, tuple)) else [plan.out]
+    plan_args, planned = plan
+    outs = planned if isinstance(planned, list) or (isinstance(planned, tuple) and len(planned) != 2) else [planned]
     args = {
-        k: (a.tolist(), str(a.dtype)) if isinstance(a, np.ndarray) else repr(a) for k, a in sorted(plan.args.items())
+        k: (a.tolist(), str(a.dtype)) if isinstance(a, np.ndarray) else repr(a) for k, a in sorted(plan_args.items())
     }
-    return args, [None if o is None else (o.shape, str(o.dtype)) for o in outs], type(plan.out).__name__
+    return args, [None if o is None else (o[0], str(np.dtype(o[1]))) for o in outs], type(planned).__name__
 
 
 def same_both_ways(decl, *args, **kwargs):
