@@ -34,6 +34,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .. import _tbe_rows
+from .._cache import BoundedCache
 from .._tbe import (
     ADAGRAD,
     ADAM,
@@ -490,14 +491,39 @@ _FORWARD_POOLED = {D: _make_forward_pooled(D) for D in SPECIALISED_DIMS + (0,)}
 
 def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out):
     stream = STREAM and out.nbytes >= STREAM_BYTES
-    dims = np.diff(doff)
-    generic = np.array([t for t, D in enumerate(dims.tolist()) if D not in SPECIALISED_DIMS], dtype=np.int64)
-    groups = [(D, np.flatnonzero(dims == D)) for D in SPECIALISED_DIMS if (dims == D).any()] + [(0, generic)]
-    for key, feats in groups:
-        if feats.shape[0]:
-            _FORWARD_POOLED[key](
-                w, lut, woff, doff, feats.astype(np.int64), indices, offsets, B, mean, psw, has_psw, out, stream
-            )
+    for kernel, feats in _feature_groups(doff):
+        kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
+
+
+def _feature_groups(doff):
+    """The forward's kernel calls for ``D_offsets``: ``((kernel, features int64 [n]), ...)``, one
+    per specialised dim present, then the generic kernel with the other features (if any).
+
+    Grouping with NumPy cost ~13 us per call, most of a small forward's time (issue 12), and a
+    model passes the same ``D_offsets`` on every call: cached by content. The key is the array's
+    dtype and bytes (``doff`` is 1-D, so they fix its length and every value the grouping reads):
+    a hit can never be stale, an array changed in place has other bytes. Bounded and thread-safe
+    (``BoundedCache``). The feature arrays are private (only kernels that read them get them)."""
+    key = (doff.dtype.char, doff.tobytes())
+    found = _GROUPS.get(key)
+    if found is None:
+        found = _GROUPS.put(key, _group_features(doff))
+    return found
+
+
+def _group_features(doff):
+    dims = np.diff(doff).tolist()
+    groups = [
+        (_FORWARD_POOLED[D], np.array([t for t, d in enumerate(dims) if d == D], dtype=np.int64))
+        for D in SPECIALISED_DIMS
+    ]
+    groups.append(
+        (_FORWARD_POOLED[0], np.array([t for t, d in enumerate(dims) if d not in SPECIALISED_DIMS], np.int64))
+    )
+    return tuple((kernel, feats) for kernel, feats in groups if feats.shape[0])
+
+
+_GROUPS = BoundedCache(256)  # D_offsets (dtype, bytes) -> _group_features(D_offsets)
 
 
 @njit(cache=True, parallel=True, nogil=True)
