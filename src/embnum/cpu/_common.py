@@ -201,27 +201,40 @@ def small_call(impl, args: dict, out):
     return impl(**args) if out is None else impl(**args, out=out)
 
 
+def serial_rule(name: str, call: str, args: str, out: str) -> list[str]:
+    """:func:`small_call`'s rule for the kernel ``name`` as lines of Python source, for code that
+    writes it inline (:func:`kernel_runner`; the registry's generated public function): ``call``
+    (the kernel's positional call) unless the arrays may need one thread, then
+    ``small_call(_impl, <args>, <out>)``. The rule (``SERIAL_OVERRIDE``, ``SERIAL_BYTES_OF[name]``,
+    the thread count) is read on every call. The lines read ``_common`` (this module) and
+    ``_impl`` (the kernel) from their scope and assign ``_limit``."""
+    return [
+        "_limit = _common.SERIAL_OVERRIDE",
+        "if _limit is None:",
+        f"    _limit = _common.SERIAL_BYTES_OF.get({name!r}, _common.SERIAL_BYTES)",
+        "if _limit and _common._GET_THREADS() != 1:",
+        f"    _common.small_call(_impl, {args}, {out})",
+        "else:",
+        f"    {call}",
+    ]
+
+
+def positional_call(names, args: str, out: str) -> str:
+    """``_impl(<args>['a'], <args>['b'], <out>)``: a kernel whose parameters are exactly ``names``
+    then ``out``, called positionally (a missing key is still a ``KeyError``)."""
+    return "_impl(" + ", ".join([f"{args}[{n!r}]" for n in names] + [out]) + ")"
+
+
 def kernel_runner(impl, name: str, names) -> object:
     """``run(impl, args, out)``: :func:`small_call` for a kernel whose parameters are exactly
     ``names`` (the keys of its plan's ``args``, in order) then ``out``, with the kernel called
-    positionally (``args[name]`` each: a missing key is still a ``KeyError``), which saves the
-    keyword-dict merge of ``impl(**args, out=out)`` (~0.3 us) on every small call. The rule
-    (``SERIAL_OVERRIDE``, ``SERIAL_BYTES_OF[name]``, the thread count) is read on every call, as
-    :func:`small_call` reads it; calls that need one thread go through :func:`small_call`."""
+    positionally (:func:`positional_call`), which saves the keyword-dict merge of
+    ``impl(**args, out=out)`` (~0.3 us) on every small call; the rule is :func:`serial_rule`'s."""
     import sys
 
-    module = sys.modules[__name__]
-    args = ", ".join(f"args[{n!r}]" for n in names)
-    src = (
-        "def run(impl, args, out):\n"
-        "    limit = _m.SERIAL_OVERRIDE\n"
-        "    if limit is None:\n"
-        "        limit = _m.SERIAL_BYTES_OF.get(name, _m.SERIAL_BYTES)\n"
-        "    if limit and _m._GET_THREADS() != 1:\n"
-        "        return _m.small_call(impl, args, out)\n"
-        f"    return impl({args + ', ' if args else ''}out)\n"
-    )
-    namespace = {"_m": module, "name": name}
+    lines = serial_rule(name, positional_call(names, "_args", "_out"), "_args", "_out")
+    src = "def run(_impl, _args, _out):\n" + "".join(f"    {line}\n" for line in lines)
+    namespace = {"_common": sys.modules[__name__]}
     exec(compile(src, f"<embnum kernel runner {name}>", "exec"), namespace)
     return namespace["run"]
 
