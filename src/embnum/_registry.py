@@ -312,8 +312,8 @@ class Op:
         ``out=``/``backend=``, every argument a plain ``np.ndarray`` or a Python
         scalar (``None`` included) with at least one array, and the cpu kernel
         already loaded (by an earlier call through :meth:`call`). Then the
-        declaration is called directly, its outputs checked (:func:`out_spec`'s
-        common case written inline) and allocated, and the kernel run through
+        declaration is called directly, its outputs checked (:func:`out_spec`; its
+        one-dimensional common case written inline) and allocated, and the kernel run through
         ``cpu._common.small_call``'s rule: the same declaration, kernel and rules as
         :meth:`call`, without building the arguments dict, searching for a backend or
         scanning the arguments. Any other case (lists of arrays, NumPy scalars, other
@@ -375,16 +375,10 @@ class Op:
             if self.returns == "array":
                 body = [
                     f"_args, (_shape, _dtype) = _declaration({decl_args})",
-                    "_n = -1  # out_spec's common case; anything else takes out_spec",
-                    "if type(_shape) is tuple and type(_dtype) in _DTYPE_TYPES:",
-                    "    _n = _dtype.itemsize",
-                    "    for _d in _shape:",
-                    "        if type(_d) is not int or _d < 0:",
-                    "            _n = -1",
-                    "            break",
-                    "        if _d:",
-                    "            _n *= _d",
-                    "if not 0 <= _n <= _MAX_SIZE:",
+                    "if not (  # out_spec's common case for one dimension; anything else takes out_spec",
+                    "    type(_shape) is tuple and len(_shape) == 1 and type(_dtype) in _DTYPE_TYPES",
+                    "    and type(_shape[0]) is int and 0 <= _shape[0] * _dtype.itemsize <= _MAX_SIZE",
+                    "):",
                     "    _shape, _dtype = _out_spec(_shape, _dtype)",
                     "_result = _empty(_shape, _dtype)",
                     *(

@@ -130,16 +130,20 @@ def complete_cumsum(lengths):
     array([[0, 1, 3],
            [0, 3, 3]], dtype=int32)
     """
-    v.index_array("lengths", lengths, ndim=(1, 2))
-    _cumsum_fits_int32("lengths", lengths, drop_last=False)
+    if type(lengths) is not _ND or lengths.dtype not in _INDEX or not 1 <= lengths.ndim <= 2:
+        v.index_array("lengths", lengths, ndim=(1, 2))  # the exact rule (the common case tested inline above)
+    if lengths.dtype == _INT32:
+        _cumsum_fits_int32("lengths", lengths, drop_last=False)
     shape = lengths.shape[:-1] + (lengths.shape[-1] + 1,)
-    return ({"lengths": lengths}, (shape, lengths.dtype))
+    return {"lengths": lengths}, (shape, lengths.dtype)
 
 
-def _same_length_scan(lengths, *, drop_last):
-    v.index_array("lengths", lengths, ndim=1)
-    _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
-    return ({"lengths": lengths}, (lengths.shape, lengths.dtype))
+def _same_length_scan(lengths, drop_last):
+    if type(lengths) is not _ND or lengths.dtype not in _INDEX or lengths.ndim != 1:
+        v.index_array("lengths", lengths, ndim=1)  # the exact rule (the common case tested inline above)
+    if lengths.dtype == _INT32:
+        _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
+    return {"lengths": lengths}, (lengths.shape, lengths.dtype)
 
 
 @op("jagged")
@@ -153,7 +157,7 @@ def exclusive_cumsum(lengths):
     >>> embnum.exclusive_cumsum(np.array([2, 0, 3, 1]))
     array([0, 2, 2, 5])
     """
-    return _same_length_scan(lengths, drop_last=True)  # the grand total is not an output
+    return _same_length_scan(lengths, True)  # the grand total is not an output
 
 
 @op("jagged")
@@ -167,7 +171,7 @@ def inclusive_cumsum(lengths):
     >>> embnum.inclusive_cumsum(np.array([2, 0, 3, 1]))
     array([2, 2, 5, 6])
     """
-    return _same_length_scan(lengths, drop_last=False)
+    return _same_length_scan(lengths, False)
 
 
 # -- 2. offsets_range ------------------------------------------------------
