@@ -588,13 +588,32 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
             return f"{x} if type({x}) is _Tensor else {checked}"
         return checked
 
+    # the types _check_value returns unchanged, tested inline first (~0.3 us a call each)
+    unchanged = {"Tensor": "type({v}) is _Tensor", "Tensor?": "{v} is None or type({v}) is _Tensor"}
+    unchanged["str"] = "type({v}) is str"
+
+    def checked_into(i, p):
+        """``a{i} = <the argument as the schema takes it>``: :func:`passed`'s value, a codec's
+        encoding computed once into the local before its type is tested."""
+        kind = spec.types[p.name]
+        if p.name not in spec.codecs:
+            if kind == "Tensor?":
+                v = p.name
+                return f"    a{i} = {v} if {unchanged[kind].format(v=v)} else _check({p.name!r}, {kind!r}, {v})\n"
+            return f"    a{i} = {passed(p)}\n"
+        line = f"    a{i} = _encode[{p.name!r}]({p.name})\n"
+        test = unchanged.get(kind)
+        if test is None:
+            return line + f"    a{i} = _check({p.name!r}, {kind!r}, a{i})\n"
+        return line + f"    if not ({test.format(v=f'a{i}')}):\n        a{i} = _check({p.name!r}, {kind!r}, a{i})\n"
+
     head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
     direct_call = _direct_path(op, spec, list(op.signature.parameters), impl) if impl is not None else None
     inline = _inline_direct(op, spec, params) if impl is not None or op.mutates else ""
     if inline:
         # every argument checked into a local, the direct path's common case inline (below)
         src = f"def {op.name}({head}):\n"
-        src += "".join(f"    a{i} = {passed(p)}\n" for i, p in enumerate(params))
+        src += "".join(checked_into(i, p) for i, p in enumerate(params))
         src += inline
         src += f"    args = ({''.join(f'a{i}, ' for i in range(len(params)))}backend)\n"
     else:
