@@ -428,12 +428,13 @@ _small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba
 
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
 _FAST_TYPES = _SCALAR_TYPES | {np.ndarray}  # the argument types of the public function's short path
+_NOT_ARRAYS = _SCALAR_TYPES | {list, tuple}  # a list item that is a list (nested keys) is no array
 
 
 def _other_array(v) -> bool:
     """An array that is not a plain ``np.ndarray`` (a subclass, a CuPy array)."""
     t = type(v)
-    return t not in _SCALAR_TYPES and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
+    return t not in _NOT_ARRAYS and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
 
 
 def _positional_kernel(impl: Callable) -> list[str] | None:

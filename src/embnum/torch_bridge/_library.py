@@ -748,7 +748,71 @@ def _exact_float(i: int) -> bool:
 
 def _check_value(name: str, kind: str, x):
     """``x`` as the schema type ``kind`` takes it (NumPy scalars as Python ones);
-    ``TypeError``/``ValueError`` naming ``name`` when it does not fit."""
+    ``TypeError``/``ValueError`` naming ``name`` when it does not fit.
+
+    A list of plain items (Python ints in the int64 range, ``str``, ``torch.Tensor``; lists of
+    those) is recognised by :data:`_PLAIN_LISTS` in one pass (issue 12: a keyed_tensor call
+    passes nested key lists); anything else takes :func:`_check_exact`, which gives the same
+    result for those and raises the errors."""
+    plain = _PLAIN_LISTS.get(kind)
+    if plain is not None:
+        got = plain(x)
+        if got is not None:
+            return got
+    return _check_exact(name, kind, x)
+
+
+def _plain_items(test: Callable) -> Callable:
+    """``check(x)``: a new list of ``x``'s items when ``x`` is a list/tuple whose every item
+    passes ``test`` (then the exact rule returns each item unchanged), else None."""
+
+    def check(x):
+        if type(x) is not list and type(x) is not tuple:
+            return None
+        for v in x:
+            if not test(v):
+                return None
+        return list(x)
+
+    return check
+
+
+def _plain_lists(inner: Callable) -> Callable:
+    """``check(x)``: a list of ``inner(item)`` when ``x`` is a list/tuple and ``inner`` takes
+    every item, else None."""
+
+    def check(x):
+        if type(x) is not list and type(x) is not tuple:
+            return None
+        out = []
+        for v in x:
+            got = inner(v)
+            if got is None:
+                return None
+            out.append(got)
+        return out
+
+    return check
+
+
+def _plain_int(v) -> bool:
+    return type(v) is int and -(2**63) <= v < 2**63  # bool is not int here, as in _is_int
+
+
+_plain_ints = _plain_items(_plain_int)
+_plain_strs = _plain_items(lambda v: type(v) is str)
+_PLAIN_LISTS = {
+    "int[]": _plain_ints,
+    "SymInt[]": _plain_ints,
+    "int[][]": _plain_lists(_plain_ints),
+    "str[]": _plain_strs,
+    "str[][]": _plain_lists(_plain_strs),
+    "Tensor[]": _plain_items(lambda v: type(v) is torch.Tensor),
+}
+
+
+def _check_exact(name: str, kind: str, x):
+    """:func:`_check_value`'s rules, every case."""
     if kind.endswith("?"):
         if x is None:
             return None
@@ -756,7 +820,7 @@ def _check_value(name: str, kind: str, x):
     if kind.endswith("[]"):
         if not isinstance(x, (list, tuple)):
             raise TypeError(f"{name} must be a list, got {type(x).__name__}")
-        return [_check_value(f"{name}[{i}]", kind[:-2], item) for i, item in enumerate(x)]
+        return [_check_exact(f"{name}[{i}]", kind[:-2], item) for i, item in enumerate(x)]
     if kind.startswith("Tensor"):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
