@@ -310,7 +310,8 @@ class Op:
         signature is the op's and a call costs no argument binding. It holds the
         common case inline (issue 12: a tiny call's cost is its Python work): no
         ``out=``/``backend=``, every argument a plain ``np.ndarray`` or a Python
-        scalar (``None`` included) with at least one array, and the cpu kernel
+        scalar (``None`` included) with at least one array (with a list argument:
+        :meth:`call`'s rule, :func:`_all_plain_numpy`), and the cpu kernel
         already loaded (by an earlier call through :meth:`call`). Then the
         declaration is called directly, its outputs checked (:func:`out_spec`; its
         one-dimensional common case written inline) and allocated, and the kernel run through
@@ -337,6 +338,7 @@ class Op:
             "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
             "_ndarray": np.ndarray,
             "_FAST_TYPES": _FAST_TYPES,
+            "_plain_numpy": _plain_numpy,
             "_common": None,  # embnum.cpu._common, once loaded (the one-thread rule)
         }
         self._namespace = namespace
@@ -369,7 +371,10 @@ class Op:
                 plain = f"type({names[0]}) is _ndarray"
             else:
                 types = ", ".join(f"type({n})" for n in names)
-                plain = f"_ndarray in (_types := ({types})) and _FAST_TYPES.issuperset(_types)"
+                plain = (  # plain arrays and scalars; with a list argument, its items too (call's rule)
+                    f"(_ndarray in (_types := ({types})) and _FAST_TYPES.issuperset(_types)"
+                    f" or (list in _types or tuple in _types) and _plain_numpy(({', '.join(names)},)))"
+                )
             decl_args = ", ".join([p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword])
             ready = "_run is not None and " if rule is None else ""  # the rewrite runs once it is set
             if self.returns == "array":
@@ -455,8 +460,14 @@ def _positional_kernel(impl: Callable) -> list[str] | None:
 def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
     """Whether the arrays among ``arguments`` (lists' items included) are all plain
     ``np.ndarray`` and there is at least one: the call then runs on the cpu backend."""
+    return _plain_numpy(arguments.values())
+
+
+def _plain_numpy(values) -> bool:
+    """:func:`_all_plain_numpy` over the argument values (the generated public function passes
+    them as a tuple when one of them is a list or tuple)."""
     seen = False
-    for v in arguments.values():
+    for v in values:
         t = type(v)
         if t is np.ndarray:
             seen = True
