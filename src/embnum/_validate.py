@@ -560,34 +560,34 @@ _F16 = np.dtype(np.float16)
 _NOT_ARRAYS = (type(None), int, float, str, bool)
 
 
-def _spans_apart(arguments: dict, written, span) -> bool:
+def _spans_apart(arguments: dict, written, span, _nd=np.ndarray, _ok=_SPAN_DTYPES, _plain=_NOT_ARRAYS) -> bool:
     """True when every array argument is a plain NumPy array with a non-empty span and no
     written array's span meets another's; False when unsure (the exact rule decides)."""
-    spans = []
+    spans, mine = [], []  # every array's span; the written ones'
     for k, x in arguments.items():
         t = type(x)
-        if t is np.ndarray:
-            d = x.dtype
-            if id(d) not in _SPAN_DTYPES:
-                if d is not _F16:
+        if t is _nd:
+            if id(x.dtype) not in _ok:
+                if x.dtype is not _F16:
                     return False
                 x = x.view(np.uint16)
             lo, hi = span(x)
             if lo >= hi:
                 return False
-            spans.append((lo, hi, k in written))
-        elif t in _NOT_ARRAYS:
+            if k in written:
+                mine.append((lo, hi))
+            spans.append((lo, hi))
+        elif t in _plain:
             continue
         elif is_array(x) or (isinstance(x, (list, tuple)) and any(is_array(i) for i in x)):
             return False
-    for lo, hi, w in spans:
-        if w:
-            met = 0  # spans meeting this one, itself included (non-empty: it meets itself)
-            for lo2, hi2, _ in spans:
-                if lo < hi2 and lo2 < hi:
-                    met += 1
-            if met > 1:
-                return False
+    for lo, hi in mine:
+        met = 0  # spans meeting this one, itself included (non-empty: it meets itself)
+        for lo2, hi2 in spans:
+            if lo < hi2 and lo2 < hi:
+                met += 1
+        if met > 1:
+            return False
     return True
 
 
