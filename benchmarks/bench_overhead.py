@@ -51,17 +51,17 @@ def contenders(op, torch, tb):
     the op has no cpu kernel call of the generic shape)."""
     args = op.example_fn(np.random.default_rng(0), "small").args
     bound = op.bind((), args)
-    plan = op.declaration(**bound)
+    plan_args, planned = op.declaration(**bound)
     impl = op.implementation("cpu")
-    if plan.out is None:
-        kernel = lambda: impl(**plan.args)  # noqa: E731
-    elif isinstance(plan.out, embnum._registry.Out):
-        out = np.empty(plan.out.shape, plan.out.dtype)
-        kernel = lambda: impl(**plan.args, out=out)  # noqa: E731
+    if planned is None:
+        kernel = lambda: impl(**plan_args)  # noqa: E731
+    elif op.returns == "array":
+        out = np.empty(*embnum._registry.out_spec(*planned))
+        kernel = lambda: impl(**plan_args, out=out)  # noqa: E731
     else:
-        outs = [None if s is None else np.empty(s.shape, s.dtype) for s in plan.out]
-        outs = tuple(outs) if isinstance(plan.out, tuple) else outs
-        kernel = lambda: impl(**plan.args, out=outs)  # noqa: E731
+        outs = [None if s is None else np.empty(*embnum._registry.out_spec(*s)) for s in planned]
+        outs = tuple(outs) if isinstance(planned, tuple) else outs
+        kernel = lambda: impl(**plan_args, out=outs)  # noqa: E731
     public = op.public
     found = {"kernel": kernel, "numpy": lambda: public(**args)}
     if tb is not None:

@@ -1,7 +1,8 @@
-"""``Out``'s one-loop common case (issue 12 item 1) gives what its exact rule (``_out_shape``)
-gives: the same normalised shape and dtype, or the same ValueError, on drawn shapes of Python
-ints, NumPy ints, bools, zeros, negatives and sizes around the limit; and the rewritten public
-function keeps its signature, defaults and identity."""
+"""The output check's one-loop common case (issue 12 item 1), in ``out_spec`` and written inline
+in the generated public function, gives what its exact rule (``_out_shape``) gives: the same
+normalised shape and dtype, or the same ValueError, on drawn shapes of Python ints, NumPy ints,
+bools, zeros, negatives and sizes around the limit; and the rewritten public function keeps its
+signature, defaults and identity."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 import embnum
 from embnum import _registry
-from embnum._registry import Out
+from embnum._registry import out_spec
 
 LIMIT = embnum.MAX_SIZE
 dims = st.one_of(
@@ -43,19 +44,73 @@ def test_out_equals_exact_rule(shape, dtype, as_list):
         return _registry._out_shape(shape, want_dtype), want_dtype
 
     def fast():
-        o = Out(shape, dtype)
-        assert all(type(d) is int for d in o.shape) and type(o.shape) is tuple
-        return o.shape, o.dtype
+        got_shape, got_dtype = out_spec(shape, dtype)
+        assert all(type(d) is int for d in got_shape) and type(got_shape) is tuple
+        return got_shape, got_dtype
 
     assert outcome(fast) == outcome(exact)
 
 
-def test_out_rejects_before_allocation():
+@given(st.lists(dims, max_size=4), dtypes, st.booleans())
+def test_generated_public_function_checks_outputs_as_exact_rule(shape, dtype, as_list):
+    """The check written inline in the generated public function (an op whose declaration
+    returns the drawn output spec) allocates exactly when the exact rule accepts, with the
+    exact rule's shape and dtype, and raises its ValueError otherwise."""
+    shape = list(shape) if as_list else tuple(shape)
+    want_dtype = np.dtype(dtype)
+    fn = _spec_probe()
+    fn.op.spec = (shape, dtype)
+
+    def exact():
+        return _registry._out_shape(shape, want_dtype), want_dtype
+
+    def fast():
+        try:
+            got = fn(np.zeros(1, np.int8))
+        except MemoryError:  # within the limit but more than this machine holds: accepted
+            return exact()
+        return got.shape, got.dtype
+
+    assert outcome(fast) == outcome(exact)
+
+
+def _spec_probe():
+    """A throwaway op (not registered) whose declaration returns ``op.spec`` and whose cpu
+    kernel writes nothing: the generated public function, rewritten, with its inline check."""
+    global _PROBE
+    if _PROBE is None:
+
+        def spec_probe(x):
+            return {"x": x}, op.spec
+
+        op = _registry.Op(spec_probe, "jagged", differentiable=(), returns="array", same_as=None)
+
+        def kernel(x, out):
+            return None
+
+        op._implementations["cpu"] = kernel
+        op._run = op._namespace["_run"] = lambda impl, args, out: None
+        op._namespace["_common"] = _common_module()
+        op._inline_kernel(["pass"])
+        _PROBE = op.public
+    return _PROBE
+
+
+_PROBE = None
+
+
+def _common_module():
+    from embnum.cpu import _common
+
+    return _common
+
+
+def test_out_spec_rejects_before_allocation():
     with pytest.raises(ValueError, match=r"negative or above the size limit 2\*\*48"):
-        Out((LIMIT // 4 + 1,), np.int32)
+        out_spec((LIMIT // 4 + 1,), np.int32)
     with pytest.raises(ValueError, match=r"negative or above the size limit 2\*\*48"):
-        Out((0, LIMIT + 1), np.uint8)  # a zero dimension does not hide a size above the limit
-    assert Out((LIMIT // 4,), np.int32).shape == (LIMIT // 4,)
+        out_spec((0, LIMIT + 1), np.uint8)  # a zero dimension does not hide a size above the limit
+    assert out_spec((LIMIT // 4,), np.int32)[0] == (LIMIT // 4,)
 
 
 def test_rewritten_public_function_keeps_signature():

@@ -30,11 +30,12 @@ def outcome(decl, *args, **kwargs):
         plan = decl(*args, **kwargs)
     except (ValueError, TypeError, IndexError) as e:
         return type(e).__name__, str(e)
-    outs = plan.out if isinstance(plan.out, (list, tuple)) else [plan.out]
+    plan_args, planned = plan
+    outs = planned if isinstance(planned, list) or (isinstance(planned, tuple) and len(planned) != 2) else [planned]
     args = {
-        k: (a.tolist(), str(a.dtype)) if isinstance(a, np.ndarray) else repr(a) for k, a in sorted(plan.args.items())
+        k: (a.tolist(), str(a.dtype)) if isinstance(a, np.ndarray) else repr(a) for k, a in sorted(plan_args.items())
     }
-    return args, [None if o is None else (o.shape, str(o.dtype)) for o in outs], type(plan.out).__name__
+    return args, [None if o is None else (o[0], str(np.dtype(o[1]))) for o in outs], type(planned).__name__
 
 
 def same_both_ways(decl, *args, **kwargs):
@@ -60,6 +61,19 @@ def _ints(draw, n, top=3):
     return np.array(draw(st.lists(st.integers(0, top), min_size=n, max_size=n)), np.int64)
 
 
+def _keyed_lengths(draw, max_T, min_B):
+    """The index dtype, T keys, B bags per key and the T*B drawn lengths (int64)."""
+    dt = draw(INDEX)
+    T = draw(st.integers(0, max_T))
+    B = draw(st.integers(min_B, 3))
+    return dt, T, B, _ints(draw, T * B)
+
+
+def _total(draw, lengths):
+    """A values count for ``lengths``: their (clipped) sum, sometimes one off."""
+    return int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+
+
 def _break(draw, arrays):
     """Maybe replace one entry of one of ``arrays`` (a list of int64 arrays) by a hostile value,
     or drop/append an entry."""
@@ -81,16 +95,13 @@ def _break(draw, arrays):
 @given(st.data(), st.booleans(), st.booleans())
 def test_permute_verdicts_match_the_exact_rules(data, two_d, weighted):
     draw = data.draw
-    dt = draw(INDEX)
-    T = draw(st.integers(0, 4))
-    B = draw(st.integers(1, 3))
-    lengths = _ints(draw, T * B)
+    dt, T, B, lengths = _keyed_lengths(draw, 4, 1)
     lengths = lengths.reshape(T, B) if two_d else lengths
     permute = np.array(draw(st.lists(st.integers(0, max(T * (1 if two_d else B) - 1, 0)), max_size=5)), np.int64)
     if T == 0:
         permute = permute[:0]
     permute, lengths = _break(draw, [permute, lengths])
-    N = int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+    N = _total(draw, lengths)
     values = np.arange(max(N, 0), dtype=draw(st.sampled_from([np.int64, np.float32])))
     weights = np.ones(max(N, 0), np.float32) if weighted else None
     hint = draw(st.one_of(st.none(), st.integers(0, 30)))
@@ -102,14 +113,11 @@ def test_permute_verdicts_match_the_exact_rules(data, two_d, weighted):
 @given(st.data(), st.booleans())
 def test_index_select_verdict_matches_the_exact_rules(data, weighted):
     draw = data.draw
-    dt = draw(INDEX)
-    T = draw(st.integers(0, 3))
-    B = draw(st.integers(1, 3))
-    lengths = _ints(draw, T * B)
+    dt, T, B, lengths = _keyed_lengths(draw, 3, 1)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     indices = np.array(draw(st.lists(st.integers(0, B - 1), max_size=4)), np.int64)
     lengths, offsets, indices = _break(draw, [lengths, offsets, indices])
-    N = int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+    N = _total(draw, lengths)
     values = np.arange(max(N, 0), dtype=np.float64)
     weights = np.ones(max(N, 0), np.float16) if weighted else None
     batch = draw(st.one_of(st.just(B), st.sampled_from([0, 1, 2, 2**48 + 1])))
@@ -139,8 +147,7 @@ def test_expand_permute_verdict_matches_the_exact_rules(data):
 @given(st.data())
 def test_invert_permute_verdict_matches_the_exact_rules(data):
     draw = data.draw
-    dt = draw(INDEX)
-    n = draw(st.integers(0, 6))
+    dt, n = draw(INDEX), draw(st.integers(0, 6))
     (permute,) = _break(draw, [np.array(draw(st.permutations(range(n))), np.int64)])
     same_both_ways(embnum.invert_permute.op.declaration, _cast(dt, permute))
 
@@ -149,13 +156,10 @@ def test_invert_permute_verdict_matches_the_exact_rules(data):
 @given(st.data(), st.booleans())
 def test_bucketize_verdict_matches_the_exact_rules(data, weighted):
     draw = data.draw
-    dt = draw(INDEX)
-    T = draw(st.integers(0, 3))
-    B = draw(st.integers(0, 3))
-    lengths = _ints(draw, T * B)
+    dt, T, B, lengths = _keyed_lengths(draw, 3, 0)
     block_sizes = _ints(draw, T, 6)
     lengths, block_sizes = _break(draw, [lengths, block_sizes])
-    N = int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+    N = _total(draw, lengths)
     indices = np.arange(max(N, 0), dtype=draw(INDEX))
     weights = np.ones(max(N, 0), np.float32) if weighted else None
     my_size = draw(st.one_of(st.integers(1, 3), st.integers(1, 3), st.sampled_from([0, -1, 2**31, 2**47, True])))

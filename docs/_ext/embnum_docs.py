@@ -244,13 +244,13 @@ def _example_shapes(op) -> str:
         return ""
     try:
         args = fn(np.random.default_rng(0), "small").args
-        plan = op.declaration(**op.bind((), args))
+        _, planned = op.declaration(**op.bind((), args))
     except Exception:  # noqa: BLE001 - an example the registry cannot plan is left out, not guessed
         return ""
     ins = [f"`{k}` {_describe(v)}" for k, v in args.items() if _describe(v)]
-    outs = plan.out if isinstance(plan.out, (list, tuple)) else [plan.out]
-    out_text = ", ".join("`None`" if o is None else f"{o.dtype}{list(o.shape)}" for o in outs if True)
-    return ", ".join(ins) + (f" → {out_text}" if plan.out is not None else "")
+    outs = [planned] if op.returns == "array" else planned or []
+    out_text = ", ".join("`None`" if o is None else f"{np.dtype(o[1])}{list(o[0])}" for o in outs)
+    return ", ".join(ins) + (f" → {out_text}" if planned is not None else "")
 
 
 def _describe(v) -> str:

@@ -2,14 +2,23 @@
 
 An op declaration is a function decorated with :func:`op`. Its parameters
 are the op's public parameters; its body validates them (through
-``embnum._validate``) and returns a :class:`Plan`: the normalised arguments
-that every implementation receives, and the shape and dtype of each output.
+``embnum._validate``) and returns the op's *plan*, a plain tuple ``(args, out)``:
+
+* ``args``: a dict, the normalised arguments that every implementation receives
+  (ints are Python ints, lists are lists);
+* ``out``: the shape and dtype of each output, by the op's ``returns`` (:data:`RETURNS`):
+  one ``(shape, dtype)`` (``"array"``), a list of them (``"list"``), a tuple of them with
+  ``None`` for an output not requested (``"tuple"``), or ``None`` (``"computed"``,
+  ``"none"``). The registry checks each against the size limit (:func:`out_spec`) before it
+  allocates anything.
+
+Plain tuples rather than objects: every call builds one (issue 12's per-call cost).
 
 The implementations are found by convention, never listed by hand:
 
-* ``embnum.ref.<family>.<name>(**plan.args)`` returns the result (NumPy);
-* ``embnum.cpu.<family>.<name>(**plan.args, out=...)`` and
-  ``embnum.cuda.<family>.<name>(**plan.args, out=...)`` fill ``out``, which
+* ``embnum.ref.<family>.<name>(**args)`` returns the result (NumPy);
+* ``embnum.cpu.<family>.<name>(**args, out=...)`` and
+  ``embnum.cuda.<family>.<name>(**args, out=...)`` fill ``out``, which
   arrives uninitialised (every element must be written).
 
 From the declaration the registry builds ``embnum.<name>(..., out=None,
@@ -34,46 +43,31 @@ from ._backend import BACKENDS, is_array, select_backend
 from ._compare import exact_match
 
 
-class Out:
-    """Shape and dtype of one output array (``shape``: a tuple of Python ints; ``dtype``: a
-    ``np.dtype``). An output above the size limit (or with a negative dimension) is a
+def out_spec(shape, dtype) -> tuple[tuple, np.dtype]:
+    """One output as ``(shape, dtype)``: ``shape`` a tuple of Python ints, ``dtype`` a
+    ``np.dtype``. An output above the size limit (or with a negative dimension) is a
     ``ValueError`` here, before anything is allocated.
 
-    A slotted class rather than a frozen dataclass: every call builds one (it is the per-call
-    path, issue 12). The common case (a tuple of non-negative Python ints, a ``np.dtype``, within
-    the limit) is recognised in one loop; anything else takes :func:`_out_spec`, the exact rule."""
-
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        if type(dtype) not in _DTYPE_TYPES:
-            dtype = np.dtype(dtype)
-        if type(shape) is tuple:
-            n = dtype.itemsize
-            for d in shape:
-                if type(d) is not int or d < 0:  # negative or not a Python int: the exact rule
-                    break
-                if d:  # zero dimensions are skipped (the exact rule's product)
-                    n *= d
-            else:
-                if n <= _MAX_SIZE:
-                    self.shape = shape
-                    self.dtype = dtype
-                    return
-        self.shape = _out_shape(shape, dtype)
-        self.dtype = dtype
-
-    def __eq__(self, other):
-        return type(other) is Out and self.shape == other.shape and self.dtype == other.dtype
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return f"Out(shape={self.shape}, dtype={self.dtype!r})"
+    The common case (a tuple of non-negative Python ints, a ``np.dtype``, within the limit) is
+    recognised in one loop (the public function writes the same loop inline); anything else takes
+    :func:`_out_shape`, the exact rule."""
+    if type(dtype) not in _DTYPE_TYPES:
+        dtype = np.dtype(dtype)
+    if type(shape) is tuple:
+        n = dtype.itemsize
+        for d in shape:
+            if type(d) is not int or d < 0:  # negative or not a Python int: the exact rule
+                break
+            if d:  # zero dimensions are skipped (the exact rule's product)
+                n *= d
+        else:
+            if n <= _MAX_SIZE:
+                return shape, dtype
+    return _out_shape(shape, dtype), dtype
 
 
 def _out_shape(shape, dtype: np.dtype) -> tuple:
-    """:class:`Out`'s exact rule: ``shape`` as a tuple of Python ints whose elements times the
+    """:func:`out_spec`'s exact rule: ``shape`` as a tuple of Python ints whose elements times the
     item size (zero dimensions skipped) is at most :data:`embnum.MAX_SIZE` bytes, no dimension
     negative; a ``ValueError`` otherwise (before anything is allocated)."""
     if type(shape) is tuple:  # a tuple of Python ints is kept as it is
@@ -104,21 +98,6 @@ def _out_shape(shape, dtype: np.dtype) -> tuple:
 _DTYPE_TYPES = frozenset(type(np.dtype(c)) for c in np.typecodes["All"])
 
 
-@dataclasses.dataclass(slots=True)
-class Plan:
-    """What a validated call will do.
-
-    ``args``: keyword arguments for the implementations (validated and
-    normalised: ints are Python ints, lists are lists). ``out``: one
-    :class:`Out` (the op returns an array), a list of them (it returns a
-    list), or ``None`` (it returns a small non-array result and takes no
-    ``out=``).
-    """
-
-    args: dict[str, Any]
-    out: Out | list[Out] | None
-
-
 @dataclasses.dataclass(frozen=True)
 class Example:
     """A realistic input for the tour and the benchmarks: ``args`` for the
@@ -130,9 +109,10 @@ class Example:
 
 # What an op returns, declared in ``@op(returns=...)``; the plan's ``out`` must agree.
 RETURNS = {
-    "array": "one array; the plan's out is one Out; out= takes one array",
-    "list": "a list of arrays; the plan's out is a list of Out; out= takes a list",
-    "tuple": "a tuple of arrays with None for outputs not requested; the plan's out is a tuple; out= a tuple/list",
+    "array": "one array; the plan's out is one (shape, dtype); out= takes one array",
+    "list": "a list of arrays; the plan's out is a list of (shape, dtype); out= takes a list",
+    "tuple": "a tuple of arrays with None for outputs not requested; the plan's out is a tuple of (shape, dtype)"
+    " or None; out= a tuple/list",
     "computed": "sizes that depend on the data (or small host values): the implementation returns its own result;"
     " the plan's out is None; no out=",
     "none": "nothing: an in-place op (implied by mutates=); the plan's out is None; no out=",
@@ -194,14 +174,14 @@ class Op:
 
                 self._namespace["_empty"] = self._host_empty = getattr(module, "empty_output", np.empty)
                 self._namespace["_common"] = _common
-                self._namespace["_small_call"] = _common.small_call
                 names = _positional_kernel(impl)
-                self._namespace["_kernel_name"] = kernel = getattr(impl, "__name__", "")  # the rule's key
-                if names is not None:
-                    self._inline_kernel(names)
+                kernel = getattr(impl, "__name__", "")  # the one-thread rule's key
                 self._namespace["_run"] = self._run = (
                     _common.small_call if names is None else _common.kernel_runner(impl, kernel, names)
                 )
+                if names is not None:  # after _run is set: the rewritten code no longer checks it
+                    call = _common.positional_call(names, "_args", "_result")
+                    self._inline_kernel(_common.serial_rule(kernel, call, "_args", "_result"))
         return impl
 
     # -- the call --------------------------------------------------------
@@ -225,40 +205,32 @@ class Op:
         try:
             if backend is None and out is None and _all_plain_numpy(arguments):
                 plan = self.declaration(**arguments)
-                spec = plan.out
-                if type(spec) is Out:
-                    impl = self._implementations.get("cpu")
-                    if impl is None or self._run is None:
-                        impl = self._cpu_implementation()
-                    result = self._host_empty(spec.shape, spec.dtype)
-                    self._run(impl, plan.args, result)  # small_call: one thread on small inputs
-                    return result
-                if (type(spec) is tuple or type(spec) is list) and self._run is not None and not self.mutates:
-                    impl = self._implementations.get("cpu")
-                    if impl is not None:  # several outputs (None: not requested), as _call allocates them
-                        given = self._host_outputs(spec)
-                        self._run(impl, plan.args, given)
-                        return given
+                args, planned = plan
+                if planned is not None:
+                    if self.returns == "array":
+                        impl = self._implementations.get("cpu")
+                        if impl is None or self._run is None:
+                            impl = self._cpu_implementation()
+                        result = self._host_empty(*out_spec(*planned))
+                        self._run(impl, args, result)  # small_call: one thread on small inputs
+                        return result
+                    if self._run is not None and not self.mutates:
+                        impl = self._implementations.get("cpu")
+                        if impl is not None:  # several outputs (None: not requested), as _call allocates them
+                            given = self._host_outputs(planned)
+                            self._run(impl, args, given)
+                            return given
                 return self._call(arguments, out, backend, plan)
             return self._call(arguments, out, backend)
         except MemoryError as e:
             self._memory_error(e)
 
-    def call_planned(self, arguments: dict[str, Any], plan: Plan):
-        """:meth:`call` without ``out=``/``backend=`` on plain NumPy ``arguments`` whose
-        declaration already ran (``plan``): the public function's short path when the
-        plan is not one array."""
-        try:
-            return self._call(arguments, None, None, plan)
-        except MemoryError as e:
-            self._memory_error(e)
-
     def _host_outputs(self, planned: tuple | list) -> tuple | list:
-        """The cpu backend's outputs for a plan of several (a tuple or list of :class:`Out`,
+        """The cpu backend's outputs for a plan of several (a tuple or list of ``(shape, dtype)``,
         None where an output is not requested), from the family's allocator; the short paths
         of :meth:`call` and of the public function both allocate them here."""
         empty = self._host_empty
-        outs = [None if s is None else empty(s.shape, s.dtype) for s in planned]
+        outs = [None if s is None else empty(*out_spec(*s)) for s in planned]
         return tuple(outs) if type(planned) is tuple else outs
 
     def _memory_error(self, e: MemoryError):
@@ -280,27 +252,28 @@ class Op:
         _small_call = small_call
         return self.implementation("cpu")
 
-    def _call(self, arguments: dict[str, Any], out, backend, plan: Plan | None = None):
+    def _call(self, arguments: dict[str, Any], out, backend, plan: tuple | None = None):
         arrays = _validate.arrays_in(arguments)
         if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
             arguments, arrays = _plain_arrays(arguments)
         chosen = select_backend(arrays, backend)
         if plan is None:
             plan = self.declaration(**arguments)
+        if chosen.name == "ref":
+            _check_returns(self, plan)
+        args, planned = plan
         if self.mutates:
             _validate.no_alias(arguments, self.mutates)
-        if plan.out is None:
+        if planned is None:
             if out is not None:
                 raise TypeError(f"{self.name} takes no out=")
-            if chosen.name == "ref":
-                _check_returns(self, plan)
             if chosen.name == "cpu":
-                return self._cpu_call(plan.args, None)
-            return self.implementation(chosen.name)(**plan.args)
-        single = isinstance(plan.out, Out)
-        as_tuple = isinstance(plan.out, tuple)
-        specs = [plan.out] if single else list(plan.out)
-        shapes = [None if s is None else (s.shape, s.dtype) for s in specs]
+                return self._cpu_call(args, None)
+            return self.implementation(chosen.name)(**args)
+        single = self.returns == "array"
+        as_tuple = self.returns == "tuple"
+        specs = [planned] if single else list(planned)
+        shapes = [None if s is None else out_spec(*s) for s in specs]
         outs = None
         if out is not None:
             if single and isinstance(out, (list, tuple)):
@@ -309,8 +282,7 @@ class Op:
                 raise TypeError("out must be a list of arrays for this op")
             outs = _validate.out_arrays(out, shapes, arrays, chosen.owns)
         if chosen.name == "ref":
-            _check_returns(self, plan)
-            result = _zero_d_arrays(self.implementation("ref")(**plan.args))
+            result = _zero_d_arrays(self.implementation("ref")(**args))
             results = [result] if single else list(result)
             _check_oracle(self.name, results, shapes)
             if outs is None:
@@ -324,9 +296,9 @@ class Op:
                 outs = [None if s is None else empty(*s) for s in shapes]
             given = outs[0] if single else tuple(outs) if as_tuple else outs
             if chosen.name == "cpu":
-                self._cpu_call(plan.args, given)
+                self._cpu_call(args, given)
             else:
-                self.implementation(chosen.name)(**plan.args, out=given)
+                self.implementation(chosen.name)(**args, out=given)
         if out is not None:
             return out
         return outs[0] if single else tuple(outs) if as_tuple else outs
@@ -340,30 +312,32 @@ class Op:
         ``out=``/``backend=``, every argument a plain ``np.ndarray`` or a Python
         scalar (``None`` included) with at least one array, and the cpu kernel
         already loaded (by an earlier call through :meth:`call`). Then the
-        declaration is called directly, its :class:`Out` (one, or a tuple/list of them)
-        allocated and the kernel run through ``cpu._common.small_call``'s rule: the
-        same declaration, kernel and rules as :meth:`call`, without building the
-        arguments dict, searching for a backend or scanning the arguments. Any
-        other case (lists of arrays, NumPy scalars, other array types, a plan
-        without outputs) goes through :meth:`call` / :meth:`call_planned`.
+        declaration is called directly, its outputs checked (:func:`out_spec`; its
+        one-dimensional common case written inline) and allocated, and the kernel run through
+        ``cpu._common.small_call``'s rule: the same declaration, kernel and rules as
+        :meth:`call`, without building the arguments dict, searching for a backend or
+        scanning the arguments. Any other case (lists of arrays, NumPy scalars, other
+        array types) goes through :meth:`call`.
 
-        Once the cpu kernel is loaded and takes its plan's arguments by name then ``out``
-        (``cpu._common.kernel_runner``'s case), :meth:`_inline_kernel` rewrites the
-        function's code with that call written out (``impl(args['a'], args['b'], out)``
-        and the one-thread rule inline: no runner frame per call)."""
+        Once the cpu kernel is loaded and takes its plan's arguments by name then ``out``,
+        :meth:`_inline_kernel` rewrites the function's code with that call and the one-thread
+        rule written out (``cpu._common.serial_rule``: no runner frame per call). The
+        generated locals start with ``_``, which no op parameter does."""
+        if any(name.startswith("_") for name in self.signature.parameters):
+            raise ValueError(f"{self.name}: op parameters may not start with '_' (the generated code's locals do)")
         namespace = {
             "_op": self,
             "_defaults": {},
             "_declaration": self.declaration,
             "_implementations": self._implementations,
             "_run": None,  # set by implementation("cpu") once Numba and the cpu kernels are loaded
-            "_Out": Out,
+            "_out_spec": out_spec,
+            "_MAX_SIZE": _MAX_SIZE,
+            "_DTYPE_TYPES": _DTYPE_TYPES,
             "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
             "_ndarray": np.ndarray,
             "_FAST_TYPES": _FAST_TYPES,
             "_common": None,  # embnum.cpu._common, once loaded (the one-thread rule)
-            "_small_call": None,
-            "_kernel_name": "",
         }
         self._namespace = namespace
         public = self._compile_public(None)
@@ -372,10 +346,10 @@ class Op:
         public.op = self
         return public
 
-    def _compile_public(self, kernel_names: list[str] | None) -> Callable:
-        """The public function of :meth:`_make_public` compiled in its namespace; with
-        ``kernel_names`` (the cpu kernel's parameters before ``out``) its single-output case
-        calls the kernel positionally with the one-thread rule written inline."""
+    def _compile_public(self, rule: list[str] | None) -> Callable:
+        """The public function of :meth:`_make_public` compiled in its namespace; with ``rule``
+        (``cpu._common.serial_rule``'s lines for the kernel's positional call) its
+        single-output case runs those lines instead of calling ``_run``."""
         params = list(self.signature.parameters.values())
         defaults = self._namespace["_defaults"]
         defaults.update({p.name: p.default for p in params if p.default is not inspect.Parameter.empty})
@@ -397,53 +371,53 @@ class Op:
                 types = ", ".join(f"type({n})" for n in names)
                 plain = f"_ndarray in (_types := ({types})) and _FAST_TYPES.issuperset(_types)"
             decl_args = ", ".join([p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword])
-            ready = "_run is not None and " if kernel_names is None else ""  # the rewrite runs once it is set
-            if kernel_names is None:
-                run = ["                    _run(impl, plan.args, result)  # small_call: one thread on small inputs"]
-            else:  # cpu._common.kernel_runner written inline (the same rule, read on every call)
-                call = ", ".join([f"args[{n!r}]" for n in kernel_names] + ["result"])
-                run = [
-                    "                    args = plan.args",
-                    "                    limit = _common.SERIAL_OVERRIDE",
-                    "                    if limit is None:",
-                    "                        limit = _common.SERIAL_BYTES_OF.get(_kernel_name, _common.SERIAL_BYTES)",
-                    "                    if limit and _common._GET_THREADS() != 1:",
-                    "                        _small_call(impl, args, result)",
-                    "                    else:",
-                    f"                        impl({call})",
+            ready = "_run is not None and " if rule is None else ""  # the rewrite runs once it is set
+            if self.returns == "array":
+                body = [
+                    f"_args, (_shape, _dtype) = _declaration({decl_args})",
+                    "if not (  # out_spec's common case for one dimension; anything else takes out_spec",
+                    "    type(_shape) is tuple and len(_shape) == 1 and type(_dtype) in _DTYPE_TYPES",
+                    "    and type(_shape[0]) is int and 0 <= _shape[0] * _dtype.itemsize <= _MAX_SIZE",
+                    "):",
+                    "    _shape, _dtype = _out_spec(_shape, _dtype)",
+                    "_result = _empty(_shape, _dtype)",
+                    *(
+                        ["_run(_impl, _args, _result)  # small_call: one thread on small inputs"]
+                        if rule is None
+                        else rule
+                    ),
+                    "return _result",
+                ]
+            else:  # several outputs (None: an output not requested)
+                body = [
+                    f"_args, _planned = _declaration({decl_args})",
+                    "_given = _op._host_outputs(_planned)",
+                    "_run(_impl, _args, _given)",
+                    "return _given",
                 ]
             lines += [
                 f"    if out is None and backend is None and {ready}{plain}:",
-                "        impl = _implementations.get('cpu')",
-                "        if impl is not None:",
+                "        _impl = _implementations.get('cpu')",
+                "        if _impl is not None:",
                 "            try:",
-                f"                plan = _declaration({decl_args})",
-                "                planned = plan.out",
-                "                if type(planned) is _Out:",
-                "                    result = _empty(planned.shape, planned.dtype)",
-                *run,
-                "                    return result",
-                "                if type(planned) is tuple or type(planned) is list:  # several outputs",
-                "                    given = _op._host_outputs(planned)",
-                "                    _run(impl, plan.args, given)",
-                "                    return given",
-                "            except MemoryError as e:",
-                "                _op._memory_error(e)",
-                f"            return _op.call_planned({{{args}}}, plan)",
+                *(f"                {line}" for line in body),
+                "            except MemoryError as _e:",
+                "                _op._memory_error(_e)",
             ]
         lines.append(f"    return _op.call({{{args}}}, {out}, backend)")
         code = compile("\n".join(lines) + "\n", f"<embnum op {self.name}>", "exec")
         # the function is defined in the namespace (its globals); a rewrite only takes its code
-        scope = self._namespace if kernel_names is None else dict(self._namespace)
+        scope = self._namespace if rule is None else dict(self._namespace)
         exec(code, scope)
-        return scope[self.name] if kernel_names is None else scope[self.name].__code__
+        return scope[self.name] if rule is None else scope[self.name].__code__
 
-    def _inline_kernel(self, kernel_names: list[str]) -> None:
-        """Give the public function the code with the cpu kernel's call written out (see
-        :meth:`_make_public`): the same function object (its signature, defaults, docstring
-        and identity are kept), a new ``__code__`` compiled for the same namespace."""
+    def _inline_kernel(self, rule: list[str]) -> None:
+        """Give the public function the code with the cpu kernel's call and the one-thread rule
+        written out (see :meth:`_make_public`): the same function object (its signature,
+        defaults, docstring and identity are kept), a new ``__code__`` compiled for the same
+        namespace."""
         if self.takes_out and self.signature.parameters and not self.mutates:
-            self.public.__code__ = self._compile_public(kernel_names)
+            self.public.__code__ = self._compile_public(rule)
 
     def __repr__(self) -> str:
         return f"<embnum op {self.family}.{self.name}>"
@@ -454,12 +428,13 @@ _small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba
 
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
 _FAST_TYPES = _SCALAR_TYPES | {np.ndarray}  # the argument types of the public function's short path
+_NOT_ARRAYS = _SCALAR_TYPES | {list, tuple}  # a list item that is a list (nested keys) is no array
 
 
 def _other_array(v) -> bool:
     """An array that is not a plain ``np.ndarray`` (a subclass, a CuPy array)."""
     t = type(v)
-    return t not in _SCALAR_TYPES and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
+    return t not in _NOT_ARRAYS and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
 
 
 def _positional_kernel(impl: Callable) -> list[str] | None:
@@ -528,19 +503,22 @@ def _zero_d_arrays(result):
     return result
 
 
-def _check_returns(op: Op, plan: Plan) -> None:
-    """The declaration's plan agrees with the op's declared ``returns`` (checked on the oracle
-    path, which the tests run for every op)."""
-    out = plan.out
-    kind = (
-        ("computed" if not op.mutates else "none")
-        if out is None
-        else "array"
-        if isinstance(out, Out)
-        else "tuple"
-        if isinstance(out, tuple)
-        else "list"
-    )
+def _check_returns(op: Op, plan) -> None:
+    """The declaration's plan is ``(args, out)`` and ``out`` agrees with the op's declared
+    ``returns`` (checked on the oracle path, which the tests run for every op)."""
+    if type(plan) is not tuple or len(plan) != 2 or type(plan[0]) is not dict:
+        raise AssertionError(f"{op.name}'s declaration must return (args: dict, out), got {type(plan).__name__}")
+    out = plan[1]
+    if out is None:
+        kind = "computed" if not op.mutates else "none"
+    elif type(out) is list:
+        kind = "list"
+    elif type(out) is tuple and len(out) == 2 and out[1] is not None and type(out[1]) is not tuple:
+        kind = "array"  # (shape, dtype): a dtype is never a tuple or None
+    elif type(out) is tuple:
+        kind = "tuple"
+    else:
+        kind = type(out).__name__
     if kind != op.returns:
         raise AssertionError(f"{op.name} is declared returns={op.returns!r} but its plan describes {kind!r}")
 

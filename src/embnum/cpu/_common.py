@@ -12,6 +12,9 @@ accumulation, one rounding to float16).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import numpy as np
 from numba import njit
 
@@ -107,36 +110,39 @@ slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
 # crossover, where all threads were >= 10% faster by p10, was at or above these sizes for
 # every kernel that had one). 0: the kernel has no parallel region (switching the thread
 # count would cost ~1.5 us for nothing). Kernels not in the table use SERIAL_BYTES (an
-# estimate). SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel.
+# estimate). Both are constants (generated code has them written in, see serial_rule).
+# SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel, read on every call.
 SERIAL_BYTES = 1 << 16
-SERIAL_BYTES_OF: dict[str, int] = {
-    "complete_cumsum": 0,
-    "exclusive_cumsum": 0,
-    "inclusive_cumsum": 0,
-    "permute_2d_sparse_data": 0,
-    "permute_1d_sparse_data": 0,
-    "invert_permute": 0,  # a serial scatter since issue 12 item 6: no parallel region
-    "expand_into_jagged_permute": 0,  # a serial kernel: switching the thread count only costs (~1.5 us)
-    "keyed_jagged_index_select_dim1": 0,  # the permutes' gather: it picks its own threads (SPLIT_BYTES)
-    "offsets_range": 1909760,
-    "jagged_to_padded_dense": 3133440,
-    "dense_to_jagged": 16960176,
-    "segment_sum_csr": 886784,
-    "block_bucketize_sparse_features": 478208,
-    "float_to_fused_8bit_rowwise": 1347584,
-    "fused_8bit_rowwise_to_float": 2125824,
-    "float_to_fused_nbit_rowwise": 614400,
-    "fused_nbit_rowwise_to_float": 1390592,
-    "float_to_fp16": 147456,
-    "float_to_bfloat16": 3665920,
-    "permute_multi_embedding": 5262336,
-    # keyed_tensor: small calls take serial kernels (no switch needed); larger ones apply the
-    # default rule (SERIAL_BYTES) themselves, in cpu/keyed_tensor.py
-    "permute_pooled_embs": 0,
-    "permute_multi_embedding_backward": 0,
-    "regroup_keyed_tensor": 0,
-    "kt_regroup_arguments": 0,  # host Python only
-}
+SERIAL_BYTES_OF: Mapping[str, int] = MappingProxyType(
+    {
+        "complete_cumsum": 0,
+        "exclusive_cumsum": 0,
+        "inclusive_cumsum": 0,
+        "permute_2d_sparse_data": 0,
+        "permute_1d_sparse_data": 0,
+        "invert_permute": 0,  # a serial scatter since issue 12 item 6: no parallel region
+        "expand_into_jagged_permute": 0,  # a serial kernel: switching the thread count only costs (~1.5 us)
+        "keyed_jagged_index_select_dim1": 0,  # the permutes' gather: it picks its own threads (SPLIT_BYTES)
+        "offsets_range": 1909760,
+        "jagged_to_padded_dense": 3133440,
+        "dense_to_jagged": 16960176,
+        "segment_sum_csr": 886784,
+        "block_bucketize_sparse_features": 478208,
+        "float_to_fused_8bit_rowwise": 1347584,
+        "fused_8bit_rowwise_to_float": 2125824,
+        "float_to_fused_nbit_rowwise": 614400,
+        "fused_nbit_rowwise_to_float": 1390592,
+        "float_to_fp16": 147456,
+        "float_to_bfloat16": 3665920,
+        "permute_multi_embedding": 5262336,
+        # keyed_tensor: small calls take serial kernels (no switch needed); larger ones apply the
+        # default rule (SERIAL_BYTES) themselves, in cpu/keyed_tensor.py
+        "permute_pooled_embs": 0,
+        "permute_multi_embedding_backward": 0,
+        "regroup_keyed_tensor": 0,
+        "kt_regroup_arguments": 0,  # host Python only
+    }
+)  # read-only: serial_rule writes a kernel's threshold into generated code
 SERIAL_OVERRIDE: int | None = None
 
 
@@ -201,27 +207,45 @@ def small_call(impl, args: dict, out):
     return impl(**args) if out is None else impl(**args, out=out)
 
 
+def serial_rule(name: str, call: str, args: str, out: str) -> list[str]:
+    """:func:`small_call`'s rule for the kernel ``name`` as lines of Python source, for code that
+    writes it inline (:func:`kernel_runner`; the registry's generated public function): ``call``
+    (the kernel's positional call) unless the arrays may need one thread, then
+    ``small_call(_impl, <args>, <out>)``. The kernel's threshold (``SERIAL_BYTES_OF[name]``, else
+    ``SERIAL_BYTES``: constants) is written into the lines; ``SERIAL_OVERRIDE`` and the thread
+    count are read on every call. The lines read ``_common`` (this module) and ``_impl`` (the
+    kernel) from their scope and may assign ``_limit``."""
+    small = f"    _common.small_call(_impl, {args}, {out})"
+    limit = SERIAL_BYTES_OF.get(name, SERIAL_BYTES)
+    if not limit:  # no threshold: only an override can ask for one thread
+        return ["if _common.SERIAL_OVERRIDE and _common._GET_THREADS() != 1:", small, "else:", f"    {call}"]
+    return [
+        "_limit = _common.SERIAL_OVERRIDE",
+        "if _limit is None:",
+        f"    _limit = {int(limit)}",
+        "if _limit and _common._GET_THREADS() != 1:",
+        small,
+        "else:",
+        f"    {call}",
+    ]
+
+
+def positional_call(names, args: str, out: str) -> str:
+    """``_impl(<args>['a'], <args>['b'], <out>)``: a kernel whose parameters are exactly ``names``
+    then ``out``, called positionally (a missing key is still a ``KeyError``)."""
+    return "_impl(" + ", ".join([f"{args}[{n!r}]" for n in names] + [out]) + ")"
+
+
 def kernel_runner(impl, name: str, names) -> object:
     """``run(impl, args, out)``: :func:`small_call` for a kernel whose parameters are exactly
     ``names`` (the keys of its plan's ``args``, in order) then ``out``, with the kernel called
-    positionally (``args[name]`` each: a missing key is still a ``KeyError``), which saves the
-    keyword-dict merge of ``impl(**args, out=out)`` (~0.3 us) on every small call. The rule
-    (``SERIAL_OVERRIDE``, ``SERIAL_BYTES_OF[name]``, the thread count) is read on every call, as
-    :func:`small_call` reads it; calls that need one thread go through :func:`small_call`."""
+    positionally (:func:`positional_call`), which saves the keyword-dict merge of
+    ``impl(**args, out=out)`` (~0.3 us) on every small call; the rule is :func:`serial_rule`'s."""
     import sys
 
-    module = sys.modules[__name__]
-    args = ", ".join(f"args[{n!r}]" for n in names)
-    src = (
-        "def run(impl, args, out):\n"
-        "    limit = _m.SERIAL_OVERRIDE\n"
-        "    if limit is None:\n"
-        "        limit = _m.SERIAL_BYTES_OF.get(name, _m.SERIAL_BYTES)\n"
-        "    if limit and _m._GET_THREADS() != 1:\n"
-        "        return _m.small_call(impl, args, out)\n"
-        f"    return impl({args + ', ' if args else ''}out)\n"
-    )
-    namespace = {"_m": module, "name": name}
+    lines = serial_rule(name, positional_call(names, "_args", "_out"), "_args", "_out")
+    src = "def run(_impl, _args, _out):\n" + "".join(f"    {line}\n" for line in lines)
+    namespace = {"_common": sys.modules[__name__]}
     exec(compile(src, f"<embnum kernel runner {name}>", "exec"), namespace)
     return namespace["run"]
 

@@ -34,6 +34,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .. import _tbe_rows
+from .._cache import BoundedCache
 from .._tbe import (
     ADAGRAD,
     ADAM,
@@ -490,14 +491,39 @@ _FORWARD_POOLED = {D: _make_forward_pooled(D) for D in SPECIALISED_DIMS + (0,)}
 
 def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out):
     stream = STREAM and out.nbytes >= STREAM_BYTES
-    dims = np.diff(doff)
-    generic = np.array([t for t, D in enumerate(dims.tolist()) if D not in SPECIALISED_DIMS], dtype=np.int64)
-    groups = [(D, np.flatnonzero(dims == D)) for D in SPECIALISED_DIMS if (dims == D).any()] + [(0, generic)]
-    for key, feats in groups:
-        if feats.shape[0]:
-            _FORWARD_POOLED[key](
-                w, lut, woff, doff, feats.astype(np.int64), indices, offsets, B, mean, psw, has_psw, out, stream
-            )
+    for kernel, feats in _feature_groups(doff):
+        kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
+
+
+def _feature_groups(doff):
+    """The forward's kernel calls for ``D_offsets``: ``((kernel, features int64 [n]), ...)``, one
+    per specialised dim present, then the generic kernel with the other features (if any).
+
+    Grouping with NumPy cost ~13 us per call, most of a small forward's time (issue 12), and a
+    model passes the same ``D_offsets`` on every call: cached by content. The key is the array's
+    dtype and bytes (``doff`` is 1-D, so they fix its length and every value the grouping reads):
+    a hit can never be stale, an array changed in place has other bytes. Bounded and thread-safe
+    (``BoundedCache``). The feature arrays are private (only kernels that read them get them)."""
+    key = (doff.dtype.char, doff.tobytes())
+    found = _GROUPS.get(key)
+    if found is None:
+        found = _GROUPS.put(key, _group_features(doff))
+    return found
+
+
+def _group_features(doff):
+    dims = np.diff(doff).tolist()
+    groups = [
+        (_FORWARD_POOLED[D], np.array([t for t, d in enumerate(dims) if d == D], dtype=np.int64))
+        for D in SPECIALISED_DIMS
+    ]
+    groups.append(
+        (_FORWARD_POOLED[0], np.array([t for t, d in enumerate(dims) if d not in SPECIALISED_DIMS], np.int64))
+    )
+    return tuple((kernel, feats) for kernel, feats in groups if feats.shape[0])
+
+
+_GROUPS = BoundedCache(256)  # D_offsets (dtype, bytes) -> _group_features(D_offsets)
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -1000,11 +1026,35 @@ def _starts(lk):
     values start (``value_start``: rows times the table's dim, summed)."""
     with _tables_one_by_one():
         counts = _COUNT_TOUCHED(lk.indices, lk.tables)
-    row_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=row_start[1:])
-    value_start = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts * lk.tables[:, DIM], out=value_start[1:])
+    return _starts_of(counts, lk.tables)
+
+
+@njit(cache=True)
+def _starts_of(counts, tables):
+    """``_starts``' two prefix sums in one compiled call (with NumPy: ~7 us of a small call's
+    host work, issue 12 item 2). int64 throughout, as NumPy summed them."""
+    n = counts.shape[0]
+    row_start = np.zeros(n + 1, dtype=np.int64)
+    value_start = np.zeros(n + 1, dtype=np.int64)
+    for j in range(n):
+        row_start[j + 1] = row_start[j] + counts[j]
+        value_start[j + 1] = value_start[j] + counts[j] * tables[j, DIM]
     return row_start, value_start
+
+
+@njit(cache=True)
+def _value_offsets(row_start, tables):
+    """``value_offsets`` ``[U+1]`` of the sparse gradient: 0, then each touched row's end (table
+    ``j``'s rows ``row_start[j]:row_start[j+1]`` are ``tables[j, DIM]`` values long). Compiled:
+    NumPy's repeat + cumsum cost ~6 us of a small call."""
+    n = tables.shape[0]
+    out = np.empty(row_start[n] + 1, dtype=np.int64)
+    out[0] = 0
+    for j in range(n):
+        D = tables[j, DIM]
+        for u in range(row_start[j], row_start[j + 1]):
+            out[u + 1] = out[u] + D
+    return out
 
 
 @_one_thread_when_small
@@ -1029,9 +1079,7 @@ def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     values = np.empty(int(value_start[-1]), dtype=np.float32)
     with _tables_one_by_one():
         _SPARSE_GRAD(lk, row_start, value_start, lids, values)
-    value_offsets = np.zeros(lids.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.repeat(lk.tables[:, DIM], np.diff(row_start)), out=value_offsets[1:])
-    out = TBESparseGrad(lids, values, value_offsets)
+    out = TBESparseGrad(lids, values, _value_offsets(row_start, lk.tables))
     return out if max_rows is None else pad_sparse(out, max_rows, int(np.diff(lookup["D_offsets"]).max()))
 
 

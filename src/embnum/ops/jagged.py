@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _validate as v
 from .._compare import exact_match, within
-from .._registry import Out, Plan, check, op
+from .._registry import check, op
 
 MAX_JAGGED_DIMS = 5
 
@@ -130,16 +130,20 @@ def complete_cumsum(lengths):
     array([[0, 1, 3],
            [0, 3, 3]], dtype=int32)
     """
-    v.index_array("lengths", lengths, ndim=(1, 2))
-    _cumsum_fits_int32("lengths", lengths, drop_last=False)
+    if type(lengths) is not _ND or lengths.dtype not in _INDEX or not 1 <= lengths.ndim <= 2:
+        v.index_array("lengths", lengths, ndim=(1, 2))  # the exact rule (the common case tested inline above)
+    if lengths.dtype == _INT32:
+        _cumsum_fits_int32("lengths", lengths, drop_last=False)
     shape = lengths.shape[:-1] + (lengths.shape[-1] + 1,)
-    return Plan({"lengths": lengths}, Out(shape, lengths.dtype))
+    return {"lengths": lengths}, (shape, lengths.dtype)
 
 
-def _same_length_scan(lengths, *, drop_last):
-    v.index_array("lengths", lengths, ndim=1)
-    _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
-    return Plan({"lengths": lengths}, Out(lengths.shape, lengths.dtype))
+def _same_length_scan(lengths, drop_last):
+    if type(lengths) is not _ND or lengths.dtype not in _INDEX or lengths.ndim != 1:
+        v.index_array("lengths", lengths, ndim=1)  # the exact rule (the common case tested inline above)
+    if lengths.dtype == _INT32:
+        _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
+    return {"lengths": lengths}, (lengths.shape, lengths.dtype)
 
 
 @op("jagged")
@@ -153,7 +157,7 @@ def exclusive_cumsum(lengths):
     >>> embnum.exclusive_cumsum(np.array([2, 0, 3, 1]))
     array([0, 2, 2, 5])
     """
-    return _same_length_scan(lengths, drop_last=True)  # the grand total is not an output
+    return _same_length_scan(lengths, True)  # the grand total is not an output
 
 
 @op("jagged")
@@ -167,7 +171,7 @@ def inclusive_cumsum(lengths):
     >>> embnum.inclusive_cumsum(np.array([2, 0, 3, 1]))
     array([2, 2, 5, 6])
     """
-    return _same_length_scan(lengths, drop_last=False)
+    return _same_length_scan(lengths, False)
 
 
 # -- 2. offsets_range ------------------------------------------------------
@@ -193,7 +197,7 @@ def offsets_range(offsets, range_size):
         and (range_size <= _INT32_MAX or offsets.dtype != _INT32)
         and compiled.offsets_last(offsets, True, range_size) >= 0
     ):
-        return Plan(dict(offsets=offsets, range_size=range_size), Out((range_size,), offsets.dtype))
+        return (dict(offsets=offsets, range_size=range_size), ((range_size,), offsets.dtype))
     v.index_array("offsets", offsets)
     range_size = v.size("range_size", range_size)
     if offsets.dtype == np.int32 and range_size > v.INT32_MAX:
@@ -203,7 +207,7 @@ def offsets_range(offsets, range_size):
             raise ValueError(f"offsets is empty but range_size = {range_size} (must be 0)")
     else:
         v.offsets("offsets", offsets, n_values=range_size, first_zero=True)
-    return Plan(dict(offsets=offsets, range_size=range_size), Out((range_size,), offsets.dtype))
+    return (dict(offsets=offsets, range_size=range_size), ((range_size,), offsets.dtype))
 
 
 # -- 3. segment_sum_csr ----------------------------------------------------
@@ -245,9 +249,9 @@ def segment_sum_csr(batch_size, csr_seg, values):
     ):  # the exact rules (they raise)
         _value_array("values", values, 1)
         batch_size = _csr_runs(batch_size, csr_seg, values.shape[0], "values")
-    return Plan(
+    return (
         dict(batch_size=batch_size, csr_seg=csr_seg, values=values),
-        Out((csr_seg.shape[0] - 1,), values.dtype),
+        ((csr_seg.shape[0] - 1,), values.dtype),
     )
 
 
@@ -278,9 +282,9 @@ def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values):
         raise ValueError(
             f"grad_output must have len(csr_seg) - 1 = {csr_seg.shape[0] - 1} entries, got {grad_output.shape[0]}"
         )
-    return Plan(
+    return (
         dict(batch_size=batch_size, csr_seg=csr_seg, grad_output=grad_output, num_values=num_values),
-        Out((num_values,), grad_output.dtype),
+        ((num_values,), grad_output.dtype),
     )
 
 
@@ -322,9 +326,7 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value=0.0):
     shape = (B, *max_lengths) + tuple(values.shape[1:])
     if not v.shape_fits(shape + (values.dtype.itemsize,)):
         raise ValueError(f"max_lengths = {max_lengths} give an output of shape {shape}, above the size limit 2**48")
-    return Plan(
-        dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), Out(shape, values.dtype)
-    )
+    return (dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), (shape, values.dtype))
 
 
 def _padded_fast(values, ndims, offsets, max_lengths, padding_value):
@@ -343,9 +345,7 @@ def _padded_fast(values, ndims, offsets, max_lengths, padding_value):
     if pad is None or not v.shape_fits(shape + (values.dtype.itemsize,)):
         return None
     offsets, max_lengths = list(offsets), list(max_lengths)
-    return Plan(
-        dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), Out(shape, values.dtype)
-    )
+    return (dict(values=values, offsets=offsets, max_lengths=max_lengths, padding_value=pad), (shape, values.dtype))
 
 
 @op("jagged", differentiable=("values",), same_as="jagged_to_padded_dense")
@@ -422,9 +422,9 @@ def dense_to_jagged(dense, offsets, total_L=None):
             and (total_L is None or (_host_size(total_L) and total_L >= last))
         ):
             total_L = last if total_L is None else total_L
-            return Plan(
+            return (
                 dict(dense=dense, offsets=list(offsets), total_L=total_L),
-                Out((total_L, dense.shape[-1]), dense.dtype),
+                ((total_L, dense.shape[-1]), dense.dtype),
             )
     v.array("dense", dense, dtypes=v.VALUE_DTYPES)
     offsets = v.array_list("offsets", offsets, min_len=1, max_len=MAX_JAGGED_DIMS)
@@ -441,7 +441,7 @@ def dense_to_jagged(dense, offsets, total_L=None):
     total_L = needed if total_L is None else v.size("total_L", total_L)
     if total_L < needed:
         raise ValueError(f"total_L = {total_L} is smaller than offsets[-1][-1] = {needed}")
-    return Plan(dict(dense=dense, offsets=offsets, total_L=total_L), Out((total_L, dense.shape[-1]), dense.dtype))
+    return (dict(dense=dense, offsets=offsets, total_L=total_L), ((total_L, dense.shape[-1]), dense.dtype))
 
 
 # -- oracle comparisons ----------------------------------------------------

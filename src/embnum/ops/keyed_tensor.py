@@ -16,7 +16,7 @@ from .. import _permute_plan as plan
 from .. import _validate as v
 from .._cache import BoundedCache
 from .._compare import same_bits
-from .._registry import Out, Plan, check, op
+from .._registry import check, op
 
 # permutes columns
 IN_TENSOR, OUT_TENSOR, IN_OFFSET, OUT_OFFSET, LENGTH, NEXT = range(6)
@@ -231,7 +231,7 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
         and compiled.pooled_lists_ok(*lists, D)
     ):
         _pooled_rules(D, lists)  # device arrays, or a rule broken: the exact checks, which name it
-    return Plan(
+    return (
         dict(
             pooled_embs=pooled_embs,
             offset_dim_list=offset_dim_list,
@@ -239,7 +239,7 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
             inv_offset_dim_list=inv_offset_dim_list,
             inv_permute_list=inv_permute_list,
         ),
-        Out(pooled_embs.shape, pooled_embs.dtype),
+        (pooled_embs.shape, pooled_embs.dtype),
     )
 
 
@@ -361,7 +361,7 @@ def kt_regroup_arguments(embs, keys, lengths, groups):
     if embs is not None:
         v.array("embs", embs)
     keys, lengths, groups = regroup_keys(keys, lengths, groups)
-    return Plan(dict(embs=embs, keys=keys, lengths=lengths, groups=groups), None)
+    return (dict(embs=embs, keys=keys, lengths=lengths, groups=groups), None)
 
 
 # -- 3. permute_multi_embedding --------------------------------------------
@@ -473,7 +473,7 @@ def _permute_plan(forward, arrays_name, arrays, lengths_name, lengths, permutes,
     else:
         _permute_rules(forward, arrays_name, widths, lengths_name, lengths, permutes, in_shapes, out_shapes)
     args = {arrays_name: arrays, "permutes": permutes, "in_shapes": in_shapes, "out_shapes": out_shapes}
-    return Plan(dict(args, **{lengths_name: lengths}), [Out((B, w), dtype) for w in lengths])
+    return (dict(args, **{lengths_name: lengths}), [((B, w), dtype) for w in lengths])
 
 
 # -- 4. regroup_keyed_tensor -----------------------------------------------
@@ -499,9 +499,9 @@ def regroup_keyed_tensor(pooled_embs, keys, lengths, groups):
     for i, (a, w) in enumerate(zip(pooled_embs, in_widths)):
         if a.shape[1] != w:
             raise ValueError(f"pooled_embs[{i}] has {a.shape[1]} columns but sum(lengths[{i}]) = {w}")
-    return Plan(
+    return (
         dict(pooled_embs=pooled_embs, keys=keys, lengths=lengths, groups=groups),
-        [Out((B, w), dtype) for w in out_widths],
+        [((B, w), dtype) for w in out_widths],
     )
 
 

@@ -2,7 +2,7 @@
 
 Sparse-feature ops that move ids between keys and between ranks before a
 sharded embedding lookup. Each function validates its arguments and returns
-a :class:`Plan`; the implementations live in ``embnum.{ref,cpu,cuda}.kjt``.
+its plan ``(args, out)``; the implementations live in ``embnum.{ref,cpu,cuda}.kjt``.
 Every output is a new C-contiguous array; optional outputs that were not
 requested are ``None`` slots of the result tuple.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as v
-from .._registry import Out, Plan, op
+from .._registry import op
 
 W_DTYPES = v.FLOAT_DTYPES
 _INDEX = v.INDEX_DTYPES
@@ -131,8 +131,8 @@ def _permute_fast(permute, lengths, values, weights, permuted_lengths_sum, ndim)
     if N < 0 or not _host_data(values, weights, N) or not _hint_ok(permuted_lengths_sum, M):
         return None
     shape = (permute.shape[0], lengths.shape[1]) if ndim == 2 else (permute.shape[0],)
-    outs = (Out(shape, lengths.dtype), Out((M,), values.dtype), None if weights is None else Out((M,), weights.dtype))
-    return Plan(dict(permute=permute, lengths=lengths, values=values, weights=weights, total=M), outs)
+    outs = ((shape, lengths.dtype), ((M,), values.dtype), None if weights is None else ((M,), weights.dtype))
+    return (dict(permute=permute, lengths=lengths, values=values, weights=weights, total=M), outs)
 
 
 def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_sizes, ndim):
@@ -157,8 +157,8 @@ def _permute_plan(permute, lengths, values, weights, permuted_lengths_sum, seg_s
     _hint("permuted_lengths_sum", permuted_lengths_sum, M)
     w = weights
     shape = (permute.shape[0],) + tuple(lengths.shape[1:])
-    outs = (Out(shape, lengths.dtype), Out((M,), values.dtype), None if w is None else Out((M,), w.dtype))
-    return Plan(dict(permute=permute, lengths=lengths, values=values, weights=w, total=M), outs)
+    outs = ((shape, lengths.dtype), ((M,), values.dtype), None if w is None else ((M,), w.dtype))
+    return (dict(permute=permute, lengths=lengths, values=values, weights=w, total=M), outs)
 
 
 # -- 1. permute_2d_sparse_data ------------------------------------------------
@@ -418,11 +418,11 @@ def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep,
     n_bags = lengths.shape[0]
     idx = indices.dtype
     outs = (
-        Out((my_size * n_bags,), lengths.dtype),
-        Out((N,), idx),
-        None if weights is None else Out((N,), weights.dtype),
-        Out((N,), idx) if bucketize_pos else None,
-        Out((N,), idx) if sequence else None,
+        ((my_size * n_bags,), lengths.dtype),
+        ((N,), idx),
+        None if weights is None else ((N,), weights.dtype),
+        ((N,), idx) if bucketize_pos else None,
+        ((N,), idx) if sequence else None,
     )
     args = dict(
         lengths=lengths,
@@ -437,7 +437,7 @@ def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep,
         bucketize_pos=bucketize_pos,
         sequence=sequence,
     )
-    return Plan(args, outs)
+    return (args, outs)
 
 
 # -- 4. keyed_jagged_index_select_dim1 ---------------------------------------------
@@ -513,9 +513,9 @@ def keyed_jagged_index_select_dim1(
 
 
 def _index_select_plan(values, lengths, offsets, indices, batch_size, weights, M):
-    outs = [Out((M,), values.dtype), Out((lengths.shape[0] // batch_size * indices.shape[0],), lengths.dtype)]
+    outs = [((M,), values.dtype), ((lengths.shape[0] // batch_size * indices.shape[0],), lengths.dtype)]
     if weights is not None:
-        outs.append(Out((M,), weights.dtype))
+        outs.append(((M,), weights.dtype))
     args = dict(
         values=values,
         lengths=lengths,
@@ -525,7 +525,7 @@ def _index_select_plan(values, lengths, offsets, indices, batch_size, weights, M
         weights=weights,
         total=M,
     )
-    return Plan(args, outs)
+    return (args, outs)
 
 
 # -- 5. expand_into_jagged_permute ----------------------------------------------------
@@ -555,9 +555,9 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
         and 0 <= output_size <= _MAX
         and compiled.expand_permute_ok(permute, input_offset, output_offset, output_size)
     ):
-        return Plan(
+        return (
             dict(permute=permute, input_offset=input_offset, output_offset=output_offset),
-            Out((output_size,), input_offset.dtype),
+            ((output_size,), input_offset.dtype),
         )
     v.index_array("permute", permute)
     T = permute.shape[0]
@@ -586,9 +586,9 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
             f"output_offset segment {t} has size {int(outs[t])} but input segment permute[{t}] = "
             f"{int(permute[t])} has size {int(ins[permute[t]])}"
         )
-    return Plan(
+    return (
         dict(permute=permute, input_offset=input_offset, output_offset=output_offset),
-        Out((output_size,), input_offset.dtype),
+        ((output_size,), input_offset.dtype),
     )
 
 
@@ -607,7 +607,7 @@ def invert_permute(permute):
     if compiled is not None and _host_index(permute) and permute.shape[0]:
         in_range, once = compiled.permutation_flags(permute)
         if in_range and once:
-            return Plan(dict(permute=permute), Out(permute.shape, permute.dtype))
+            return (dict(permute=permute), (permute.shape, permute.dtype))
     v.index_array("permute", permute)
     n = permute.shape[0]
     if n:
@@ -619,7 +619,7 @@ def invert_permute(permute):
             seen = xp.bincount(permute.astype(np.int64), minlength=n)
             r = int(xp.argmax(seen > 1))
             raise ValueError(f"permute is not a permutation: {r} appears {int(seen[r])} times")
-    return Plan(dict(permute=permute), Out((n,), permute.dtype))
+    return (dict(permute=permute), ((n,), permute.dtype))
 
 
 # -- 7. jagged_unique_indices ----------------------------------------------------------
@@ -681,12 +681,12 @@ def _unique_plan(tables, B, offsets, indices, K):
     nb = offsets.shape[0] - 1
     args = dict(tables=tables, B=B, offsets=offsets, indices=indices)
     outs = (
-        Out((nb,), offsets.dtype),
-        Out((nb + 1,), offsets.dtype),
-        Out((K,), indices.dtype),
-        Out((indices.shape[0],), np.int64),
+        ((nb,), offsets.dtype),
+        ((nb + 1,), offsets.dtype),
+        ((K,), indices.dtype),
+        ((indices.shape[0],), np.int64),
     )
-    return Plan(args, outs)
+    return (args, outs)
 
 
 def _unique_read_once(hsc, hso, offsets, indices, T, B):

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _validate as v
 from .._compare import same_bits
-from .._registry import Out, Plan, check, op
+from .._registry import check, op
 
 F16, F32, U8, U16 = (np.dtype(t) for t in (np.float16, np.float32, np.uint8, np.uint16))
 HALF_OR_FLOAT = (F16, F32)
@@ -134,7 +134,7 @@ def float_to_fused_8bit_rowwise(input):
     D = input.shape[-1]
     if D < 1:
         raise ValueError(f"input's last dim D must be >= 1, got shape {tuple(input.shape)}")
-    return Plan(dict(input=input), Out((*input.shape[:-1], D + 8), U8))
+    return (dict(input=input), ((*input.shape[:-1], D + 8), U8))
 
 
 @op("quant")
@@ -156,7 +156,7 @@ def fused_8bit_rowwise_to_float(input, *, output_dtype="float32"):
     if C < 8:
         raise ValueError(f"input rows must hold at least 8 bytes (scale and bias), got {C}")
     dt = _output_dtype(output_dtype)
-    return Plan(dict(input=input, output_dtype=dt), Out((*input.shape[:-1], C - 8), dt))
+    return (dict(input=input, output_dtype=dt), ((*input.shape[:-1], C - 8), dt))
 
 
 # -- 2. fused N-bit row-wise ------------------------------------------------
@@ -180,7 +180,7 @@ def float_to_fused_nbit_rowwise(input, bit_rate):
     D = input.shape[1]
     if D < 1 or D % (2 * k):
         raise ValueError(f"input's row width D must be a positive multiple of {2 * k} for bit_rate {bit_rate}, got {D}")
-    return Plan(dict(input=input, bit_rate=bit_rate), Out((input.shape[0], D // k + 4), U8))
+    return (dict(input=input, bit_rate=bit_rate), ((input.shape[0], D // k + 4), U8))
 
 
 @op("quant")
@@ -202,9 +202,7 @@ def fused_nbit_rowwise_to_float(input, bit_rate, *, output_dtype="float32"):
     if C < 4:
         raise ValueError(f"input rows must hold at least 4 bytes (scale and bias), got {C}")
     dt = _output_dtype(output_dtype)
-    return Plan(
-        dict(input=input, bit_rate=bit_rate, output_dtype=dt), Out((input.shape[0], (C - 4) * (8 // bit_rate)), dt)
-    )
+    return (dict(input=input, bit_rate=bit_rate, output_dtype=dt), ((input.shape[0], (C - 4) * (8 // bit_rate)), dt))
 
 
 # -- 3. bfloat16 --------------------------------------------------------------
@@ -221,7 +219,7 @@ def float_to_bfloat16(input):
     ['0x3f80', '0x3f81', '0xbb24']
     """
     v.array("input", input, dtypes=(F32,))
-    return Plan(dict(input=input), Out(input.shape, U16))
+    return (dict(input=input), (input.shape, U16))
 
 
 @op("quant")
@@ -234,7 +232,7 @@ def bfloat16_to_float(input):
     array([ 1.        ,  1.0078125 , -0.00250244], dtype=float32)
     """
     bits = _bfloat16_bits("input", input)
-    return Plan(dict(input=bits), Out(bits.shape, F32))
+    return (dict(input=bits), (bits.shape, F32))
 
 
 # -- 4. float16 ---------------------------------------------------------------
@@ -254,7 +252,7 @@ def float_to_fp16(input, *, saturate=True):
     array([inf], dtype=float16)
     """
     v.array("input", input, dtypes=(F32,))
-    return Plan(dict(input=input, saturate=v.flag("saturate", saturate)), Out(input.shape, F16))
+    return (dict(input=input, saturate=v.flag("saturate", saturate)), (input.shape, F16))
 
 
 @op("quant")
@@ -267,7 +265,7 @@ def fp16_to_float(input):
     array([1.0000e+00, 6.5504e+04], dtype=float32)
     """
     v.array("input", input, dtypes=(F16,))
-    return Plan(dict(input=input), Out(input.shape, F32))
+    return (dict(input=input), (input.shape, F32))
 
 
 # -- 5. HFP8 ------------------------------------------------------------------
@@ -296,7 +294,7 @@ def float_to_hfp8(input, ebits, exponent_bias, max_pos):
         raise ValueError(
             f"max_pos must be finite, > 0 and at most {largest} (the largest value of this format), got {max_pos!r}"
         )
-    return Plan(dict(input=input, ebits=ebits, exponent_bias=exponent_bias, max_pos=mp), Out(input.shape, U8))
+    return (dict(input=input, ebits=ebits, exponent_bias=exponent_bias, max_pos=mp), (input.shape, U8))
 
 
 @op("quant")
@@ -311,7 +309,7 @@ def hfp8_to_float(input, ebits, exponent_bias):
     """
     (ebits, exponent_bias, _), _ = _hfp8(ebits, exponent_bias)
     v.array("input", input, dtypes=(U8,))
-    return Plan(dict(input=input, ebits=ebits, exponent_bias=exponent_bias), Out(input.shape, F32))
+    return (dict(input=input, ebits=ebits, exponent_bias=exponent_bias), (input.shape, F32))
 
 
 # -- oracle comparisons -------------------------------------------------------

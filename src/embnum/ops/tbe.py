@@ -21,7 +21,7 @@ from .. import _tbe_bounds as bounds
 from .. import _validate as v
 from .._cache import BoundedCache
 from .._compare import within
-from .._registry import Out, Plan, check, op
+from .._registry import check, op
 from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
 HELPERS = ("tbe_layout", "TBELayout", "TBEOptimizer", "TBESparseGrad")
@@ -249,7 +249,7 @@ def tbe_forward(
     dt = output_dtype_of(output_dtype)
     shape = (indices.shape[0], int(doff[1])) if pooling == NONE else (B, int(doff[-1]))
     args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights)
-    return Plan(dict(args, output_dtype=dt), Out(shape, dt))
+    return (dict(args, output_dtype=dt), (shape, dt))
 
 
 # -- 3.2 / 3.3 backward ----------------------------------------------------
@@ -306,7 +306,7 @@ def tbe_backward(
     array([1., 1., 0., 0., 1., 1., 0., 0., 0., 2., 2., 2.], dtype=float32)
     """
     args = _backward_plan(**locals())
-    return Plan(args, Out((weights.shape[0],), np.float32))
+    return (args, ((weights.shape[0],), np.float32))
 
 
 @op("tbe", returns="computed")
@@ -348,7 +348,7 @@ def tbe_backward_sparse(
     >>> g.values
     array([1., 1., 1., 1., 2., 2., 2.], dtype=float32)
     """
-    return Plan(
+    return (
         _backward_plan(**locals()) | ({} if max_rows is None else {"max_rows": v.size("max_rows", max_rows)}),
         None,
     )
@@ -370,7 +370,7 @@ def tbe_grad_per_sample_weights(
     array([1., 9., 5.], dtype=float32)
     """
     args = _backward_plan(**locals())
-    return Plan(args, Out((indices.shape[0],), np.float32))
+    return (args, ((indices.shape[0],), np.float32))
 
 
 # -- 3.5 fused optimizers ----------------------------------------------------
@@ -448,7 +448,7 @@ def tbe_backward_update(
         step = v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {optimizer.kind}")
     elif step is not None:
         raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
-    return Plan(dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)
+    return (dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)
 
 
 # -- oracle comparisons ----------------------------------------------------

@@ -20,7 +20,7 @@ from .. import _tbe_bounds as tbe_bounds
 from .. import _validate as v
 from .._cache import BoundedCache
 from .._compare import within
-from .._registry import Out, Plan, check, op
+from .._registry import check, op
 from .._tbe import NONE, POOLING_CODES
 from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
 
@@ -306,7 +306,7 @@ def tbe_forward_quantized(
         shape = (B, Doffs[T])
     idx, offs = tbe_bounds.check(indices, offsets, B, rows, bounds, pruned_ok=True)
     xp = v.xp_of(weights)
-    return Plan(
+    return (
         dict(
             weights=weights,
             layout=layout.copy() if xp is np else xp.asarray(layout),
@@ -317,7 +317,7 @@ def tbe_forward_quantized(
             per_sample_weights=per_sample_weights,
             output_dtype=out_dtype,
         ),
-        Out(shape, out_dtype),
+        (shape, out_dtype),
     )
 
 
@@ -337,5 +337,5 @@ def _bag_scale(args, shape):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the repair modes warn again; the call itself warned already
-        plan = tbe_forward_quantized.op.declaration(**tbe_forward_quantized.op.bind((), dict(args)))
-    return bag_magnitudes(plan.args, shape)
+        plan_args, _ = tbe_forward_quantized.op.declaration(**tbe_forward_quantized.op.bind((), dict(args)))
+    return bag_magnitudes(plan_args, shape)

@@ -333,8 +333,9 @@ def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable
             ]
         else:
             lines.append(f"    a{i} = args[{i}]")
-    call = [f"a{i}" for i, p in enumerate(params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    call += [f"{p.name}=a{i}" for i, p in enumerate(params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    values = [_decoded(spec, p.name, f"a{i}") for i, p in enumerate(params)]
+    call = [v for v, p in zip(values, params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    call += [f"{p.name}={v}" for v, p in zip(values, params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
     call.append(f"backend=args[{n}] if len(args) > {n} else None")
     lines.append(f"    result = _public({', '.join(call)})")
     if not spec.bf16_patterns:
@@ -365,6 +366,7 @@ def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable
         "_from_numpy": torch.from_numpy,
         "_convert_result": convert_result,
         "_fallback": None,
+        "_decode": {k: c[1] for k, c in spec.codecs.items()},
     }
     exec(compile("\n".join(lines) + "\n", f"<embnum.torch_bridge direct {op.name}>", "exec"), namespace)
     direct = namespace["direct"]
@@ -586,20 +588,38 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
             return f"{x} if type({x}) is _Tensor else {checked}"
         return checked
 
+    # the types _check_value returns unchanged, tested inline first (~0.3 us a call each)
+    unchanged = {"Tensor": "type({v}) is _Tensor", "Tensor?": "{v} is None or type({v}) is _Tensor"}
+    unchanged["str"] = "type({v}) is str"
+
+    def checked_into(i, p):
+        """``a{i} = <the argument as the schema takes it>``: :func:`passed`'s value, a codec's
+        encoding computed once into the local before its type is tested."""
+        kind = spec.types[p.name]
+        if p.name not in spec.codecs:
+            if kind == "Tensor?":
+                v = p.name
+                return f"    a{i} = {v} if {unchanged[kind].format(v=v)} else _check({p.name!r}, {kind!r}, {v})\n"
+            return f"    a{i} = {passed(p)}\n"
+        line = f"    a{i} = _encode[{p.name!r}]({p.name})\n"
+        test = unchanged.get(kind)
+        if test is None:
+            return line + f"    a{i} = _check({p.name!r}, {kind!r}, a{i})\n"
+        return line + f"    if not ({test.format(v=f'a{i}')}):\n        a{i} = _check({p.name!r}, {kind!r}, a{i})\n"
+
     head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
     direct_call = _direct_path(op, spec, list(op.signature.parameters), impl) if impl is not None else None
-    if impl is not None and not spec.codecs:
+    inline = _inline_direct(op, spec, params) if impl is not None or op.mutates else ""
+    if inline:
         # every argument checked into a local, the direct path's common case inline (below)
         src = f"def {op.name}({head}):\n"
-        src += "".join(f"    a{i} = {passed(p)}\n" for i, p in enumerate(params))
-        src += _inline_direct(op, spec, params)
+        src += "".join(checked_into(i, p) for i, p in enumerate(params))
+        src += inline
         src += f"    args = ({''.join(f'a{i}, ' for i in range(len(params)))}backend)\n"
     else:
         body = ", ".join([passed(p) for p in params] + ["backend"])
         src = f"def {op.name}({head}):\n    args = ({body},)\n"
-    if impl is not None and spec.codecs:
-        src += "    if _direct(args):\n        return _impl(*args)\n"
-    elif impl is not None:
+    if impl is not None:
         src += "    result = _direct_call(args)\n    if result is not _SLOW:\n        return result\n"
     src += "    return _torch_op(*args)\n"
     namespace = {
@@ -613,6 +633,8 @@ def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callabl
         "_Tensor": torch.Tensor,
         "_defaults": defaults,
         "_encode": {k: c[0] for k, c in spec.codecs.items()},
+        "_decode": {k: c[1] for k, c in spec.codecs.items()},
+        "_bump": torch._C._increment_version,
         "_is_compiling": _is_compiling,
         "_dispatch_stack_len": _dispatch_stack_len,
         "_function_mode_enabled": _function_mode_enabled,
@@ -631,11 +653,18 @@ def _inline_direct(op, spec: Bridge, params: list) -> str:
     bridge's per-call cost is its Python work): nothing watches the dispatcher (the same five
     tests), every ``Tensor`` argument is a plain ``torch.Tensor`` (``Tensor?``: or None) that
     ``t.numpy()`` converts (a CPU tensor of a NumPy dtype needing no gradient), and the op has
-    no tensor-list argument. Then the op's public NumPy function is called and a writeable
-    ndarray result comes back through ``torch.from_numpy``; ops whose results need the
-    bridge's conversion (bfloat16 patterns, several outputs) return ``_SLOW``'s way: through
-    ``_direct_call``. Anything else falls through to the lines after it (``_direct_call``, which
-    applies every rule, then the dispatcher): no tuple of arguments, no second frame."""
+    no tensor-list argument. Then the op's public NumPy function is called (a codec's parameter
+    decoded: the value the implementation would get) and a writeable ndarray result comes back
+    through ``torch.from_numpy``; ops whose results need the bridge's conversion (bfloat16
+    patterns, several outputs) return ``_SLOW``'s way: through ``_direct_call``. Anything else
+    falls through to the lines after it (``_direct_call``, which applies every rule, then the
+    dispatcher): no tuple of arguments, no second frame.
+
+    An in-place op (``op.mutates``; no ``_direct_call``, the rest goes to the dispatcher) takes
+    it too when no tensor it writes is an inference tensor (the dispatcher's rules for those
+    stay its own): what the custom op's dispatch then adds is only the version-counter bump of
+    the written tensors (its ``ADInplaceOrView`` kernel; done here the same way, before the
+    call), and no autograd (no tensor needs a gradient: ``t.numpy()`` refuses one that does)."""
     kinds = [spec.types[p.name] for p in params]
     if any(k not in ("Tensor", "Tensor?") and k.startswith("Tensor") for k in kinds) or spec.bf16_patterns:
         return ""
@@ -646,11 +675,19 @@ def _inline_direct(op, spec: Bridge, params: list) -> str:
         f"type(a{i}) is _Tensor" if kinds[i] == "Tensor" else f"(a{i} is None or type(a{i}) is _Tensor)"
         for i in tensors
     )
+    written = [i for i, p in enumerate(params) if p.name in op.mutates]
+    if any(i not in tensors for i in written):
+        return ""
+    plain += "".join(
+        f" and not a{i}.is_inference()" if kinds[i] == "Tensor" else f" and (a{i} is None or not a{i}.is_inference())"
+        for i in written
+    )
     watched = (
         "_is_compiling() or _dispatch_stack_len() or _function_mode_enabled()"
         " or _tracing_state() is not None or _profiler._is_profiler_enabled"
     )
-    lines = [f"    if {plain} and not ({watched}):", "        try:"]
+    # the watchers first: under torch.compile the rest is not evaluated (Dynamo cannot trace is_inference)
+    lines = [f"    if not ({watched}) and {plain}:", "        try:"]
     for i in tensors:
         conv = f"a{i}.numpy()" if kinds[i] == "Tensor" else f"None if a{i} is None else a{i}.numpy()"
         lines.append(f"            n{i} = {conv}")
@@ -658,17 +695,41 @@ def _inline_direct(op, spec: Bridge, params: list) -> str:
         "        except Exception:  # not a plain CPU tensor of a NumPy dtype: _direct_call's rules",
         "            pass",
     ]
-    values = [f"n{i}" if i in tensors else f"a{i}" for i in range(len(params))]
+    values = [f"n{i}" if i in tensors else _decoded(spec, p.name, f"a{i}") for i, p in enumerate(params)]
     call = [v for v, p in zip(values, params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
     call += [f"{p.name}={v}" for v, p in zip(values, params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    lines.append("        else:")
+    if written:
+        bumped = ", ".join(f"a{i}" for i in written if kinds[i] == "Tensor")
+        optional = [i for i in written if kinds[i] != "Tensor"]
+        tensors_written = f"({bumped},)" + "".join(f" + (() if a{i} is None else (a{i},))" for i in optional)
+        lines += [
+            f"            _bump({tensors_written})",
+            f"            return _public({', '.join(call + ['backend=backend'])})",
+        ]
+        return "\n".join(lines) + "\n"
     lines += [
-        "        else:",
         f"            result = _public({', '.join(call + ['backend=backend'])})",
         "            if type(result) is _ndarray and result.flags.writeable:",
         "                return _from_numpy(result)",
         "            return _direct_result(result)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def same(x):
+    """The decode of a codec whose schema value is what the NumPy API takes (no call is
+    written for it on the direct paths)."""
+    return x
+
+
+def _decoded(spec: Bridge, name: str, local: str) -> str:
+    """The expression a direct path passes to the NumPy function for parameter ``name`` held
+    in ``local`` (its schema value): the codec's decode, as the implementation applies it."""
+    codec = spec.codecs.get(name)
+    if codec is None or codec[1] is same:
+        return local
+    return f"_decode[{name!r}]({local})"
 
 
 _INT64 = (-(2**63), 2**63 - 1)
@@ -687,7 +748,71 @@ def _exact_float(i: int) -> bool:
 
 def _check_value(name: str, kind: str, x):
     """``x`` as the schema type ``kind`` takes it (NumPy scalars as Python ones);
-    ``TypeError``/``ValueError`` naming ``name`` when it does not fit."""
+    ``TypeError``/``ValueError`` naming ``name`` when it does not fit.
+
+    A list of plain items (Python ints in the int64 range, ``str``, ``torch.Tensor``; lists of
+    those) is recognised by :data:`_PLAIN_LISTS` in one pass (issue 12: a keyed_tensor call
+    passes nested key lists); anything else takes :func:`_check_exact`, which gives the same
+    result for those and raises the errors."""
+    plain = _PLAIN_LISTS.get(kind)
+    if plain is not None:
+        got = plain(x)
+        if got is not None:
+            return got
+    return _check_exact(name, kind, x)
+
+
+def _plain_items(test: Callable) -> Callable:
+    """``check(x)``: a new list of ``x``'s items when ``x`` is a list/tuple whose every item
+    passes ``test`` (then the exact rule returns each item unchanged), else None."""
+
+    def check(x):
+        if type(x) is not list and type(x) is not tuple:
+            return None
+        for v in x:
+            if not test(v):
+                return None
+        return list(x)
+
+    return check
+
+
+def _plain_lists(inner: Callable) -> Callable:
+    """``check(x)``: a list of ``inner(item)`` when ``x`` is a list/tuple and ``inner`` takes
+    every item, else None."""
+
+    def check(x):
+        if type(x) is not list and type(x) is not tuple:
+            return None
+        out = []
+        for v in x:
+            got = inner(v)
+            if got is None:
+                return None
+            out.append(got)
+        return out
+
+    return check
+
+
+def _plain_int(v) -> bool:
+    return type(v) is int and -(2**63) <= v < 2**63  # bool is not int here, as in _is_int
+
+
+_plain_ints = _plain_items(_plain_int)
+_plain_strs = _plain_items(lambda v: type(v) is str)
+_PLAIN_LISTS = {
+    "int[]": _plain_ints,
+    "SymInt[]": _plain_ints,
+    "int[][]": _plain_lists(_plain_ints),
+    "str[]": _plain_strs,
+    "str[][]": _plain_lists(_plain_strs),
+    "Tensor[]": _plain_items(lambda v: type(v) is torch.Tensor),
+}
+
+
+def _check_exact(name: str, kind: str, x):
+    """:func:`_check_value`'s rules, every case."""
     if kind.endswith("?"):
         if x is None:
             return None
@@ -695,7 +820,7 @@ def _check_value(name: str, kind: str, x):
     if kind.endswith("[]"):
         if not isinstance(x, (list, tuple)):
             raise TypeError(f"{name} must be a list, got {type(x).__name__}")
-        return [_check_value(f"{name}[{i}]", kind[:-2], item) for i, item in enumerate(x)]
+        return [_check_exact(f"{name}[{i}]", kind[:-2], item) for i, item in enumerate(x)]
     if kind.startswith("Tensor"):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
