@@ -1096,3 +1096,32 @@ def test_small_kernels_take_read_only_inputs_alike_or_mixed(readonly):
     assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
     back = embnum.permute_multi_embedding_backward([g.copy() for g in got], *args[:3], [3, 2])
     assert [b.shape for b in back] == [(2, 3), (2, 2)]
+
+
+@pytest.mark.parametrize("fn", ["permute_multi_embedding", "permute_multi_embedding_backward"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("permutes", lambda a: a.view(a.dtype.newbyteorder()), TypeError, "permutes"),
+        ("permutes", lambda a: a.reshape(-1), ValueError, "permutes"),
+        ("in_shapes", lambda a: a.reshape(-1, 1), ValueError, "in_shapes"),
+        ("out_shapes", lambda a: a.reshape(1, -1), ValueError, "out_shapes"),
+        ("out_shapes", lambda a: a.view(np.uint32 if a.dtype == np.int32 else np.uint64), TypeError, "out_shapes"),
+    ],
+)
+def test_cached_permute_verdict_never_skips_the_array_checks(fn, change):
+    """A validated (permutes, in_shapes, out_shapes) is cached by dtype, shape and bytes: arrays
+    with the same bytes but another byte order, signedness or shape still fail the array checks,
+    with their usual errors (a hit skips those checks, so the key must tell them apart)."""
+    name, alter, error, match = change
+    args = list(embnum.kt_regroup_arguments(None, [["a", "b"]], [[1, 2]], [["b", "a"]]))
+    embs = [np.ones((2, 3), np.float32)]
+    call = getattr(embnum, fn)
+    lengths = [3]
+    call(embs, *args[:3], lengths)  # validated and cached
+    where = {"permutes": 0, "in_shapes": 1, "out_shapes": 2}[name]
+    bad = alter(np.asarray(args[where]))
+    assert bad.tobytes() == np.asarray(args[where]).tobytes()
+    args[where] = bad
+    with pytest.raises(error, match=match):
+        call(embs, *args[:3], lengths)

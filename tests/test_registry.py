@@ -186,7 +186,7 @@ def test_short_path_leaves_subclasses_to_the_general_path():
     assert _all_plain_numpy({"a": x, "b": [x, x], "c": 3, "d": "sum", "e": None})
     assert not _all_plain_numpy({"a": x, "m": np.ma.masked_array(x)})
     assert not _all_plain_numpy({"a": x, "d": [FakeCupyArray()]})
-    assert not _all_plain_numpy({"c": 3})  # no array: the general path decides
+    assert _all_plain_numpy({"c": 3, "k": [["a"], ["b"]]})  # no array: the cpu backend, as select_backend picks
     np.testing.assert_array_equal(embnum.complete_cumsum(np.array([1, 2])), [0, 1, 3])
     buf = np.empty(3, np.int64)
     assert embnum.complete_cumsum(np.array([1, 2]), out=buf) is buf

@@ -57,3 +57,28 @@ def test_compiled_layout_check_matches_the_exact_rules(case):
         m.setattr(_validate, "compiled", lambda: None)
         exact = _outcome(weights, arrays)
     assert fast == exact
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        (lambda a: a.view(a.dtype.newbyteorder()), TypeError),  # same bytes, '>i8': not an index dtype
+        (lambda a: a.view(np.uint64), TypeError),  # same bytes, unsigned
+        (lambda a: a.reshape(-1, 1), ValueError),  # same bytes, 2-D
+    ],
+)
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_cached_layout_never_skips_the_array_checks(change, k):
+    """A validated layout is cached by the three arrays' dtypes, shapes and bytes: arrays with the
+    same bytes but another byte order, signedness or shape still fail the array checks with their
+    usual errors (a cache hit skips those checks, so the key must tell them apart)."""
+    alter, error = change
+    lay = embnum.tbe_layout([3, 2], [2, 3])
+    weights = np.zeros(lay.num_weights, np.float32)
+    arrays = [np.asarray(a, np.int64).copy() for a in lay.arrays()]
+    ops_tbe.layout(weights, *arrays)  # validated and cached
+    bad = alter(arrays[k])
+    assert bad.tobytes() == arrays[k].tobytes()
+    arrays[k] = bad
+    with pytest.raises(error, match=("weights_offsets", "D_offsets", "hash_size_cumsum")[k]):
+        ops_tbe.layout(weights, *arrays)

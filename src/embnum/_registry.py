@@ -196,9 +196,10 @@ class Op:
     def call(self, arguments: dict[str, Any], out, backend):
         """Run the op on bound ``arguments`` (every parameter by name).
 
-        The common case (plain NumPy arrays, no ``backend=``, no ``out=``, one
-        output) takes a short path: no backend search, the cpu kernel looked up
-        once, one ``np.empty``. Everything else goes through :meth:`_call`.
+        The common case (plain NumPy arrays, no ``backend=``, no ``out=``; not an
+        in-place op) takes a short path: no backend search, the cpu kernel looked up
+        once, its outputs allocated here (none for ``returns="computed"``). Everything
+        else goes through :meth:`_call`.
         Running out of memory for sizes below the limit is an
         :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``).
         The public function (:meth:`_make_public`) runs the same short path inline."""
@@ -206,6 +207,11 @@ class Op:
             if backend is None and out is None and _all_plain_numpy(arguments):
                 plan = self.declaration(**arguments)
                 args, planned = plan
+                if planned is None and not self.mutates:  # returns="computed": the kernel returns its result
+                    impl = self._implementations.get("cpu")
+                    if impl is None or self._run is None:
+                        impl = self._cpu_implementation()
+                    return self._run(impl, args, None)
                 if planned is not None:
                     if self.returns == "array":
                         impl = self._implementations.get("cpu")
@@ -310,7 +316,8 @@ class Op:
         signature is the op's and a call costs no argument binding. It holds the
         common case inline (issue 12: a tiny call's cost is its Python work): no
         ``out=``/``backend=``, every argument a plain ``np.ndarray`` or a Python
-        scalar (``None`` included) with at least one array, and the cpu kernel
+        scalar (``None`` included; with a list argument: :meth:`call`'s rule,
+        :func:`_all_plain_numpy`), and the cpu kernel
         already loaded (by an earlier call through :meth:`call`). Then the
         declaration is called directly, its outputs checked (:func:`out_spec`; its
         one-dimensional common case written inline) and allocated, and the kernel run through
@@ -337,6 +344,7 @@ class Op:
             "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
             "_ndarray": np.ndarray,
             "_FAST_TYPES": _FAST_TYPES,
+            "_plain_numpy": _plain_numpy,
             "_common": None,  # embnum.cpu._common, once loaded (the one-thread rule)
         }
         self._namespace = namespace
@@ -363,13 +371,16 @@ class Op:
         args = ", ".join(f"{p.name!r}: {p.name}" for p in params)
         out = "out" if self.takes_out else "None"
         lines = [f"def {self.name}({head + ', ' if head else ''}*, {tail}):"]
-        if self.takes_out and params and not self.mutates:
+        if (self.takes_out or self.returns == "computed") and params and not self.mutates:
             names = [p.name for p in params]
             if len(names) == 1:
                 plain = f"type({names[0]}) is _ndarray"
             else:
                 types = ", ".join(f"type({n})" for n in names)
-                plain = f"_ndarray in (_types := ({types})) and _FAST_TYPES.issuperset(_types)"
+                plain = (  # plain arrays and scalars; with a list argument, its items too (call's rule)
+                    f"(_FAST_TYPES.issuperset(_types := ({types}))"
+                    f" or (list in _types or tuple in _types) and _plain_numpy(({', '.join(names)},)))"
+                )
             decl_args = ", ".join([p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword])
             ready = "_run is not None and " if rule is None else ""  # the rewrite runs once it is set
             if self.returns == "array":
@@ -388,6 +399,11 @@ class Op:
                     ),
                     "return _result",
                 ]
+            elif self.returns == "computed":  # the kernel returns its own result
+                body = [
+                    f"_args, _planned = _declaration({decl_args})",
+                    "return _run(_impl, _args, None)",
+                ]
             else:  # several outputs (None: an output not requested)
                 body = [
                     f"_args, _planned = _declaration({decl_args})",
@@ -396,7 +412,7 @@ class Op:
                     "return _given",
                 ]
             lines += [
-                f"    if out is None and backend is None and {ready}{plain}:",
+                f"    if {'out is None and ' if self.takes_out else ''}backend is None and {ready}{plain}:",
                 "        _impl = _implementations.get('cpu')",
                 "        if _impl is not None:",
                 "            try:",
@@ -453,22 +469,24 @@ def _positional_kernel(impl: Callable) -> list[str] | None:
 
 
 def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
-    """Whether the arrays among ``arguments`` (lists' items included) are all plain
-    ``np.ndarray`` and there is at least one: the call then runs on the cpu backend."""
-    seen = False
-    for v in arguments.values():
+    """Whether every array among ``arguments`` (lists' items included) is a plain
+    ``np.ndarray`` (or there is none): the call then runs on the cpu backend, as
+    ``select_backend`` would pick it."""
+    return _plain_numpy(arguments.values())
+
+
+def _plain_numpy(values) -> bool:
+    """:func:`_all_plain_numpy` over the argument values (the generated public function passes
+    them as a tuple when one of them is a list or tuple)."""
+    for v in values:
         t = type(v)
-        if t is np.ndarray:
-            seen = True
-        elif t is list or t is tuple:
+        if t is list or t is tuple:
             for x in v:
-                if type(x) is np.ndarray:
-                    seen = True
-                elif _other_array(x):
+                if type(x) is not np.ndarray and type(x) not in _NOT_ARRAYS and _other_array(x):
                     return False
-        elif _other_array(v):
+        elif t is not np.ndarray and t not in _NOT_ARRAYS and _other_array(v):
             return False
-    return seen
+    return True
 
 
 def _plain_arrays(arguments: dict[str, Any]):

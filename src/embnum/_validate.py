@@ -542,7 +542,57 @@ def no_alias(arguments: dict, written) -> None:
     argument names) shares memory with any other array argument.
 
     ``arguments`` maps names to values (arrays, lists of arrays, anything else); every
-    in-place op calls this with all its arguments, so new state arrays are covered."""
+    in-place op calls this with all its arguments, so new state arrays are covered.
+    The verdict is ``np.may_share_memory``'s default (bounds) one for NumPy arrays and
+    :func:`overlaps` otherwise. When every array argument is a plain NumPy array of a
+    common dtype, each array's byte span is computed once (one compiled call each) and the
+    spans compared; any doubt (a zero-size array, which also covers one array passed twice;
+    bounds past 2**62; lists of arrays, other arrays) and any overlap take the exact
+    pairwise rule, which names the pair."""
+    fast = _NUMBA or _compiled()
+    if fast is None or not _spans_apart(arguments, written, fast.array_span):
+        _no_alias_exact(arguments, written)
+
+
+# dtypes the compiled span takes as they are (NumPy's builtin singletons; float16 as a uint16 view)
+_SPAN_DTYPES = frozenset(id(np.dtype(c)) for c in "?bBhHiIlLqQfdFD")
+_F16 = np.dtype(np.float16)
+_NOT_ARRAYS = (type(None), int, float, str, bool)
+
+
+def _spans_apart(arguments: dict, written, span) -> bool:
+    """True when every array argument is a plain NumPy array with a non-empty span and no
+    written array's span meets another's; False when unsure (the exact rule decides)."""
+    spans = []
+    for k, x in arguments.items():
+        t = type(x)
+        if t is np.ndarray:
+            d = x.dtype
+            if id(d) not in _SPAN_DTYPES:
+                if d is not _F16:
+                    return False
+                x = x.view(np.uint16)
+            lo, hi = span(x)
+            if lo >= hi:
+                return False
+            spans.append((lo, hi, k in written))
+        elif t in _NOT_ARRAYS:
+            continue
+        elif is_array(x) or (isinstance(x, (list, tuple)) and any(is_array(i) for i in x)):
+            return False
+    for lo, hi, w in spans:
+        if w:
+            met = 0  # spans meeting this one, itself included (non-empty: it meets itself)
+            for lo2, hi2, _ in spans:
+                if lo < hi2 and lo2 < hi:
+                    met += 1
+            if met > 1:
+                return False
+    return True
+
+
+def _no_alias_exact(arguments: dict, written) -> None:
+    """:func:`no_alias`'s rule, pair by pair in argument order (names the first pair)."""
     arrays = arrays_in(arguments)
     names = list(arrays)
     for i, k in enumerate(names):

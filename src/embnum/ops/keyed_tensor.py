@@ -447,33 +447,42 @@ def _permute_plan(forward, arrays_name, arrays, lengths_name, lengths, permutes,
     gradients, ``lengths`` the input widths): one rule, the two sides swapped. Returns one
     ``[B, w]`` output per entry of ``lengths``."""
     arrays, B, dtype = _float_list(arrays_name, arrays)
-    widths = [int(a.shape[1]) for a in arrays]
+    widths = [a.shape[1] for a in arrays]  # Python ints (NumPy and CuPy shapes)
     lengths = _sizes(lengths_name, lengths)
     if type(permutes) is np.ndarray and type(in_shapes) is np.ndarray and type(out_shapes) is np.ndarray:
-        v.index_array("in_shapes", in_shapes)
-        v.index_array("out_shapes", out_shapes)
-        _permutes_shape(permutes)
-        # The verdict of the rules below is a function of exactly these values (the three arrays'
-        # bytes and dtypes, which fix their lengths; the widths and lengths as Python ints), so a
-        # cached verdict can never be stale: an array changed in place has other bytes.
+        # The verdict of the checks below is a function of exactly these values: the three arrays'
+        # dtypes (compared by ==, as index_array compares them: '>i8' is not int64), shapes and
+        # bytes, which fix their contents; the widths and lengths as Python ints. So a cached
+        # verdict can never be stale (an array changed in place has other bytes), and a hit skips
+        # the array checks too (the type is tested above, the ndim and P x 6 are in the shapes).
         key = (
             forward,
+            permutes.dtype,
+            permutes.shape,
             permutes.tobytes(),
-            permutes.dtype.char,
+            in_shapes.dtype,
+            in_shapes.shape,
             in_shapes.tobytes(),
-            in_shapes.dtype.char,
+            out_shapes.dtype,
+            out_shapes.shape,
             out_shapes.tobytes(),
-            out_shapes.dtype.char,
             tuple(widths),
             tuple(lengths),
         )
         if not _VALID.get(key):
+            v.index_array("in_shapes", in_shapes)
+            v.index_array("out_shapes", out_shapes)
+            _permutes_shape(permutes)
             _permute_rules(forward, arrays_name, widths, lengths_name, lengths, permutes, in_shapes, out_shapes)
             _VALID.put(key, True)
     else:
+        v.index_array("in_shapes", in_shapes)
+        v.index_array("out_shapes", out_shapes)
+        _permutes_shape(permutes)
         _permute_rules(forward, arrays_name, widths, lengths_name, lengths, permutes, in_shapes, out_shapes)
     args = {arrays_name: arrays, "permutes": permutes, "in_shapes": in_shapes, "out_shapes": out_shapes}
-    return (dict(args, **{lengths_name: lengths}), [((B, w), dtype) for w in lengths])
+    args[lengths_name] = lengths
+    return (args, [((B, w), dtype) for w in lengths])
 
 
 # -- 4. regroup_keyed_tensor -----------------------------------------------

@@ -49,7 +49,30 @@ def _host(a) -> np.ndarray:
 
 def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
     """Validate the flat layout (``docs/families/tbe.md``); return host int64 copies and the rows of each feature."""
-    v.array("weights", weights, ndim=1, dtypes=WEIGHT_DTYPES)
+    if type(weights) is not np.ndarray or weights.ndim != 1 or weights.dtype not in WEIGHT_DTYPES:
+        v.array("weights", weights, ndim=1, dtypes=WEIGHT_DTYPES)
+    key = None
+    if type(weights_offsets) is np.ndarray and type(D_offsets) is np.ndarray and type(hash_size_cumsum) is np.ndarray:
+        # Every check below reads exactly these values: the three arrays' dtypes (compared by ==,
+        # as index_array compares them: '>i8' is not int64), shapes and bytes (which fix their
+        # contents), and len(weights). A cached result can never be stale (an array changed in
+        # place has other bytes), and a hit skips the array checks too. The cached arrays are
+        # read-only and each call gets copies (a device launch may write its host arguments back).
+        key = (
+            weights.shape[0],
+            weights_offsets.dtype,
+            weights_offsets.shape,
+            weights_offsets.tobytes(),
+            D_offsets.dtype,
+            D_offsets.shape,
+            D_offsets.tobytes(),
+            hash_size_cumsum.dtype,
+            hash_size_cumsum.shape,
+            hash_size_cumsum.tobytes(),
+        )
+        found = _LAYOUTS.get(key)
+        if found is not None:
+            return found[0].copy(), found[1].copy(), found[2].copy(), found[3].copy()
     for name, a in (
         ("weights_offsets", weights_offsets),
         ("D_offsets", D_offsets),
@@ -62,24 +85,6 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
     for name, a in (("D_offsets", D_offsets), ("hash_size_cumsum", hash_size_cumsum)):
         if a.shape[0] != T + 1:
             raise ValueError(f"{name} must have len(weights_offsets) + 1 = {T + 1} entries, got {a.shape[0]}")
-    key = None
-    if type(weights_offsets) is np.ndarray and type(D_offsets) is np.ndarray and type(hash_size_cumsum) is np.ndarray:
-        # The rules below read exactly these values: the three arrays (1-D, so their bytes and
-        # dtypes fix their contents and lengths) and len(weights). A cached result can never be
-        # stale: an array changed in place has other bytes. The cached arrays are read-only and
-        # each call gets copies (a device launch may write its host arguments back).
-        key = (
-            weights.shape[0],
-            weights_offsets.dtype.char,
-            weights_offsets.tobytes(),
-            D_offsets.dtype.char,
-            D_offsets.tobytes(),
-            hash_size_cumsum.dtype.char,
-            hash_size_cumsum.tobytes(),
-        )
-        found = _LAYOUTS.get(key)
-        if found is not None:
-            return found[0].copy(), found[1].copy(), found[2].copy(), found[3].copy()
     found = _layout_rules(weights, weights_offsets, D_offsets, hash_size_cumsum, T)
     if key is not None:
         kept = tuple(a.copy() for a in found)
@@ -249,7 +254,8 @@ def tbe_forward(
     dt = output_dtype_of(output_dtype)
     shape = (indices.shape[0], int(doff[1])) if pooling == NONE else (B, int(doff[-1]))
     args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights)
-    return (dict(args, output_dtype=dt), (shape, dt))
+    args["output_dtype"] = dt
+    return (args, (shape, dt))
 
 
 # -- 3.2 / 3.3 backward ----------------------------------------------------
@@ -274,7 +280,8 @@ def _backward_plan(
     indices, offsets, B, mode = lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode)
     _grad_output(grad_output, pooling, B, indices.shape[0], doff)  # after the bounds check: B may come from offsets
     args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights)
-    return dict(args, grad_output=grad_output)
+    args["grad_output"] = grad_output
+    return args
 
 
 @op("tbe")
@@ -448,7 +455,8 @@ def tbe_backward_update(
         step = v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {optimizer.kind}")
     elif step is not None:
         raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
-    return (dict(args, optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step), None)
+    args.update(optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step)
+    return (args, None)
 
 
 # -- oracle comparisons ----------------------------------------------------
