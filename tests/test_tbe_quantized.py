@@ -382,3 +382,38 @@ def test_fbgemm_int_nbit_module(data):
     got = embnum.tbe_forward_quantized(**args)
     err, ok = embnum.get_op("tbe_forward_quantized").check_fn(got, want.astype(np.float32), args)
     assert ok, err
+
+
+@pytest.mark.parametrize("name", ["D_offsets", "rows_per_table"])
+@pytest.mark.parametrize("alter", [lambda a: a.view(a.dtype.newbyteorder()), lambda a: a.reshape(1, -1)])
+def test_cached_layout_never_skips_the_array_checks(name, alter):
+    """A validated layout is cached by dtype, shape and bytes, and a hit skips the index-array
+    checks of D_offsets and rows_per_table: an array with the same bytes in another byte order
+    ('>i8' and '<i8' share the code 'l') or shape must still fail them."""
+    table = np.array([[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]], dtype=np.float32)
+    weights, weights_offsets = embnum.tbe_pack_quantized([table], ["fp16"])
+    args = dict(
+        weights=weights,
+        weights_offsets=weights_offsets,
+        weights_tys=["fp16"],
+        D_offsets=np.array([0, 4]),
+        rows_per_table=np.array([2]),
+        indices=np.array([0, 1]),
+        offsets=np.array([0, 2]),
+    )
+    embnum.tbe_forward_quantized(**args)  # validated and cached
+    bad = alter(args[name])
+    assert bad.tobytes() == args[name].tobytes()
+    args[name] = bad
+    with pytest.raises((TypeError, ValueError), match=name):
+        embnum.tbe_forward_quantized(**args)
+
+
+def test_cached_layout_takes_no_object_array_of_type_names():
+    """An object array's bytes are addresses: it never makes a cache key (a freed name's address
+    can be reused by another)."""
+    from embnum.ops import tbe_quantized as ops_q
+
+    tys = np.array(["fp16"], dtype=object)
+    w = np.zeros(8, np.uint8)
+    assert ops_q._layout_key(w, np.array([0]), tys, np.array([0, 4]), np.array([1]), 1) is None

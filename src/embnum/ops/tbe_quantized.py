@@ -163,20 +163,24 @@ def _layout_key(weights, weights_offsets, weights_tys, D_offsets, rows_per_table
     if type(D_offsets) is not np.ndarray or type(rows_per_table) is not np.ndarray or type(row_alignment) is not int:
         return None
     if type(weights_tys) is np.ndarray:
-        tys = (weights_tys.dtype.char, weights_tys.shape, weights_tys.tobytes())
+        if weights_tys.dtype.hasobject:  # its bytes are addresses, not the names: no key
+            return None
+        tys = (weights_tys.dtype, weights_tys.shape, weights_tys.tobytes())
     elif type(weights_tys) in (list, tuple) and all(type(x) is str or type(x) is int for x in weights_tys):
         tys = tuple(weights_tys)
     else:
         return None
+    # dtypes themselves (compared by ==, as the array checks compare them), not their one-letter
+    # codes: '>i8' and '<i8' share the code 'l', and a hit skips D_offsets' and rows_per_table's checks
     return (
         weights.shape[0],
-        weights_offsets.dtype.char,
+        weights_offsets.dtype,
         weights_offsets.tobytes(),
         tys,
-        D_offsets.dtype.char,
+        D_offsets.dtype,
         D_offsets.shape,
         D_offsets.tobytes(),
-        rows_per_table.dtype.char,
+        rows_per_table.dtype,
         rows_per_table.shape,
         rows_per_table.tobytes(),
         row_alignment,
