@@ -12,6 +12,8 @@
   ``EMBNUM_RECORD_SIGNATURES=1`` adds the new ones to the file instead.
 * ``--hostile-examples=N`` (or ``EMBNUM_HOSTILE_EXAMPLES``): hostile cases drawn per
   op by the adversarial tier (``test_hostile.py``); its counts are printed at the end.
+* Under pytest-xdist (the README's ``-n 2 --dist loadfile``) each worker sends its hostile
+  counts and launch signatures to the controller, which reports and compiles them once.
 * ``fast_backend``: every backend the oracle is compared with, as a
   :class:`harness.Flavor` (``cpu``, ``cuda`` simulated on NumPy arrays, and
   ``gpu``: the cuda backend on CuPy arrays, marked ``gpu``).
@@ -86,6 +88,20 @@ def hostile_examples(request):
     return n if n is not None else int(os.environ.get("EMBNUM_HOSTILE_EXAMPLES", HOSTILE_CI_EXAMPLES))
 
 
+def _is_xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Under pytest-xdist (``-n 2``): a worker's hostile counts and launch signatures (sent in
+    ``workeroutput`` by :func:`pytest_sessionfinish`) join the controller's, which reports the
+    counts and compiles (or records) the signatures once for the whole run."""
+    out = getattr(node, "workeroutput", None) or {}
+    node.config.hostile_counts.update(out.get("hostile_counts", {}))
+    _seen.update((k, s) for k, s in out.get("launch_signatures", ()))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     counts = getattr(config, "hostile_counts", None)
     if not counts:
@@ -132,7 +148,12 @@ def pytest_sessionfinish(session, exitstatus):
     """Launch signatures missing from tests/cuda_signatures.txt (a drawn input can reach a new
     dtype combination) are compiled here for sm_90 and sm_80, so every signature this run
     launched was compiled; a failure fails the session. With EMBNUM_RECORD_SIGNATURES=1 they are
-    added to the file instead."""
+    added to the file instead. An xdist worker hands its signatures (and hostile counts) to the
+    controller instead (see :func:`pytest_testnodedown`)."""
+    if _is_xdist_worker(session.config):
+        session.config.workeroutput["hostile_counts"] = dict(session.config.hostile_counts)
+        session.config.workeroutput["launch_signatures"] = sorted(_seen)
+        return
     if not _seen:
         return
     from embnum.cuda import _ptx
