@@ -196,10 +196,11 @@ class Op:
     def call(self, arguments: dict[str, Any], out, backend):
         """Run the op on bound ``arguments`` (every parameter by name).
 
-        The common case (plain NumPy arrays, no ``backend=``, no ``out=``; not an
-        in-place op) takes a short path: no backend search, the cpu kernel looked up
-        once, its outputs allocated here (none for ``returns="computed"``). Everything
-        else goes through :meth:`_call`.
+        The common case (plain NumPy arrays, no ``backend=``, no ``out=``) takes a
+        short path: no backend search, the cpu kernel looked up once, its outputs
+        allocated here (none for ``returns="computed"`` or an in-place op, whose
+        arrays are checked apart first, as in :meth:`_call`). Everything else goes
+        through :meth:`_call`.
         Running out of memory for sizes below the limit is an
         :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``).
         The public function (:meth:`_make_public`) runs the same short path inline."""
@@ -207,7 +208,9 @@ class Op:
             if backend is None and out is None and _all_plain_numpy(arguments):
                 plan = self.declaration(**arguments)
                 args, planned = plan
-                if planned is None and not self.mutates:  # returns="computed": the kernel returns its result
+                if planned is None:  # "computed": the kernel returns its result; "none": it writes in place
+                    if self.mutates:
+                        _validate.no_alias(arguments, self.mutates)  # as _call checks it, after the declaration
                     impl = self._implementations.get("cpu")
                     if impl is None or self._run is None:
                         impl = self._cpu_implementation()
