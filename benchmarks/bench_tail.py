@@ -6,8 +6,10 @@ Tail: every op's small tour example through ``embnum.<op>(...)`` (NumPy), called
 ``--calls`` times one by one (wall clock per call), in blocks of 50 that alternate
 between the registry's rule (one thread below each kernel's threshold,
 ``embnum.cpu._common.SERIAL_BYTES_OF``; TBE's lookup rule) and all Numba threads always
-(``SERIAL_OVERRIDE = 0``), the ops taken round robin (block by block), beside three
-controls (pure Python spins of 20, 50 and 100 us); prints median, p90, p99 and p99 /
+(``SERIAL_OVERRIDE = 0``), the ops taken round robin (block by block), beside five
+controls (pure Python spins of 20, 50 and 100 us, which time the scheduler alone, and
+fixed pure-Python work of 100 and 1000 steps, whose time also grows when the machine
+runs the same work slower); prints median, p90, p99 and p99 /
 median of each, the share of calls in which the calling thread was preempted
 (involuntary context switch) or blocked (voluntary: e.g. waiting for a parallel
 region's threads), and the p99 of the calls that were neither. The issue's target: p99
@@ -70,13 +72,31 @@ def _spin(seconds):
     return spin
 
 
+def _work(steps):
+    """A control of a fixed amount of pure Python work (``steps`` additions; no kernel, no
+    allocation, no thread): unlike a spin to a deadline, its time grows when the machine runs
+    the same work slower (a busy neighbour, a slower phase of the VM), as a kernel's would."""
+
+    def work():
+        x = 0
+        for i in range(steps):
+            x += i
+        return x
+
+    return work
+
+
 def _timed(fn, args, n, times, switches):
     """``n`` calls of ``fn(**args)``: wall time of each, and the calling thread's voluntary
     and involuntary context switches during it (``getrusage(RUSAGE_THREAD)``, read outside
     the timed span). A voluntary switch: the call blocked (e.g. waited for a parallel
     region's other threads); an involuntary one: the scheduler preempted the thread for
     another runnable process. One untimed call first: the ops run round robin, so a block's
-    first call finds the caches holding the previous op's data."""
+    first call finds the caches holding the previous op's data. The records are floats and
+    ints (``switches`` gets two ints a call, not a tuple): objects the cyclic garbage
+    collector tracks, kept for the whole run, would make its collections longer and more
+    frequent, and a collection lands inside some timed call (it did: with a tuple a call,
+    the p99 of a fixed pure-Python work control grew to 2-2.6x its median)."""
     fn(**args)
     for _ in range(n):
         r0 = resource.getrusage(resource.RUSAGE_THREAD)
@@ -85,7 +105,8 @@ def _timed(fn, args, n, times, switches):
         t1 = time.perf_counter()
         r1 = resource.getrusage(resource.RUSAGE_THREAD)
         times.append(t1 - t0)
-        switches.append((r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw))
+        switches.append(r1.ru_nvcsw - r0.ru_nvcsw)
+        switches.append(r1.ru_nivcsw - r0.ru_nivcsw)
 
 
 def _cells(ts, sw):
@@ -102,10 +123,10 @@ def _cells(ts, sw):
 
 
 def tail(calls, only=None):
-    """Every op's tiny example and three pure-Python controls, round robin: each round gives
-    every op 50 calls under the rule, then 50 on all threads, so a burst of load from the
-    neighbours falls on all ops and both modes alike (one op's calls are spread over the
-    whole run, not taken in one stretch)."""
+    """Every op's tiny example and five pure-Python controls (spins to a deadline, fixed
+    work), round robin: each round gives every op 50 calls under the rule, then 50 on all
+    threads, so a burst of load from the neighbours falls on all ops and both modes alike
+    (one op's calls are spread over the whole run, not taken in one stretch)."""
     cases = {}
     notes = {}
     for op in embnum.ops():
@@ -120,6 +141,8 @@ def tail(calls, only=None):
         cases[op.name] = (op.public, args)
     for us in (20, 50, 100):
         cases[f"control: Python spin {us} us"] = (_spin(us * 1e-6), {})
+    for steps in (100, 1000):
+        cases[f"control: Python work, {steps} steps"] = (_work(steps), {})
     data = {k: {m: ([], []) for m in ("rule", "all threads")} for k in cases}
     for _ in range(max(1, calls // 100)):
         for name, (fn, args) in cases.items():
