@@ -49,8 +49,8 @@ def out_spec(shape, dtype) -> tuple[tuple, np.dtype]:
     ``ValueError`` here, before anything is allocated.
 
     The common case (a tuple of non-negative Python ints, a ``np.dtype``, within the limit) is
-    recognised in one loop (the public function writes the same loop inline); anything else takes
-    :func:`_out_shape`, the exact rule."""
+    recognised in one loop (the generated public function writes its one-dimensional case
+    inline); anything else takes :func:`_out_shape`, the exact rule."""
     if type(dtype) not in _DTYPE_TYPES:
         dtype = np.dtype(dtype)
     if type(shape) is tuple:
@@ -215,20 +215,19 @@ class Op:
                     if impl is None or self._run is None:
                         impl = self._cpu_implementation()
                     return self._run(impl, args, None)
-                if planned is not None:
-                    if self.returns == "array":
-                        impl = self._implementations.get("cpu")
-                        if impl is None or self._run is None:
-                            impl = self._cpu_implementation()
-                        result = self._host_empty(*out_spec(*planned))
-                        self._run(impl, args, result)  # small_call: one thread on small inputs
-                        return result
-                    if self._run is not None and not self.mutates:
-                        impl = self._implementations.get("cpu")
-                        if impl is not None:  # several outputs (None: not requested), as _call allocates them
-                            given = self._host_outputs(planned)
-                            self._run(impl, args, given)
-                            return given
+                if self.returns == "array":
+                    impl = self._implementations.get("cpu")
+                    if impl is None or self._run is None:
+                        impl = self._cpu_implementation()
+                    result = self._host_empty(*out_spec(*planned))
+                    self._run(impl, args, result)  # small_call: one thread on small inputs
+                    return result
+                if self._run is not None and not self.mutates:
+                    impl = self._implementations.get("cpu")
+                    if impl is not None:  # several outputs (None: not requested), as _call allocates them
+                        given = self._host_outputs(planned)
+                        self._run(impl, args, given)
+                        return given
                 return self._call(arguments, out, backend, plan)
             return self._call(arguments, out, backend)
         except MemoryError as e:
@@ -326,8 +325,8 @@ class Op:
         one-dimensional common case written inline) and allocated, and the kernel run through
         ``cpu._common.small_call``'s rule: the same declaration, kernel and rules as
         :meth:`call`, without building the arguments dict, searching for a backend or
-        scanning the arguments. Any other case (lists of arrays, NumPy scalars, other
-        array types) goes through :meth:`call`.
+        scanning the arguments. Any other case (NumPy scalars, other array types, lists
+        holding them) goes through :meth:`call`.
 
         Once the cpu kernel is loaded and takes its plan's arguments by name then ``out``,
         :meth:`_inline_kernel` rewrites the function's code with that call and the one-thread
