@@ -504,7 +504,7 @@ def _feature_groups(doff):
     dtype and bytes (``doff`` is 1-D, so they fix its length and every value the grouping reads):
     a hit can never be stale, an array changed in place has other bytes. Bounded and thread-safe
     (``BoundedCache``). The feature arrays are private (only kernels that read them get them)."""
-    key = (doff.dtype.char, doff.tobytes())
+    key = (doff.dtype, doff.tobytes())  # the dtype itself: '>i8' and '<i8' share a code
     found = _GROUPS.get(key)
     if found is None:
         found = _GROUPS.put(key, _group_features(doff))
