@@ -4,6 +4,9 @@ no gradient, nothing watching the dispatcher) without the dispatcher, with the s
 errors and version-counter bumps as the dispatcher path; anything else still goes through
 ``torch.ops.embnum``. The optimizer codec's caches return exactly what encode/decode return."""
 
+import ast
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -143,10 +146,13 @@ def test_optimizer_codec_caches_are_exact(kind, lr, eps):
     assert s == o.encode() and tb_tbe._encode_optimizer(o) == s
     twin = embnum.TBEOptimizer(kind, float(lr), eps=float(eps))  # equal, maybe other field types
     assert tb_tbe._encode_optimizer(twin) == twin.encode()
+    assert s == repr(dataclasses.astuple(o)) and twin.encode() == repr(dataclasses.astuple(twin))  # uncached
     for text in (s, twin.encode()):
-        got, want = tb_tbe._decode_optimizer(text), embnum.TBEOptimizer.decode(text)
-        assert got == want and [type(x) for x in vars(got).values()] == [type(x) for x in vars(want).values()]
+        got, want = embnum.TBEOptimizer.decode(text), embnum.TBEOptimizer(*ast.literal_eval(text))  # uncached
+        assert got == want and [type(x) for x in dataclasses.astuple(got)] == [
+            type(x) for x in dataclasses.astuple(want)
+        ]
     with pytest.raises(ValueError, match="encoded"):
-        tb_tbe._decode_optimizer("not an optimizer")
+        embnum.TBEOptimizer.decode("not an optimizer")
     with pytest.raises(TypeError, match="TBEOptimizer"):
         tb_tbe._encode_optimizer(3)

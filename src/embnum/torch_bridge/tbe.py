@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._cache import BoundedCache
 from .._tbe import TBEOptimizer, tbe_layout
 from .._tbe_bounds import bounds_mode
 from ..ops.tbe import output_dtype_of, pooling_code
@@ -35,40 +34,13 @@ MODE_CODECS = {  # the NumPy API's rules and errors (tbe_quantized's bridge uses
 
 
 def _encode_optimizer(o):
-    """A TBEOptimizer as its string form; an already encoded one passes (the op's decode
-    raises ValueError for any other string).
-
-    ``TBEOptimizer.encode`` costs ~15 us and every training step passes the same optimizer
-    object: the encoding is cached per object (issue 12, the bridge's per-call cost). The key
-    is the object's identity and the entry holds the object itself, so the id cannot be reused
-    while the entry lives (checked: ``is``); the optimizer is frozen, so its encoding cannot
-    change (its fields are all the encoding reads). Bounded and thread-safe."""
+    """A TBEOptimizer as its string form (computed once per optimizer: ``TBEOptimizer.encode``);
+    an already encoded one passes (the op's decode raises ValueError for any other string)."""
     if isinstance(o, str):
         return o
     if not isinstance(o, TBEOptimizer):
         raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(o).__name__}")
-    found = _ENCODED.get(id(o))
-    if found is not None and found[0] is o:
-        return found[1]
-    s = o.encode()
-    _ENCODED.put(id(o), (o, s))
-    return s
-
-
-def _decode_optimizer(s):
-    """``TBEOptimizer.decode(s)`` (~36 us: ``ast.literal_eval``), cached by the string: the key
-    is all that decode reads, so a hit is exact; the optimizer returned is frozen, so sharing it
-    between calls is safe (and keeps its own per-object cache of float32 hyper-parameters)."""
-    found = _DECODED.get(s) if type(s) is str else None
-    if found is None:
-        found = TBEOptimizer.decode(s)
-        if type(s) is str:
-            _DECODED.put(s, found)
-    return found
-
-
-_ENCODED = BoundedCache(64)  # id(optimizer) -> (optimizer, its encoding)
-_DECODED = BoundedCache(64)  # encoding -> optimizer
+    return o.encode()
 
 
 def _op(name):
@@ -161,7 +133,7 @@ bridge(
     types={**_MODES, "optimizer": "str", "momentum1": "Tensor?", "momentum2": "Tensor?", "step": "int?"},
     returns="()",
     fake=lambda **_: None,
-    codecs={**MODE_CODECS, "optimizer": (_encode_optimizer, _decode_optimizer)},
+    codecs={**MODE_CODECS, "optimizer": (_encode_optimizer, TBEOptimizer.decode)},
 )
 
 
