@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .. import _bucketize
+from .._jit import njit
 from . import _common, _pool
 from ._common import bits, int64s
 
