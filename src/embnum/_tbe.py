@@ -178,9 +178,10 @@ class TBEOptimizer:
     ``"exact_*"`` / ``"*_row_wise_*"`` names are accepted and normalised). Hyper-parameters
     are used as float32 values (fbgemm passes C floats) and checked as such: a value that is
     not finite, or leaves its domain (a beta of 1, a ``max_norm`` of 0), once rounded to
-    float32 is a ``ValueError`` naming it; a ``kind`` or mode that is not a str a ``TypeError``. ``weight_decay`` needs the mode the
-    kind implements: ``"l2"``/``"decoupled"`` (rowwise Adagrad), ``"decoupled"`` (Adam, LAMB
-    and their partial row-wise forms), ``"l2"`` (LARS-SGD); SGD and Adagrad take none.
+    float32 is a ``ValueError`` naming it; a ``kind`` or mode that is not a str a ``TypeError``.
+    ``weight_decay`` needs the mode the kind implements: ``"l2"``/``"decoupled"`` (rowwise
+    Adagrad), ``"decoupled"`` (Adam, LAMB and their partial row-wise forms), ``"l2"`` (LARS-SGD);
+    SGD and Adagrad take none.
     ``max_gradient``: clip the output gradient elementwise to ``[-max_gradient,
     max_gradient]`` first. ``eta``, ``momentum``: LARS-SGD's trust coefficient and momentum
     (fbgemm's module defaults). ``max_norm``: after the update, scale every updated row
