@@ -919,7 +919,7 @@ def _torch_batches(torch, n, T, B, rows, seed=0):
 
 def test_plain_module_trains_with_a_torch_optimizer():
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import TBE
+    from embnum.modules import TBE
 
     torch.manual_seed(0)
     emb = TBE([30, 30], [4, 4], [0, 0, 1], pooling_mode="mean")
@@ -941,7 +941,7 @@ def test_plain_module_trains_with_a_torch_optimizer():
 def test_fused_module_matches_tbe_backward_update(opt):
     """The fused module's backward applies exactly ``tbe_backward_update`` (weights, state, step)."""
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import FusedTBE
+    from embnum.modules import FusedTBE
 
     mod = FusedTBE([20, 10], [4, 2], [0, 1, 1], optimizer=opt, pooling_mode="sum")
     w = mod.weights.detach().numpy().copy()
@@ -1001,7 +1001,7 @@ def test_fused_module_checkpoint_resume_is_bit_identical(opt):
     import io
 
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import FusedTBE
+    from embnum.modules import FusedTBE
 
     batches = list(_torch_batches(torch, 5, 3, 4, 10, seed=7))
     grads = [torch.randn(4, 6, generator=torch.Generator().manual_seed(i)) for i in range(5)]
@@ -1028,7 +1028,7 @@ def test_fused_module_checkpoint_resume_is_bit_identical(opt):
 
 def test_fused_module_training_loop_learns():
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import FusedTBE
+    from embnum.modules import FusedTBE
 
     torch.manual_seed(0)
     mod = FusedTBE([50, 40], [8, 8], optimizer=TBEOptimizer("rowwise_adagrad", 0.2), pooling_mode="mean")
