@@ -59,3 +59,75 @@ def test_a_clone_folder_does_not_shadow_the_installed_package(tmp_path):
     file, n_ops = done.stdout.split()
     assert file != "None" and not file.startswith(str(tmp_path)), file
     assert Path(file).name == "__init__.py" and int(n_ops) > 0
+
+
+def _pinned(name: str) -> dict:
+    """``{package: version}`` pinned by ``requirements/<name>``, following its ``-r`` includes."""
+    pins = {}
+    for line in (ROOT / "requirements" / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            pins.update(_pinned(line[3:].strip()))
+        elif line:
+            package, version = line.split("==")
+            pins[package.lower()] = version
+    return pins
+
+
+@pytest.mark.parametrize(
+    ("extra", "requirements"), [("sim", "sim.txt"), ("test", "test.txt"), ("compile", "compile.txt")]
+)
+def test_each_extra_is_pinned_by_its_requirements_file(extra, requirements):
+    """The README's commands install ``requirements/<file>`` with the extra: every package the extra
+    names has its version pinned there (so the extra says what is needed and the file which version)."""
+    pins = _pinned(requirements)
+    names = {re.split(r"[<>=\[ ]", r)[0].lower() for r in PYPROJECT["optional-dependencies"][extra]}
+    assert not names - set(pins), (
+        f"[{extra}] names {sorted(names - set(pins))} that requirements/{requirements} does not pin"
+    )
+
+
+def test_the_run_requirements_are_the_runtime_dependencies_only():
+    runtime = {re.split(r"[<>= ]", r)[0].lower() for r in PYPROJECT["dependencies"]}
+    assert set(_pinned("run.txt")) == runtime
+
+
+def test_the_test_requirements_leave_the_compile_only_wheels_to_their_own_tier():
+    assert not {p for p in _pinned("test.txt") if p.startswith("nvidia-")}
+    assert {"nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvrtc-cu12"} <= set(_pinned("compile.txt"))
+
+
+def test_a_missing_compile_tier_skips_with_the_install_or_fails_where_required(monkeypatch):
+    from harness import compile_tier_missing
+
+    monkeypatch.delenv("EMBNUM_REQUIRE_COMPILE", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="requirements/compile.txt"):
+        compile_tier_missing("ptxas is not installed")
+    monkeypatch.setenv("EMBNUM_REQUIRE_COMPILE", "1")
+    with pytest.raises(pytest.fail.Exception, match="EMBNUM_REQUIRE_COMPILE is set but ptxas is not installed"):
+        compile_tier_missing("ptxas is not installed")
+
+
+def test_the_readme_describes_the_ci_that_runs():
+    """The README's commands are the ones .ci/run runs, with the tiers it adds."""
+    readme, ci = (ROOT / "README.md").read_text(), (ROOT / ".ci" / "run").read_text()
+    for line in (
+        "python -m pip install --quiet -r requirements/run.txt -e . && python -m embnum tour",
+        "python -m pytest --nbmake -p no:cacheprovider -n 2 --dist loadfile",
+    ):
+        assert (
+            line in ci
+            and line.replace("python -m pip install --quiet", "python3 -m pip install").replace(
+                "python -m", "python3 -m"
+            )
+            in readme
+        ), line
+    assert 'python3 -m pip install -r requirements/test.txt -e ".[test]"' in readme
+    assert '-r requirements/test.txt -r requirements/compile.txt -e ".[test]"' in ci
+    for words in (
+        "requirements/compile.txt",
+        "requirements/torchrec.txt",
+        "EMBNUM_REQUIRE_COMPILE=1",
+        "requirements/sim.txt",
+    ):
+        assert words in ci and words in readme, words
