@@ -3,6 +3,9 @@
 For each registered op it builds the op's realistic example input, runs the
 NumPy oracle and each fast backend on it, and prints the largest absolute
 difference and the time: the median and the quartiles of the timed runs.
+On the cpu backend the op's small example is run and checked first as well: small
+calls take one-thread kernels of their own, which a later small call (the README's
+snippet) would otherwise compile.
 The backends' timed runs are interleaved (one run of each backend per round),
 so a neighbour's load on a shared machine falls on all of them alike.
 Without a GPU the cuda backend runs under Numba's CUDA simulator on the op's
@@ -113,6 +116,10 @@ def tour(args) -> int:
             try:
                 run, err, ok = _prepare(op, backend, name, example)
                 status = "ok" if ok else "MISMATCH"
+                if name == "cpu" and size == "large":  # the one-thread kernels of small calls: compiled and checked too
+                    small = op.example_fn(np.random.default_rng(0), "small")
+                    if not _prepare(op, backend, name, small)[2]:
+                        ok, status = False, f"MISMATCH on the small example ({small.label})"
                 runs[name] = run
                 repeats[name] = 1 if simulated else (3 if name == "ref" else args.repeats)
             except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
