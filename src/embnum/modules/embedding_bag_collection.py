@@ -176,6 +176,8 @@ class EmbeddingBagCollection(torch.nn.Module):
     initial weights; bounds_check_mode, backend: as the TBE ops.
     """
 
+    _groups: list[TBE | FusedTBE]
+
     def __init__(
         self,
         tables,

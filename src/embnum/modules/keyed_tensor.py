@@ -7,6 +7,8 @@ import torch
 from ..ops.keyed_tensor import kt_regroup_arguments as _kt_regroup_numpy
 from ..torch_bridge import permute_multi_embedding
 
+_Arguments = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # permutes, in_shapes, out_shapes
+
 
 class PermuteMultiEmbedding(torch.nn.Module):
     """Regroup the pooled embeddings of several KeyedTensors into new groups, differentiably.
@@ -23,21 +25,24 @@ class PermuteMultiEmbedding(torch.nn.Module):
     def __init__(self, keys, lengths, groups, *, backend=None):
         super().__init__()
         permutes, in_shapes, out_shapes, out_lengths = _kt_regroup_numpy(None, keys, lengths, groups)
-        self._host = tuple(torch.from_numpy(a) for a in (permutes, in_shapes, out_shapes))
+        self._host = (torch.from_numpy(permutes), torch.from_numpy(in_shapes), torch.from_numpy(out_shapes))
         self.keys = [list(k) for k in keys]
         self.lengths = [[int(n) for n in ls] for ls in lengths]
         self.groups = [list(g) for g in groups]
         self.out_lengths = out_lengths
         self.in_lengths = in_shapes.tolist()
         self.backend = backend
-        self._on_device: dict[torch.device, tuple[torch.Tensor, ...]] = {self._host[0].device: self._host}
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {
+            self._host[0].device: self._host
+        }
 
-    def arguments(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def arguments(self, device) -> _Arguments:
         """``(permutes, in_shapes, out_shapes)`` on ``device`` (copied there on first use only)."""
         device = torch.device(device)
         args = self._on_device.get(device)
         if args is None:
-            args = self._on_device[device] = tuple(a.to(device) for a in self._host)
+            permutes, in_shapes, out_shapes = (a.to(device) for a in self._host)
+            args = self._on_device[device] = (permutes, in_shapes, out_shapes)
         return args
 
     def forward(self, values: list[torch.Tensor]) -> list[torch.Tensor]:

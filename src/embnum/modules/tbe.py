@@ -21,6 +21,10 @@ _POOLING_NAMES = ("sum", "mean", "none")
 class _Tables(torch.nn.Module):
     """Shared set-up: the layout of ``rows``/``dims``/``feature_table_map`` and the flat weights."""
 
+    weights_offsets: torch.Tensor
+    D_offsets: torch.Tensor
+    hash_size_cumsum: torch.Tensor
+
     def __init__(
         self,
         rows,
@@ -131,6 +135,10 @@ class FusedTBE(_Tables):
     is in ``state_dict()``, so a module restored with ``load_state_dict`` resumes training
     exactly where the saved one stopped.
     """
+
+    momentum1: torch.Tensor | None
+    momentum2: torch.Tensor | None
+    iter: torch.Tensor
 
     def __init__(self, rows, dims, feature_table_map=None, *, optimizer: TBEOptimizer, **kw):
         super().__init__(rows, dims, feature_table_map, **kw)
