@@ -47,6 +47,18 @@ def first_launch(ctx) -> dict:
 _SPIN = 200_000_000  # GPU clock cycles torch.cuda._sleep spins: about 0.1 s, longer than any race window
 
 
+def _regroup_case():
+    """A ``regroup_keyed_tensor`` call (it reads nothing back, so nothing on the host waits for the
+    stream before the launch) and its oracle result."""
+    import embnum
+
+    rng = np.random.default_rng(1)
+    B = 1 << 15
+    embs = [rng.standard_normal((B, 96)).astype(np.float32), rng.standard_normal((B, 32)).astype(np.float32)]
+    how = dict(keys=[["a", "b"], ["c"]], lengths=[[64, 32], [32]], groups=[["c", "a"], ["b"]])
+    return embs, how, embnum.regroup_keyed_tensor(embs, **how, backend="ref")
+
+
 def stream_torch(ctx) -> dict:
     if ctx.sim:
         return dict(ok=None, why="the simulator has no streams")
@@ -54,16 +66,16 @@ def stream_torch(ctx) -> dict:
 
     import embnum.torch_bridge as tb
 
-    lengths = np.random.default_rng(1).integers(0, 5, 1 << 20)
-    src = torch.from_numpy(lengths).cuda()
+    embs, how, want = _regroup_case()
+    src = [torch.from_numpy(e).cuda() for e in embs]
     torch.cuda.synchronize()
     side = torch.cuda.Stream()  # a pool stream: non-blocking, so a launch elsewhere would race
     with torch.cuda.stream(side):
         torch.cuda._sleep(_SPIN)
-        x = src + 0  # written on `side` after the spin
-        y = tb.complete_cumsum(x)
-        got = y.cpu()  # a copy on `side`: waits for it
-    ok = np.array_equal(got.numpy(), np.concatenate([[0], np.cumsum(lengths)]))
+        inputs = [s + 0 for s in src]  # written on `side` after the spin
+        outs = tb.regroup_keyed_tensor(inputs, **how)
+        got = [o.cpu() for o in outs]  # copies on `side`: they wait for it
+    ok = all(np.array_equal(g.numpy(), w) for g, w in zip(got, want))
     return dict(ok=ok)
 
 
@@ -75,18 +87,18 @@ def stream_cupy(ctx) -> dict:
 
     import embnum
 
-    lengths = np.random.default_rng(2).integers(0, 5, 1 << 20)
-    src = cupy.asarray(lengths)
+    embs, how, want = _regroup_case()
+    src = [cupy.asarray(e) for e in embs]
     cupy.cuda.Device().synchronize()
     side = cupy.cuda.Stream(non_blocking=True)
     with side:
         with torch.cuda.stream(torch.cuda.ExternalStream(side.ptr)):
             torch.cuda._sleep(_SPIN)
-        x = src + 0
-        y = embnum.complete_cumsum(x, backend="cuda")
-        got = y.get(stream=side)
+        inputs = [s + 0 for s in src]
+        outs = embnum.regroup_keyed_tensor(inputs, **how, backend="cuda")
+        got = [o.get(stream=side) for o in outs]
         side.synchronize()
-    ok = np.array_equal(got, np.concatenate([[0], np.cumsum(lengths)]))
+    ok = all(np.array_equal(g, w) for g, w in zip(got, want))
     return dict(ok=ok)
 
 

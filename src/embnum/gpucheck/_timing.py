@@ -94,7 +94,10 @@ def kernel_times(ctx) -> dict:
                 lines.append(f"step {name} {total:.0f} us")
             rows[f"{label} {name}"] = row
     size = ", ".join(f"{k}={v}" for k, v in s.items())
-    out = dict(ok=True, size=size, cases=rows)
+    seen = ctx.sim or all(r["kernel_us"] for r in rows.values())  # on a GPU every case has kernels
+    out = dict(ok=seen, size=size, cases=rows)
+    if not seen:
+        out["why"] = "the profiler saw no kernel time for some case (CUPTI unavailable?)"
     if ctx.sim:
         out["why"] = "the profiler ran on the host only: the simulator has no kernels to time"
     else:
