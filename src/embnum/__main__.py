@@ -214,6 +214,18 @@ def _gpu_check(args) -> int:
     return run(Path(args.out), args.sim, args.stage)
 
 
+def warmup(args) -> int:
+    """Fill the disk cache (``embnum._warmup``); exit status 1 if an op failed or none matched."""
+    from . import _warmup
+
+    _decide_simulator(False)
+    names = _warmup.plan(args.family, args.op)
+    if not names:
+        print("no op matches the given --family/--op")
+        return 1
+    return 1 if _warmup.warmup(names, _warmup.compiled_backends(), args.jobs) else 0
+
+
 def main(argv=None) -> int:
     from . import __version__
 
@@ -231,12 +243,18 @@ def main(argv=None) -> int:
     g.add_argument("--out", required=True, help="folder for the results (at most 8 files, 0-summary.md first)")
     g.add_argument("--sim", action="store_true", help="the same stages in Numba's CUDA simulator at tiny sizes")
     g.add_argument("--stage", action="append", help="only this stage (repeatable)")
+    w = sub.add_parser("warmup", help="compile every op's kernels into the disk cache ahead (parallel processes)")
+    w.add_argument("--family", action="append", help="only this family (repeatable)")
+    w.add_argument("--op", action="append", help="only this op (repeatable)")
+    w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the CPU count)")
     args = parser.parse_args(argv)
     if args.command == "list":
         print(op_table())
         return 0
     if args.command == "gpu-check":
         return _gpu_check(args)
+    if args.command == "warmup":
+        return warmup(args)
     if args.command != "tour":
         parser.print_help()
         return 2
