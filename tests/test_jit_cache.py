@@ -309,3 +309,20 @@ def test_small_calls_after_the_tour_compile_nothing(tmp_path):
     check = subprocess.run([sys.executable, "-c", TOUR_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stderr[-3000:]
     assert json.loads(check.stdout.strip().splitlines()[-1]) == [1, 0]
+
+
+def test_every_cached_kernel_goes_through_embnum_jit():
+    """A kernel compiled with Numba's own cache (``numba.njit(cache=True)``, ``cuda.jit(cache=True)``)
+    would be unsafe with concurrent processes and blind to its helpers' changes."""
+    import re
+
+    root = os.path.dirname(embnum.__file__)
+    direct = re.compile(r"^from numba import .*\bnjit\b|numba\.njit\(|cuda\.jit\(cache=True|cuda\.jit\(.*cache=", re.M)
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py") and name != "_jit.py":
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    found += [f"{os.path.relpath(path, root)}: {m.group(0)}" for m in direct.finditer(f.read())]
+    assert found == []
