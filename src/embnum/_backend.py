@@ -131,7 +131,7 @@ class CpuBackend(Backend):
     def device(self) -> str:
         import numba
 
-        return f"cpu ({numba.config.NUMBA_NUM_THREADS} threads)"
+        return f"cpu ({numba.config.NUMBA_NUM_THREADS} threads)"  # type: ignore[attr-defined]  # set at import
 
 
 class CudaBackend(Backend):

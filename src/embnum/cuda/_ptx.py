@@ -39,7 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODULES = ("_common", "jagged", "keyed_tensor", "kjt", "quant", "tbe", "tbe_quantized")
+MODULES = ("_common", "index_select", "jagged", "keyed_tensor", "kjt", "quant", "tbe", "tbe_quantized")
 CCS = ((9, 0), (8, 0))
 CACHE = Path(os.environ.get("EMBNUM_PTX_CACHE", Path.home() / ".cache" / "embnum-ptx"))
 
@@ -144,7 +144,7 @@ def ptxas() -> str:
         pass
     found = shutil.which("ptxas")
     if found is None:
-        raise RuntimeError("ptxas not found: install nvidia-cuda-nvcc-cu12 (requirements/test.txt)")
+        raise RuntimeError("ptxas not found: install nvidia-cuda-nvcc-cu12 (requirements/compile.txt)")
     return found
 
 
