@@ -102,7 +102,7 @@ def tour(args) -> int:
         print(f"  not available here: {', '.join(_why_missing(name) for name in missing)}")
     header = f"{'op':30s} {'backend':11s} {'input':34s} {'max |err|':>10s} {'median':>11s} {'quartiles':>18s}  status"
     print("\n" + header + "\n" + "-" * len(header))
-    failures = 0
+    failures = slower = 0
     for op in embnum.ops():
         if args.op and op.name not in args.op:
             continue
@@ -134,12 +134,29 @@ def tour(args) -> int:
             rows = {n: (*r[:3], f"ERROR while timing {type(exc).__name__}: {exc}") for n, r in rows.items()}
         for name, (label, input_label, err, status) in rows.items():
             median, spread = _fmt_spread(times.get(name, []))
+            ratio = slower_than_oracle(name, times, rows)
+            if ratio and status == "ok":
+                status = f"ok, SLOWER than ref ({ratio:.1f}x)"
+                slower += 1
             print(
                 f"{op.name:30s} {label:11s} {input_label:34s} {err:10.3g} {median:>11s} {spread:>18s}  {status}",
                 flush=True,
             )
     print(f"\n{'all ops match the oracle' if not failures else f'{failures} mismatches'}")
+    if slower:
+        print(f"{slower} fast paths slower than the oracle (SLOWER above; on a busy machine, see docs/using.md)")
     return 1 if failures else 0
+
+
+def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
+    """How many times slower than the oracle backend ``name``'s median was, when it was slower
+    on the same input (``None`` otherwise, for the oracle itself and for a simulated backend)."""
+    if name == "ref" or not times.get(name) or not times.get("ref") or rows[name][1] != rows["ref"][1]:
+        return None
+    if "(sim)" in rows[name][0]:
+        return None
+    ratio = summary(times[name])[0] / summary(times["ref"])[0]
+    return ratio if ratio > 1 else None
 
 
 def _prepare(op, backend, name, example):
