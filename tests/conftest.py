@@ -65,6 +65,23 @@ def fast_backend(request):
     return flavor
 
 
+# The slow tiers: run by default (CI runs everything); `-m "not slow"` runs the fast tier alone
+# (README). Keyed by file, or file::test function; notebooks (--nbmake) are slow too.
+SLOW = {
+    "test_gpu_report.py": "every op through the GPU report, in the simulator",
+    "test_distributed.py": "process groups of several processes",
+    "test_cuda_compile.py": "every kernel compiled for two GPUs (minutes on a cold cache)",
+    "test_hostile.py::test_hostile": "drawn hostile cases for every op, each in a worker subprocess",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = getattr(item, "originalname", None) or item.name
+        if item.path.suffix == ".ipynb" or item.path.name in SLOW or f"{item.path.name}::{name}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
 HOSTILE_CI_EXAMPLES = 12  # per op: the short profile CI runs (about a minute on an idle 2-core machine)
 
 

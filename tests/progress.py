@@ -1,7 +1,8 @@
 """Readable progress for the README's test command.
 
 Instead of a dot per test, one line per test file as it finishes: the run's elapsed time, how
-many files are done, the file, its outcomes and its own duration. At the end, the skips counted
+many files are done, the file, its own duration and its outcomes (and, after a minute without a
+line, how far the running file is). At the end, the skips counted
 by reason. Failures still print ``F``/``E`` as they happen and in full at the end; ``-v`` keeps
 pytest's per-test lines. Registered by ``tests/conftest.py`` in the process that reports (the
 controller under pytest-xdist, which runs each file whole in one worker with ``--dist loadfile``).
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import collections
 import time
+
+STILL_RUNNING_EVERY = 60.0  # seconds without a line before a long file says how far it is
 
 QUIET = {"passed": "PASSED", "skipped": "SKIPPED", "xfailed": "XFAIL"}
 
@@ -41,6 +44,7 @@ class Progress:
         self.skips: collections.Counter = collections.Counter()
         self.skipped_files: set[str] = set()
         self.done = 0
+        self.last_line = time.monotonic()
 
     @property
     def reporter(self):
@@ -97,15 +101,19 @@ class Progress:
         if report.when != "teardown":
             return
         self.outcomes[file][self.status.pop(nodeid, "passed")] += 1
-        if sum(self.outcomes[file].values()) == self.expected.get(file, -1):
+        n, expected = sum(self.outcomes[file].values()), self.expected.get(file, -1)
+        if n != expected and time.monotonic() - self.last_line > STILL_RUNNING_EVERY:
+            self._line(file, f"still running: {n}/{expected} tests so far", None, count=False)
+        if n == expected:
             counts = self.outcomes[file]
             text = ", ".join(
                 f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed") if counts[k]
             )
             self._line(file, text, getattr(report, "stop", time.time()) - self.began[file])
 
-    def _line(self, file: str, text: str, seconds: float | None):
-        self.done += 1
+    def _line(self, file: str, text: str, seconds: float | None, count: bool = True):
+        self.done += count
+        self.last_line = time.monotonic()
         total = len(self.expected) + len(self.skipped_files)
         took = f"{seconds:7.1f} s" if seconds is not None else " " * 9
         self.reporter.write_line(

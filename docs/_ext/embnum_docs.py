@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import pkgutil
 import re
 import shutil
@@ -35,8 +36,16 @@ HIDDEN = {"embnum.ref", "embnum.cpu", "embnum.cuda", "embnum.ops"}  # kernel lay
 
 
 def setup(app):
+    for name in ("sphinx.myst_parser.sphinx_ext.main", "sphinx.myst_nb.sphinx_ext"):
+        logging.getLogger(name).addFilter(_no_config_dump)
     app.connect("builder-inited", generate)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def _no_config_dump(record) -> bool:
+    """Drop myst's and myst-nb's one-line dumps of their whole configuration (several kB per build);
+    their warnings and errors pass."""
+    return not (record.levelno <= logging.INFO and "ParserConfig(" in record.getMessage())
 
 
 def generate(app) -> None:
