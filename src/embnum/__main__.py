@@ -199,6 +199,33 @@ def op_table() -> str:
     return "\n".join(f"{op.family:{width}s}  {op.name}" for op in ops)
 
 
+def _gpu_check(args) -> int:
+    from pathlib import Path
+
+    from ._backend import gpu_present
+
+    if args.sim:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba is imported
+    elif not gpu_present():
+        print("gpu-check: no GPU here (the CUDA driver reports none); --sim runs the stages in the simulator")
+        return 2
+    from .gpucheck import run
+
+    return run(Path(args.out), args.sim, args.stage)
+
+
+def warmup(args) -> int:
+    """Fill the disk cache (``embnum._warmup``); exit status 1 if an op failed or none matched."""
+    from . import _warmup
+
+    _decide_simulator(False)
+    names = _warmup.plan(args.family, args.op)
+    if not names:
+        print("no op matches the given --family/--op")
+        return 1
+    return 1 if _warmup.warmup(names, _warmup.compiled_backends(), args.jobs) else 0
+
+
 def main(argv=None) -> int:
     from . import __version__
 
@@ -212,10 +239,22 @@ def main(argv=None) -> int:
     t.add_argument("--repeats", type=int, default=7, help="timed runs per fast backend (median and quartiles)")
     t.add_argument("--no-sim", action="store_true", help="do not run the cuda backend in the simulator")
     sub.add_parser("list", help="list the registered ops")
+    g = sub.add_parser("gpu-check", help="versions, compile, smoke, pytest -m gpu and the GPU report on a GPU")
+    g.add_argument("--out", required=True, help="folder for the results (at most 8 files, 0-summary.md first)")
+    g.add_argument("--sim", action="store_true", help="the same stages in Numba's CUDA simulator at tiny sizes")
+    g.add_argument("--stage", action="append", help="only this stage (repeatable)")
+    w = sub.add_parser("warmup", help="compile every op's kernels into the disk cache ahead (parallel processes)")
+    w.add_argument("--family", action="append", help="only this family (repeatable)")
+    w.add_argument("--op", action="append", help="only this op (repeatable)")
+    w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the CPU count)")
     args = parser.parse_args(argv)
     if args.command == "list":
         print(op_table())
         return 0
+    if args.command == "gpu-check":
+        return _gpu_check(args)
+    if args.command == "warmup":
+        return warmup(args)
     if args.command != "tour":
         parser.print_help()
         return 2

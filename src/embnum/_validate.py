@@ -142,7 +142,7 @@ def output_dtype(value, allowed=HALF_OR_FLOAT, name: str = "output_dtype") -> np
         raise TypeError(f"{name} bfloat16 is not supported (NumPy has no bfloat16); use {_choices(allowed)}")
     try:
         dt = np.dtype(value)
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: NumPy's answer to a torch tensor
         dt = None
     if dt not in allowed:
         raise TypeError(f"{name} must be {_choices(allowed)}, got {value!r}")
