@@ -6,7 +6,9 @@ rank with what it saw and how long it took to see it. CASE:
 * ``recover``: faults the job survives, one after the other in the same processes (so the
   group is shown usable after each): a plan that puts a table on another rank on the last
   rank; a plan that shards a table row-wise on every rank but table-wise on the last; a table
-  with 90 rows on the last rank and 80 elsewhere; an id out of range on the last rank; a
+  with 90 rows on the last rank and 80 elsewhere; another learning rate on the last rank; a
+  plan only the last rank rejects (it raises its error, the others name it); an id out of
+  range on the last rank; a
   missing key on rank 0. Construction must fail with the same ``ValueError`` on every rank,
   naming the table or setting and the ranks; a bad batch with the same error on every rank
   naming the rank, key and value; and after each bad batch a good step must train on every
@@ -90,6 +92,21 @@ def _mismatches(rank, W):
             f"rank {last}:",
         )
     )
+    lr = embnum.TBEOptimizer("sgd", learning_rate=0.25) if rank == last else SGD
+    seen.append(
+        _expect(
+            lambda: ShardedEmbeddingBagCollection(TABLES, plans(W)["mixed"], optimizer=lr),
+            ValueError,
+            "optimizer differs",
+            "learning_rate=0.25",
+            f"rank {last}:",
+        )
+    )
+    broken = dict(plans(W)["mixed"])
+    broken["t1"] = dist.ParameterSharding(dist.TABLE_WISE, (W,))  # a rank outside the world, on one rank only
+    plan = broken if rank == last else plans(W)["mixed"]
+    needles = ["is outside the world"] + ([] if rank == last else [f"rank {last} could not build"])
+    seen.append(_expect(lambda: ShardedEmbeddingBagCollection(TABLES, plan, optimizer=SGD), ValueError, *needles))
     return seen
 
 

@@ -3,6 +3,9 @@
 For each registered op it builds the op's realistic example input, runs the
 NumPy oracle and each fast backend on it, and prints the largest absolute
 difference and the time: the median and the quartiles of the timed runs.
+On the cpu backend the op's small example is run and checked first as well: small
+calls take one-thread kernels of their own, which a later small call (the README's
+snippet) would otherwise compile.
 The backends' timed runs are interleaved (one run of each backend per round),
 so a neighbour's load on a shared machine falls on all of them alike.
 Without a GPU the cuda backend runs under Numba's CUDA simulator on the op's
@@ -99,7 +102,7 @@ def tour(args) -> int:
         print(f"  not available here: {', '.join(_why_missing(name) for name in missing)}")
     header = f"{'op':30s} {'backend':11s} {'input':34s} {'max |err|':>10s} {'median':>11s} {'quartiles':>18s}  status"
     print("\n" + header + "\n" + "-" * len(header))
-    failures = 0
+    failures = slower = 0
     for op in embnum.ops():
         if args.op and op.name not in args.op:
             continue
@@ -113,6 +116,10 @@ def tour(args) -> int:
             try:
                 run, err, ok = _prepare(op, backend, name, example)
                 status = "ok" if ok else "MISMATCH"
+                if name == "cpu" and size == "large":  # the one-thread kernels of small calls: compiled and checked too
+                    small = op.example_fn(np.random.default_rng(0), "small")
+                    if not _prepare(op, backend, name, small)[2]:
+                        ok, status = False, f"MISMATCH on the small example ({small.label})"
                 runs[name] = run
                 repeats[name] = 1 if simulated else (3 if name == "ref" else args.repeats)
             except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
@@ -127,12 +134,29 @@ def tour(args) -> int:
             rows = {n: (*r[:3], f"ERROR while timing {type(exc).__name__}: {exc}") for n, r in rows.items()}
         for name, (label, input_label, err, status) in rows.items():
             median, spread = _fmt_spread(times.get(name, []))
+            ratio = slower_than_oracle(name, times, rows)
+            if ratio and status == "ok":
+                status = f"ok, SLOWER than ref ({ratio:.1f}x)"
+                slower += 1
             print(
                 f"{op.name:30s} {label:11s} {input_label:34s} {err:10.3g} {median:>11s} {spread:>18s}  {status}",
                 flush=True,
             )
     print(f"\n{'all ops match the oracle' if not failures else f'{failures} mismatches'}")
+    if slower:
+        print(f"{slower} fast paths slower than the oracle (SLOWER above; on a busy machine, see docs/using.md)")
     return 1 if failures else 0
+
+
+def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
+    """How many times slower than the oracle backend ``name``'s median was, when it was slower
+    on the same input (``None`` otherwise, for the oracle itself and for a simulated backend)."""
+    if name == "ref" or not times.get(name) or not times.get("ref") or rows[name][1] != rows["ref"][1]:
+        return None
+    if "(sim)" in rows[name][0]:
+        return None
+    ratio = summary(times[name])[0] / summary(times["ref"])[0]
+    return ratio if ratio > 1 else None
 
 
 def _prepare(op, backend, name, example):

@@ -10,8 +10,9 @@ disjoint parts of the result, so the backward adds a row's repeats in the order 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from .._jit import njit
 from ._common import bits, int64s, round_once, serial_twin
 
 

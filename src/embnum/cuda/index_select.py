@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from .._jit import cuda_kernel
 from ._common import TPB, bits, blocks, constant, int64s, launch, round_once, segment_of, stable_argsort, xp
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _gather_rows(src, idx, width, out):
     """``out[e] = src[idx[e // width] * width + e % width]``: one thread per output element."""
     for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
@@ -35,7 +36,7 @@ def group_index_select_dim0(input_group, indices_group, out):
         launch(_gather_rows, blocks(dst.shape[0], TPB), TPB, src, int64s(i), np.int64(width), dst)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _batch_gather(src, idx, in_offs, idx_offs, sel_offs, cols, base, step, out):
     """Selection element ``q`` (table ``t``, selected row ``j``, column ``c``) to ``base[t] + j * step[t] + c``."""
     last = cols.shape[0] - 1
@@ -71,7 +72,7 @@ def _first_at_least(a, x):
     return lo
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _batch_add_rows(grad, sorted_rows, order, row_offs, in_offs, idx_offs, cols, base, step, zero, acc):
     """Input element ``p`` (table ``t``, row ``r``, column ``c``): the sum, in the order of
     ``indices``, of the gradients of every selection of global row ``row_offs[t] + r``."""
