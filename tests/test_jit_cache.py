@@ -253,6 +253,10 @@ def test_kernel_recompiles_when_a_module_it_imports_changes(tmp_path):
     # _inclusive recompiles; the probe, whose modules do not import _half.py, loads
     assert run(5, 20) == {"value": 31, "probe_hits": 1, "inclusive_hits": 0}
     assert run(5, 20) == {"value": 31, "probe_hits": 1, "inclusive_hits": 1}
+    # the data files compiled from older sources went when the index was rewritten
+    data = [p for p in os.listdir(next((tmp_path / "cache").glob("cpu_*"))) if p.endswith(".nbc")]
+    assert len([p for p in data if p.startswith("probe.kernel-")]) == 1, data
+    assert len([p for p in data if p.startswith("jagged._inclusive-")]) == 1, data
 
 
 WARM_CHECK = textwrap.dedent(

@@ -141,8 +141,25 @@ class _SafeIndex:
         self._save_data(name, (repr(key), data))  # whole before the index names it
         with self._locked():
             overloads = self._load_index()
+            if not overloads:
+                self._drop_stale_data()
             overloads[key] = name
             self._save_index(overloads)
+
+    def _drop_stale_data(self):
+        """Remove this kernel's data files that an index of other sources named: the files older
+        than that index (a numbered name was reused by Numba; a hashed one would stay for ever).
+        A file written since, by a process about to name it, is newer and kept."""
+        try:
+            stale = os.stat(self._index_path).st_mtime
+        except FileNotFoundError:
+            return
+        head, tail = self._data_name_pattern.split("{number:d}")
+        for entry in os.scandir(self._cache_path):
+            if entry.name.startswith(head) and entry.name.endswith(tail):
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_mtime < stale:
+                        os.unlink(entry.path)
 
     def load(self, key):
         name = self._load_index().get(key)
