@@ -120,6 +120,9 @@ class Progress:
         self.last_line = time.monotonic()
         total = len(self.expected) + len(self.skipped_files)
         took = f"{seconds:7.1f} s" if seconds is not None else " " * 9
+        tw = getattr(self.reporter, "_tw", None)
+        if tw is not None and tw.width_of_current_line:  # after an F or E on this line
+            self.reporter.write("\n")
         self.reporter.write_line(
             f"[{_clock(time.monotonic() - self.start)}] {self.done:3d}/{total:<3d} {file:44s} {took}  {text}"
         )

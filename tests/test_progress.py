@@ -36,3 +36,13 @@ def test_a_line_per_file_and_the_skips_by_reason(tmp_path, workers):
     summary = out[out.index("skipped: 5, by reason") :]
     assert re.search(r"^ +4  no widget here$", summary, re.M) and re.search(r"^ +1  whole file off$", summary, re.M)
     assert not re.search(r"^[.s]+$", out, re.M)  # no dots
+
+
+def test_a_failure_keeps_its_letter_and_the_file_line_its_own_line(tmp_path):
+    (tmp_path / "test_f.py").write_text("def test_ok():\n    pass\ndef test_bad():\n    assert 1 == 2\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    args = [sys.executable, "-m", "pytest", "-p", "progress", "-p", "no:cacheprovider", "."]
+    run = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert re.search(r"^F$", run.stdout, re.M), run.stdout
+    assert re.search(r"^\[ *\d+:\d\d\] +1/1 +test_f\.py +\d+\.\d s  1 passed, 1 failed$", run.stdout, re.M), run.stdout
