@@ -30,6 +30,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import pickle
 import re
 
 try:
@@ -167,7 +168,7 @@ class _SafeIndex:
             return None
         try:
             stored = self._load_data(name)
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             return None
         if not (isinstance(stored, tuple) and len(stored) == 2 and stored[0] == repr(key)):
             return None
