@@ -143,18 +143,44 @@ def _grad_weights(step, Bg, D):
 
 def train(model, ref, W, rank, steps, exact, label, weighted=False, first=0, ref_divisor=1):
     """``steps`` training steps of the sharded ``model`` and (when given) the reference, compared;
-    the reference's output gradient is divided by ``ref_divisor``."""
+    the reference's output gradient is divided by ``ref_divisor``. Weighted: the per-id weights'
+    gradient too (this rank's part of the reference's, in the local KJT's order)."""
     for step in range(first, first + steps):
         keys, L, V, Wt = batch(step, rank, W, weighted)
-        out = model(kjt(keys, L, V, Wt)).values()
+        features = kjt(keys, L, V, Wt)
+        if weighted:
+            features.weights().requires_grad_()
+        out = model(features).values()
         Bs = [SIZES[step % len(SIZES)][r] for r in range(W)]
         o0 = sum(Bs[:rank])
         G = _grad_weights(step, sum(Bs), out.shape[1])
         if ref is not None:
-            want = ref_forward(ref, step, W, weighted)
+            gL, gV, gW = global_batch(step, W, weighted)
+            ref_features = kjt(FEATURES, gL, gV, gW)
+            if weighted:
+                ref_features.weights().requires_grad_()
+            want = ref(ref_features).values()
             (want * (G / ref_divisor if ref_divisor != 1 else G)).sum().backward()
             same(out, want[o0 : o0 + Bs[rank]].detach(), exact, f"{label} step {step} forward, rank {rank}")
         (out * G[o0 : o0 + Bs[rank]]).sum().backward()
+        if weighted and ref is not None:
+            wanted = _local_part(ref_features.weights().grad, step, W, rank, keys, L)
+            same(features.weights().grad, wanted, False, f"{label} step {step} per-id weights' gradient, rank {rank}")
+
+
+def _local_part(global_grad, step, W, rank, keys, L):
+    """This rank's entries of a per-value tensor of the global batch (FEATURES order, ranks joined
+    per key), in the order of its local KJT (``keys``, lengths ``L``); zeros for unused keys."""
+    counts = [[int(batch(step, r, W)[1][batch(step, r, W)[0].index(f)].sum()) for r in range(W)] for f in FEATURES]
+    start, where = 0, {}
+    for f, per_rank in zip(FEATURES, counts):
+        where[f] = start + sum(per_rank[:rank])
+        start += sum(per_rank)
+    parts = []
+    for i, k in enumerate(keys):
+        n = int(L[i].sum())
+        parts.append(global_grad[where[k] : where[k] + n] if k in where else torch.zeros(n))
+    return torch.cat(parts) if parts else torch.zeros(0)
 
 
 def same(got, want, exact, what):

@@ -113,11 +113,13 @@ class _Holder:
 
 class _ReplicaLookup(torch.autograd.Function):
     """Forward: the local batch. Backward: the global batch's gradient (gathered by the output
-    node) and ids, so every replica applies the same fused update."""
+    node) and ids, so every replica applies the same fused update; the per-id weights' gradient
+    is computed for the global batch on every replica, and each keeps only its own samples' part."""
 
     @staticmethod
-    def forward(ctx, weights, tbe, holder, cols, local, global_):
-        ctx.tbe, ctx.holder, ctx.cols, ctx.global_ = tbe, holder, cols, global_
+    def forward(ctx, weights, glob_psw, tbe, holder, cols, local, global_, mine):
+        ctx.tbe, ctx.holder, ctx.cols, ctx.global_, ctx.mine = tbe, holder, cols, global_, mine
+        ctx.glob_psw = None if glob_psw is None else glob_psw.detach()
         idx, off, psw = local
         with torch.no_grad():
             return tbe(idx, off, psw)
@@ -125,9 +127,37 @@ class _ReplicaLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         c0, c1 = ctx.cols
-        idx, off, psw = ctx.global_
-        ctx.tbe.apply_gradient(ctx.holder.grad[:, c0:c1], idx, off, psw)
-        return None, None, None, None, None, None
+        idx, off = ctx.global_
+        psw = ctx.glob_psw
+        want = psw is not None and ctx.needs_input_grad[1]
+        psw_grad = ctx.tbe.apply_gradient(ctx.holder.grad[:, c0:c1], idx, off, psw, want)
+        if psw_grad is not None:
+            psw_grad = torch.where(ctx.mine, psw_grad, torch.zeros_like(psw_grad))
+        return None, psw_grad, None, None, None, None, None, None
+
+
+class _WeightsRoute(torch.autograd.Function):
+    """The local KJT's per-id weights -> this rank's slots' weights for the global batch (computed by
+    the input distribution, passed in ``route``); backward sends each gradient back to the rank and
+    position the weight came from (one all-to-all; ids looked up by several shards add up).
+    ``anchor`` (requires grad) makes every rank run this backward, after the output node's."""
+
+    @staticmethod
+    def forward(ctx, weights, anchor, route):
+        glob_w, ctx.route = route[0], route[1:]
+        ctx.n = weights.numel()
+        return glob_w
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_pos, glob_idx, sent, received, group = ctx.route
+        g = grad.contiguous().float()
+        back = torch.zeros(sum(received), dtype=torch.float32, device=g.device).index_put_((glob_idx,), g)
+        got = torch.empty(sum(sent), dtype=torch.float32, device=g.device)
+        dist.all_to_all_single(got, back, sent, received, group=group)
+        comm.BYTES["weights_grad"] += back.numel() * 4
+        local = torch.zeros(ctx.n, dtype=torch.float32, device=g.device).index_add_(0, send_pos, got)
+        return (local if ctx.needs_input_grad[0] else None), None, None
 
 
 class _OutputDist(torch.autograd.Function):
@@ -137,6 +167,7 @@ class _OutputDist(torch.autograd.Function):
     def forward(ctx, anchor, a2a, rs, dp, meta):
         group, Bs, rank, a2a_cols, codecs, holder, has_rs, has_dp, divide = meta
         ctx.meta = meta
+        ctx.anchor = (anchor.shape, anchor.dtype, anchor.device)
         ctx.widths = (a2a.shape[1], rs.shape[1], dp.shape[1])
         fwd = codecs[0]
         blocks = comm.exchange_blocks(
@@ -184,7 +215,9 @@ class _OutputDist(torch.autograd.Function):
             g_a2a = g_a2a / W
             g_rs = None if g_rs is None else g_rs / W
             holder.grad = None if holder.grad is None else holder.grad / W
-        return None, g_a2a, g_rs, pieces[-1], None  # the replicas read holder.grad, not this local slice
+        shape, dtype, device = ctx.anchor  # zeros: the anchor only orders the weights' backward after this node
+        anchor = torch.zeros(shape, dtype=dtype, device=device)
+        return anchor, g_a2a, g_rs, pieces[-1], None  # the replicas read holder.grad, not this local slice
 
 
 class ShardedEmbeddingBagCollection(torch.nn.Module):
@@ -198,7 +231,11 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
     state or norm (row-wise Adagrad, LAMB, LARS, partial row-wise Adam) each column shard would keep
     its own, so training would differ from the unsharded EBC. qcomm: a
     :class:`~embnum.distributed.comm.QCommsConfig` for the pooled collectives. is_weighted: the
-    KJTs carry per-id weights (every rank must agree). Initial weights: each table drawn whole from
+    KJTs carry per-id weights (every rank must agree); their gradient comes back through the module
+    (one more all-to-all in backward, run on every rank whenever ``is_weighted``), so KJT weights
+    that require grad get ``.grad`` as with the single-process EBC. ``gradient_division``: divide
+    the tables' gradient by the world size (TorchRec's convention; default: the plain sum, see
+    ``docs/distributed.md``). Initial weights: each table drawn whole from
     ``uniform(+-sqrt(1/rows))`` with a generator seeded by ``(seed, table index)`` and cut, so they do
     not depend on the plan or the world size.
 
@@ -456,6 +493,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
     def _input_dist(self, pos, lengths, values, weights, B, Bs):
         """-> key-major ``(lengths [S*B_g], values, weights)`` of this rank's slots, global batch."""
         lay, W, me, g, dev = self.layout, self.world_size, self.rank, self.group, values.device
+        tracked, weights = weights, None if weights is None else weights.detach()
         send_l, send_v, send_w = self._send_buffers(pos, lengths, values, weights, B)
         S = [len(lay.slots[d]) for d in range(W)]
         Sme = S[me]
@@ -481,7 +519,25 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         perm = torch.tensor([s * Sme + j for j in range(Sme) for s in range(W)], dtype=torch.int64, device=dev)
         _, glob_l, _ = tb.permute_1d_sparse_data(perm, seg, recv_l)
         _, glob_v, glob_w = tb.permute_1d_sparse_data(perm, vsz, recv_v, recv_w)
-        return glob_l, glob_v, glob_w
+        if weights is None:
+            return glob_l, glob_v, None
+        # where each weight went (positions ride through the same permutes as float64 weights: exact
+        # below 2**53) and where each global weight was received, for the gradient's way back
+        positions = torch.arange(values.numel(), dtype=torch.float64, device=dev)
+        send_pos = self._send_buffers(pos, lengths, values, positions, B)[2].to(torch.int64)
+        arrived = torch.arange(recv_v.numel(), dtype=torch.int64, device=dev)
+        _, glob_idx, _ = tb.permute_1d_sparse_data(perm, vsz, arrived)
+        route = (glob_w, send_pos, glob_idx, vals_per_dest, recv_counts, g)
+        return glob_l, glob_v, _WeightsRoute.apply(tracked, self._anchor, route)
+
+    def _own_samples(self, offsets, Bs):
+        """bool per value of a slot-major KJT of the global batch: whether its sample is this rank's."""
+        Bg = sum(Bs)
+        bags = offsets.numel() - 1
+        sample = torch.arange(bags, device=offsets.device) % max(Bg, 1)
+        start = sum(Bs[: self.rank])
+        own = (sample >= start) & (sample < start + Bs[self.rank])
+        return torch.repeat_interleave(own, offsets[1:] - offsets[:-1])
 
     def _group_kjt(self, group, lengths, values, weights, B):
         """``(indices, offsets, per_sample_weights)`` of ``group``'s slots in a slot-major KJT."""
@@ -511,12 +567,14 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                 continue
             slots = lay.group_slots(me, g)
             perm = torch.tensor([pos[lay.features[s.feature].name] for s in slots], dtype=torch.int64, device=dev)
-            ll, lv, lw = tb.permute_2d_sparse_data(perm, lengths, values, weights)
+            ll, lv, lw = tb.permute_2d_sparse_data(perm, lengths, values, None if weights is None else weights.detach())
             local = (lv, _cumsum0(ll.reshape(-1)), lw)
             width = sum(lay.slot_width(s) for s in slots)
             tbe = self.tbes[g]
-            glob = self._group_kjt(g, glob_l, glob_v, glob_w, Bg)
-            dp_parts.append(_ReplicaLookup.apply(tbe.weights, tbe, self._holder, (col, col + width), local, glob))
+            gidx, goff, gpsw = self._group_kjt(g, glob_l, glob_v, glob_w, Bg)
+            mine = None if gpsw is None else self._own_samples(goff, Bs)
+            cols = (col, col + width)
+            dp_parts.append(_ReplicaLookup.apply(tbe.weights, gpsw, tbe, self._holder, cols, local, (gidx, goff), mine))
             col += width
         t0 = self._tick("lookup", t0)
         a2a_sum = sum(lay.slot_width(s) for s in lay.group_slots(me, "sum") if s.route == "a2a")
@@ -537,7 +595,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             lay.has("dp"),
             self.gradient_division,
         )
-        full = _OutputDist.apply(self._anchor, a2a, rs, dp, meta)
+        full = _OutputDist.apply(self._anchor if glob_w is None else glob_w, a2a, rs, dp, meta)
         colmap = torch.tensor(lay.column_map(me), dtype=torch.int64, device=dev)
         out = torch.zeros(B, lay.total_dim, dtype=full.dtype, device=dev).index_add(1, colmap, full)
         means = lay.mean_after_sum()

@@ -107,6 +107,22 @@ _alias(
     "block_bucketize_sparse_features",
 )
 _alias(
+    "block_bucketize_sparse_features_2d_weights",
+    "(Tensor lengths, Tensor indices, bool bucketize_pos, bool sequence, Tensor block_sizes, SymInt my_size, "
+    "Tensor weights, SymInt weights_dim=1, Tensor? batch_size_per_feature=None, SymInt max_B=-1, "
+    "Tensor[]? block_bucketize_pos=None, bool keep_orig_idx=False, Tensor? total_num_blocks=None, "
+    "Tensor? keep_orig_idx_per_feature=None) -> (Tensor, Tensor, Tensor, Tensor?, Tensor?)",
+    "block_bucketize_sparse_features_2d_weights",
+)
+_alias(
+    "block_bucketize_sparse_features_inference",
+    "(Tensor lengths, Tensor indices, bool bucketize_pos, bool sequence, Tensor block_sizes, SymInt my_size, "
+    "Tensor? weights=None, Tensor? batch_size_per_feature=None, SymInt max_B=-1, Tensor[]? block_bucketize_pos=None, "
+    "bool return_bucket_mapping=False, bool keep_orig_idx=False, Tensor? total_num_blocks=None, "
+    "Tensor? keep_orig_idx_per_feature=None) -> (Tensor, Tensor, Tensor?, Tensor?, Tensor?, Tensor?)",
+    "block_bucketize_sparse_features_inference",
+)
+_alias(
     "keyed_jagged_index_select_dim1",
     "(Tensor values, Tensor lengths, Tensor offsets, Tensor indices, SymInt batch_size, Tensor? weights=None, "
     "SymInt? selected_lengths_sum=None) -> Tensor[]",
