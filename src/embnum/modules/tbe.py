@@ -84,6 +84,48 @@ class _Tables(torch.nn.Module):
                 self._trusted = seen
         return bufs
 
+    def out_of_range_error(self, err, indices, offsets, features=None, tables=None):
+        """The error to raise in the user's terms when the lookup of ``(indices, offsets)`` failed
+        with ``err`` because an id lies outside its table: an ``IndexError`` naming the feature, its
+        table, the sample and the table's range (``features``, ``tables``: the caller's names for the
+        feature positions and the tables, the positions themselves by default). ``None`` when no id
+        is out of range (``err`` then stands as it is). The caller raises it ``from err``."""
+        where = self._first_out_of_range(indices, offsets)
+        if where is None:
+            return None
+        f, sample, value = where
+        t = self.feature_table_map[f]
+        feature = f if features is None else features[f]
+        table = t if tables is None else tables[t]
+        return IndexError(
+            f"feature {feature!r} (table {table!r}): id {value} at sample {sample} is outside [0, {self.rows[t]})"
+        )
+
+    def _first_out_of_range(self, indices, offsets):
+        """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
+        when ``indices``/``offsets`` are not integer tensors of the module's layout, which the op's
+        own error then describes)."""
+        if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
+            return None
+        if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
+            return None
+        ids, off = indices.detach().cpu().long().reshape(-1), offsets.detach().cpu().long().reshape(-1)
+        n_features = len(self.feature_table_map)
+        if off.numel() < 1 or (off.numel() - 1) % n_features:
+            return None
+        if off[0] < 0 or off[-1] > ids.numel() or bool((off[1:] < off[:-1]).any()):
+            return None
+        B = (off.numel() - 1) // n_features
+        for f, t in enumerate(self.feature_table_map):
+            bags = off[f * B : (f + 1) * B + 1]
+            seg = ids[bags[0] : bags[-1]]
+            bad = ((seg < 0) | (seg >= self.rows[t])).nonzero()
+            if bad.numel():
+                pos = int(bags[0]) + int(bad[0, 0])
+                sample = int(torch.searchsorted(bags, pos, right=True)) - 1
+                return f, sample, int(ids[pos])
+        return None
+
     def extra_repr(self) -> str:
         """One line per table (rows x dim, the features that read it), then the settings."""
         lines = [
@@ -107,17 +149,23 @@ class TBE(_Tables):
     def forward(self, indices, offsets, per_sample_weights=None):
         from ..torch_bridge import tbe_forward
 
-        return tbe_forward(
-            self.weights,
-            *self.layout(),
-            indices,
-            offsets,
-            self.pooling_mode,
-            per_sample_weights,
-            output_dtype=self.output_dtype,
-            bounds_check_mode=self.bounds_check_mode,
-            backend=self.backend,
-        )
+        try:
+            return tbe_forward(
+                self.weights,
+                *self.layout(),
+                indices,
+                offsets,
+                self.pooling_mode,
+                per_sample_weights,
+                output_dtype=self.output_dtype,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        except IndexError as err:
+            plain = self.out_of_range_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err
 
 
 class _FusedLookup(torch.autograd.Function):
@@ -195,7 +243,13 @@ class FusedTBE(_Tables):
         self._step_seen = (self.iter, self.iter._version, seen[2] + 1) if current else None
 
     def forward(self, indices, offsets, per_sample_weights=None):
-        return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+        try:
+            return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+        except IndexError as err:
+            plain = self.out_of_range_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err
 
     def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
         """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
