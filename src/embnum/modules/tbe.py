@@ -14,6 +14,7 @@ import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
 from ..ops.tbe import output_dtype_of, pooling_code
+from . import _state
 
 _POOLING_NAMES = ("sum", "mean", "none")
 
@@ -63,6 +64,23 @@ class _Tables(torch.nn.Module):
 
     def layout(self):
         return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
+
+    # -- checkpoints: checked before anything is copied (embnum.modules._state) ----------
+    def _state_rules(self) -> dict:
+        rules = {"weights": (self.weights, "weights")}
+        rules.update({n: (getattr(self, n), "layout") for n in ("weights_offsets", "D_offsets", "hash_size_cumsum")})
+        return rules
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        _state.check(state_dict, prefix, self._state_rules())
+        _state.load_without_assign(_Tables, self, state_dict, prefix, *args)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """torch's, after checking every entry (shape, dtype, finite values, state in its domain,
+        the layout unchanged): ``TypeError``/``ValueError`` naming the entry, nothing copied.
+        ``assign=True`` copies too (the module keeps its own tensors)."""
+        _state.check_keys(self, state_dict, strict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def extra_repr(self) -> str:
         """One line per table (rows x dim, the features that read it), then the settings."""
@@ -131,7 +149,8 @@ class FusedTBE(_Tables):
     the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
     in place. State: ``momentum1``/``momentum2`` buffers laid out as ``optimizer.state_layout``
     says, and the step counter, the int64 buffer ``iter`` (fbgemm's name; :attr:`step` reads it
-    as an int), incremented before each update so Adam's first step is 1. Every piece of state
+    as an int): an update runs with ``step + 1`` (Adam's first step is 1), and the counter
+    moves once the update is done (a rejected call leaves it). Every piece of state
     is in ``state_dict()``, so a module restored with ``load_state_dict`` resumes training
     exactly where the saved one stopped.
     """
@@ -149,6 +168,16 @@ class FusedTBE(_Tables):
         for name in ("momentum1", "momentum2"):
             self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
+
+    def _state_rules(self) -> dict:
+        rules = super()._state_rules()
+        for name in ("momentum1", "momentum2"):
+            buf = getattr(self, name)
+            if buf is not None:
+                squares = name == "momentum2" or self.optimizer.kind in ("adagrad", "rowwise_adagrad")
+                rules[name] = (buf, "nonneg" if squares else "signed")
+        rules["iter"] = (self.iter, "step")
+        return rules
 
     @property
     def step(self) -> int:
@@ -186,7 +215,7 @@ class FusedTBE(_Tables):
                 bounds_check_mode=self.bounds_check_mode,
                 backend=self.backend,
             )
-        self.step += 1
+        step = self.step + 1  # counted once the update is done: a rejected call changes nothing
         with torch.no_grad():
             tbe_backward_update(
                 g,
@@ -199,10 +228,11 @@ class FusedTBE(_Tables):
                 optimizer=opt,
                 momentum1=self.momentum1,
                 momentum2=self.momentum2,
-                step=self.step if opt.uses_step else None,
+                step=step if opt.uses_step else None,
                 bounds_check_mode=self.bounds_check_mode,
                 backend=self.backend,
             )
+        self.step = step
         return psw_grad
 
     def extra_repr(self) -> str:
