@@ -62,6 +62,27 @@ def make_update_row(jit):
         return np.float32(math.sqrt(x))
 
     @jit
+    def norm(a, o, D):
+        """The L2 norm of ``a[o:o+D]`` in float32, also where the sum of squares leaves float32's
+        range (entries above ~1.8e19 or below ~1e-19): then of the row scaled by its largest
+        magnitude, so a finite row has a finite norm, as the oracle's float64 one."""
+        s = sum_squares(a, o, D)
+        if s > np.float32(1e-30) and s < np.float32(np.inf):
+            return sqrt(s)
+        big = np.float32(0.0)
+        for d in range(D):
+            x = abs(a[o + d])
+            if x > big:
+                big = x
+        if big == np.float32(0.0) or big == np.float32(np.inf):
+            return big
+        t = np.float32(0.0)
+        for d in range(D):
+            q = a[o + d] / big
+            t += q * q
+        return big * sqrt(t)
+
+    @jit
     def ratio(num, den):
         """``num / den``, or 0 when ``den == 0`` (fbgemm divides 0 by 0 there: a NaN row)."""
         r = np.float32(0.0)
@@ -161,7 +182,7 @@ def make_update_row(jit):
                 rows[ro + d] = x - m
         max_norm = hp[MAX_NORM]
         if max_norm > np.float32(0.0):
-            n = sqrt(sum_squares(rows, ro, D))
+            n = norm(rows, ro, D)
             if n > max_norm:
                 c = max_norm / n
                 for d in range(D):

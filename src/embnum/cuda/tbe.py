@@ -626,6 +626,38 @@ def _group_sum(x):
     return x
 
 
+@cuda.jit(device=True)
+def _group_max(x):
+    """float32 maximum of ``x`` over the lane group, in every lane (xor butterfly)."""
+    off = LANES // 2
+    while off > 0:
+        y = np.float32(shfl_xor(x, off))
+        x = y if y > x else x
+        off //= 2
+    return x
+
+
+@cuda.jit(device=True)
+def _group_norm(g, go, D, lane, nsq):
+    """The row's L2 norm from its group sum of squares ``nsq``, and where that sum leaves float32's
+    range, of the row scaled by its largest magnitude (``embnum._tbe_rows``' ``norm``). ``nsq`` has
+    the same bits in every lane, so the whole group takes the same branch."""
+    if nsq > np.float32(1e-30) and nsq < np.float32(np.inf):
+        return np.float32(math.sqrt(nsq))
+    big = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        x = abs(g[go + d])
+        big = x if x > big else big
+    big = _group_max(big)
+    if big == np.float32(0.0) or big == np.float32(np.inf):
+        return big
+    t = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        q = g[go + d] / big
+        t += q * q
+    return big * np.float32(math.sqrt(_group_sum(t)))
+
+
 @cuda.jit(cache=True)
 def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
     """Lane group per touched row ``u`` (``lids[u] < 0``: a padded row, skipped), lanes over the
@@ -746,7 +778,7 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
         c = one
         clip = False
         if max_norm > zero:
-            n = np.float32(math.sqrt(nsq))
+            n = _group_norm(g, go, D, lane, nsq)
             if n > max_norm:
                 c = max_norm / n
                 clip = True

@@ -19,6 +19,13 @@ from . import _state
 _POOLING_NAMES = ("sum", "mean", "none")
 
 
+def _tensors(**named):
+    """Each argument a tensor (or None): a TypeError naming it before autograd sees it."""
+    for name, x in named.items():
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+
+
 class _Tables(torch.nn.Module):
     """Shared set-up: the layout of ``rows``/``dims``/``feature_table_map`` and the flat weights."""
 
@@ -189,6 +196,7 @@ class FusedTBE(_Tables):
         self.iter.fill_(int(value))
 
     def forward(self, indices, offsets, per_sample_weights=None):
+        _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
         return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
 
     def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
