@@ -31,6 +31,13 @@ def int_value(name: str, x, *, minimum: int = 0) -> int:
     return int(x)
 
 
+def flag(name: str, x) -> bool:
+    """A Python or NumPy bool (``TypeError`` otherwise: ``2**32 - 1`` is not a yes)."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {x!r}")
+    return bool(x)
+
+
 def int_list(name: str, xs, *, minimum: int = 0) -> list[int]:
     if A.is_supported(xs):
         xs = A.to_list(xs.reshape(-1))
