@@ -468,6 +468,9 @@ def _row_step(opt, grad, momentum1=None):
         (TBEOptimizer("rowwise_adagrad", 0.1, max_norm=2.0), [3, 4], None, [1.2, 1.6], dict(momentum1=[12.5, 0])),
         # sgd to [3e20, 4e20]: its float32 sum of squares overflows, its norm 5e20 does not; scaled to [3, 4]
         (TBEOptimizer("sgd", 1e20, max_norm=5.0), [-3, -4], None, [3, 4], {}),
+        # LAMB with eps 3e38: its direction ~1e-38 has a float32 sum of squares of 0, not its norm;
+        # the trust ratio rescales it to the step of an ordinary eps (the example above: [2.7, 3.6])
+        (TBEOptimizer("lamb", 0.1, eps=3e38), [3, 4], None, [2.7, 3.6], {}),
     ],
 )
 def test_new_optimizer_examples(opt, grad, momentum1, want, want_state, backend):

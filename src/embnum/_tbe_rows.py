@@ -63,9 +63,10 @@ def make_update_row(jit):
 
     @jit
     def norm(a, o, D):
-        """The L2 norm of ``a[o:o+D]`` in float32, also where the sum of squares leaves float32's
-        range (entries above ~1.8e19 or below ~1e-19): then of the row scaled by its largest
-        magnitude, so a finite row has a finite norm, as the oracle's float64 one."""
+        """The L2 norm of ``a[o:o+D]`` in float32 (LAMB's and LARS's trust ratios, ``max_norm``), also
+        where the sum of squares leaves float32's range (entries above ~1.8e19 or below ~1e-19):
+        then of the row scaled by its largest magnitude, so a finite nonzero row has a finite
+        nonzero norm, as the oracle's float64 one."""
         s = sum_squares(a, o, D)
         if s > np.float32(1e-30) and s < np.float32(np.inf):
             return sqrt(s)
@@ -151,8 +152,6 @@ def make_update_row(jit):
                 v = b2 * m2[lid] + (one - b2) * (sum_squares(g, go, D) / np.float32(D))
                 m2[lid] = v
                 inv = one / (sqrt(v / bc2) + eps)
-            wsq = np.float32(0.0)
-            rsq = np.float32(0.0)
             for d in range(D):
                 gd = g[go + d]
                 m = b1 * m1[e + d] + (one - b1) * gd
@@ -165,14 +164,12 @@ def make_update_row(jit):
                 else:
                     r = (m / bc1) * inv + wd * x
                 g[go + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
-                wsq += x * x
-                rsq += r * r
-            step = lr * ratio(sqrt(wsq), sqrt(rsq))
+            step = lr * ratio(norm(rows, ro, D), norm(g, go, D))
             for d in range(D):
                 rows[ro + d] = rows[ro + d] - step * g[go + d]
         elif kind == LARS_SGD:
-            wn = sqrt(sum_squares(rows, ro, D))
-            gn = sqrt(sum_squares(g, go, D))
+            wn = norm(rows, ro, D)
+            gn = norm(g, go, D)
             alr = ratio(lr * hp[ETA] * wn, gn + wd * wn)
             mom = hp[MOMENTUM]
             for d in range(D):

@@ -639,21 +639,22 @@ def _group_max(x):
 
 @cuda.jit(device=True)
 def _group_norm(g, go, D, lane, nsq):
-    """The row's L2 norm from its group sum of squares ``nsq``, and where that sum leaves float32's
-    range, of the row scaled by its largest magnitude (``embnum._tbe_rows``' ``norm``). ``nsq`` has
-    the same bits in every lane, so the whole group takes the same branch."""
+    """The L2 norm of ``g[go:go+D]`` (float32 or float16) from its group sum of squares ``nsq``,
+    and where that sum leaves float32's range, of the row scaled by its largest magnitude
+    (``embnum._tbe_rows``' ``norm``). ``nsq`` has the same bits in every lane, so the whole group
+    takes the same branch."""
     if nsq > np.float32(1e-30) and nsq < np.float32(np.inf):
         return np.float32(math.sqrt(nsq))
     big = np.float32(0.0)
     for d in range(lane, D, LANES):
-        x = abs(g[go + d])
+        x = abs(np.float32(g[go + d]))
         big = x if x > big else big
     big = _group_max(big)
     if big == np.float32(0.0) or big == np.float32(np.inf):
         return big
     t = np.float32(0.0)
     for d in range(lane, D, LANES):
-        q = g[go + d] / big
+        q = np.float32(g[go + d]) / big
         t += q * q
     return big * np.float32(math.sqrt(_group_sum(t)))
 
@@ -730,8 +731,8 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
             den = np.float32(math.sqrt(rs / bc2)) + eps
         alr = zero
         if kind == LARS_SGD:
-            wn = np.float32(math.sqrt(s1))
-            alr = _ratio(lr * hp[_tbe_rows.ETA] * wn, np.float32(math.sqrt(s2)) + wd * wn)
+            wn = _group_norm(w, e, D, lane, s1)
+            alr = _ratio(lr * hp[_tbe_rows.ETA] * wn, _group_norm(g, go, D, lane, s2) + wd * wn)
         # 3. element-wise state and the new row (LAMB: its direction first, then the trust ratio)
         wsq = zero
         rsq = zero
@@ -768,7 +769,7 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
         if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
             wsq = _group_sum(wsq)
             rsq = _group_sum(rsq)
-            step = lr * _ratio(np.float32(math.sqrt(wsq)), np.float32(math.sqrt(rsq)))
+            step = lr * _ratio(_group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
             for d in range(lane, D, LANES):
                 x = np.float32(w[e + d]) - step * g[go + d]
                 g[go + d] = x
