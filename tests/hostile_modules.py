@@ -11,7 +11,19 @@ import numpy as np
 
 import hostile
 from hostile_containers import build_kjt, jagged_model
-from hostile_models import I32, I64, INVALID, NotExpressible, backend_of, host, is_int, on, plain, tensor
+from hostile_models import (
+    BEYOND_FLOAT32,
+    I32,
+    I64,
+    INVALID,
+    NotExpressible,
+    backend_of,
+    host,
+    is_int,
+    on,
+    plain,
+    tensor,
+)
 
 # -- the torch modules ------------------------------------------------------------------------------------
 _MODULES: dict = {}
@@ -157,6 +169,11 @@ def tbe_model(fused):
             return INVALID
         if not fused:
             return ("ok", {"out": out})
+        psw = args["per_sample_weights"]
+        if psw is not None and psw.size and np.abs(psw.astype(np.float64)).max() >= 2.0**63:
+            # a row gradient of such entries has float32 squares of inf (the fused update sums squares in
+            # float32, as fbgemm): the float64 oracle's finite momentum is not what float32 can say
+            return BEYOND_FLOAT32
         m1 = m.momentum1.numpy().copy()
         embnum.tbe_backward_update(
             np.ones_like(out),

@@ -197,3 +197,18 @@ def test_regroup_groups_are_lists_of_keys(groups, word):
         embnum.KeyedTensor.regroup([kt], groups)
     with pytest.raises(TypeError, match=word):
         embnum.KeyedTensor.regroup_as_dict([kt], groups, ["x"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "segments, exc", [(np.array(3), ValueError), (np.array([1.9, 1.2]), TypeError), (np.array([[3]]), ValueError)]
+)
+def test_int_lists_given_as_arrays_are_1d_integer(kind, segments, exc):
+    """split(segments) and permute(indices) as arrays: 1-D and integer (a 0-d array is not [3], a
+    float array is not truncated to ints)."""
+    k = KJT(["a", "b", "c"], arr(kind, [1, 2, 3], np.int64), lengths=arr(kind, [1, 1, 1], np.int64))
+    seg = arr(kind, segments, segments.dtype)
+    with pytest.raises(exc, match="segments"):
+        k.split(seg)
+    with pytest.raises(exc, match="indices"):
+        k.permute(arr(kind, segments, segments.dtype))

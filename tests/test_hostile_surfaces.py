@@ -37,6 +37,7 @@ def _counted(worker, counts, cases):
         counts["hangs"] += bool(verdict.get("hang"))
         counts["wrong results"] += bool(verdict.get("wrong"))
         counts["judged by the model"] += bool(verdict.get("model"))
+        counts["beyond float32 (not compared)"] += bool(verdict.get("beyond"))
         outs = [o for o in verdict["outcomes"].values() if o[0] != "na"]
         counts["calls"] += len(verdict["outcomes"])
         counts["not expressible"] += len(verdict["outcomes"]) - len(outs)

@@ -39,8 +39,11 @@ def flag(name: str, x) -> bool:
 
 
 def int_list(name: str, xs, *, minimum: int = 0) -> list[int]:
+    """A list/tuple of ints, or a 1-D integer array (a float array is not truncated, a 0-d one
+    is not a list)."""
     if A.is_supported(xs):
-        xs = A.to_list(xs.reshape(-1))
+        array(name, xs, integer=True)
+        xs = A.to_list(xs)
     if not isinstance(xs, (list, tuple)):
         raise TypeError(f"{name} must be a list of ints, got {type(xs).__name__}")
     return [int_value(f"{name}[{i}]", x, minimum=minimum) for i, x in enumerate(xs)]
