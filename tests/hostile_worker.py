@@ -116,6 +116,8 @@ def _schema_takes(ty, x) -> bool:
     ty = ty.rstrip("?")
     if x is None:
         return True
+    if ty.endswith("[]"):
+        return not isinstance(x, (list, tuple)) or all(_schema_takes(ty[:-2], v) for v in x)
     if ty == "bool":
         return isinstance(x, (bool, np.bool_))
     if ty in ("int", "SymInt"):

@@ -212,3 +212,13 @@ def test_int_lists_given_as_arrays_are_1d_integer(kind, segments, exc):
         k.split(seg)
     with pytest.raises(exc, match="indices"):
         k.permute(arr(kind, segments, segments.dtype))
+
+
+def test_masked_arrays_are_rejected_by_name():
+    """A masked array (its mask would be dropped) is a TypeError naming the container's argument."""
+    m = np.ma.array(np.array([1, 1]), mask=[0, 1])
+    with pytest.raises(TypeError, match="lengths is a masked array"):
+        KJT(["a"], np.array([1, 2]), lengths=m)
+    k = KJT(["a", "b"], np.array([1, 2]), lengths=np.array([1, 1]))
+    with pytest.raises(TypeError, match="indices_tensor is a masked array"):
+        k.permute([1, 0], np.ma.array(np.array([1, 0])))

@@ -54,6 +54,8 @@ def array(name: str, a, *, ndim=1, integer=False, floating=False, index=False):
     a minimum ``(k,)``); ``index``: int32 or int64 (lengths, offsets)."""
     if not A.is_supported(a):
         raise TypeError(f"{name} must be a NumPy array, a CuPy array or a torch tensor, got {type(a).__name__}")
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array; pass its data (a.filled(...) or a.data): its mask would be dropped")
     if not A.is_numeric(a):
         raise TypeError(f"{name} must have a numeric dtype, got {A.dtype_name(a)}")
     if index and not A.is_index(a):
