@@ -32,6 +32,24 @@ from .ops.tbe_quantized import tbe_pack_quantized as tbe_pack_quantized
 
 # -- the ops, one per declaration (embnum.ops.<family>) --
 
+def group_index_select_dim0(input_group: Any, indices_group: Any, *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:
+    """Rows ``indices_group[g]`` of each ``input_group[g]``: ``G`` row gathers in one call.
+
+    Full text: ``help(embnum.group_index_select_dim0)`` (declared in ``embnum.ops.index_select``).
+    """
+
+def batch_index_select_dim0(inputs: Any, indices: Any, input_num_indices: Any, input_rows: Any, input_columns: Any, permute_output_dim_0_1: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+    """Row gathers of ``T`` tables packed in one flat array, packed again in one flat output.
+
+    Full text: ``help(embnum.batch_index_select_dim0)`` (declared in ``embnum.ops.index_select``).
+    """
+
+def batch_index_select_dim0_backward(grad_output: Any, indices: Any, input_num_indices: Any, input_rows: Any, input_columns: Any, permute_output_dim_0_1: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+    """Adjoint of :func:`batch_index_select_dim0`: the gradient of its ``inputs``.
+
+    Full text: ``help(embnum.batch_index_select_dim0_backward)`` (declared in ``embnum.ops.index_select``).
+    """
+
 def complete_cumsum(lengths: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Offsets from lengths: ``[N] -> [N+1]`` with a leading 0; ``[R, N] -> [R, N+1]`` row by row.
 
@@ -142,6 +160,18 @@ def block_bucketize_sparse_features(lengths: Any, indices: Any, bucketize_pos: A
     """Split every bag into ``my_size`` buckets (row-wise sharding) and rewrite ids locally.
 
     Full text: ``help(embnum.block_bucketize_sparse_features)`` (declared in ``embnum.ops.kjt``).
+    """
+
+def block_bucketize_sparse_features_2d_weights(lengths: Any, indices: Any, bucketize_pos: Any, sequence: Any, block_sizes: Any, my_size: Any, weights: Any, weights_dim: Any = ..., batch_size_per_feature: Any = ..., max_B: Any = ..., block_bucketize_pos: Any = ..., keep_orig_idx: Any = ..., total_num_blocks: Any = ..., keep_orig_idx_per_feature: Any = ..., *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
+    """:func:`block_bucketize_sparse_features` with a row of ``weights_dim`` weights per id.
+
+    Full text: ``help(embnum.block_bucketize_sparse_features_2d_weights)`` (declared in ``embnum.ops.kjt``).
+    """
+
+def block_bucketize_sparse_features_inference(lengths: Any, indices: Any, bucketize_pos: Any, sequence: Any, block_sizes: Any, my_size: Any, weights: Any = ..., batch_size_per_feature: Any = ..., max_B: Any = ..., block_bucketize_pos: Any = ..., return_bucket_mapping: Any = ..., keep_orig_idx: Any = ..., total_num_blocks: Any = ..., keep_orig_idx_per_feature: Any = ..., *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
+    """:func:`block_bucketize_sparse_features` plus, on request, the bucket of every id.
+
+    Full text: ``help(embnum.block_bucketize_sparse_features_inference)`` (declared in ``embnum.ops.kjt``).
     """
 
 def keyed_jagged_index_select_dim1(values: Any, lengths: Any, offsets: Any, indices: Any, batch_size: Any, weights: Any = ..., selected_lengths_sum: Any = ..., *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:

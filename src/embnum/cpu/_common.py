@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
-from numba import njit
 
 from .. import _half, _offsets_walk
+from .._jit import njit
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 

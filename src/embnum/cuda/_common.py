@@ -10,12 +10,14 @@ small because every simulated thread is a Python thread.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 from numba import cuda
 
 from .. import _half, _offsets_walk
 from .._backend import cuda_simulated, to_host  # noqa: F401 - to_host: the one device-to-host copy
+from .._jit import cuda_kernel
 
 SIMULATED = cuda_simulated()
 # Threads per block (a power of two). Under the simulator every thread is a Python thread, so
@@ -151,7 +153,7 @@ def inclusive_scan(a):
     return xp().cumsum(a, dtype=np.int64)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _running_max(a, out):
     """out[i] = max(a[:i + 1]) (int64) in one block: each thread takes a contiguous chunk, chunk
     maxima are scanned in shared memory by thread 0 (fixed order), then each chunk is written."""
@@ -215,9 +217,20 @@ def launch(kernel, n_blocks: int, tpb: int, *args) -> None:
     makes torch's current stream CuPy's for the call), so a launch never waits for, or races
     with, work on another stream. Under the simulator there are no streams."""
     if SIMULATED:
-        kernel[n_blocks, tpb](*args)
+        with warnings.catch_warnings():
+            _quiet_simulated_arithmetic()
+            kernel[n_blocks, tpb](*args)
     else:
         kernel[n_blocks, tpb, _current_stream()](*args)
+
+
+def _quiet_simulated_arithmetic() -> None:
+    """The simulator runs each GPU thread's float arithmetic as NumPy scalar operations, which
+    warn where the hardware quietly gives IEEE's answer (``inf - inf`` is NaN, ``x / 0`` is inf,
+    overflow is inf): the kernels compute what a GPU computes, and the warnings are the
+    simulator's. ``np.errstate`` cannot reach the simulator's threads (it is per context), so the
+    launch ignores NumPy's floating-point warnings raised in this package's kernel modules."""
+    warnings.filterwarnings("ignore", r".*encountered in", RuntimeWarning, r"embnum\.cuda\.")
 
 
 _CONSTANTS: dict = {}

@@ -319,11 +319,17 @@ class EmbeddingBagCollection(torch.nn.Module):
             if psw is not None and psw.dtype != torch.float32:
                 psw = psw.float()
             indices, offsets = kjt.values(), kjt.offsets()
-            if self.optimizer is None:
-                tables = [self.embedding_bags[t.name].weight for t in ts]
-                outs.append(_PlainLookup.apply(g, spans, indices, offsets, psw, *tables))
-            else:
-                outs.append(_FusedLookup.apply(g.weights, psw, g, indices, offsets))
+            try:
+                if self.optimizer is None:
+                    tables = [self.embedding_bags[t.name].weight for t in ts]
+                    outs.append(_PlainLookup.apply(g, spans, indices, offsets, psw, *tables))
+                else:
+                    outs.append(_FusedLookup.apply(g.weights, psw, g, indices, offsets))
+            except (IndexError, TypeError) as err:
+                plain = self._lookup_error(err, g, feats, ts, indices, offsets)
+                if plain is None:
+                    raise
+                raise plain from err
         if len(outs) == 1 and self._out_slices == [(0, 0, outs[0].shape[1])]:
             values = outs[0]
         else:
@@ -360,6 +366,17 @@ class EmbeddingBagCollection(torch.nn.Module):
         the tables are views of the flat buffers the lookups read."""
         _state.check_keys(self, state_dict, strict)
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    @staticmethod
+    def _lookup_error(err, group, features, tables, indices, offsets):
+        """The lookup's error in the terms of the features passed to ``forward`` (``None``: ``err``
+        stands): ids that are not integers name the KJT's values; an id outside its table names
+        the key, the table and the sample."""
+        if isinstance(err, TypeError):
+            if isinstance(indices, torch.Tensor) and indices.dtype not in (torch.int32, torch.int64):
+                return TypeError(f"features.values() must hold int32 or int64 ids, got {indices.dtype}")
+            return None
+        return group.out_of_range_error(err, indices, offsets, features, [t.name for t in tables])
 
     # -- TorchRec's accessors -----------------------------------------------------------
     def embedding_bag_configs(self) -> list:

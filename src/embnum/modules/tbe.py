@@ -68,9 +68,71 @@ class _Tables(torch.nn.Module):
         self.output_dtype = str(output_dtype_of(output_dtype))
         self.bounds_check_mode = bounds_check_mode
         self.backend = backend
+        self._trusted = None  # (the layout buffers, len(weights), their versions) last trusted on a GPU
 
     def layout(self):
-        return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
+        """The three layout buffers. On a GPU they stay there: the first call (and the first after a
+        buffer is replaced or written, which its version shows) validates them once and has the ops
+        trust them (``embnum.ops.tbe.trust_device_layout``), so no call reads them back."""
+        bufs = (self.weights_offsets, self.D_offsets, self.hash_size_cumsum)
+        if not bufs[0].is_cpu:
+            seen = (*bufs, self.weights.shape[0], *(b._version for b in bufs))
+            last = self._trusted
+            if (
+                last is None
+                or len(last) != len(seen)
+                or any(a is not b for a, b in zip(last[:3], bufs))
+                or last[3:] != seen[3:]
+            ):
+                from ..ops.tbe import trust_device_layout
+                from ..torch_bridge import to_array
+
+                w = to_array(self.weights.detach())
+                trust_device_layout(w, *(to_array(b) for b in bufs))
+                self._trusted = seen
+        return bufs
+
+    def out_of_range_error(self, err, indices, offsets, features=None, tables=None):
+        """The error to raise in the user's terms when the lookup of ``(indices, offsets)`` failed
+        with ``err`` because an id lies outside its table: an ``IndexError`` naming the feature, its
+        table, the sample and the table's range (``features``, ``tables``: the caller's names for the
+        feature positions and the tables, the positions themselves by default). ``None`` when no id
+        is out of range (``err`` then stands as it is). The caller raises it ``from err``."""
+        where = self._first_out_of_range(indices, offsets)
+        if where is None:
+            return None
+        f, sample, value = where
+        t = self.feature_table_map[f]
+        feature = f if features is None else features[f]
+        table = t if tables is None else tables[t]
+        return IndexError(
+            f"feature {feature!r} (table {table!r}): id {value} at sample {sample} is outside [0, {self.rows[t]})"
+        )
+
+    def _first_out_of_range(self, indices, offsets):
+        """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
+        when ``indices``/``offsets`` are not integer tensors of the module's layout, which the op's
+        own error then describes)."""
+        if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
+            return None
+        if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
+            return None
+        ids, off = indices.detach().cpu().long().reshape(-1), offsets.detach().cpu().long().reshape(-1)
+        n_features = len(self.feature_table_map)
+        if off.numel() < 1 or (off.numel() - 1) % n_features:
+            return None
+        if off[0] < 0 or off[-1] > ids.numel() or bool((off[1:] < off[:-1]).any()):
+            return None
+        B = (off.numel() - 1) // n_features
+        for f, t in enumerate(self.feature_table_map):
+            bags = off[f * B : (f + 1) * B + 1]
+            seg = ids[bags[0] : bags[-1]]
+            bad = ((seg < 0) | (seg >= self.rows[t])).nonzero()
+            if bad.numel():
+                pos = int(bags[0]) + int(bad[0, 0])
+                sample = int(torch.searchsorted(bags, pos, right=True)) - 1
+                return f, sample, int(ids[pos])
+        return None
 
     # -- checkpoints: checked before anything is copied (embnum.modules._state) ----------
     def _state_rules(self) -> dict:
@@ -112,17 +174,23 @@ class TBE(_Tables):
     def forward(self, indices, offsets, per_sample_weights=None):
         from ..torch_bridge import tbe_forward
 
-        return tbe_forward(
-            self.weights,
-            *self.layout(),
-            indices,
-            offsets,
-            self.pooling_mode,
-            per_sample_weights,
-            output_dtype=self.output_dtype,
-            bounds_check_mode=self.bounds_check_mode,
-            backend=self.backend,
-        )
+        try:
+            return tbe_forward(
+                self.weights,
+                *self.layout(),
+                indices,
+                offsets,
+                self.pooling_mode,
+                per_sample_weights,
+                output_dtype=self.output_dtype,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        except IndexError as err:
+            plain = self.out_of_range_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err
 
 
 class _FusedLookup(torch.autograd.Function):
@@ -175,6 +243,7 @@ class FusedTBE(_Tables):
         for name in ("momentum1", "momentum2"):
             self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
+        self._step_seen = (self.iter, self.iter._version, 0)  # (iter, its version, the count) or None
 
     def _state_rules(self) -> dict:
         rules = super()._state_rules()
@@ -188,16 +257,36 @@ class FusedTBE(_Tables):
 
     @property
     def step(self) -> int:
-        """Optimizer steps taken so far (the ``iter`` buffer)."""
-        return int(self.iter)
+        """Optimizer steps taken so far (the ``iter`` buffer). The count lives on the buffer's
+        device; a host copy follows the module's own increments, so reading it costs no
+        device-to-host copy except the first time after ``iter`` was replaced or written from
+        elsewhere (``load_state_dict``, ``.to()``), which the buffer's version shows."""
+        seen = self._step_seen
+        if seen is None or seen[0] is not self.iter or seen[1] != self.iter._version:
+            seen = self._step_seen = (self.iter, self.iter._version, int(self.iter))
+        return seen[2]
 
     @step.setter
     def step(self, value: int):
         self.iter.fill_(int(value))
+        self._step_seen = (self.iter, self.iter._version, int(value))
+
+    def _count_step(self) -> None:
+        """``iter += 1`` on its device (nothing read back); the host copy follows when it is current."""
+        seen = self._step_seen
+        current = seen is not None and seen[0] is self.iter and seen[1] == self.iter._version
+        self.iter.add_(1)
+        self._step_seen = (self.iter, self.iter._version, seen[2] + 1) if current else None
 
     def forward(self, indices, offsets, per_sample_weights=None):
         _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
-        return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+        try:
+            return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+        except IndexError as err:
+            plain = self.out_of_range_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err
 
     def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
         """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
@@ -223,7 +312,6 @@ class FusedTBE(_Tables):
                 bounds_check_mode=self.bounds_check_mode,
                 backend=self.backend,
             )
-        step = self.step + 1  # counted once the update is done: a rejected call changes nothing
         with torch.no_grad():
             tbe_backward_update(
                 g,
@@ -236,11 +324,11 @@ class FusedTBE(_Tables):
                 optimizer=opt,
                 momentum1=self.momentum1,
                 momentum2=self.momentum2,
-                step=step if opt.uses_step else None,
+                step=self.step + 1 if opt.uses_step else None,
                 bounds_check_mode=self.bounds_check_mode,
                 backend=self.backend,
             )
-        self.step = step
+        self._count_step()  # once the update is done: a rejected call changes nothing
         return psw_grad
 
     def extra_repr(self) -> str:

@@ -107,6 +107,22 @@ _alias(
     "block_bucketize_sparse_features",
 )
 _alias(
+    "block_bucketize_sparse_features_2d_weights",
+    "(Tensor lengths, Tensor indices, bool bucketize_pos, bool sequence, Tensor block_sizes, SymInt my_size, "
+    "Tensor weights, SymInt weights_dim=1, Tensor? batch_size_per_feature=None, SymInt max_B=-1, "
+    "Tensor[]? block_bucketize_pos=None, bool keep_orig_idx=False, Tensor? total_num_blocks=None, "
+    "Tensor? keep_orig_idx_per_feature=None) -> (Tensor, Tensor, Tensor, Tensor?, Tensor?)",
+    "block_bucketize_sparse_features_2d_weights",
+)
+_alias(
+    "block_bucketize_sparse_features_inference",
+    "(Tensor lengths, Tensor indices, bool bucketize_pos, bool sequence, Tensor block_sizes, SymInt my_size, "
+    "Tensor? weights=None, Tensor? batch_size_per_feature=None, SymInt max_B=-1, Tensor[]? block_bucketize_pos=None, "
+    "bool return_bucket_mapping=False, bool keep_orig_idx=False, Tensor? total_num_blocks=None, "
+    "Tensor? keep_orig_idx_per_feature=None) -> (Tensor, Tensor, Tensor?, Tensor?, Tensor?, Tensor?)",
+    "block_bucketize_sparse_features_inference",
+)
+_alias(
     "keyed_jagged_index_select_dim1",
     "(Tensor values, Tensor lengths, Tensor offsets, Tensor indices, SymInt batch_size, Tensor? weights=None, "
     "SymInt? selected_lengths_sum=None) -> Tensor[]",
@@ -123,6 +139,18 @@ _alias(
     "(Tensor hash_size_cumsum, Tensor hash_size_offsets, Tensor offsets, Tensor indices) "
     "-> (Tensor, Tensor, Tensor, Tensor)",
     "jagged_unique_indices",
+)
+# index_select
+_alias(
+    "group_index_select_dim0",
+    "(Tensor[] input_group, Tensor[] indices_group) -> Tensor[]",
+    "group_index_select_dim0",
+)
+_alias(
+    "batch_index_select_dim0",
+    "(Tensor inputs, Tensor indices, SymInt[] input_num_indices, SymInt[] input_rows, SymInt[] input_columns, "
+    "bool permute_output_dim_0_1=False) -> Tensor",
+    "batch_index_select_dim0",
 )
 # quant
 _alias("FloatToFused8BitRowwiseQuantized", "(Tensor t) -> Tensor", "float_to_fused_8bit_rowwise")
