@@ -97,10 +97,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.hostile_counts = collections.Counter()
-    if not _is_xdist_worker(config):
-        from progress import Progress
+    import progress  # one line per finished file, the skips by reason (tests/progress.py)
 
-        config.pluginmanager.register(Progress(config), "embnum-progress")
+    progress.pytest_configure(config)
 
 
 @pytest.fixture(scope="session")

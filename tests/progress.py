@@ -4,8 +4,9 @@ Instead of a dot per test, one line per test file as it finishes: the run's elap
 many files are done, the file, its own duration and its outcomes (and, after a minute without a
 line, how far the running file is). At the end, the skips counted
 by reason. Failures still print ``F``/``E`` as they happen and in full at the end; ``-v`` keeps
-pytest's per-test lines. Registered by ``tests/conftest.py`` in the process that reports (the
-controller under pytest-xdist, which runs each file whole in one worker with ``--dist loadfile``).
+pytest's per-test lines. Registered by ``tests/conftest.py`` (or ``-p progress`` with ``tests/`` on
+the path) in the process that reports: the controller under pytest-xdist, which runs each file
+whole in one worker with ``--dist loadfile``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Progress:
         self.began: dict[str, float] = {}
         self.status: dict[str, str] = {}  # nodeid -> outcome so far
         self.skips: collections.Counter = collections.Counter()
-        self.skipped_files: set[str] = set()
+        self.skipped_files: dict[str, str] = {}  # file skipped whole -> reason
         self.done = 0
         self.last_line = time.monotonic()
 
@@ -57,7 +58,7 @@ class Progress:
 
     # -- what is expected ----------------------------------------------------------------------
     def pytest_collection_finish(self, session):
-        if session.items:  # one process; under xdist the workers collect (next hook)
+        if getattr(self.config.option, "dist", "no") == "no":  # one process; under xdist the workers collect
             self._expect(item.nodeid for item in session.items)
 
     def pytest_xdist_node_collection_finished(self, node, ids):
@@ -66,6 +67,8 @@ class Progress:
 
     def _expect(self, nodeids):
         self.expected = collections.Counter(_file(n) for n in nodeids)
+        for file, reason in self.skipped_files.items():  # now the number of files is known
+            self._line(file, f"skipped: {reason}", None)
 
     # -- what happens -------------------------------------------------------------------------
     def pytest_report_teststatus(self, report, config):
@@ -82,9 +85,10 @@ class Progress:
     def pytest_collectreport(self, report):
         """A whole file skipped at import (``pytest.skip(..., allow_module_level=True)``)."""
         if report.skipped and report.nodeid and report.nodeid not in self.skipped_files:
-            self.skipped_files.add(report.nodeid)
+            self.skipped_files[report.nodeid] = _skip_reason(report)
             self.skips[_skip_reason(report)] += 1
-            self._line(report.nodeid, f"skipped: {_skip_reason(report)}", None)
+            if self.expected:  # else said once collection is done (see _expect)
+                self._line(report.nodeid, f"skipped: {_skip_reason(report)}", None)
 
     def pytest_runtest_logreport(self, report):
         file, nodeid = _file(report.nodeid), report.nodeid
@@ -116,6 +120,9 @@ class Progress:
         self.last_line = time.monotonic()
         total = len(self.expected) + len(self.skipped_files)
         took = f"{seconds:7.1f} s" if seconds is not None else " " * 9
+        tw = getattr(self.reporter, "_tw", None)
+        if tw is not None and tw.width_of_current_line:  # after an F or E on this line
+            self.reporter.write("\n")
         self.reporter.write_line(
             f"[{_clock(time.monotonic() - self.start)}] {self.done:3d}/{total:<3d} {file:44s} {took}  {text}"
         )
@@ -126,3 +133,9 @@ class Progress:
         terminalreporter.write_sep("-", f"skipped: {sum(self.skips.values())}, by reason")
         for reason, n in self.skips.most_common():
             terminalreporter.write_line(f"{n:6d}  {reason}")
+
+
+def pytest_configure(config):
+    """Register :class:`Progress` where results are reported (not in xdist's workers)."""
+    if not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin("embnum-progress"):
+        config.pluginmanager.register(Progress(config), "embnum-progress")

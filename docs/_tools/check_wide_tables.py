@@ -3,7 +3,8 @@ headless browser, and keep a screenshot for a person to look at.
 
     python docs/_tools/check_wide_tables.py BUILT_HTML_DIR [--png coming-from-fbgemm.png]
 
-For each page (default: the name maps of ``coming-from-fbgemm.html``) a copy with a small script
+For each page (default: the name maps of ``coming-from-fbgemm.html`` and the extras of
+``installation.html``) a copy with a small script
 is loaded by headless Chromium at 1280 x 2400; the script measures every table of the article
 (its right edge against the window, and whether its frame scrolls) and the DOM is read back.
 Exit status 1 when a table is wider than the window or needs scrolling, 0 when every column
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 WIDTH, HEIGHT = 1280, 2400
+PAGES = ("coming-from-fbgemm.html", "installation.html")
 PROBE = """<script>
 window.addEventListener("load", () => {
   const rows = [...document.querySelectorAll("article table")].map((t) => {
@@ -59,7 +61,7 @@ def measure(exe: str, page: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("html", type=Path, help="the built documentation (sphinx -b html output)")
-    parser.add_argument("--page", action="append", help="page to check (default: coming-from-fbgemm.html)")
+    parser.add_argument("--page", action="append", help=f"page to check (default: {', '.join(PAGES)})")
     parser.add_argument("--png", type=Path, help="also write a screenshot of the first page here")
     args = parser.parse_args(argv)
     exe = chromium()
@@ -67,7 +69,8 @@ def main(argv=None) -> int:
         print("wide tables not checked: no Chromium here (apt-get install chromium)")
         return 0
     bad = 0
-    for name in args.page or ["coming-from-fbgemm.html"]:
+    pages = args.page or list(PAGES)
+    for name in pages:
         found = measure(exe, args.html / name)
         for i, t in enumerate(found["tables"]):
             ok = t["right"] <= found["width"] and not t["scrolls"]
@@ -77,7 +80,7 @@ def main(argv=None) -> int:
                 f"{', scrolls' if t['scrolls'] else ''}: {'ok' if ok else 'COLUMNS HIDDEN'}"
             )
     if args.png:
-        _browser(exe, (args.html / (args.page or ["coming-from-fbgemm.html"])[0]).as_uri(), f"--screenshot={args.png}")
+        _browser(exe, (args.html / pages[0]).as_uri(), f"--screenshot={args.png}")
         print(f"screenshot: {args.png}")
     return 1 if bad else 0
 

@@ -30,6 +30,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import pickle
 import re
 
 try:
@@ -141,8 +142,25 @@ class _SafeIndex:
         self._save_data(name, (repr(key), data))  # whole before the index names it
         with self._locked():
             overloads = self._load_index()
+            if not overloads:
+                self._drop_stale_data()
             overloads[key] = name
             self._save_index(overloads)
+
+    def _drop_stale_data(self):
+        """Remove this kernel's data files that an index of other sources named: the files older
+        than that index (a numbered name was reused by Numba; a hashed one would stay for ever).
+        A file written since, by a process about to name it, is newer and kept."""
+        try:
+            stale = os.stat(self._index_path).st_mtime
+        except FileNotFoundError:
+            return
+        head, tail = self._data_name_pattern.split("{number:d}")
+        for entry in os.scandir(self._cache_path):
+            if entry.name.startswith(head) and entry.name.endswith(tail):
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_mtime < stale:
+                        os.unlink(entry.path)
 
     def load(self, key):
         name = self._load_index().get(key)
@@ -150,7 +168,7 @@ class _SafeIndex:
             return None
         try:
             stored = self._load_data(name)
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             return None
         if not (isinstance(stored, tuple) and len(stored) == 2 and stored[0] == repr(key)):
             return None

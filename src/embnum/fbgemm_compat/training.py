@@ -31,15 +31,7 @@ from .configs import (
     WeightDecayMode,
 )
 
-__all__ = [
-    "ComputeDevice",
-    "DenseTableBatchedEmbeddingBagsCodegen",
-    "EmbeddingLocation",
-    "PoolingMode",
-    "RESParams",
-    "SparseType",
-    "SplitTableBatchedEmbeddingBagsCodegen",
-]
+__all__ = ["DenseTableBatchedEmbeddingBagsCodegen", "RESParams", "SplitTableBatchedEmbeddingBagsCodegen"]
 
 
 @dataclass
