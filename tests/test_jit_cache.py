@@ -168,9 +168,11 @@ CUDA_CHILD = FORCE_RACE.format(module="numba.cuda.core.caching") + textwrap.dede
 CUDA_CHECK = textwrap.dedent(
     """
     import sys
+    from importlib.metadata import version
     from embnum import _half, _jit
 
     index = _jit._cuda_cache()(_half.rne)._cache_file
+    assert index._source_stamp[2] == ("numba-cuda", version("numba-cuda"))  # an upgrade recompiles
     for rank in range(int(sys.argv[1])):
         got = index.load(("signature", rank))
         want = {"rank": rank, "code": bytes([rank]) * 4096}

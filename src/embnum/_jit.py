@@ -110,11 +110,12 @@ class _SafeIndex:
 
     _stamp = None
     _stamp_of: str = ""
+    _compiler: tuple = ()  # what else the machine code depends on (numba-cuda's version for CUDA)
 
     @property
     def _source_stamp(self):
         if self._stamp is None:
-            self._stamp = ("embnum", source_stamp(self._stamp_of))
+            self._stamp = ("embnum", source_stamp(self._stamp_of), self._compiler)
         return self._stamp
 
     @_source_stamp.setter
@@ -179,9 +180,9 @@ class _SafeIndex:
             self._save_index({})
 
 
-def _safe_cache(cache_class, index_class):
+def _safe_cache(cache_class, index_class, compiler=()):
     """``cache_class`` (a Numba ``Cache``) whose index file is ``index_class`` made safe."""
-    safe_index = type("Safe" + index_class.__name__, (_SafeIndex, index_class), {})
+    safe_index = type("Safe" + index_class.__name__, (_SafeIndex, index_class), {"_compiler": compiler})
 
     class SafeCache(cache_class):
         index_class = safe_index
@@ -206,10 +207,17 @@ def _cpu_cache():
 
 @functools.cache
 def _cuda_cache():
+    from importlib import metadata
+
     from numba.cuda.core.caching import IndexDataCacheFile
     from numba.cuda.dispatcher import CUDACache
 
-    return _safe_cache(CUDACache, IndexDataCacheFile)
+    # Numba's index records Numba's version only; the CUDA kernels are numba-cuda's compilation
+    try:
+        compiler = ("numba-cuda", metadata.version("numba-cuda"))
+    except metadata.PackageNotFoundError:  # installed without its metadata
+        compiler = ("numba-cuda", "unknown")
+    return _safe_cache(CUDACache, IndexDataCacheFile, compiler)
 
 
 def _enable(disp, cache_class):

@@ -43,7 +43,10 @@ def blocks(n_items: int, per_block: int = 1) -> int:
 
 
 def contiguous(a):
-    return xp().ascontiguousarray(a)
+    """``a`` itself when it already is a C-contiguous array of the backend's own type (at least 1-d),
+    else ``ascontiguousarray(a)`` (which also drops an array subclass)."""
+    m = xp()
+    return a if type(a) is m.ndarray and a.ndim and a.flags.c_contiguous else m.ascontiguousarray(a)
 
 
 def bits(a):

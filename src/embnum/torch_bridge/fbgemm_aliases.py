@@ -65,6 +65,8 @@ _alias(
 _POOLED = "(Tensor pooled_embs, Tensor offset_dim_list, Tensor permute_list, Tensor inv_offset_dim_list, Tensor inv_permute_list) -> Tensor"  # noqa: E501
 _alias("permute_pooled_embs", _POOLED, "permute_pooled_embs")
 _alias("permute_pooled_embs_auto_grad", _POOLED, "permute_pooled_embs")
+_alias("permute_pooled_embs_split", _POOLED, "permute_pooled_embs")  # the same op from fbgemm's split library
+_alias("permute_pooled_embs_auto_grad_split", _POOLED, "permute_pooled_embs")
 _alias(
     "kt_regroup_arguments",
     "(Tensor embs, str[][] keys, int[][] lengths, str[][] groups) -> (Tensor, Tensor, Tensor, int[])",
