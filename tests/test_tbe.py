@@ -466,6 +466,11 @@ def _row_step(opt, grad, momentum1=None):
         (TBEOptimizer("rowwise_adagrad", 0.1, max_norm=4.9), [3, 4], None, [2.9151472, 3.8868629], {}),
         # ... and with max_norm 2 scaled to norm 2: [1.2, 1.6]
         (TBEOptimizer("rowwise_adagrad", 0.1, max_norm=2.0), [3, 4], None, [1.2, 1.6], dict(momentum1=[12.5, 0])),
+        # sgd to [3e20, 4e20]: its float32 sum of squares overflows, its norm 5e20 does not; scaled to [3, 4]
+        (TBEOptimizer("sgd", 1e20, max_norm=5.0), [-3, -4], None, [3, 4], {}),
+        # LAMB with eps 3e38: its direction ~1e-38 has a float32 sum of squares of 0, not its norm;
+        # the trust ratio rescales it to the step of an ordinary eps (the example above: [2.7, 3.6])
+        (TBEOptimizer("lamb", 0.1, eps=3e38), [3, 4], None, [2.7, 3.6], {}),
     ],
 )
 def test_new_optimizer_examples(opt, grad, momentum1, want, want_state, backend):
@@ -778,6 +783,13 @@ def test_optimizer_checked_as_the_kernels_read_it(kw, exc, words):
     kw.setdefault("learning_rate", 0.1)
     with pytest.raises(exc, match=words):
         TBEOptimizer(**kw)
+
+
+def test_optimizer_numpy_scalars_survive_the_torch_schema():
+    """NumPy scalars are stored as Python floats: the encoding the torch ops carry decodes."""
+    opt = TBEOptimizer("adam", np.float32(0.5), beta1=np.float64(0.8), max_norm=np.float16(2), max_gradient=np.int64(3))
+    assert TBEOptimizer.decode(opt.encode()) == opt
+    assert all(type(getattr(opt, k)) is float for k in ("learning_rate", "beta1", "max_norm", "max_gradient"))
 
 
 def test_optimizer_edges_that_survive_float32():

@@ -9,7 +9,7 @@ reduction on the GPU) are the caller's; everything computed from them is here:
   element from its old value ``x`` and its summed gradient ``g``;
 * **row scalars**: the row-wise state and the per-row factors an element step takes
   (``rowwise_adagrad_row``, ``partial_rowwise_v``, ``lamb_rate``, ``lars_rate``, ``max_norm_scale``),
-  from the row's sums of squares.
+  from the row's sums of squares or its norms (``norm_of``: overflow-safe).
 
 Every quantity is float32 and every constant a float32 (so no operation widens to float64), and
 both branches of every conditional have one type, as the CUDA compiler needs. The functions call
@@ -118,37 +118,46 @@ def partial_rowwise_den(v, bc2, eps):
     return np.float32(math.sqrt(v / bc2)) + eps
 
 
-def lamb_rate(lr, wsq, rsq):
-    """LAMB's step size ``lr * |w| / |r|`` from the row's sums of squares, 0 when ``|r| == 0``
-    (fbgemm divides 0 by 0 there: a NaN row)."""
+def lamb_rate(lr, wn, rn):
+    """LAMB's step size ``lr * |w| / |r|`` from the row's norms, 0 when ``|r| == 0`` (fbgemm divides
+    0 by 0 there: a NaN row)."""
     rate = np.float32(0.0)
-    rn = np.float32(math.sqrt(rsq))
     if rn > np.float32(0.0):
-        rate = np.float32(math.sqrt(wsq)) / rn
+        rate = wn / rn
     return lr * rate
 
 
-def lars_rate(lr, eta, wd, wsq, gsq):
-    """LARS's rate ``lr * eta * |w| / (|g| + wd * |w|)``, 0 when the divisor is 0."""
-    wn = np.float32(math.sqrt(wsq))
-    den = np.float32(math.sqrt(gsq)) + wd * wn
+def lars_rate(lr, eta, wd, wn, gn):
+    """LARS's rate ``lr * eta * |w| / (|g| + wd * |w|)`` from the row's norms, 0 when the divisor is 0."""
+    den = gn + wd * wn
     rate = np.float32(0.0)
     if den > np.float32(0.0):
         rate = lr * eta * wn / den
     return rate
 
 
-def max_norm_scale(nsq, max_norm):
-    """``(clip, c)``: whether the row of squared norm ``nsq`` exceeds ``max_norm`` (> 0: on), and
-    the factor that brings it back to it."""
+def max_norm_scale(n, max_norm):
+    """``(clip, c)``: whether the row of norm ``n`` exceeds ``max_norm`` (> 0: on), and the factor
+    that brings it back to it."""
     c = np.float32(1.0)
     clip = False
-    if max_norm > np.float32(0.0):
-        n = np.float32(math.sqrt(nsq))
-        if n > max_norm:
-            c = max_norm / n
-            clip = True
+    if max_norm > np.float32(0.0) and n > max_norm:
+        c = max_norm / n
+        clip = True
     return clip, c
+
+
+def norm_of(ssq, big, tsq):
+    """A row's L2 norm from its float32 sum of squares ``ssq``, or, where that sum leaves float32's
+    range (entries above ~1.8e19 or below ~1e-19 in magnitude), from its largest magnitude ``big``
+    and the sum of squares ``tsq`` of the row divided by ``big``: a finite nonzero row has a finite
+    nonzero norm, as the oracle's float64 one (LAMB's direction with ``eps = 3e38``, a row of 1e20s
+    under ``max_norm``). The norms of LAMB, LARS and ``max_norm`` come from here."""
+    if ssq > np.float32(1e-30) and ssq < np.float32(np.inf):
+        return np.float32(math.sqrt(ssq))
+    if big == np.float32(0.0) or big == np.float32(np.inf):
+        return big
+    return big * np.float32(math.sqrt(tsq))
 
 
 def make_update_row(jit):
@@ -163,7 +172,7 @@ def make_update_row(jit):
     partial_adam, lamb = jit(partial_rowwise_adam_step), jit(lamb_direction)
     partial_lamb, lars = jit(partial_lamb_direction), jit(lars_step)
     rowwise_row, partial_v, partial_den = jit(rowwise_adagrad_row), jit(partial_rowwise_v), jit(partial_rowwise_den)
-    lamb_r, lars_r, max_norm_s = jit(lamb_rate), jit(lars_rate), jit(max_norm_scale)
+    lamb_r, lars_r, max_norm_s, norm_from = jit(lamb_rate), jit(lars_rate), jit(max_norm_scale), jit(norm_of)
 
     @jit
     def sum_squares(a, o, D):
@@ -171,6 +180,21 @@ def make_update_row(jit):
         for d in range(D):
             s += a[o + d] * a[o + d]
         return s
+
+    @jit
+    def norm(a, o, D):
+        """:func:`norm_of` the row ``a[o:o+D]`` (its second pass only where the sum leaves range)."""
+        s = sum_squares(a, o, D)
+        big = np.float32(0.0)
+        t = np.float32(0.0)
+        if not (s > np.float32(1e-30) and s < np.float32(np.inf)):
+            for d in range(D):
+                big = max(big, abs(a[o + d]))
+            if big > np.float32(0.0) and big < np.float32(np.inf):
+                for d in range(D):
+                    q = a[o + d] / big
+                    t += q * q
+        return norm_from(s, big, t)
 
     @jit
     def update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp):
@@ -212,8 +236,7 @@ def make_update_row(jit):
             if kind == PARTIAL_ROWWISE_LAMB:
                 m2[lid] = partial_v(m2[lid], sum_squares(g, go, D), D, b2)
                 den = partial_den(m2[lid], bc2, eps)
-            wsq = np.float32(0.0)
-            rsq = np.float32(0.0)
+            wn = norm(rows, ro, D)
             for d in range(D):
                 x = rows[ro + d]
                 if kind == LAMB:
@@ -221,17 +244,15 @@ def make_update_row(jit):
                 else:
                     r, m1[e + d] = partial_lamb(x, g[go + d], m1[e + d], wd, b1, bc1, den)
                 g[go + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
-                wsq += x * x
-                rsq += r * r
-            step = lamb_r(lr, wsq, rsq)
+            step = lamb_r(lr, wn, norm(g, go, D))
             for d in range(D):
                 rows[ro + d] = rows[ro + d] - step * g[go + d]
         elif kind == LARS_SGD:
-            alr = lars_r(lr, hp[ETA], wd, sum_squares(rows, ro, D), sum_squares(g, go, D))
+            alr = lars_r(lr, hp[ETA], wd, norm(rows, ro, D), norm(g, go, D))
             for d in range(D):
                 rows[ro + d], m1[e + d] = lars(rows[ro + d], g[go + d], m1[e + d], alr, hp[MOMENTUM], wd)
         if hp[MAX_NORM] > np.float32(0.0):
-            clip, c = max_norm_s(sum_squares(rows, ro, D), hp[MAX_NORM])
+            clip, c = max_norm_s(norm(rows, ro, D), hp[MAX_NORM])
             if clip:
                 for d in range(D):
                     rows[ro + d] = rows[ro + d] * c

@@ -578,6 +578,7 @@ _partial_rowwise_den = _rule(_tbe_rows.partial_rowwise_den)
 _lamb_rate = _rule(_tbe_rows.lamb_rate)
 _lars_rate = _rule(_tbe_rows.lars_rate)
 _max_norm_scale = _rule(_tbe_rows.max_norm_scale)
+_norm_of = _rule(_tbe_rows.norm_of)
 
 
 @cuda.jit(device=True)
@@ -638,6 +639,38 @@ def _group_sum(x):
     return x
 
 
+@cuda.jit(device=True)
+def _group_max(x):
+    """float32 maximum of ``x`` over the lane group, in every lane (xor butterfly). Every lane of
+    the group calls it."""
+    off = LANES // 2
+    while off > 0:
+        y = np.float32(shfl_xor(x, off))
+        x = y if y > x else x
+        off //= 2
+    return x
+
+
+@cuda.jit(device=True)
+def _group_norm(a, o, D, lane, ssq):
+    """``_tbe_rows.norm_of`` the row ``a[o:o+D]`` (float32 or float16) of group sum of squares
+    ``ssq``: its largest magnitude and scaled sum of squares are reduced in every case, since every
+    lane of the block must reach each reduction (the simulator's shuffles synchronise the block);
+    the caller calls it under block-uniform conditions only (the kind, ``max_norm``)."""
+    big = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        x = abs(np.float32(a[o + d]))
+        big = x if x > big else big
+    big = _group_max(big)
+    t = np.float32(0.0)
+    if big > np.float32(0.0) and big < np.float32(np.inf):
+        for d in range(lane, D, LANES):
+            q = np.float32(a[o + d]) / big
+            t += q * q
+    t = _group_sum(t)
+    return _norm_of(ssq, big, t)
+
+
 @cuda_kernel
 def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
     """Lane group per touched row ``u`` (``lids[u] < 0``: a padded row, skipped), lanes over the
@@ -687,6 +720,11 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
                 s2 += gd * gd
         s1 = _group_sum(s1)
         s2 = _group_sum(s2)
+        wn = zero
+        gn = zero
+        if kind == LARS_SGD:  # block-uniform: every lane reaches the reductions
+            wn = _group_norm(w, e, D, lane, s1)
+            gn = _group_norm(g, go, D, lane, s2)
         # 2. row-wise state: lane 0 reads the old value, the group sum broadcasts it, every lane
         # computes the row's scalars from it, lane 0 writes the new value
         old = zero
@@ -711,7 +749,7 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
                 if lane == 0:
                     m2[lid] = rs
             elif kind == LARS_SGD:
-                alr = _lars_rate(lr, hp[_tbe_rows.ETA], wd, s1, s2)
+                alr = _lars_rate(lr, hp[_tbe_rows.ETA], wd, wn, gn)
         # 3. element-wise state and the new row (LAMB: its direction first, then the trust ratio)
         wsq = zero
         rsq = zero
@@ -740,14 +778,17 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
         if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
             wsq = _group_sum(wsq)
             rsq = _group_sum(rsq)
-            step = _lamb_rate(lr, wsq, rsq)
+            step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
             for d in range(lane, D, LANES):
                 x = np.float32(w[e + d]) - step * g[go + d]
                 g[go + d] = x
                 nsq += x * x
         # 4. max_norm, then the one write of the row
         nsq = _group_sum(nsq)
-        clip, c = _max_norm_scale(nsq, max_norm)
+        n = zero
+        if max_norm > zero:  # block-uniform
+            n = _group_norm(g, go, D, lane, nsq)
+        clip, c = _max_norm_scale(n, max_norm)
         for d in range(lane, D, LANES):
             x = g[go + d]
             w[e + d] = x * c if clip else x
