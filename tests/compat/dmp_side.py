@@ -1,8 +1,10 @@
 """TorchRec's DistributedModelParallel on 2 gloo processes over the stand-in: one module
-(``ebc``: EmbeddingBagCollection, ``ec``: EmbeddingCollection) and one sharding type, three
-training steps (fused EXACT_SGD for sharded tables; torch SGD over DDP for data-parallel).
+(``ebc``: EmbeddingBagCollection, ``ec``: EmbeddingCollection, ``pipeline``: the
+EmbeddingBagCollection trained through TorchRec's ``TrainPipelineSparseDist``) and one sharding
+type, three training steps (fused EXACT_SGD for sharded tables; torch SGD over DDP for
+data-parallel).
 
-``python dmp_side.py ebc|ec SHARDING OUT_DIR PORT``: every rank starts its tables from ``start_weights()``,
+``python dmp_side.py ebc|ec|pipeline SHARDING OUT_DIR PORT``: every rank starts its tables from ``start_weights()``,
 trains on ``batch(step, rank)`` and saves ``OUT_DIR/rank{r}.pt``: its outputs and its pieces of
 every table (``(row offset, column offset, values)``). ``tests/compat/test_dmp.py`` compares them
 with an unsharded EmbeddingBagCollection trained on both ranks' batches.
@@ -60,6 +62,18 @@ def values_of(kind, out):
     return torch.cat([out[f"f{i}"].values() for i in range(len(ROWS))])
 
 
+class _WithLoss(torch.nn.Module):
+    """The pipeline's model contract: ``forward(batch) -> (loss, output)``."""
+
+    def __init__(self, ebc):
+        super().__init__()
+        self.ebc = ebc
+
+    def forward(self, batch):
+        out = self.ebc(batch.kjt).values()
+        return out.sum(), out.detach()
+
+
 def worker(rank, kind, sharding, out_dir, port):
     import embnum.fbgemm_compat
 
@@ -72,6 +86,25 @@ def worker(rank, kind, sharding, out_dir, port):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+    from torchrec.streamable import Pipelineable
+
+    class Batch(Pipelineable):
+        """What TorchRec's pipeline moves between devices: one KJT."""
+
+        def __init__(self, kjt):
+            self.kjt = kjt
+
+        def to(self, device, non_blocking=False):
+            return Batch(self.kjt.to(device, non_blocking=non_blocking))
+
+        def record_stream(self, stream):
+            self.kjt.record_stream(stream)
+
+        def pin_memory(self):
+            return self
+
+    pipelined, kind = kind == "pipeline", "ebc" if kind == "pipeline" else kind
 
     module_cls, sharder_cls = (
         (EmbeddingBagCollection, EmbeddingBagCollectionSharder)
@@ -84,22 +117,32 @@ def worker(rank, kind, sharding, out_dir, port):
     planner = EmbeddingShardingPlanner(
         topology=Topology(world_size=WORLD, compute_device="cpu"), constraints=constraints
     )
-    plan = planner.collective_plan(ebc, [sharder], dist.GroupMember.WORLD)
-    model = DistributedModelParallel(ebc, device=torch.device("cpu"), plan=plan, sharders=[sharder])
+    root = _WithLoss(ebc) if pipelined else ebc
+    plan = planner.collective_plan(root, [sharder], dist.GroupMember.WORLD)
+    model = DistributedModelParallel(root, device=torch.device("cpu"), plan=plan, sharders=[sharder])
     full = dict(zip([f"{prefix(kind)}.t{i}.weight" for i in range(len(ROWS))], start_weights(kind)))
     with torch.no_grad():
         for key, value in model.state_dict().items():
-            name = key.removeprefix("module.")
+            name = key.removeprefix("module.").removeprefix("ebc.")
             for piece, (r0, c0) in _pieces(value):
                 piece.copy_(full[name][r0 : r0 + piece.shape[0], c0 : c0 + piece.shape[1]])
     dense = [p for n, p in model.named_parameters() if prefix(kind) in n and p.requires_grad]
     optimizer = torch.optim.SGD(dense, lr=LR) if dense else None
-    outputs = []
-    for step in range(STEPS):
-        values, lengths = batch(step, rank)
-        kjt = KeyedJaggedTensor.from_lengths_sync(
-            keys=[f"f{i}" for i in range(len(ROWS))], values=values, lengths=lengths
+    keys = [f"f{i}" for i in range(len(ROWS))]
+    kjts = [
+        KeyedJaggedTensor.from_lengths_sync(keys=keys, values=v, lengths=n)
+        for v, n in map(batch, range(STEPS), [rank] * STEPS)
+    ]
+    if pipelined:  # the pipeline runs backward and the (dense) optimizer step itself
+        pipeline = TrainPipelineSparseDist(
+            model, optimizer or torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=LR), torch.device("cpu")
         )
+        batches = iter([Batch(k) for k in kjts])
+        outputs = [pipeline.progress(batches).clone() for _ in range(STEPS)]  # progress returns the output
+        kjts = []
+    else:
+        outputs = []
+    for kjt in kjts:
         out = model(kjt)
         out = out.wait() if hasattr(out, "wait") else out
         flat = values_of(kind, out)
@@ -109,7 +152,9 @@ def worker(rank, kind, sharding, out_dir, port):
             optimizer.step()
             optimizer.zero_grad()
     pieces = {
-        key.removeprefix("module."): [(r0, c0, p.detach().clone()) for p, (r0, c0) in _pieces(value)]
+        key.removeprefix("module.").removeprefix("ebc."): [
+            (r0, c0, p.detach().clone()) for p, (r0, c0) in _pieces(value)
+        ]
         for key, value in model.state_dict().items()
     }
     torch.save({"outputs": outputs, "pieces": pieces}, os.path.join(out_dir, f"rank{rank}.pt"))

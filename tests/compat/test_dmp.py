@@ -1,7 +1,8 @@
 """TorchRec's DistributedModelParallel on 2 gloo processes, on the stand-in (``dmp_side.py``):
 EmbeddingBagCollection and EmbeddingCollection with table-wise and column-wise tables (fused
 EXACT_SGD in the stand-in's training TBE) and data-parallel tables (the stand-in's dense TBE
-under DDP), three steps each, equal to the unsharded module trained on both ranks' batches.
+under DDP), and the EmbeddingBagCollection through TorchRec's ``TrainPipelineSparseDist``; three
+steps each, equal to the unsharded module trained on both ranks' batches.
 
 Row-wise and table-row-wise sharding are not offered by TorchRec's planner for a CPU topology,
 so they are not run here.
@@ -61,10 +62,12 @@ def _reference(kind):
 SHARDINGS = ["table_wise", "column_wise", "data_parallel"]
 
 
-@pytest.mark.parametrize("kind", ["ebc", "ec"])
-@pytest.mark.parametrize("sharding", SHARDINGS)
+@pytest.mark.parametrize(
+    "kind, sharding",
+    [(k, s) for k in ("ebc", "ec") for s in SHARDINGS] + [("pipeline", "table_wise"), ("pipeline", "data_parallel")],
+)
 def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
-    port = 29600 + 10 * SHARDINGS.index(sharding) + (kind == "ec") + 2 * (os.getpid() % 100)
+    port = 29600 + 10 * SHARDINGS.index(sharding) + ["ebc", "ec", "pipeline"].index(kind) + 3 * (os.getpid() % 100)
     res = subprocess.run(
         [sys.executable, str(Path(__file__).parent / "dmp_side.py"), kind, sharding, str(tmp_path), str(port)],
         capture_output=True,
@@ -74,7 +77,7 @@ def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
     )
     assert res.returncode == 0, res.stderr[-4000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(dmp_side.WORLD)]
-    outputs, tables = _reference(kind)
+    outputs, tables = _reference("ebc" if kind == "pipeline" else kind)
     for step in range(dmp_side.STEPS):
         for rank in range(dmp_side.WORLD):
             torch.testing.assert_close(
@@ -83,6 +86,6 @@ def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
     for t, want in enumerate(tables):
         got = torch.full_like(want, float("nan"))
         for r in ranks:
-            for r0, c0, piece in r["pieces"][f"{dmp_side.prefix(kind)}.t{t}.weight"]:
+            for r0, c0, piece in r["pieces"][f"{dmp_side.prefix('ebc' if kind == 'pipeline' else kind)}.t{t}.weight"]:
                 got[r0 : r0 + piece.shape[0], c0 : c0 + piece.shape[1]] = piece
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"table {t}")
