@@ -60,7 +60,7 @@ def no_dispatcher(monkeypatch):
         def refuse(*a, **k):
             raise _Dispatched(name)
 
-        monkeypatch.setitem(fn.__globals__, "_torch_op", refuse)
+        monkeypatch.setattr(fn, "torch_op", refuse)
         return fn
 
     return patch

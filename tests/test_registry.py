@@ -1,4 +1,4 @@
-"""The registry and the backends: generated functions, backend choice, out=, enumeration."""
+"""The registry and the backends: public functions, backend choice, out=, enumeration."""
 
 import inspect
 import subprocess
@@ -29,7 +29,7 @@ def test_every_op_has_every_backend_and_an_example(op):
 
 
 @pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
-def test_generated_signature(op):
+def test_public_signature(op):
     sig = inspect.signature(op.public)
     params = list(sig.parameters.values())
     assert params[-1].name == "backend" and params[-1].kind is inspect.Parameter.KEYWORD_ONLY

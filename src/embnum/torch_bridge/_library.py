@@ -219,14 +219,11 @@ def _convert_output(a, spec: Bridge, bf16: bool) -> torch.Tensor | None:
     return t
 
 
-def build(spec: Bridge) -> Callable:
+def build(spec: Bridge) -> BridgedOp:
     """Register ``torch.ops.embnum.<name>`` and return the user-facing function."""
     op = get_op(spec.name)
-    params = list(op.signature.parameters.values())
-    params.append(inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None))
-    signature = op.signature.replace(parameters=params)
-
     names = list(op.signature.parameters)
+    every = [*names, "backend"]
     decode = spec.decode if spec.codecs else None
 
     def impl(*args):
@@ -236,7 +233,7 @@ def build(spec: Bridge) -> Callable:
         arguments = dict(zip(names, values))
         with on_torch_stream(values):
             arrays, bf16 = _convert_inputs(decode(arguments) if decode else arguments, spec)
-            result = op.call(arrays, None, backend)  # every parameter bound by name: no second binding
+            result = op.call(arrays, None, backend)
             if result is None:  # an in-place op (it wrote its ``mutates`` arguments)
                 return None
             if isinstance(result, tuple):
@@ -249,20 +246,12 @@ def build(spec: Bridge) -> Callable:
     if op.mutates:
         # an in-place op: custom_op also bumps the version counters of the tensors it writes
         custom = torch.library.custom_op(f"embnum::{spec.name}", impl, mutates_args=op.mutates, schema=schema)
-        custom.register_fake(_by_name(spec.fake, [p.name for p in params]))
+        custom.register_fake(_by_name(spec.fake, every))
         if spec.backward is not None:
-            _register_autograd(custom.register_autograd, spec, [p.name for p in params])
+            _register_autograd(custom.register_autograd, spec, every)
     else:
-        _register_functional(spec, impl, schema, [p.name for p in params])
-    torch_op = getattr(torch.ops.embnum, spec.name).default
-
-    user_function = _user_function(op, spec, torch_op, None if op.mutates else impl)
-    functools.update_wrapper(user_function, op.declaration)
-    del user_function.__wrapped__
-    user_function.__signature__ = signature
-    user_function.__module__ = "embnum.torch_bridge"
-    user_function.torch_op = torch_op
-    return user_function
+        _register_functional(spec, impl, schema, every)
+    return BridgedOp(op, spec, getattr(torch.ops.embnum, spec.name).default, impl)
 
 
 def _watched() -> bool:
@@ -282,141 +271,154 @@ _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _function_mode_enabled = torch._C._is_torch_function_mode_enabled
 _tracing_state = torch._C._get_tracing_state
 _grad_enabled = torch.is_grad_enabled
-_SLOW = object()  # what a direct path returns when the call must go through the dispatcher
+_bump_versions = torch._C._increment_version
+_SLOW = object()  # what the eager autograd call returns when the call must go through the dispatcher
+_TENSOR_KINDS = ("Tensor", "Tensor?")
+_LIST_KINDS = ("Tensor[]", "Tensor?[]", "Tensor[]?")
 
 
-def _direct_path(op, spec: Bridge, names: list[str], impl: Callable) -> Callable:
-    """``direct(args)``: run a functional op without the dispatcher where :func:`_direct`
-    allows it (the same rules, written out per op: only the positions of its tensors and
-    tensor lists are looked at), converting each CPU tensor with ``Tensor.numpy`` and calling
-    the op's public NumPy function (whose short path then applies); returns ``_SLOW`` where
-    the call needs the dispatcher, or a bfloat16 tensor needs the bridge's conversion (the
-    full implementation does both). A call that needs a gradient goes to
-    :func:`_eager_autograd` (ops with a formula).
+class BridgedOp:
+    """``embnum.torch_bridge.<name>(<the op's parameters>, *, backend=None)``: the op on tensors.
 
-    Generated per op (issue 12: the bridge's per-call cost): a plain tensor is first tried
-    with ``t.numpy()`` alone, which succeeds only for a CPU tensor of a NumPy dtype (not
-    bfloat16) that does not require grad; anything else (an exception) goes through
-    :func:`_one`, the full rule (a tensor that requires grad runs here, detached, when grad
-    is disabled). A plain ndarray result becomes a tensor with ``torch.from_numpy``."""
-    tensors = [i for i, n in enumerate(names) if spec.types[n] in ("Tensor", "Tensor?")]
-    lists = [i for i, n in enumerate(names) if spec.types[n] in ("Tensor[]", "Tensor?[]", "Tensor[]?")]
-    params = list(op.signature.parameters.values())
-    n = len(names)
-    lines = [
-        "def direct(args):",
-        "    if (_is_compiling() or _dispatch_stack_len() or _function_mode_enabled()"
-        " or _tracing_state() is not None or _profiler._is_profiler_enabled):",
-        "        return _SLOW",
-    ]
-    for i in range(n):
-        if i in tensors:
-            lines += [
-                f"    a{i} = args[{i}]",
-                f"    if a{i} is not None:",
-                f"        if type(a{i}) is not _Tensor:",
-                "            return _fallback(args)",
-                "        try:",
-                f"            a{i} = a{i}.numpy()",
-                "        except Exception:",
-                f"            a{i} = _one(a{i})",
-                f"            if a{i} is None:",
-                "                return _fallback(args)",
-            ]
-        elif i in lists:
-            lines += [
-                f"    a{i} = args[{i}]",
-                f"    if a{i} is not None:",
-                f"        a{i} = _list(a{i})",
-                f"        if a{i} is None:",
-                "            return _fallback(args)",
-            ]
+    A call (:meth:`__call__`) binds the arguments in the op's order, encodes each codec's
+    parameter and checks every argument against its schema type (:func:`_check_value`: an error
+    naming the argument), then runs the first of:
+
+    1. the NumPy op (``embnum.<name>``) on views of the tensors (``Tensor.numpy``: no copy),
+       where nothing watches the dispatcher (:func:`_watched`) and every tensor is a plain CPU
+       tensor of a NumPy dtype that needs no gradient (:meth:`_host_arrays`); what the
+       dispatcher would run itself, without its per-call cost (an in-place op bumps the version
+       counters of the tensors it writes first, as the dispatcher does);
+    2. the eager autograd Function (:func:`_eager_autograd`) where a plain CPU tensor needs a
+       gradient and the op has a formula;
+    3. the registered custom op ``torch.ops.embnum.<name>`` (``torch_op``): torch.compile,
+       other devices, tensor subclasses, bfloat16 and everything else.
+    """
+
+    def __init__(self, op, spec: Bridge, torch_op, impl: Callable):
+        self.op, self.spec, self.torch_op, self._impl = op, spec, torch_op, impl
+        self._names = tuple(op.signature.parameters)
+        self._kinds = tuple(spec.types[n] for n in self._names)
+        self._encode = tuple(spec.codecs[n][0] if n in spec.codecs else None for n in self._names)
+        self._decode = tuple(
+            (i, spec.codecs[n][1])
+            for i, n in enumerate(self._names)
+            if n in spec.codecs and spec.codecs[n][1] is not same
+        )
+        self._tensors = tuple(i for i, k in enumerate(self._kinds) if k in _TENSOR_KINDS)
+        self._lists = tuple(i for i, k in enumerate(self._kinds) if k in _LIST_KINDS)
+        self._written = tuple(i for i, n in enumerate(self._names) if n in op.mutates)
+        # the NumPy op takes the values positionally up to its keyword-only parameters
+        self._positional = op._positional
+        self._keyword = self._names[op._positional :]
+        # an in-place op whose written arguments are not all tensors always takes the dispatcher
+        self._host = all(i in self._tensors for i in self._written)
+        self._eager = None if op.mutates else _eager_autograd(spec, list(self._names), self._no_grad_call)
+        # what help(), inspect and the docs read from a function
+        self.__name__ = self.__qualname__ = op.name
+        self.__doc__ = op.declaration.__doc__
+        self.__module__ = "embnum.torch_bridge"
+        backend = inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)
+        self.__signature__ = op.signature.replace(parameters=[*op.signature.parameters.values(), backend])
+
+    def __call__(self, *args, backend=None, **kwargs):
+        values = self._schema_values(args, kwargs)
+        if not _watched():
+            arrays = self._host_arrays(values) if self._host else None
+            if arrays is not None:
+                if self._written:
+                    _bump_versions(tuple(values[i] for i in self._written if values[i] is not None))
+                return self._run_host(arrays, backend)
+            if self._eager is not None and _grad_enabled():
+                result = self._eager((*values, backend))
+                if result is not _SLOW:
+                    return result
+        return self.torch_op(*values, backend)
+
+    def _schema_values(self, args: tuple, kwargs: dict) -> list:
+        """The arguments in the op's order as the schema takes them: a codec's parameter
+        encoded, every value checked (:func:`_check_value`; a plain tensor for a ``Tensor``
+        parameter needs no check)."""
+        if kwargs or len(args) != len(self._names):
+            arguments = self.op.bind(args, kwargs)
+            args = [arguments[n] for n in self._names]
+        values = []
+        for name, kind, encode, x in zip(self._names, self._kinds, self._encode, args):
+            if encode is not None:
+                x = encode(x)
+            if type(x) is not torch.Tensor or kind not in _TENSOR_KINDS:
+                if x is not None or kind != "Tensor?":
+                    x = _check_value(name, kind, x)
+            values.append(x)
+        return values
+
+    def _host_arrays(self, values: list) -> list | None:
+        """``values`` with each tensor (and each tensor of a list) as a NumPy view, a codec's
+        parameter decoded (as the implementation would decode it); None where a tensor is not a
+        plain CPU tensor of a NumPy dtype, needs a gradient, or is an inference tensor the op
+        writes (the dispatcher's rules for those stay its own)."""
+        arrays = values.copy()
+        for i in self._tensors:
+            t = values[i]
+            if t is not None:
+                try:
+                    arrays[i] = t.numpy() if type(t) is torch.Tensor else None
+                except Exception:  # noqa: BLE001 - not a plain CPU tensor of a NumPy dtype: the full rule
+                    arrays[i] = _host_view(t)
+                if arrays[i] is None:
+                    return None
+        for i in self._lists:
+            if values[i] is not None:
+                arrays[i] = [None if t is None else _host_view(t) for t in values[i]]
+                if any(a is None and t is not None for a, t in zip(arrays[i], values[i])):
+                    return None
+        for i in self._written:
+            if values[i] is not None and values[i].is_inference():
+                return None
+        for i, decode in self._decode:
+            arrays[i] = decode(arrays[i])
+        return arrays
+
+    def _run_host(self, arrays: list, backend):
+        """The NumPy op on :meth:`_host_arrays`' values; its arrays as tensors (no copy)."""
+        if self._keyword:
+            k = self._positional
+            result = self.op(*arrays[:k], **dict(zip(self._keyword, arrays[k:])), backend=backend)
         else:
-            lines.append(f"    a{i} = args[{i}]")
-    values = [_decoded(spec, p.name, f"a{i}") for i, p in enumerate(params)]
-    call = [v for v, p in zip(values, params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    call += [f"{p.name}={v}" for v, p in zip(values, params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    call.append(f"backend=args[{n}] if len(args) > {n} else None")
-    lines.append(f"    result = _public({', '.join(call)})")
-    if not spec.bf16_patterns:
-        lines += ["    if type(result) is _ndarray and result.flags.writeable:", "        return _from_numpy(result)"]
-    lines.append("    return _convert_result(result)")
-
-    def convert_result(result):
-        if type(result) is np.ndarray:
-            return _convert_output(result, spec, False)
+            result = self.op(*arrays, backend=backend)
+        if type(result) is np.ndarray and result.flags.writeable and not self.spec.bf16_patterns:
+            return torch.from_numpy(result)
         if result is None:
             return None
+        if type(result) is np.ndarray:
+            return _convert_output(result, self.spec, False)
         if isinstance(result, tuple):
-            return tuple(_convert_output(r, spec, False) for r in result)
-        return [_convert_output(r, spec, False) for r in result]
+            return tuple(_convert_output(r, self.spec, False) for r in result)
+        return [_convert_output(r, self.spec, False) for r in result]
 
-    namespace = {
-        "_is_compiling": _is_compiling,
-        "_dispatch_stack_len": _dispatch_stack_len,
-        "_function_mode_enabled": _function_mode_enabled,
-        "_tracing_state": _tracing_state,
-        "_profiler": torch.autograd.profiler,
-        "_SLOW": _SLOW,
-        "_Tensor": torch.Tensor,
-        "_ndarray": np.ndarray,
-        "_one": _one,
-        "_list": _list,
-        "_public": op.public,
-        "_from_numpy": torch.from_numpy,
-        "_convert_result": convert_result,
-        "_fallback": None,
-        "_decode": {k: c[1] for k, c in spec.codecs.items()},
-    }
-    exec(compile("\n".join(lines) + "\n", f"<embnum.torch_bridge direct {op.name}>", "exec"), namespace)
-    direct = namespace["direct"]
+    def _no_grad_call(self, args: tuple):
+        """The call in the eager autograd forward (grad mode is off there): the host path, or
+        the dispatcher's implementation (which converts what the host path cannot take)."""
+        arrays = self._host_arrays(list(args[:-1]))
+        return self._impl(*args) if arrays is None else self._run_host(arrays, args[-1])
 
-    def no_grad_call(args):
-        """The call in the eager autograd forward (grad mode is off there)."""
-        result = direct(args)
-        return impl(*args) if result is _SLOW else result
-
-    eager = _eager_autograd(spec, names, no_grad_call, tuple(tensors), tuple(lists))
-
-    def fallback(args):
-        """A tensor the direct path cannot take: the eager autograd call where grad mode is on
-        and the op has one (it returns ``_SLOW`` itself for what it cannot take), else ``_SLOW``."""
-        return eager(args) if eager is not None and _grad_enabled() else _SLOW
-
-    namespace["_fallback"] = fallback
-    direct.convert_result = convert_result  # the user function's inline path converts results alike
-    return direct
+    def __repr__(self) -> str:
+        return f"<embnum.torch_bridge op {self.op.family}.{self.op.name}>"
 
 
-def _one(t):
-    """``t`` (a tensor on which ``t.numpy()`` failed) as a NumPy array where the direct path
-    can take it (a plain CPU tensor, not bfloat16, needing no gradient: detached), else None."""
+def _host_view(t):
+    """A NumPy view of ``t`` where the host path can take it (a plain CPU tensor, not bfloat16,
+    needing no gradient, or needing one while grad mode is off: detached), else None."""
     if type(t) is not torch.Tensor or not t.is_cpu or t.dtype is torch.bfloat16:
         return None
     if t.requires_grad:
         if _grad_enabled():
             return None
         t = t.detach()
-    return t.numpy()
-
-
-def _list(ts):
-    """A list of tensors (None items kept) as NumPy arrays for the direct path, or None."""
-    items = []
-    for t in ts:
-        if t is None:
-            items.append(None)
-            continue
-        if type(t) is not torch.Tensor:
-            return None
-        try:
-            a = t.numpy()
-        except Exception:  # noqa: BLE001 - not a plain CPU tensor of a NumPy dtype: the full rule
-            a = _one(t)
-            if a is None:
-                return None
-        items.append(a)
-    return items
+    try:
+        return t.numpy()
+    except Exception:  # noqa: BLE001 - a dtype NumPy has not (complex32, ...): the dispatcher's conversion
+        return None
 
 
 _functorch_stack = torch._C._functorch.peek_interpreter_stack
@@ -434,9 +436,9 @@ class _EagerCall:
         self.where, self.lengths, self.out = where, lengths, None
 
 
-def _eager_autograd(spec: Bridge, names: list[str], impl: Callable, tensors: tuple, lists: tuple):
+def _eager_autograd(spec: Bridge, names: list[str], impl: Callable):
     """``run(args)``: an eager call that needs a gradient, through one ``torch.autograd.Function``
-    per op whose forward is ``impl(args)`` (the direct path, else the implementation the
+    per op whose forward is ``impl(args)`` (the host path, else the implementation the
     dispatcher runs; grad mode is off inside a Function's forward) and whose
     ``setup``/``backward`` are the family's formula, called with the same arguments and
     gradient structure as the registered autograd (:func:`_register_autograd`). What the
@@ -450,6 +452,8 @@ def _eager_autograd(spec: Bridge, names: list[str], impl: Callable, tensors: tup
         return None
     setup, formula, plain = spec.setup, spec.backward, torch.Tensor
     every = (*names, "backend")
+    tensors = [i for i, n in enumerate(names) if spec.types[n] in _TENSOR_KINDS]
+    lists = [i for i, n in enumerate(names) if spec.types[n] in _LIST_KINDS]
 
     def forward(ctx, args, call, *flat):
         result = impl(args)
@@ -529,207 +533,10 @@ def _eager_autograd(spec: Bridge, names: list[str], impl: Callable, tensors: tup
     return run
 
 
-def _direct(args: tuple) -> bool:
-    """Whether a call of a functional op may run its implementation without the dispatcher:
-    plain CPU tensors only (no subclass: fake, functional, DTensor; no meta), none that needs
-    a gradient, and nothing that watches the dispatcher (torch.compile tracing, a dispatch
-    or function mode, jit tracing, the profiler). The dispatcher itself would then only
-    pass through its autograd wrapper to the same implementation; skipping it saves most
-    of the bridge's per-call cost on small inputs."""
-    if (
-        torch.compiler.is_compiling()
-        or torch._C._len_torch_dispatch_stack()
-        or torch._C._is_torch_function_mode_enabled()
-        or torch._C._get_tracing_state() is not None
-        or torch.autograd.profiler._is_profiler_enabled
-    ):
-        return False
-    grad = torch.is_grad_enabled()
-    for a in args:
-        if type(a) is torch.Tensor:
-            if not a.is_cpu or (grad and a.requires_grad):
-                return False
-        elif type(a) is list:
-            for t in a:
-                if type(t) is torch.Tensor:
-                    if not t.is_cpu or (grad and t.requires_grad):
-                        return False
-                elif isinstance(t, torch.Tensor):
-                    return False
-        elif isinstance(a, torch.Tensor):
-            return False
-    return True
-
-
-def _user_function(op, spec: Bridge, torch_op, impl: Callable | None) -> Callable:
-    """``def <name>(<the op's parameters>, *, backend=None)`` calling ``torch_op`` with every
-    argument in order: written out (as the registry writes ``embnum.<name>``) so that a call
-    costs no ``inspect`` binding. A codec's parameter is encoded; every argument is checked
-    against its schema type (:func:`check_types`' rules; a tuple for a list parameter
-    becomes a list). With ``impl`` (functional
-    ops), a call that :func:`_direct` allows runs ``impl`` itself."""
-    params = list(op.signature.parameters.values())
-    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-
-    def declared(p):
-        return f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name
-
-    positional = [declared(p) for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    keyword = [declared(p) for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
-
-    def passed(p):
-        """The argument as the schema takes it, checked first (``_check_value``: an error
-        naming the argument, not torch's parser's); a plain tensor for a ``Tensor``
-        parameter needs no check."""
-        kind = spec.types[p.name]
-        x = f"_encode[{p.name!r}]({p.name})" if p.name in spec.codecs else p.name
-        checked = f"_check({p.name!r}, {kind!r}, {x})"
-        if kind == "Tensor" and p.name not in spec.codecs:
-            return f"{x} if type({x}) is _Tensor else {checked}"
-        return checked
-
-    # the types _check_value returns unchanged, tested inline first (~0.3 us a call each)
-    unchanged = {"Tensor": "type({v}) is _Tensor", "Tensor?": "{v} is None or type({v}) is _Tensor"}
-    unchanged["str"] = "type({v}) is str"
-
-    def checked_into(i, p):
-        """``a{i} = <the argument as the schema takes it>``: :func:`passed`'s value, a codec's
-        encoding computed once into the local before its type is tested."""
-        kind = spec.types[p.name]
-        if p.name not in spec.codecs:
-            if kind == "Tensor?":
-                v = p.name
-                return f"    a{i} = {v} if {unchanged[kind].format(v=v)} else _check({p.name!r}, {kind!r}, {v})\n"
-            return f"    a{i} = {passed(p)}\n"
-        line = f"    a{i} = _encode[{p.name!r}]({p.name})\n"
-        test = unchanged.get(kind)
-        if test is None:
-            return line + f"    a{i} = _check({p.name!r}, {kind!r}, a{i})\n"
-        return line + f"    if not ({test.format(v=f'a{i}')}):\n        a{i} = _check({p.name!r}, {kind!r}, a{i})\n"
-
-    head = ", ".join(positional + ["*"] + keyword + ["backend=None"])
-    direct_call = _direct_path(op, spec, list(op.signature.parameters), impl) if impl is not None else None
-    inline = _inline_direct(op, spec, params) if impl is not None or op.mutates else ""
-    if inline:
-        # every argument checked into a local, the direct path's common case inline (below)
-        src = f"def {op.name}({head}):\n"
-        src += "".join(checked_into(i, p) for i, p in enumerate(params))
-        src += inline
-        src += f"    args = ({''.join(f'a{i}, ' for i in range(len(params)))}backend)\n"
-    else:
-        body = ", ".join([passed(p) for p in params] + ["backend"])
-        src = f"def {op.name}({head}):\n    args = ({body},)\n"
-    if impl is not None:
-        src += "    result = _direct_call(args)\n    if result is not _SLOW:\n        return result\n"
-    src += "    return _torch_op(*args)\n"
-    namespace = {
-        "_torch_op": torch_op,
-        "_impl": impl,
-        "_direct": _direct,
-        "_direct_call": direct_call,
-        "_direct_result": getattr(direct_call, "convert_result", None),
-        "_SLOW": _SLOW,
-        "_check": _check_value,
-        "_Tensor": torch.Tensor,
-        "_defaults": defaults,
-        "_encode": {k: c[0] for k, c in spec.codecs.items()},
-        "_decode": {k: c[1] for k, c in spec.codecs.items()},
-        "_bump": torch._C._increment_version,
-        "_is_compiling": _is_compiling,
-        "_dispatch_stack_len": _dispatch_stack_len,
-        "_function_mode_enabled": _function_mode_enabled,
-        "_tracing_state": _tracing_state,
-        "_profiler": torch.autograd.profiler,
-        "_public": op.public,
-        "_ndarray": np.ndarray,
-        "_from_numpy": torch.from_numpy,
-    }
-    exec(compile(src, f"<embnum.torch_bridge {op.name}>", "exec"), namespace)
-    return namespace[op.name]
-
-
-def _inline_direct(op, spec: Bridge, params: list) -> str:
-    """The user function's inline form of :func:`_direct_path`'s common case (issue 12: the
-    bridge's per-call cost is its Python work): nothing watches the dispatcher (the same five
-    tests), every ``Tensor`` argument is a plain ``torch.Tensor`` (``Tensor?``: or None) that
-    ``t.numpy()`` converts (a CPU tensor of a NumPy dtype needing no gradient), and the op has
-    no tensor-list argument. Then the op's public NumPy function is called (a codec's parameter
-    decoded: the value the implementation would get) and a writeable ndarray result comes back
-    through ``torch.from_numpy``; ops whose results need the bridge's conversion (bfloat16
-    patterns, several outputs) return ``_SLOW``'s way: through ``_direct_call``. Anything else
-    falls through to the lines after it (``_direct_call``, which applies every rule, then the
-    dispatcher): no tuple of arguments, no second frame.
-
-    An in-place op (``op.mutates``; no ``_direct_call``, the rest goes to the dispatcher) takes
-    it too when no tensor it writes is an inference tensor (the dispatcher's rules for those
-    stay its own): what the custom op's dispatch then adds is only the version-counter bump of
-    the written tensors (its ``ADInplaceOrView`` kernel; done here the same way, before the
-    call), and no autograd (no tensor needs a gradient: ``t.numpy()`` refuses one that does)."""
-    kinds = [spec.types[p.name] for p in params]
-    if any(k not in ("Tensor", "Tensor?") and k.startswith("Tensor") for k in kinds) or spec.bf16_patterns:
-        return ""
-    tensors = [i for i, k in enumerate(kinds) if k in ("Tensor", "Tensor?")]
-    if not tensors:
-        return ""
-    plain = " and ".join(
-        f"type(a{i}) is _Tensor" if kinds[i] == "Tensor" else f"(a{i} is None or type(a{i}) is _Tensor)"
-        for i in tensors
-    )
-    written = [i for i, p in enumerate(params) if p.name in op.mutates]
-    if any(i not in tensors for i in written):
-        return ""
-    plain += "".join(
-        f" and not a{i}.is_inference()" if kinds[i] == "Tensor" else f" and (a{i} is None or not a{i}.is_inference())"
-        for i in written
-    )
-    watched = (
-        "_is_compiling() or _dispatch_stack_len() or _function_mode_enabled()"
-        " or _tracing_state() is not None or _profiler._is_profiler_enabled"
-    )
-    # the watchers first: under torch.compile the rest is not evaluated (Dynamo cannot trace is_inference)
-    lines = [f"    if not ({watched}) and {plain}:", "        try:"]
-    for i in tensors:
-        conv = f"a{i}.numpy()" if kinds[i] == "Tensor" else f"None if a{i} is None else a{i}.numpy()"
-        lines.append(f"            n{i} = {conv}")
-    lines += [
-        "        except Exception:  # not a plain CPU tensor of a NumPy dtype: _direct_call's rules",
-        "            pass",
-    ]
-    values = [f"n{i}" if i in tensors else _decoded(spec, p.name, f"a{i}") for i, p in enumerate(params)]
-    call = [v for v, p in zip(values, params) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    call += [f"{p.name}={v}" for v, p in zip(values, params) if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    lines.append("        else:")
-    if written:
-        bumped = ", ".join(f"a{i}" for i in written if kinds[i] == "Tensor")
-        optional = [i for i in written if kinds[i] != "Tensor"]
-        tensors_written = f"({bumped},)" + "".join(f" + (() if a{i} is None else (a{i},))" for i in optional)
-        lines += [
-            f"            _bump({tensors_written})",
-            f"            return _public({', '.join(call + ['backend=backend'])})",
-        ]
-        return "\n".join(lines) + "\n"
-    lines += [
-        f"            result = _public({', '.join(call + ['backend=backend'])})",
-        "            if type(result) is _ndarray and result.flags.writeable:",
-        "                return _from_numpy(result)",
-        "            return _direct_result(result)",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def same(x):
     """The decode of a codec whose schema value is what the NumPy API takes (no call is
     written for it on the direct paths)."""
     return x
-
-
-def _decoded(spec: Bridge, name: str, local: str) -> str:
-    """The expression a direct path passes to the NumPy function for parameter ``name`` held
-    in ``local`` (its schema value): the codec's decode, as the implementation applies it."""
-    codec = spec.codecs.get(name)
-    if codec is None or codec[1] is same:
-        return local
-    return f"_decode[{name!r}]({local})"
 
 
 _INT64 = (-(2**63), 2**63 - 1)
@@ -850,12 +657,6 @@ def _check_exact(name: str, kind: str, x):
         if not isinstance(x, str):
             raise TypeError(f"{name} must be a str, got {x!r}")
     return x
-
-
-def check_types(spec: Bridge, args: dict) -> dict:
-    """Every argument checked against its schema type before torch's schema parser sees it
-    (which raises ``RuntimeError`` naming no argument); returns them as the schema takes them."""
-    return {name: _check_value(name, spec.types[name], x) for name, x in args.items()}
 
 
 _LIB = None
