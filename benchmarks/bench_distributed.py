@@ -31,7 +31,7 @@ KINDS = ["row_wise", "row_wise", "table_wise", "table_wise", "table_wise", "tabl
 
 
 def _tables():
-    from embnum.torch_bridge import EmbeddingBagConfig
+    from embnum.modules import EmbeddingBagConfig
 
     return [EmbeddingBagConfig(ROWS, DIM, f"t{i}", feature_names=[f"f{i}"]) for i in range(len(KINDS))]
 

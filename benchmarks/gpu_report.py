@@ -128,10 +128,18 @@ def tbe_bytes(args, out) -> int:
     """Bytes a TBE op must move: the rows it gathers, the lookups, and its other array arguments
     except the whole table (and momentum buffers, of which only touched rows count)."""
     w = args["weights"]
-    D = int(np.asarray(args["D_offsets"][1]))  # benchmark tables share one dim
+    # int() of one element works on every array type (a device array copies it back); np.asarray
+    # does not (CuPy refuses implicit conversion to NumPy)
+    D = int(args["D_offsets"][1]) - int(args["D_offsets"][0])  # benchmark tables share one dim
     rows = nbytes(args["indices"]) // args["indices"].itemsize * D * w.itemsize
     rest = sum(nbytes(v) for k, v in args.items() if k not in ("weights", "momentum1", "momentum2"))
     return rows + rest + nbytes(out)
+
+
+def launch(fn, args):
+    """One call of an embnum op on the cuda backend (the tests swap it to run the report's host code
+    on an array type that is not NumPy)."""
+    return fn(**args, backend="cuda")
 
 
 # -- peers ---------------------------------------------------------------------------------------------
@@ -141,7 +149,10 @@ def torch_views(args):
         import torch
     except ImportError:
         return None, None
-    conv = (lambda a: torch.from_numpy(np.ascontiguousarray(a))) if SIMULATED else torch.from_dlpack
+
+    def conv(a):
+        return torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else torch.from_dlpack(a)
+
     out = {}
     for k, v in args.items():
         if hasattr(v, "dtype") and hasattr(v, "shape"):
@@ -265,13 +276,13 @@ def run_report(a) -> str:
         if a.op and op.name not in a.op:
             continue
         args = {k: to_device(v) for k, v in host_args.items()}
-        call = lambda: op.public(**args, backend="cuda")  # noqa: E731
+        call = lambda: launch(op.public, args)  # noqa: E731
         if label.startswith("headline step"):
             fwd_args = {k: v for k, v in args.items() if k not in ("grad_output", "optimizer", "momentum1")}
 
             def call():
-                embnum.tbe_forward(**fwd_args, pooling_mode="sum", backend="cuda")
-                op.public(**args, backend="cuda")
+                launch(embnum.tbe_forward, dict(fwd_args, pooling_mode="sum"))
+                launch(op.public, args)
 
         try:
             out = call()
@@ -328,13 +339,17 @@ def render(rows, bw) -> str:
     return "\n".join(head + lines) + "\n"
 
 
-def main(argv=None) -> int:
+def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="small inputs (the simulator, CI)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--op", action="append", help="only this op (repeatable)")
     p.add_argument("--out", default=None, help="also write the markdown report here")
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
     import embnum
 
     if not embnum._backend.BACKENDS["cuda"].available():

@@ -37,7 +37,7 @@ from embnum.distributed import (
     merge_state_dicts,
     spawn,
 )
-from embnum.torch_bridge import EmbeddingBagCollection, EmbeddingBagConfig
+from embnum.modules import EmbeddingBagCollection, EmbeddingBagConfig
 
 
 def Config(name, rows, dim, features, pooling="sum"):

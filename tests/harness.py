@@ -81,6 +81,28 @@ FLAVORS = (
 )
 
 
+COMPILE_TIER = "pip install -r requirements/compile.txt (or the [compile] extra)"
+
+
+def compile_tier_missing(what: str) -> None:
+    """A compile-only test's NVIDIA wheel is absent: skip the calling module with ``what`` and how
+    to install it, or fail it where ``EMBNUM_REQUIRE_COMPILE=1`` (CI installs the tier and sets it,
+    so a broken install cannot pass as a skip)."""
+    reason = f"{what}; {COMPILE_TIER}"
+    if os.environ.get("EMBNUM_REQUIRE_COMPILE", "0") not in ("", "0"):
+        pytest.fail(f"EMBNUM_REQUIRE_COMPILE is set but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def nvcc_missing() -> str | None:
+    """Why NVVM/ptxas are not here (``None`` when the nvidia-cuda-nvcc-cu12 wheel is installed)."""
+    try:
+        import nvidia.cuda_nvcc  # noqa: F401
+    except ImportError:
+        return "nvidia-cuda-nvcc-cu12 (NVVM, libdevice and ptxas) is not installed"
+    return None
+
+
 def snapshot(args: dict) -> dict:
     return copy.deepcopy(to_host(args))
 

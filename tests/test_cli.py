@@ -61,3 +61,16 @@ def test_help_exits_cleanly(argv, capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(argv)
     assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: python -m embnum" in out
+    for markup in ("``", ":func:", ":class:", "`"):  # plain text, not the module docstring's reST
+        assert markup not in out, (markup, out)
+
+
+def test_tour_says_what_brings_a_missing_cuda_backend(monkeypatch):
+    """Without numba-cuda (the README's run command installs only NumPy and Numba) the tour says
+    which install adds the cuda backend instead of only naming it."""
+    real = cli.importlib.util.find_spec
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "numba_cuda" else real(name))
+    assert "requirements/sim.txt" in cli._why_missing("cuda") and "[sim]" in cli._why_missing("cuda")
+    assert cli._why_missing("cpu") == "cpu"

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("nvidia.cuda_nvcc", reason="install nvidia-cuda-nvcc-cu12 (NVVM, libdevice and ptxas)")
+from harness import compile_tier_missing, nvcc_missing
+
+if nvcc_missing():
+    compile_tier_missing(nvcc_missing())
 
 from embnum.cuda import _ptx  # noqa: E402
 

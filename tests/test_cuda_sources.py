@@ -11,9 +11,10 @@ import sys
 import pytest
 
 from embnum.cuda._rawkernel import CompileError, compile_ptx, nvrtc_missing, sources
+from harness import compile_tier_missing, nvcc_missing  # noqa: E402
 
-if nvrtc_missing():  # cuda-bindings absent, or present without its library: skip, do not fail
-    pytest.skip(nvrtc_missing(), allow_module_level=True)
+if nvrtc_missing():  # cuda-bindings absent, or present without its library
+    compile_tier_missing(nvrtc_missing())
 
 GOOD = """
 extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict__ y, long long n) {
@@ -64,7 +65,8 @@ def test_every_cu_source_compiles():
 
 
 def test_every_cu_source_assembles_for_sm90():
-    pytest.importorskip("nvidia.cuda_nvcc", reason="install nvidia-cuda-nvcc-cu12 (ptxas)")
+    if nvcc_missing():
+        pytest.skip(nvcc_missing())
     _in_child(check_every_cu_source_assembles_for_sm90)
 
 

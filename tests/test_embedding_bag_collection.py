@@ -1,4 +1,4 @@
-"""embnum.torch_bridge.EmbeddingBagCollection: forward against a plain NumPy computation on drawn
+"""embnum.modules.EmbeddingBagCollection: forward against a plain NumPy computation on drawn
 collections and KJTs, gradients, fused training, TorchRec's state_dict names and a bit-identical
 checkpoint round trip for every optimizer, and fbgemm's CPU training module as a peer."""
 
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 import embnum  # noqa: E402
 from embnum import TBEOptimizer  # noqa: E402
-from embnum.torch_bridge import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402
+from embnum.modules import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402
 
 KJT = embnum.KeyedJaggedTensor
 

@@ -110,3 +110,121 @@ def test_schemas_are_fbgemms_and_registering_beside_fbgemm_is_refused():
     for name, (schema, _, _) in ALIASES.items():
         assert result["schemas"][name] == f"fbgemm::{name}{schema}"
     assert result["refused"] and "fbgemm_gpu is loaded" in result["refused"]
+
+
+# -- the aliases with no embnum op behind them (docs/coming-from-fbgemm.md, bridge-only aliases) ----------
+_BRIDGE_ONLY_CASES = """
+import torch
+f, cpu = torch.ops.fbgemm, torch.device("cpu")
+g = torch.Generator().manual_seed(SEED)
+B, dims = int(torch.randint(0, 5, (1,), generator=g)), torch.randint(1, 6, (4,), generator=g).tolist()
+dtype = [torch.float32, torch.float16, torch.float64][SEED % 3]
+embs = [torch.randn(B, d, generator=g).to(dtype) for d in dims]
+x = torch.randn(1 + SEED % 7, 8 * (1 + SEED % 3), generator=g)
+results = {
+    "merge_dim1": f.merge_pooled_embeddings(embs, B, cpu, 1),
+    "merge_dim0": f.merge_pooled_embeddings([e.t().contiguous() for e in embs], B, cpu, 0),
+    "merge_dim_neg1": f.merge_pooled_embeddings(embs, B, cpu, -1),
+    "sum_reduce": f.sum_reduce_to_one([e[:, :1] * (i + 1) for i, e in enumerate(embs)], cpu),
+    "sum_reduce_one": f.sum_reduce_to_one(embs[:1], cpu),
+    "all_to_one": f.all_to_one_device(embs, cpu),
+    "is_uvm": torch.tensor(f.is_uvm_tensor(embs[0])),
+    "nbit4": f.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(x, 4),
+    "nbit2_half": f.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(x.half(), 2),
+    "nbit8": f.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(x, 8),
+    "q8": f.FloatOrHalfToFused8BitRowwiseQuantized(x),
+    "q8_half": f.FloatOrHalfToFused8BitRowwiseQuantized(x.half()),
+}
+"""
+
+
+def _bridge_only_results(tmp_path, with_fbgemm: bool, seeds):
+    path = tmp_path / f"results_{int(with_fbgemm)}.pt"
+    setup = (
+        "import fbgemm_gpu  # noqa: F401"
+        if with_fbgemm
+        else "from embnum import torch_bridge as tb\ntb.register_fbgemm_aliases()"
+    )
+    body = "\n".join(
+        ["import torch", setup, "out = {}"]
+        + [f"SEED = {s}\n{_BRIDGE_ONLY_CASES}\nout[{s}] = results" for s in seeds]
+        + [f"torch.save(out, {str(path)!r})"]
+    )
+    _run(body)
+    import torch
+
+    return torch.load(path)
+
+
+def _same(a, b):
+    import torch
+
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+@pytest.mark.fbgemm
+def test_bridge_only_and_quant_aliases_equal_fbgemm(tmp_path):
+    """merge_pooled_embeddings, sum_reduce_to_one, all_to_one_device, is_uvm_tensor and the FloatOrHalf
+    quantizers: fbgemm's CPU operators in one process, the aliases in another, on seeded inputs, equal
+    bit for bit (the sum is added left to right in both)."""
+    pytest.importorskip("fbgemm_gpu")
+    seeds = range(12)
+    want = _bridge_only_results(tmp_path, True, seeds)
+    got = _bridge_only_results(tmp_path, False, seeds)
+    for s in seeds:
+        for case, w in want[s].items():
+            assert _same(got[s][case], w), (s, case)
+
+
+def test_bridge_only_aliases_check_their_arguments():
+    out = _run(
+        """
+        import json, torch
+        from embnum import torch_bridge as tb
+        tb.register_fbgemm_aliases()
+        f, cpu = torch.ops.fbgemm, torch.device("cpu")
+        a, b = torch.randn(3, 2, requires_grad=True), torch.randn(3, 4)
+        before = (a.detach().clone(), b.clone())
+        errors = []
+        for call in (
+            lambda: f.merge_pooled_embeddings([], 3, cpu),
+            lambda: f.merge_pooled_embeddings([a, b.t()], 3, cpu, 1),
+            lambda: f.merge_pooled_embeddings([a, b.double()], 3, cpu, 1),
+            lambda: f.merge_pooled_embeddings([a, b], 3, cpu, 2),
+            lambda: f.merge_pooled_embeddings([a.view(-1)], 6, cpu, 0),
+            lambda: f.sum_reduce_to_one([], cpu),
+            lambda: f.sum_reduce_to_one([a, b], cpu),
+            lambda: f.sum_reduce_to_one([b, b.half()], cpu),
+        ):
+            try:
+                call()
+                errors.append(None)
+            except (ValueError, TypeError) as e:
+                errors.append([type(e).__name__, str(e)])
+        unchanged = torch.equal(a.detach(), before[0]) and torch.equal(b, before[1])
+        merged = f.merge_pooled_embeddings([a, b], 3, cpu, 1)
+        (ga,) = torch.autograd.grad(merged.sum() + f.sum_reduce_to_one([a, a], cpu).sum(), a)
+        moved = f.all_to_one_device([a, b], cpu)
+        print(json.dumps({
+            "errors": errors, "unchanged": unchanged, "grad": ga.tolist(),
+            "same_object": moved[1].data_ptr() == b.data_ptr(), "uvm": f.is_uvm_tensor(a),
+        }))
+        """
+    )
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["unchanged"] and r["same_object"] and r["uvm"] is False
+    assert r["grad"] == [[3.0, 3.0]] * 3
+    want = [
+        ("ValueError", "pooled_embeddings must hold at least one tensor"),
+        ("ValueError", "pooled_embeddings[1] has 4 in dimension 0, not uncat_dim_size = 3"),
+        ("TypeError", "pooled_embeddings[1] is torch.float64"),
+        ("ValueError", "cat_dim must be 0 or 1"),
+        ("ValueError", "pooled_embeddings[0] must be 2-D"),
+        ("ValueError", "input_tensors must hold at least one tensor"),
+        ("ValueError", "input_tensors[1] has shape (3, 4)"),
+        ("TypeError", "input_tensors[1] is torch.float16"),
+    ]
+    for got, (kind, words) in zip(r["errors"], want):
+        assert got is not None and got[0] == kind and words in got[1], (got, kind, words)

@@ -505,6 +505,9 @@ BAD = [
     (KTA, {**KT, "groups": ["a"]}, TypeError, ("groups[0]",)),
     (KTA, {**KT, "embs": [1.0]}, TypeError, ("embs",)),
     (KTA, {**KT, "lengths": [[2**31, 0]]}, ValueError, ("2**31 - 1",)),
+    (KTA, {**KT, "groups": [[["a"]]]}, TypeError, ("groups[0][0]",)),
+    (KTA, {**KT, "groups": np.array([[["a"]]])}, TypeError, ("groups",)),
+    (KTA, {**KT, "keys": [[["a"], "b"]]}, TypeError, ("keys[0][0]",)),
     (RKT, {**RG, "pooled_embs": [np.ones((2, 4))]}, ValueError, ("pooled_embs[0]", "sum(lengths[0]) = 5")),
     (RKT, {**RG, "pooled_embs": [np.ones((2, 5)), np.ones((2, 1))]}, ValueError, ("len(keys) = 1",)),
     (RKT, {**RG, "groups": [["b", "q"]]}, ValueError, ("'q'",)),
@@ -529,6 +532,7 @@ def test_bad_out():
 # -- torch bridge: gradients, bfloat16, the training module ----------------------------
 torch = pytest.importorskip("torch")
 tb = pytest.importorskip("embnum.torch_bridge")
+from embnum.modules import PermuteMultiEmbedding  # noqa: E402
 
 
 @st.composite
@@ -622,7 +626,7 @@ def test_module_caches_arguments_and_never_concatenates(monkeypatch):
     from embnum.examples.keyed_tensor import CLASSIC_GROUPS, CLASSIC_KEYS
 
     lengths = [[3, 4], [5, 6, 7], [8]]
-    m = tb.PermuteMultiEmbedding(CLASSIC_KEYS, lengths, CLASSIC_GROUPS)
+    m = PermuteMultiEmbedding(CLASSIC_KEYS, lengths, CLASSIC_GROUPS)
     xs = [torch.randn(4, sum(ls), requires_grad=True) for ls in lengths]
     first = m.arguments("cpu")
     assert all(a is b for a, b in zip(first, m.arguments(torch.device("cpu"))))
@@ -647,7 +651,7 @@ def test_module_caches_arguments_and_never_concatenates(monkeypatch):
 
 def test_module_compiles_fullgraph():
     lengths = [[3, 4], [5]]
-    m = tb.PermuteMultiEmbedding([["a", "b"], ["c"]], lengths, [["c", "a"], ["a", "b", "a"]])
+    m = PermuteMultiEmbedding([["a", "b"], ["c"]], lengths, [["c", "a"], ["a", "b", "a"]])
     xs = [torch.randn(3, sum(ls), requires_grad=True) for ls in lengths]
     step = torch.compile(lambda v: sum(o.square().sum() for o in m(v)), backend="aot_eager", fullgraph=True)
     got = torch.autograd.grad(step(xs), xs)
@@ -660,7 +664,7 @@ def test_module_compiles_fullgraph():
 def test_module_on_cuda_keeps_arguments_on_the_device():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    m = tb.PermuteMultiEmbedding([["a", "b"]], [[2, 3]], [["b", "a"], ["a"]])
+    m = PermuteMultiEmbedding([["a", "b"]], [[2, 3]], [["b", "a"], ["a"]])
     x = torch.randn(4, 5, device="cuda", requires_grad=True)
     outs = m([x])
     assert all(a.device == x.device for a in m.arguments(x.device))

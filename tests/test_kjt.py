@@ -606,6 +606,26 @@ def test_outputs_never_alias_inputs():
         assert not np.shares_memory(p[0], lengths) and not np.shares_memory(p[1], ids)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("flags", [(False, False), (True, True)])
+def test_bucketize_reads_read_only_inputs(weighted, flags):
+    """Read-only lengths, ids and weights (a frozen buffer, a memory-mapped file) give the result
+    of writable ones on every backend: the kernels never write through an input."""
+    lengths, ids = _a(2, 1, 0, 3), _a(3, 12, 7, 0, 9, 31)
+    w = np.linspace(0, 1, 6, dtype=np.float32) if weighted else None
+    want = embnum.block_bucketize_sparse_features(lengths, ids, *flags, _a(5, 8), 3, w, backend="ref")
+    frozen = [None if a is None else a.copy() for a in (lengths, ids, w)]
+    for a in frozen:
+        if a is not None:
+            a.flags.writeable = False
+    for backend in ("ref", "cpu"):
+        got = embnum.block_bucketize_sparse_features(
+            frozen[0], frozen[1], *flags, _a(5, 8), 3, frozen[2], backend=backend
+        )
+        for g, x in zip(got, want):
+            assert (g is None and x is None) or np.array_equal(g, x), backend
+
+
 def test_unbucketize_permute_restores_order():
     rng = np.random.default_rng(0)
     lengths = rng.poisson(3, 40)

@@ -362,6 +362,8 @@ BAD = [
     ("fused_8bit_rowwise_to_float", dict(input=Q8.astype(np.int8)), TypeError, ("input", "int8")),
     ("fused_8bit_rowwise_to_float", dict(input=Q8, output_dtype="bfloat16"), TypeError, ("output_dtype", "bfloat16")),
     ("fused_8bit_rowwise_to_float", dict(input=Q8, output_dtype="float64"), TypeError, ("output_dtype",)),
+    ("fused_8bit_rowwise_to_float", dict(input=Q8, output_dtype=np.array(2)), TypeError, ("output_dtype",)),
+    ("fused_8bit_rowwise_to_float", dict(input=Q8, output_dtype=np.zeros(2, np.int8)), TypeError, ("output_dtype",)),
     ("float_to_fused_nbit_rowwise", dict(input=np.ones((2, 8), F32), bit_rate=3), ValueError, ("bit_rate", "3")),
     ("float_to_fused_nbit_rowwise", dict(input=np.ones((2, 8), F32), bit_rate=1), ValueError, ("bit_rate", "1")),
     ("float_to_fused_nbit_rowwise", dict(input=np.ones((2, 8), F32), bit_rate=4.0), TypeError, ("bit_rate",)),
@@ -413,6 +415,16 @@ BAD = [
 
 
 # test_bad_input: tests/test_ops.py runs BAD on every backend
+
+
+@pytest.mark.parametrize("value", ["tensor", "dtype"])
+def test_numpy_api_names_a_torch_output_dtype(value):
+    """A torch object as the NumPy API's output_dtype: a TypeError naming it, not NumPy's ValueError."""
+    torch = pytest.importorskip("torch")
+    bad = torch.tensor(2) if value == "tensor" else torch.float16
+    for backend in ("ref", "cpu"):
+        with pytest.raises(TypeError, match="output_dtype"):
+            embnum.fused_8bit_rowwise_to_float(Q8, output_dtype=bad, backend=backend)
 
 
 def test_bad_out():

@@ -5,8 +5,7 @@ import pytest
 import embnum
 
 torch = pytest.importorskip("torch")
-from embnum.torch_bridge import PermuteMultiEmbedding  # noqa: E402
-from embnum.torch_bridge.tbe import TBE, FusedTBE  # noqa: E402
+from embnum.modules import TBE, FusedTBE, PermuteMultiEmbedding  # noqa: E402
 
 
 def test_tbe_repr_lists_every_table_and_its_features():

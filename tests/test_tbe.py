@@ -752,6 +752,46 @@ def test_optimizer_validation(kw, words):
     assert TBEOptimizer("partial_row_wise_lamb", 0.1).state_sizes(12, 5) == {"momentum1": 12, "momentum2": 5}
 
 
+@pytest.mark.parametrize(
+    "kw,exc,words",
+    [
+        (dict(kind="sgd", learning_rate=1e39), ValueError, "learning_rate"),
+        (dict(kind="sgd", learning_rate=-1e39), ValueError, "learning_rate"),
+        (dict(kind="lars_sgd", momentum=1e39), ValueError, "momentum"),
+        (dict(kind="lars_sgd", eta=3.5e38), ValueError, "eta"),
+        (dict(kind="rowwise_adagrad", weight_decay=3.5e38, weight_decay_mode="l2"), ValueError, "weight_decay"),
+        (dict(kind="adam", beta1=0.99999999999), ValueError, "beta1"),
+        (dict(kind="adam", beta2=0.99999999999), ValueError, "beta2"),
+        (dict(kind="sgd", eps=10**400), ValueError, "eps"),
+        (dict(kind="sgd", eps=3.5e38), ValueError, "eps"),
+        (dict(kind="sgd", max_norm=1e-50), ValueError, "max_norm"),
+        (dict(kind="sgd", max_gradient=1e-50), ValueError, "max_gradient"),
+        (dict(kind="sgd", max_gradient=10**400), ValueError, "max_gradient"),
+        (dict(kind=["sgd"]), TypeError, "kind"),
+        (dict(kind=3), TypeError, "kind"),
+        (dict(kind="rowwise_adagrad", weight_decay_mode=["l2"]), TypeError, "weight_decay_mode"),
+    ],
+)
+def test_optimizer_checked_as_the_kernels_read_it(kw, exc, words):
+    """A description valid in float64 but not once rounded to the kernels' float32 (an inf, a
+    beta of 1, a positive max_norm of 0) is an error at construction naming the parameter."""
+    kw.setdefault("learning_rate", 0.1)
+    with pytest.raises(exc, match=words):
+        TBEOptimizer(**kw)
+
+
+def test_optimizer_edges_that_survive_float32():
+    """Just inside float32: accepted, and what the kernels read is what was checked."""
+    top = float(np.finfo(np.float32).max)
+    opt = TBEOptimizer("lars_sgd", top, eta=top, momentum=top, max_norm=1e-45, weight_decay=top, weight_decay_mode="l2")
+    hp = opt.float32()
+    assert all(np.isfinite(v) for v in hp.values() if v is not None) and hp["max_norm"] > 0
+    beta = float(np.nextafter(np.float32(1), np.float32(0)))
+    adam = TBEOptimizer("adam", 0.1, beta1=beta, beta2=beta, eps=1e-50)
+    assert adam.float32()["beta2"] < 1 and adam.float32()["eps"] == 0
+    assert np.all(np.isfinite(adam.kernel_parameters(2**62)))
+
+
 # -- each row updated once; a toy training loop ----------------------------------
 def test_each_row_updated_once_however_often_looked_up(backend):
     """SGD on a row looked up k times moves by lr * (sum of its k gradients) exactly once."""
@@ -879,7 +919,7 @@ def _torch_batches(torch, n, T, B, rows, seed=0):
 
 def test_plain_module_trains_with_a_torch_optimizer():
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import TBE
+    from embnum.modules import TBE
 
     torch.manual_seed(0)
     emb = TBE([30, 30], [4, 4], [0, 0, 1], pooling_mode="mean")
@@ -901,7 +941,7 @@ def test_plain_module_trains_with_a_torch_optimizer():
 def test_fused_module_matches_tbe_backward_update(opt):
     """The fused module's backward applies exactly ``tbe_backward_update`` (weights, state, step)."""
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import FusedTBE
+    from embnum.modules import FusedTBE
 
     mod = FusedTBE([20, 10], [4, 2], [0, 1, 1], optimizer=opt, pooling_mode="sum")
     w = mod.weights.detach().numpy().copy()
@@ -961,7 +1001,7 @@ def test_fused_module_checkpoint_resume_is_bit_identical(opt):
     import io
 
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import FusedTBE
+    from embnum.modules import FusedTBE
 
     batches = list(_torch_batches(torch, 5, 3, 4, 10, seed=7))
     grads = [torch.randn(4, 6, generator=torch.Generator().manual_seed(i)) for i in range(5)]
@@ -988,7 +1028,7 @@ def test_fused_module_checkpoint_resume_is_bit_identical(opt):
 
 def test_fused_module_training_loop_learns():
     torch, tb = _torch()
-    from embnum.torch_bridge.tbe import FusedTBE
+    from embnum.modules import FusedTBE
 
     torch.manual_seed(0)
     mod = FusedTBE([50, 40], [8, 8], optimizer=TBEOptimizer("rowwise_adagrad", 0.2), pooling_mode="mean")

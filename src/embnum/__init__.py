@@ -8,9 +8,8 @@ CuPy nor Numba: each is loaded the first time something needs it.
 
 from . import ops as _declarations
 from ._backend import available_backends
-from ._registry import _OPS
+from ._registry import _OPS, ops
 from ._registry import get as get_op
-from ._registry import ops
 from ._validate import MAX_SIZE
 from .containers import JaggedTensor, KeyedJaggedTensor, KeyedTensor, from_torchrec
 

@@ -20,6 +20,8 @@ import statistics
 import sys
 import time
 
+DESCRIPTION = "embnum's command line: the tour runs every op on every available backend against the oracle."
+
 
 def _decide_simulator(no_sim: bool) -> None:
     """Switch the CUDA simulator on before numba is imported, when there is no GPU."""
@@ -29,6 +31,13 @@ def _decide_simulator(no_sim: bool) -> None:
         return
     if importlib.util.find_spec("numba_cuda") is not None:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+
+def _why_missing(backend: str) -> str:
+    """The backend's name, with the install that brings it where that is the reason."""
+    if backend == "cuda" and importlib.util.find_spec("numba_cuda") is None:
+        return "cuda (needs numba-cuda: requirements/sim.txt or the [sim] extra runs it in the simulator)"
+    return backend
 
 
 def interleaved_times(runs: dict, repeats: dict, clock=time.perf_counter) -> dict:
@@ -87,7 +96,7 @@ def tour(args) -> int:
         print(f"  backend {name:5s} {BACKENDS[name].device}")
     missing = sorted(set(BACKENDS) - set(available_backends()))
     if missing:
-        print(f"  not available here: {', '.join(missing)}")
+        print(f"  not available here: {', '.join(_why_missing(name) for name in missing)}")
     header = f"{'op':30s} {'backend':11s} {'input':34s} {'max |err|':>10s} {'median':>11s} {'quartiles':>18s}  status"
     print("\n" + header + "\n" + "-" * len(header))
     failures = 0
@@ -193,7 +202,7 @@ def op_table() -> str:
 def main(argv=None) -> int:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="python -m embnum", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m embnum", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"embnum {__version__}")
     sub = parser.add_subparsers(dest="command")
     t = sub.add_parser("tour", help="every op on every available backend against the oracle, with timings")

@@ -16,6 +16,7 @@ import ctypes
 import functools
 import importlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -167,7 +168,7 @@ def _check_oracle(name: str, results: list, outs: list) -> None:
 
 class CpuBackend(Backend):
     name = "cpu"
-    _common = None  # embnum.cpu._common, once a kernel is loaded (importing embnum loads no Numba)
+    _common: Any = None  # embnum.cpu._common, once a kernel is loaded (importing embnum loads no Numba)
 
     def available(self) -> bool:
         return _module_available("numba")
@@ -202,6 +203,12 @@ class CpuBackend(Backend):
                 finally:
                     common.set_threads(n)
         return kernel(**args) if out is None else kernel(**args, out=out)
+
+    @property
+    def device(self) -> str:
+        import numba
+
+        return f"cpu ({numba.config.NUMBA_NUM_THREADS} threads)"  # type: ignore[attr-defined]  # set at import
 
 
 class CudaBackend(Backend):

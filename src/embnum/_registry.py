@@ -210,7 +210,8 @@ class Op:
         arguments = None  # every argument by name, where something needs it
         # the cpu backend where every array (lists' items included) is a plain np.ndarray, or there
         # is none: what select_backend would pick
-        if backend is None and (_FAST_TYPES.issuperset(map(type, args)) or _plain_numpy(args)) and (not kwargs or _plain(kwargs)):
+        plain_args = _FAST_TYPES.issuperset(map(type, args)) or _plain_numpy(args)
+        if backend is None and plain_args and (not kwargs or _plain(kwargs)):
             chosen = _CPU
         else:
             arguments = self.bind(args, kwargs)

@@ -136,11 +136,36 @@ _DECAY_OF = {
 }
 
 
-def _finite(name, x, *, minimum=None, strict=False):
-    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
+def _finite(name, x, *, minimum=None, strict=False, below_one=False):
+    """``x`` as the kernels read it (float32) is finite and in its domain (checked on the
+    float32 value: 1e39 is inf, 0.99999999999 is 1, 1e-50 is 0 there)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise ValueError(f"{name} must be a finite number, got {x!r}")
-    if minimum is not None and (float(x) < minimum or (strict and float(x) == minimum)):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}, got {x!r}")
+    try:
+        x64 = float(x)
+    except OverflowError:
+        x64 = math.inf
+    with np.errstate(over="ignore", under="ignore"):
+        x32 = float(np.float32(x64))
+    if not math.isfinite(x32):
+        why = "" if not math.isfinite(x64) else " as a float32 (the kernels' precision)"
+        raise ValueError(f"{name} must be a finite number{why}, got {x!r}")
+    if minimum is not None and (x32 < minimum or (strict and x32 == minimum)):
+        ok64 = not (x64 < minimum or (strict and x64 == minimum))
+        why = f" as a float32 (the kernels' precision; it rounds to {x32!r})" if ok64 else ""
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}{why}, got {x!r}")
+    if below_one and x32 >= 1:
+        why = "" if x64 >= 1 else f" as a float32 (the kernels' precision; it rounds to {x32!r})"
+        raise ValueError(f"{name} must be < 1{why}, got {x!r}")
+
+
+def _name(param, value, choices):
+    """A str among ``choices`` (case-insensitive): TypeError for another type, ValueError for another str."""
+    if not isinstance(value, str):
+        raise TypeError(f"{param} must be a str, one of {sorted(choices)}, got {value!r}")
+    if value.lower() not in choices:
+        raise ValueError(f"{param} must be one of {sorted(choices)}, got {value!r}")
+    return value.lower()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,9 +176,12 @@ class TBEOptimizer:
     kind: ``"sgd"``, ``"adagrad"``, ``"rowwise_adagrad"``, ``"adam"``, ``"lamb"``,
     ``"partial_rowwise_adam"``, ``"partial_rowwise_lamb"`` or ``"lars_sgd"`` (fbgemm's
     ``"exact_*"`` / ``"*_row_wise_*"`` names are accepted and normalised). Hyper-parameters
-    are used as float32 values (fbgemm passes C floats). ``weight_decay`` needs the mode the
-    kind implements: ``"l2"``/``"decoupled"`` (rowwise Adagrad), ``"decoupled"`` (Adam, LAMB
-    and their partial row-wise forms), ``"l2"`` (LARS-SGD); SGD and Adagrad take none.
+    are used as float32 values (fbgemm passes C floats) and checked as such: a value that is
+    not finite, or leaves its domain (a beta of 1, a ``max_norm`` of 0), once rounded to
+    float32 is a ``ValueError`` naming it; a ``kind`` or mode that is not a str a ``TypeError``.
+    ``weight_decay`` needs the mode the kind implements: ``"l2"``/``"decoupled"`` (rowwise
+    Adagrad), ``"decoupled"`` (Adam, LAMB and their partial row-wise forms), ``"l2"`` (LARS-SGD);
+    SGD and Adagrad take none.
     ``max_gradient``: clip the output gradient elementwise to ``[-max_gradient,
     max_gradient]`` first. ``eta``, ``momentum``: LARS-SGD's trust coefficient and momentum
     (fbgemm's module defaults). ``max_norm``: after the update, scale every updated row
@@ -173,23 +201,17 @@ class TBEOptimizer:
     max_norm: float | None = None
 
     def __post_init__(self):
-        kind = self.kind.lower() if isinstance(self.kind, str) else self.kind
-        if kind not in _KINDS:
-            raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {self.kind!r}")
+        kind = _name("kind", self.kind, _KINDS)
         object.__setattr__(self, "kind", _KINDS[kind])
-        mode = self.weight_decay_mode.lower() if isinstance(self.weight_decay_mode, str) else self.weight_decay_mode
-        if mode not in _DECAY_MODES:
-            raise ValueError(f"weight_decay_mode must be one of {_DECAY_MODES}, got {self.weight_decay_mode!r}")
+        mode = _name("weight_decay_mode", self.weight_decay_mode, _DECAY_MODES)
         object.__setattr__(self, "weight_decay_mode", mode)
         _finite("learning_rate", self.learning_rate)
         _finite("eps", self.eps, minimum=0.0)
         _finite("weight_decay", self.weight_decay, minimum=0.0)
         _finite("eta", self.eta, minimum=0.0)
         _finite("momentum", self.momentum, minimum=0.0)
-        for name in ("beta1", "beta2"):
-            _finite(name, getattr(self, name), minimum=0.0)
-            if float(getattr(self, name)) >= 1:
-                raise ValueError(f"{name} must be < 1, got {getattr(self, name)!r}")
+        _finite("beta1", self.beta1, minimum=0.0, below_one=True)
+        _finite("beta2", self.beta2, minimum=0.0, below_one=True)
         for name in ("max_gradient", "max_norm"):
             if getattr(self, name) is not None:
                 _finite(name, getattr(self, name), minimum=0.0, strict=True)
@@ -304,7 +326,10 @@ class TBEOptimizer:
             fields = None
         if not isinstance(fields, tuple) or len(fields) != len(dataclasses.fields(cls)):
             raise ValueError(f"optimizer must be an encoded embnum.TBEOptimizer, got {s!r:.80}")
-        return cls(*fields)
+        try:
+            return cls(*fields)
+        except TypeError as e:
+            raise ValueError(f"optimizer must be an encoded embnum.TBEOptimizer, got {s!r:.80} ({e})") from None
 
 
 # -- codes the kernels branch on ------------------------------------------------

@@ -138,7 +138,7 @@ def output_dtype(value, allowed=HALF_OR_FLOAT, name: str = "output_dtype") -> np
         raise TypeError(f"{name} bfloat16 is not supported (NumPy has no bfloat16); use {_choices(allowed)}")
     try:
         dt = np.dtype(value)
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: NumPy's answer to a torch tensor
         dt = None
     if dt not in allowed:
         raise TypeError(f"{name} must be {_choices(allowed)}, got {value!r}")
@@ -300,7 +300,8 @@ def _offsets_summary(offs) -> tuple[int, int, int]:
     if fast is not None:
         first, i, last = fast.offsets_summary(offs)
         return int(first), int(i), int(last)
-    return tuple(int(x) for x in read_ints(*offsets_parts(offs)))
+    first, i, last = (int(x) for x in read_ints(*offsets_parts(offs)))
+    return first, i, last
 
 
 def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None, summary=None):

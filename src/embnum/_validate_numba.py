@@ -11,7 +11,8 @@ missing). The functions only report; ``_validate`` raises, with the same message
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ._jit import njit
 
 _jit = njit(cache=True, nogil=True)
 

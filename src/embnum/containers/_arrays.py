@@ -79,6 +79,18 @@ def is_integer(a) -> bool:
     return np.dtype(a.dtype).kind in "iu"
 
 
+def is_index(a) -> bool:
+    """int32 or int64: the dtypes the ops take for lengths, offsets and ids."""
+    if is_tensor(a):
+        return a.dtype in (_torch().int32, _torch().int64)
+    return np.dtype(a.dtype) in (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def is_numeric(a) -> bool:
+    """Not an object, string, void or date dtype (torch dtypes all are numeric)."""
+    return is_tensor(a) or np.dtype(a.dtype).kind not in "OSUVMm"
+
+
 def is_float(a) -> bool:
     if is_tensor(a):
         return a.dtype.is_floating_point
@@ -167,13 +179,18 @@ def first_true(mask) -> int:
     return int(_xp(mask).argmax(mask))
 
 
-def total(a) -> int:
-    """Sum of a 1-D integer array as a Python int (a host read)."""
-    if a.shape[0] == 0:
+def total(a, bound: int) -> int:
+    """Exact sum of a 1-D integer array whose entries lie in ``[0, bound]``, as a Python int (a
+    host read): int64 sums of chunks short enough not to wrap, added in Python."""
+    n = a.shape[0]
+    if n == 0:
         return 0
-    if is_tensor(a):
-        return int(a.sum(dtype=_torch().int64))
-    return int(a.sum(dtype=np.int64))
+    step = max(1, (2**63 - 1) // max(bound, 1))
+    s = 0
+    for start in range(0, n, step):
+        part = a[start : start + step]
+        s += int(part.sum(dtype=_torch().int64)) if is_tensor(a) else int(part.sum(dtype=np.int64))
+    return s
 
 
 def row_sums(a2d):

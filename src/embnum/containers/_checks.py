@@ -39,10 +39,15 @@ def int_list(name: str, xs, *, minimum: int = 0) -> list[int]:
     return [int_value(f"{name}[{i}]", x, minimum=minimum) for i, x in enumerate(xs)]
 
 
-def array(name: str, a, *, ndim=1, integer=False, floating=False):
-    """A NumPy/CuPy array or torch tensor with ``ndim`` dimensions (an int or a minimum ``(k,)``)."""
+def array(name: str, a, *, ndim=1, integer=False, floating=False, index=False):
+    """A NumPy/CuPy array or torch tensor of a numeric dtype with ``ndim`` dimensions (an int or
+    a minimum ``(k,)``); ``index``: int32 or int64 (lengths, offsets)."""
     if not A.is_supported(a):
         raise TypeError(f"{name} must be a NumPy array, a CuPy array or a torch tensor, got {type(a).__name__}")
+    if not A.is_numeric(a):
+        raise TypeError(f"{name} must have a numeric dtype, got {A.dtype_name(a)}")
+    if index and not A.is_index(a):
+        raise TypeError(f"{name} must have an integer dtype int32 or int64, got {A.dtype_name(a)}")
     ok = a.ndim >= ndim[0] if isinstance(ndim, tuple) else a.ndim == ndim
     if not ok:
         want = f"at least {ndim[0]}-D" if isinstance(ndim, tuple) else f"{ndim}-D"
@@ -64,10 +69,19 @@ def nonneg(name: str, a) -> None:
 
 
 def lengths_match(lengths_name: str, lengths, values_name: str, n: int) -> None:
-    """``sum(lengths) == n`` (a host read; skipped while torch.compile traces)."""
+    """``sum(lengths) == n`` for lengths already ``>= 0``, summed without wrapping (host reads;
+    skipped while torch.compile traces)."""
     if A.compiling():
         return
-    s = A.total(lengths)
+    s = 0
+    if lengths.shape[0]:
+        top = int(lengths.max())
+        if top > n:
+            i = A.first_true(lengths == top)
+            raise ValueError(
+                f"{lengths_name}[{i}] = {top} exceeds len({values_name}) = {n}: {lengths_name} must sum to it"
+            )
+        s = A.total(lengths, top)
     if s != n:
         raise ValueError(f"{lengths_name} sums to {s} but len({values_name}) = {n}: they must be equal")
 
@@ -81,9 +95,9 @@ def offsets_array(name: str, offs, values_name: str, n: int) -> None:
     if int(offs[0]) != 0:
         raise ValueError(f"{name}[0] must be 0, got {int(offs[0])}")
     if offs.shape[0] > 1:
-        d = A.diff(offs)
-        if int(d.min()) < 0:
-            i = A.first_true(d < 0) + 1
+        down = offs[1:] < offs[:-1]  # compared, not subtracted: a difference can wrap
+        if bool(down.any()):
+            i = A.first_true(down) + 1
             raise ValueError(f"{name} must be non-decreasing, but {name}[{i}] = {int(offs[i])} < {int(offs[i - 1])}")
     if int(offs[-1]) != n:
         raise ValueError(f"{name}[-1] = {int(offs[-1])} must equal len({values_name}) = {n}")
@@ -151,13 +165,13 @@ def jagged_arrays(cls_name: str, values, weights, lengths, offsets) -> int:
     if lengths is None and offsets is None:
         raise ValueError(f"{cls_name} needs lengths or offsets, got neither")
     if lengths is not None:
-        array("lengths", lengths, integer=True)
+        array("lengths", lengths, index=True)
         A.same_place("lengths", lengths, values, "values")
         nonneg("lengths", lengths)
         lengths_match("lengths", lengths, "values", n)
         n_bags = lengths.shape[0]
     if offsets is not None:
-        array("offsets", offsets, integer=True)
+        array("offsets", offsets, index=True)
         A.same_place("offsets", offsets, values, "values")
         offsets_array("offsets", offsets, "values", n)
         if lengths is not None:

@@ -322,16 +322,18 @@ class KeyedJaggedTensor(JaggedArrays):
         Fixed batch: one ``permute_2d_sparse_data`` on ``lengths`` viewed ``[T, stride]``;
         variable batch: two ``permute_1d_sparse_data`` (lengths by ``stride_per_key``, values
         and weights by ``length_per_key``). ``indices_tensor`` (optional): ``indices`` as an
-        int array of the values' kind, to save building it.
+        int32/int64 array of the values' kind, to save building it; checked to hold ``indices``
+        (ValueError otherwise; a host read, skipped while torch.compile traces).
         """
         T = len(self._keys)
         indices = C.int_list("indices", indices)
         for j, i in enumerate(indices):
             if i >= T:
                 raise IndexError(f"indices[{j}] = {i} is out of range for {T} keys")
-        perm = indices_tensor
-        if perm is None:
+        if indices_tensor is None:
             perm = A.index_like(indices, self._values, _int64_of(self._values))
+        else:
+            perm = _agreeing("indices_tensor", indices_tensor, "indices", indices, self._values)
         keys = [self._keys[i] for i in indices]
         lpk = None if self._length_per_key is None else [self._length_per_key[i] for i in indices]
         ops = A.ops_for(self._values)
@@ -480,14 +482,38 @@ class KeyedJaggedTensor(JaggedArrays):
 
 
 def _index_arg(name, x, like):
-    """A list of ints or an integer array -> an array of ``like``'s kind, device and dtype (None stays None)."""
+    """A list of ints or an int32/int64 array -> an array of ``like``'s kind and device (None stays
+    None): the array as given, the list as int64. Never cast to the ids' dtype: a block size
+    beyond it would wrap (the op judges it against the ids' range)."""
     if x is None:
         return None
     if A.is_supported(x):
-        C.array(name, x, integer=True)
+        C.array(name, x, index=True)
         A.same_place(name, x, like, "values")
-        return A.astype(x, like.dtype)
-    return A.index_like(C.int_list(name, x), like)
+        return x
+    xs = C.int_list(name, x)
+    for i, v in enumerate(xs):
+        if v > _INT64_MAX:
+            raise ValueError(f"{name}[{i}] = {v} exceeds the int64 range")
+    return A.int64_like(xs, like)
+
+
+def _agreeing(name, a, list_name, xs, like):
+    """``a``, a 1-D int32/int64 array of ``like``'s kind, that holds ``xs`` (host read; skipped
+    while torch.compile traces)."""
+    C.array(name, a, index=True)
+    A.same_place(name, a, like, "values")
+    if a.shape[0] != len(xs):
+        raise ValueError(f"{name} has {a.shape[0]} entries but {list_name} has {len(xs)}: they must agree")
+    if not A.compiling():
+        got = A.to_list(a)
+        if got != xs:
+            j = next(j for j, (g, x) in enumerate(zip(got, xs)) if g != x)
+            raise ValueError(f"{name}[{j}] = {got[j]} but {list_name}[{j}] = {xs[j]}: they must agree")
+    return a
+
+
+_INT64_MAX = 2**63 - 1
 
 
 def _cut(a):

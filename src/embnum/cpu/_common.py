@@ -12,14 +12,14 @@ accumulation, one rounding to float16).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
-from numba import njit
-from numba.core.caching import FunctionCache
 
 from .. import _half, _offsets_walk
+from .._jit import _cpu_cache, _enable, njit
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -200,9 +200,9 @@ def serial_bytes(name: str) -> int:
     return SERIAL_BYTES_OF.get(name, SERIAL_BYTES)
 
 
-class _SerialCache(FunctionCache):
-    """Numba's on-disk cache of a :func:`serial_twin`: the parallel kernel's file (the same
-    Python function), with its entries keyed apart (Numba keys an entry by signature and
+class _SerialKey:
+    """Mixed into the on-disk cache of a :func:`serial_twin`: the parallel kernel's index file
+    (the same Python function), its entries keyed apart (Numba keys an entry by signature and
     bytecode, not by the parallel flag, so without the mark a twin would load the parallel
     machine code, or the kernel the serial one)."""
 
@@ -210,14 +210,19 @@ class _SerialCache(FunctionCache):
         return (*super()._index_key(sig, codegen), "serial")
 
 
+@functools.cache
+def _serial_cache():
+    return type("SerialCache", (_SerialKey, _cpu_cache()), {})
+
+
 def serial_twin(kernel):
     """``kernel`` (a ``parallel=True`` njit function) compiled once more without the parallel
     runtime: the same code, ``prange`` run as ``range``, so the same results. Entering a parallel
     region costs ~2 us even on one thread; small calls, which run on one thread anyway, take the
-    twin (see :func:`one_thread`). Cached on disk beside the kernel (:class:`_SerialCache`)."""
-    twin = njit(kernel.py_func)
-    twin._cache = _SerialCache(kernel.py_func)
-    return twin
+    twin (see :func:`one_thread`). Cached on disk beside the kernel (:class:`_SerialKey`)."""
+    import numba
+
+    return _enable(numba.njit(kernel.py_func), _serial_cache)
 
 
 def one_thread() -> bool:

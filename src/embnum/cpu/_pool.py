@@ -3,7 +3,7 @@
 Why: a fresh output of many MiB costs more than the kernel that fills it. Each call
 would get new pages from the OS, which the kernel zeroes at first touch: on issue 12's
 2-core VM a fresh 32 MiB float32 fill took 4.9-6.3 ms against 1.6 ms into a kept buffer
-(``benchmarks/fresh_pages.py``), and under load up to ~60 ms (a VM with free page
+(``benchmarks/investigations/fresh_pages.py``), and under load up to ~60 ms (a VM with free page
 reporting hands freed 2 MiB blocks back to its host, so touching them again faults in
 the host; seen under load, not reproduced on the quiet machine). The dequantizer's own
 work is ~1.2-1.6 ms (benchmarks/RESULTS.md, issue 12 item 6). Pages that stay mapped in

@@ -8,9 +8,10 @@ it fills completely.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .. import _offsets_walk
+from .._jit import njit
 from ._common import (
     bits,
     float32_result,

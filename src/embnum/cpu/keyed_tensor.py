@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import _permute_plan as plan
+from .._jit import njit
 from . import _common
 from ._common import float_to_half_bits, half_bits_to_float
 

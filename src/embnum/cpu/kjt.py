@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .. import _bucketize
+from .._jit import njit
 from . import _common, _pool
 from ._common import bits, int64s
 
@@ -401,7 +402,8 @@ def block_bucketize_sparse_features(
     slots = counts
     dst = unbucketize if sequence else np.empty(0, np.int64)
     want_w = weights is not None and N > 0
-    w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (uidx[:0], uidx[:0])
+    no_w = np.empty(0, uidx.dtype)  # not a slice of the ids: they may be read-only, and new_w is written
+    w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (no_w, no_w)
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
     args = (offs, uidx, bag_key, *params, keep, bucket, slots, new_indices.view(uidx.dtype))
     args += (bucketize_pos, pos_out, sequence, dst, want_w, w, new_w)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .. import _qrow
+from .._jit import njit
 from . import _pool
 from ._common import (
     bits_to_float32,

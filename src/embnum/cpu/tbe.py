@@ -29,12 +29,13 @@ from typing import NamedTuple
 import llvmlite.binding as llvm_binding
 import llvmlite.ir as ir
 import numpy as np
-from numba import njit, parallel_chunksize, prange, types
+from numba import parallel_chunksize, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .. import _tbe_rows
 from .._cache import BoundedCache
+from .._jit import njit
 from .._tbe import (
     ADAGRAD,
     ADAM,

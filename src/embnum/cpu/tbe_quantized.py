@@ -9,9 +9,10 @@ accumulated in float32 in index order, so results do not depend on threads.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .. import _qrow
+from .._jit import njit
 from .._tbe import MEAN, NONE
 from ._common import bits_to_float32, float32_result, half_bits_to_float32, round_once
 

@@ -16,6 +16,7 @@ from numba import cuda
 
 from .. import _half, _offsets_walk
 from .._backend import cuda_simulated, to_host  # noqa: F401 - to_host: the one device-to-host copy
+from .._jit import cuda_kernel
 
 SIMULATED = cuda_simulated()
 # Threads per block (a power of two). Under the simulator every thread is a Python thread, so
@@ -151,7 +152,7 @@ def inclusive_scan(a):
     return xp().cumsum(a, dtype=np.int64)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _running_max(a, out):
     """out[i] = max(a[:i + 1]) (int64) in one block: each thread takes a contiguous chunk, chunk
     maxima are scanned in shared memory by thread 0 (fixed order), then each chunk is written."""

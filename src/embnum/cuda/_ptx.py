@@ -144,7 +144,7 @@ def ptxas() -> str:
         pass
     found = shutil.which("ptxas")
     if found is None:
-        raise RuntimeError("ptxas not found: install nvidia-cuda-nvcc-cu12 (requirements/test.txt)")
+        raise RuntimeError("ptxas not found: install nvidia-cuda-nvcc-cu12 (requirements/compile.txt)")
     return found
 
 

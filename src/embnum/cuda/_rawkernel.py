@@ -31,11 +31,11 @@ def nvrtc_missing() -> str | None:
     try:
         from cuda.bindings import nvrtc
     except ImportError as e:
-        return f"cuda-bindings is not installed ({e}); install the nvrtc extra"
+        return f"cuda-bindings is not installed ({e})"
     try:
         err, *_ = nvrtc.nvrtcVersion()
     except Exception as e:  # noqa: BLE001 - cuda-bindings raises RuntimeError (or OSError) when libnvrtc is absent
-        return f"the NVRTC library does not load ({type(e).__name__}: {e}); install nvidia-cuda-nvrtc-cu12"
+        return f"the NVRTC library does not load ({type(e).__name__}: {e})"
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         return f"nvrtcVersion failed: {err}"
     return None

@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _offsets_walk
+from .._jit import cuda_kernel
 from ._common import (
     LANES,
     TPB,
@@ -39,7 +40,7 @@ from ._common import (
 
 
 # -- scans -----------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _emit_rows(incl, out, N, first):
     """``out[r, j] = incl[r*N + j - first] - (sum of rows before r)``, 0 where ``j < first``."""
     R, W = out.shape[0], out.shape[1]
@@ -76,7 +77,7 @@ def inclusive_cumsum(lengths, out):
 
 
 # -- offsets_range ---------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _offsets_range(offs, out):
     """``out[j] = j - offs[k]`` for the last ``k`` with ``offs[k] <= j``: a grid over ``out``."""
     last = offs.shape[0] - 1
@@ -94,7 +95,7 @@ WARPS = TPB // LANES  # lane groups (warps) per block
 
 
 def _make_segment_sum(acc_type, exact):
-    @cuda.jit(cache=True)
+    @cuda_kernel
     def kernel(values, bounds, out):
         """A lane group (a warp on a GPU) per run, ``WARPS`` runs per block at a time: lane ``l`` sums
         elements ``l, l + LANES, ...`` of its run (consecutive lanes read consecutive elements), then the
@@ -152,7 +153,7 @@ def segment_sum_csr(batch_size, csr_seg, values, out):
         out[...] = acc.astype(out.dtype)  # float16: float32 sums rounded once (embnum._half); int32: wraps
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _broadcast_runs(grad, bounds, out):
     """``out[j] = grad[i]`` for ``bounds[i] <= j < bounds[i+1]``, 0 outside every run: a grid over ``out``."""
     last = bounds.shape[0] - 1
@@ -173,7 +174,7 @@ def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values, out):
 
 
 # -- jagged <-> dense --------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _to_dense(values, offs, starts, lens, pad, out, M, D):
     """values ``[N*D]``, out ``[n_slabs*M*D]``: a grid over ``out``; element ``e`` is column
     ``e % D`` of row ``(e // D) % M`` of slab ``e // (M*D)``, which walks to its leaf segment."""
@@ -204,7 +205,7 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
     launch(_to_dense, blocks(out.size, TPB), TPB, src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), M, D)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _to_jagged(dense, offs, starts, lens, out, M, D):
     """dense ``[n_slabs*M*D]``, out ``[total_L*D]``: a grid over ``out``; row ``e // D`` finds its
     leaf segment (binary search), that segment its slab; 0 where no dense position reaches."""

@@ -20,6 +20,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _bucketize
+from .._jit import cuda_kernel
 from ._common import (
     TPB,
     bits,
@@ -47,7 +48,7 @@ def _complete(sizes):
 
 
 # -- segment gathers ---------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _gather(src, src_offs, seg, dst_offs, dst):
     """Element ``e`` of output segment ``j`` (``dst_offs[j] <= e < dst_offs[j+1]``) is element
     ``e - dst_offs[j]`` of source segment ``seg[j]``: a grid over output elements."""
@@ -95,7 +96,7 @@ def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size
 
 
 # -- block bucketize -------------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _bucket_keys(offs, uidx, key_offs, kc, mu, pos, has_pos, mask, keep, key, new_id, in_bag):
     """For every id ``i`` (a grid over ids): its bag ``k`` and that bag's key ``t`` (binary
     searches), then ``key[i] = bucket * n_bags + k``, its new id and its position in the bag."""
@@ -159,7 +160,7 @@ def block_bucketize_sparse_features(
 
 
 # -- small permutation ops ---------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _expand(permute, io, oo, out):
     """A grid over output elements: element ``e`` of output segment ``t`` is ``io[permute[t]] + e - oo[t]``."""
     last = permute.shape[0] - 1
@@ -175,7 +176,7 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, out):
         )
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _invert(permute, out):
     for i in range(cuda.grid(1), permute.shape[0], cuda.gridsize(1)):
         out[permute[i]] = i
@@ -187,7 +188,7 @@ def invert_permute(permute, out):
 
 
 # -- unique ids per table -------------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _mark_new(ids, group, order, flags):
     """``flags[r] = 1`` where sorted position ``r`` starts a new (table, id) pair."""
     for r in range(cuda.grid(1), order.shape[0], cuda.gridsize(1)):
@@ -199,7 +200,7 @@ def _mark_new(ids, group, order, flags):
             flags[r] = 1 if (group[i] != group[p] or ids[i] != ids[p]) else 0
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _emit_unique(ids, order, flags, rank, unique, reverse):
     for r in range(cuda.grid(1), order.shape[0], cuda.gridsize(1)):
         i = order[r]

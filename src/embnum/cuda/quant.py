@@ -33,6 +33,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _qrow
+from .._jit import cuda_kernel
 from ._common import (
     LANES,
     TPB,
@@ -124,7 +125,7 @@ def _get_u32(row, at):
 
 
 # -- 1. fused 8-bit row-wise ----------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _quantize_8bit(x, out):
     """out ``[R, D + 8]`` uint8: lane group per row (block-uniform loop over rows)."""
     R, D = x.shape
@@ -162,7 +163,7 @@ def _store(out16, out32, r, c, v):
         out32[r, c] = np.float32(v)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _dequantize_8bit(q, D, out16, out32):
     """out ``[R, D]``: lane group per row, lanes over the columns."""
     R = q.shape[0]
@@ -193,7 +194,7 @@ def fused_8bit_rowwise_to_float(input, output_dtype, out):
 
 
 # -- 2. fused N-bit row-wise ----------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _quantize_nbit(x, bit_rate, out):
     """out ``[R, D / (8 / bit_rate) + 4]`` uint8: lane group per row, lanes over the output bytes
     (each packs ``8 / bit_rate`` adjacent columns); block-uniform loop over rows."""
@@ -236,7 +237,7 @@ def float_to_fused_nbit_rowwise(input, bit_rate, out):
         launch(_quantize_nbit, *_row_groups(x.shape[0]), x, bit_rate, out)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _dequantize_nbit(q, bit_rate, out16, out32):
     """out ``[R, D]``: lane group per row, lanes over the output columns."""
     R, C = q.shape
@@ -263,7 +264,7 @@ def fused_nbit_rowwise_to_float(input, bit_rate, output_dtype, out):
 
 
 # -- 3. bfloat16 ------------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _to_bfloat16(u, out):
     for i in range(cuda.grid(1), u.shape[0], cuda.gridsize(1)):
         x = np.int64(u[i])
@@ -282,7 +283,7 @@ def float_to_bfloat16(input, out):
         launch(_to_bfloat16, *_launch(out.size), _flat(input, np.uint32), out.reshape(-1))
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _from_bfloat16(h, out):
     for i in range(cuda.grid(1), h.shape[0], cuda.gridsize(1)):
         out[i] = np.uint32(np.int64(h[i]) << 16)
@@ -294,7 +295,7 @@ def bfloat16_to_float(input, out):
 
 
 # -- 4. float16 -------------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _to_fp16(u, saturate, out):
     for i in range(cuda.grid(1), u.shape[0], cuda.gridsize(1)):
         x = np.int64(u[i])
@@ -309,7 +310,7 @@ def float_to_fp16(input, saturate, out):
         launch(_to_fp16, *_launch(out.size), _flat(input, np.uint32), saturate, out.reshape(-1).view(np.uint16))
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _from_fp16(h, out):
     for i in range(cuda.grid(1), h.shape[0], cuda.gridsize(1)):
         out[i] = np.float32(half_bits_to_float(h[i]))
@@ -321,7 +322,7 @@ def fp16_to_float(input, out):
 
 
 # -- 5. HFP8 ----------------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _to_hfp8(u, m, bias, max_bits, out):
     min_normal = np.int64(1 - bias + 127) << 23
     shift = 23 - m
@@ -348,7 +349,7 @@ def float_to_hfp8(input, ebits, exponent_bias, max_pos, out):
         )
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _from_hfp8(c, ebits, bias, out):
     m = 7 - ebits
     for i in range(cuda.grid(1), c.shape[0], cuda.gridsize(1)):

@@ -40,6 +40,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _tbe_rows
+from .._jit import cuda_kernel
 from .._tbe import (
     ADAGRAD,
     ADAM,
@@ -109,7 +110,7 @@ def _bag(offsets, k, N):
 
 
 # -- forward ------------------------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, out):
     """out ``[B, total_D]`` (float32 or float16): lane group per bag, ``COLS`` columns per lane."""
     lane = cuda.threadIdx.x % LANES
@@ -172,7 +173,7 @@ def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw
                 out[b, col + d3] = a3
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _forward_none(w, woff, doff, rows, indices, offsets, B, out):
     """out ``[N, D]``: lane group per bag copies its rows (lanes over columns); positions
     before ``offsets[0]`` (outside every bag) get 0."""
@@ -235,7 +236,7 @@ class Runs(NamedTuple):
     n_runs: object
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _linear_ids(hcs, rows, indices, offsets, B, bag, lid):
     """Bag of each position (binary search of ``offsets``) and its linear row id; positions
     outside every bag, and ids outside their table (possible only unchecked, bounds mode "none"
@@ -265,7 +266,7 @@ def _linear_ids(hcs, rows, indices, offsets, B, bag, lid):
         lid[p] = hcs[lo // B] + r
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _run_starts(lid, big, rank, run_start, n_runs):
     """With ``rank`` the inclusive scan of the run-start flags: ``run_start[rank[q] - 1] = q``
     where sorted position ``q`` starts a run; the last in-bag position writes ``U`` and the end
@@ -282,7 +283,7 @@ def _run_starts(lid, big, rank, run_start, n_runs):
             run_start[rank[q]] = q + 1
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _new_run(lid, big, new):
     for q in range(cuda.grid(1), lid.shape[0], cuda.gridsize(1)):
         x = lid[q]
@@ -332,7 +333,7 @@ def _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw
     return acc
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, psw, has_psw, out):
     """Lane group per run (lanes over columns): the run's summed gradient written to its row of
     the dense gradient ``out`` [W] (zero elsewhere, set by the caller)."""
@@ -349,7 +350,7 @@ def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff
             out[at + d] = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling, g, psw, has_psw, values):
     """Lane group per run: the run's summed gradient written to ``values[voff[u]:]``."""
     lane = cuda.threadIdx.x % LANES
@@ -434,7 +435,7 @@ def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
 
 
 # -- gradient of the per-sample weights ------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _grad_psw(w, woff, doff, rows, indices, offsets, B, bag, g, out):
     """out[p] = dot(g[b, cols of t], row): lane group per lookup, lane partial sums reduced
     in shared memory in a fixed order (block-uniform loop: every thread reaches each barrier)."""
@@ -481,7 +482,7 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
 
 
 # -- the fused optimizer step ------------------------------------------------------------------
-@cuda.jit(cache=True)
+@cuda_kernel
 def _apply(
     order,
     sbag,
@@ -626,7 +627,7 @@ def _group_sum(x):
     return x
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
     """Lane group per touched row ``u`` (``lids[u] < 0``: a padded row, skipped), lanes over the
     columns: :mod:`embnum._tbe_rows`'s rule (the same formulas) for LAMB, partial row-wise

@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _qrow
+from .._jit import cuda_kernel
 from ._common import (
     LANES,
     TPB,
@@ -38,7 +39,7 @@ def _groups(n_items: int) -> int:
     return blocks(n_items, TPB // LANES)
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _pooled(weights, layout, indices, offsets, B, mean, psw, has_psw, out):
     """out ``[B, total_D]``: one lane group per bag ``(t, b)``, lanes over the feature's columns
     (each lane sums its columns in lookup order, float32; the group's loads of a row are adjacent
@@ -66,7 +67,7 @@ def _pooled(weights, layout, indices, offsets, B, mean, psw, has_psw, out):
             out[b, col0 + c] = acc
 
 
-@cuda.jit(cache=True)
+@cuda_kernel
 def _rows(weights, layout, feature_of_pos, indices, out):
     """out ``[N, D]`` (pooling ``"none"``): one lane group per position, lanes over the columns."""
     N, D = out.shape

@@ -10,7 +10,7 @@ batches concatenated in rank order, ``B_g = sum B_r``):
    order); lengths go first (``all_to_all_single``), then values, then weights,
    and the received pieces are put key-major for the global batch
    (``permute_1d_sparse_data``);
-2. **lookups**: each local :class:`~embnum.torch_bridge.tbe.FusedTBE` pools its
+2. **lookups**: each local :class:`~embnum.modules.FusedTBE` pools its
    shards for the global batch (replicated tables: for the local batch);
 3. **output distribution** (one autograd node, so every rank runs the
    collectives in one order, forward and backward): the pooled all-to-all
@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from .. import torch_bridge as tb
 from .._tbe import TBEOptimizer
-from ..torch_bridge.tbe import FusedTBE
+from ..modules.tbe import FusedTBE
 from . import comm
 from .launch import RankFailedError, peer_failure, publish_failure
 from .plan import COLUMN_WISE, DATA_PARALLEL, ShardingPlan, plan_tables
@@ -486,7 +486,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
     def state_dict(self, *, gather: bool = True):
         """Tables and optimizer state under the single-process EBC's names (``embedding_bags.<table>.weight``,
         ``embedding_bags.<table>.momentum1`` / ``momentum2``, ``embedding_bags.<table>.step``), so a
-        gathered state dict loads into :class:`embnum.torch_bridge.EmbeddingBagCollection` and back.
+        gathered state dict loads into :class:`embnum.modules.EmbeddingBagCollection` and back.
 
         ``gather=True`` (a collective: every rank calls it): whole tensors on every rank.
         ``gather=False``: this rank's pieces as :class:`TableShards` (no communication); join the

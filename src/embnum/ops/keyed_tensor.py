@@ -272,7 +272,9 @@ def _keys_key(keys, lengths, groups):
             for n in ls:
                 if type(n) is not int:
                     return None
-        return tuple(map(tuple, keys)), lens, tuple(map(tuple, groups))
+        key = tuple(map(tuple, keys)), lens, tuple(map(tuple, groups))
+        hash(key)
+        return key
     except TypeError:  # not iterable, or an item not hashable: the full checks say what is wrong
         return None
 

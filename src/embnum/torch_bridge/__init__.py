@@ -5,7 +5,7 @@
 CUDA, and returns tensors on the same device. Every op is also registered as
 ``torch.ops.embnum.<name>``, with a fake implementation for
 ``torch.compile`` and, where the op has one, an autograd formula.
-This is the only package of embnum that imports torch.
+The torch modules built on these ops are in :mod:`embnum.modules`.
 """
 
 import importlib
@@ -34,6 +34,4 @@ def __dir__() -> list[str]:
 
 
 from . import codecs  # noqa: E402,F401 - communication codecs over the ops built above
-from .embedding_bag_collection import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402,F401 - modules
 from .fbgemm_aliases import register_fbgemm_aliases  # noqa: E402,F401 - opt-in torch.ops.fbgemm names
-from .keyed_tensor import PermuteMultiEmbedding  # noqa: E402,F401 - a module, not an op (not in __all__)

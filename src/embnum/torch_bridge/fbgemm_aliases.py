@@ -11,6 +11,12 @@ Semantics are embnum's (``docs/``, the family pages): same results where fbgemm'
 errors where fbgemm reads out of bounds. The TBE training and inference operators are
 not aliased: their fbgemm schemas are internal codegen entry points (use
 ``embnum.torch_bridge.tbe`` and the EmbeddingBagCollection instead).
+
+Four aliases have no embnum op behind them (``docs/coming-from-fbgemm.md``, bridge-only
+aliases): ``merge_pooled_embeddings``, ``sum_reduce_to_one`` and ``all_to_one_device`` are a
+concatenation, a sum and a device move of whole tensors, which torch already does on every
+device (a kernel of embnum's would add nothing), and ``is_uvm_tensor`` answers a question
+about fbgemm's allocator. They check their arguments as embnum's ops do.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import sys
 
 import torch
 
-# fbgemm name -> (fbgemm_gpu 1.8.0 schema without the name, embnum op, adapter or None for "same arguments")
-ALIASES: dict[str, tuple[str, str, object]] = {}
+# fbgemm name -> (fbgemm_gpu 1.8.0 schema without the name, embnum op or None for a bridge-only alias,
+# adapter (the whole implementation of a bridge-only alias) or None for "same arguments")
+ALIASES: dict[str, tuple[str, str | None, object]] = {}
 
 
 def _alias(fbgemm_name, schema, embnum_name, adapter=None):
@@ -131,10 +138,86 @@ _alias("Bfloat16QuantizedToFloat", _DEQ, "bfloat16_to_float")
 _alias("FloatToHFP8Quantized", "(Tensor input, int ebits, int exponent_bias, float max_pos) -> Tensor", "float_to_hfp8")
 _alias("HFP8QuantizedToFloat", "(Tensor input, int ebits, int exponent_bias) -> Tensor", "hfp8_to_float")
 
+_alias(
+    "FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf",
+    "(Tensor input, int bit_rate) -> Tensor",
+    "float_to_fused_nbit_rowwise",
+)
+_alias("FloatOrHalfToFused8BitRowwiseQuantized", "(Tensor t) -> Tensor", "float_to_fused_8bit_rowwise")
+
+
+# -- bridge-only aliases: whole-tensor moves that torch does itself -------------------------
+def _tensor_list(name, tensors):
+    """``tensors`` is a non-empty list of tensors of one dtype (TypeError/ValueError naming ``name``)."""
+    if len(tensors) == 0:
+        raise ValueError(f"{name} must hold at least one tensor, got an empty list")
+    dtype = tensors[0].dtype
+    for i, t in enumerate(tensors):
+        if t.dtype != dtype:
+            raise TypeError(f"{name}[{i}] is {t.dtype} but {name}[0] is {dtype}: every tensor must have one dtype")
+    return dtype
+
+
+def merge_pooled_embeddings(pooled_embeddings, uncat_dim_size, target_device, cat_dim=1):
+    """The 2-D tensors ``pooled_embeddings`` (one dtype, any devices) concatenated along ``cat_dim``
+    (0 or 1, or -2 / -1) on ``target_device``; each one's other dimension must be ``uncat_dim_size``.
+    A new tensor (differentiable)."""
+    _tensor_list("pooled_embeddings", pooled_embeddings)
+    if cat_dim not in (0, 1, -1, -2):
+        raise ValueError(f"cat_dim must be 0 or 1 (or -2, -1) for 2-D pooled embeddings, got {cat_dim}")
+    cat_dim %= 2
+    for i, t in enumerate(pooled_embeddings):
+        if t.dim() != 2:
+            raise ValueError(f"pooled_embeddings[{i}] must be 2-D, got shape {tuple(t.shape)}")
+        if t.shape[1 - cat_dim] != uncat_dim_size:
+            raise ValueError(
+                f"pooled_embeddings[{i}] has {t.shape[1 - cat_dim]} in dimension {1 - cat_dim}, "
+                f"not uncat_dim_size = {uncat_dim_size}"
+            )
+    return torch.cat([t.to(target_device) for t in pooled_embeddings], dim=cat_dim)
+
+
+def sum_reduce_to_one(input_tensors, target_device):
+    """The element-wise sum of ``input_tensors`` (one shape, one dtype) on ``target_device``, added
+    left to right in the dtype of the inputs (as fbgemm does). A new tensor (differentiable)."""
+    _tensor_list("input_tensors", input_tensors)
+    shape = input_tensors[0].shape
+    for i, t in enumerate(input_tensors):
+        if t.shape != shape:
+            raise ValueError(f"input_tensors[{i}] has shape {tuple(t.shape)} but input_tensors[0] has {tuple(shape)}")
+    out = input_tensors[0].to(target_device, copy=True)
+    for t in input_tensors[1:]:
+        out = out + t.to(target_device)
+    return out
+
+
+def all_to_one_device(input_tensors, target_device):
+    """Each of ``input_tensors`` on ``target_device``: the tensor itself where it is there already
+    (as fbgemm), else a copy."""
+    return [t.to(target_device) for t in input_tensors]
+
+
+def is_uvm_tensor(t):
+    """False: embnum allocates no unified (UVM) memory, and without fbgemm_gpu nothing else here does."""
+    return False
+
+
+_alias(
+    "merge_pooled_embeddings",
+    "(Tensor[] pooled_embeddings, SymInt uncat_dim_size, Device target_device, SymInt cat_dim=1) -> Tensor",
+    None,
+    merge_pooled_embeddings,
+)
+_alias("sum_reduce_to_one", "(Tensor[] input_tensors, Device target_device) -> Tensor", None, sum_reduce_to_one)
+_alias("all_to_one_device", "(Tensor[] input_tensors, Device target_device) -> Tensor[]", None, all_to_one_device)
+_alias("is_uvm_tensor", "(Tensor t) -> bool", None, is_uvm_tensor)
+
 _LIBRARY: torch.library.Library | None = None
 
 
 def _implementation(embnum_name, adapter):
+    if embnum_name is None:
+        return adapter
     op = _user_function(embnum_name)
     if adapter is None:
         return lambda *args: op(*args)

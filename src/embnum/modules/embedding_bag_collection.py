@@ -123,7 +123,7 @@ class _PlainLookup(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, group, spans, indices, offsets, per_sample_weights, *tables):
-        from . import tbe_forward
+        from ..torch_bridge import tbe_forward
 
         ctx.group, ctx.spans = group, spans
         ctx.save_for_backward(indices, offsets, per_sample_weights)
@@ -140,7 +140,7 @@ class _PlainLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from . import tbe_backward, tbe_grad_per_sample_weights
+        from ..torch_bridge import tbe_backward, tbe_grad_per_sample_weights
 
         g = ctx.group
         indices, offsets, psw = ctx.saved_tensors
@@ -175,6 +175,8 @@ class EmbeddingBagCollection(torch.nn.Module):
     :class:`embnum.TBEOptimizer` fused into backward, or None; seed: the NumPy seed of the
     initial weights; bounds_check_mode, backend: as the TBE ops.
     """
+
+    _groups: list[TBE | FusedTBE]
 
     def __init__(
         self,

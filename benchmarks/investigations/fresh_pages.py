@@ -1,6 +1,6 @@
-"""Why a fresh large output is slow on this VM (issue 12 item 6): first touch of new pages.
+"""Why a fresh large output is slow on this VM: first touch of new pages.
 
-    python benchmarks/fresh_pages.py [--mib 32] [--reps 12] [--sleep 3]
+    python benchmarks/investigations/fresh_pages.py [--mib 32] [--reps 12] [--sleep 3]
 
 Fills a new ``np.empty`` of ``--mib`` MiB (float32) 2 MiB at a time, ``--reps`` times right
 after the previous one was freed, then ``--reps`` times after sleeping ``--sleep`` seconds,

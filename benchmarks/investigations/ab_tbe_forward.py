@@ -3,10 +3,10 @@ element through a float32 block in memory, ordinary stores; what the specialised
 the 8-lane kernel) beside the 8-lane register kernel with ordinary and with non-temporal stores,
 and ``bench_tbe.py``'s gather floor.
 
-    python benchmarks/ab_tbe_forward.py [--T 26] [--rows 100000] [--B 2048] [--L 20] [--threads 1 2]
+    python benchmarks/investigations/ab_tbe_forward.py [--T 26] [--rows 100000] [--B 2048] [--L 20] [--threads 1 2]
                                         [--dtypes float16 float32] [--rounds 15] [--cpu-time]
 
-The issue-12 case (``bench_tbe.py``'s batch: uniform int64 ids, D=128, SUM pooling, float32 output,
+The benchmark case (``bench_tbe.py``'s batch: uniform int64 ids, D=128, SUM pooling, float32 output,
 one 64-byte-aligned output shared by the kernels). The kernels are called directly (no
 declaration, no checks), so the columns differ only in the kernel. Each contender runs once
 untimed before each block (``_bench.interleaved(warm=True)``). Both element and 8-lane kernels
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # benchmarks/: _bench, bench_tbe
 import _bench  # noqa: E402
 import bench_tbe  # noqa: E402
 from embnum.cpu import tbe  # noqa: E402

@@ -1,6 +1,7 @@
-"""Phase profile of the CPU row-wise Adagrad training step (issue 12 item 4): not a peer comparison.
+"""Phase profile of the CPU row-wise Adagrad training step: not a peer comparison.
 
-    python benchmarks/profile_tbe_step.py [--threads 1 2] [--rounds 7] [--T 26] [--rows 100000] [--B 2048] [--L 20]
+    python benchmarks/investigations/profile_tbe_step.py [--threads 1 2] [--rounds 7] [--T 26] [--rows 100000]
+                                                         [--B 2048] [--L 20]
 
 Times, interleaved round by round in one process, each phase of ``tbe_backward_update`` on
 the bench_tbe.py case: ``prepare`` (host preparation), ``sort`` (per-table counting sort and
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # benchmarks/: _bench, bench_tbe
 from numba import njit, prange  # noqa: E402
 
 import _bench  # noqa: E402

@@ -1,0 +1,209 @@
+"""Table-batched embedding bags as torch modules, on the bridge's TBE ops.
+
+* :class:`TBE`: the plain autograd module. Its flat weights are an
+  ``nn.Parameter`` that receives a dense gradient; use any torch optimizer.
+* :class:`FusedTBE`: fbgemm's training semantics. The optimizer runs inside the
+  backward pass (``tbe_backward_update``), updating the weights and its state in
+  place; the weights never get a ``.grad``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._tbe import TBEOptimizer, tbe_layout
+from ..ops.tbe import output_dtype_of, pooling_code
+
+_POOLING_NAMES = ("sum", "mean", "none")
+
+
+class _Tables(torch.nn.Module):
+    """Shared set-up: the layout of ``rows``/``dims``/``feature_table_map`` and the flat weights."""
+
+    weights_offsets: torch.Tensor
+    D_offsets: torch.Tensor
+    hash_size_cumsum: torch.Tensor
+
+    def __init__(
+        self,
+        rows,
+        dims,
+        feature_table_map=None,
+        *,
+        pooling_mode="sum",
+        weights_dtype=torch.float32,
+        output_dtype="float32",
+        bounds_check_mode="fatal",
+        init_scale=None,
+        seed=0,
+        backend=None,
+    ):
+        super().__init__()
+        lay = tbe_layout(rows, dims, feature_table_map)
+        self.rows, self.dims = [int(r) for r in rows], [int(d) for d in dims]
+        n_features = lay.D_offsets.shape[0] - 1
+        self.feature_table_map = (
+            list(range(n_features)) if feature_table_map is None else [int(t) for t in feature_table_map]
+        )
+        for name, a in zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), lay.arrays()):
+            self.register_buffer(name, torch.from_numpy(a.copy()))
+        rng = np.random.default_rng(seed)
+        flat = np.empty(lay.num_weights, dtype=np.float32)
+        start = 0
+        for r, d in zip(rows, dims):  # fbgemm's default init: uniform(+-sqrt(1/rows)) per table
+            bound = init_scale if init_scale is not None else float(np.sqrt(1.0 / r))
+            flat[start : start + r * d] = rng.uniform(-bound, bound, r * d)
+            start += r * d
+        self.weights = torch.nn.Parameter(torch.from_numpy(flat).to(weights_dtype))
+        self.pooling_mode = _POOLING_NAMES[pooling_code(pooling_mode)]
+        self.output_dtype = str(output_dtype_of(output_dtype))
+        self.bounds_check_mode = bounds_check_mode
+        self.backend = backend
+
+    def layout(self):
+        return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
+
+    def extra_repr(self) -> str:
+        """One line per table (rows x dim, the features that read it), then the settings."""
+        lines = [
+            f"table {i}: {r} x {d}, features {[t for t, m in enumerate(self.feature_table_map) if m == i]}"
+            for i, (r, d) in enumerate(zip(self.rows, self.dims))
+        ]
+        settings = (
+            f"pooling_mode={self.pooling_mode!r}, weights_dtype={self.weights.dtype}, "
+            f"output_dtype={self.output_dtype!r}, bounds_check_mode={self.bounds_check_mode!r}"
+        )
+        if self.backend is not None:
+            settings += f", backend={self.backend!r}"
+        return "\n".join([*lines, settings])
+
+
+class TBE(_Tables):
+    """Table-batched embedding bags with plain autograd: ``forward(indices, offsets,
+    per_sample_weights=None) -> [B, total_D]`` (``[N, D]`` for ``"none"``); ``weights.grad``
+    is the dense float gradient, for any torch optimizer."""
+
+    def forward(self, indices, offsets, per_sample_weights=None):
+        from ..torch_bridge import tbe_forward
+
+        return tbe_forward(
+            self.weights,
+            *self.layout(),
+            indices,
+            offsets,
+            self.pooling_mode,
+            per_sample_weights,
+            output_dtype=self.output_dtype,
+            bounds_check_mode=self.bounds_check_mode,
+            backend=self.backend,
+        )
+
+
+class _FusedLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weights, per_sample_weights, module, indices, offsets):
+        from ..torch_bridge import tbe_forward
+
+        ctx.module = module
+        ctx.save_for_backward(indices, offsets, per_sample_weights)
+        return tbe_forward(
+            weights.detach(),
+            *module.layout(),
+            indices,
+            offsets,
+            module.pooling_mode,
+            None if per_sample_weights is None else per_sample_weights.detach(),
+            output_dtype=module.output_dtype,
+            bounds_check_mode=module.bounds_check_mode,
+            backend=module.backend,
+        )
+
+    @staticmethod
+    def backward(ctx, grad):
+        indices, offsets, psw = ctx.saved_tensors
+        psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, psw is not None and ctx.needs_input_grad[1])
+        return None, psw_grad, None, None, None
+
+
+class FusedTBE(_Tables):
+    """Table-batched embedding bags trained as fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen``:
+    the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
+    in place. State: ``momentum1``/``momentum2`` buffers laid out as ``optimizer.state_layout``
+    says, and the step counter, the int64 buffer ``iter`` (fbgemm's name; :attr:`step` reads it
+    as an int), incremented before each update so Adam's first step is 1. Every piece of state
+    is in ``state_dict()``, so a module restored with ``load_state_dict`` resumes training
+    exactly where the saved one stopped.
+    """
+
+    momentum1: torch.Tensor | None
+    momentum2: torch.Tensor | None
+    iter: torch.Tensor
+
+    def __init__(self, rows, dims, feature_table_map=None, *, optimizer: TBEOptimizer, **kw):
+        super().__init__(rows, dims, feature_table_map, **kw)
+        if not isinstance(optimizer, TBEOptimizer):
+            raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
+        self.optimizer = optimizer
+        sizes = optimizer.state_sizes(self.weights.shape[0], int(self.hash_size_cumsum[-1]))
+        for name in ("momentum1", "momentum2"):
+            self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
+        self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (the ``iter`` buffer)."""
+        return int(self.iter)
+
+    @step.setter
+    def step(self, value: int):
+        self.iter.fill_(int(value))
+
+    def forward(self, indices, offsets, per_sample_weights=None):
+        return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+
+    def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
+        """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
+        lookups ``(indices, offsets, per_sample_weights)``: clip, ``step += 1``, update the weights and
+        state in place. Returns the gradient of ``per_sample_weights`` when ``want_psw_grad`` (computed
+        before the update, from the clipped gradient, as fbgemm), else ``None``. Sharded modules call it
+        with gradients gathered from other ranks."""
+        from ..torch_bridge import tbe_backward_update, tbe_grad_per_sample_weights
+
+        g = grad.contiguous().float()
+        opt = self.optimizer
+        if opt.max_gradient is not None:
+            g = g.clamp(-opt.max_gradient, opt.max_gradient)
+        psw = per_sample_weights
+        psw_grad = None
+        if psw is not None and want_psw_grad:
+            psw_grad = tbe_grad_per_sample_weights(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        self.step += 1
+        with torch.no_grad():
+            tbe_backward_update(
+                g,
+                self.weights.detach(),
+                *self.layout(),
+                indices,
+                offsets,
+                self.pooling_mode,
+                None if psw is None else psw.detach(),
+                optimizer=opt,
+                momentum1=self.momentum1,
+                momentum2=self.momentum2,
+                step=self.step if opt.uses_step else None,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        return psw_grad
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"
