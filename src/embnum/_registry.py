@@ -210,8 +210,10 @@ class Op:
         arguments = None  # every argument by name, where something needs it
         # the cpu backend where every array (lists' items included) is a plain np.ndarray, or there
         # is none: what select_backend would pick
-        plain_args = _FAST_TYPES.issuperset(map(type, args)) or _plain_numpy(args)
-        if backend is None and plain_args and (not kwargs or _plain(kwargs)):
+        plain = _FAST_TYPES.issuperset(map(type, args)) or _plain_numpy(args)
+        if kwargs and plain:
+            plain = _FAST_TYPES.issuperset(map(type, kwargs.values())) or _plain_numpy(kwargs.values())
+        if backend is None and plain:
             chosen = _CPU
         else:
             arguments = self.bind(args, kwargs)
@@ -252,18 +254,28 @@ class Op:
     def bind(self, args, kwargs) -> dict[str, Any]:
         """The arguments of a call by name in the signature's order, defaults filled in (a
         ``TypeError`` as Python words it for a call that does not fit the signature)."""
+        return dict(zip(self._names, self.ordered(args, kwargs)))
+
+    def ordered(self, args, kwargs) -> list:
+        """The arguments of a call in the signature's order, defaults filled in (a ``TypeError``
+        as Python words it for a call that does not fit the signature)."""
         if len(args) <= self._positional:
-            arguments = dict(zip(self._names, args))
-            for name, value in kwargs.items():
-                if name in arguments or name not in self.signature.parameters:
-                    break  # given twice or unknown: the signature's own error
-                arguments[name] = value
+            values = list(args)
+            taken = 0  # keyword arguments used
+            for name in self._names[len(args) :]:
+                if name in kwargs:
+                    values.append(kwargs[name])
+                    taken += 1
+                elif name in self._defaults:
+                    values.append(self._defaults[name])
+                else:
+                    break  # missing
             else:
-                if all(name in arguments or name in self._defaults for name in self._names):
-                    return {n: arguments[n] if n in arguments else self._defaults[n] for n in self._names}
+                if taken == len(kwargs):  # none unknown or given twice
+                    return values
         bound = self.signature.bind(*args, **kwargs)  # raises what Python would
         bound.apply_defaults()
-        return dict(bound.arguments)
+        return list(bound.arguments.values())
 
     def _given_outputs(self, planned, out, arguments: dict, backend: Backend):
         """``out=`` checked against the plan (shapes, dtypes, the backend's arrays, no overlap
@@ -293,12 +305,6 @@ _REF = BACKENDS["ref"]
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
 _FAST_TYPES = _SCALAR_TYPES | {np.ndarray}  # argument types that need no closer look
 _NOT_ARRAYS = _SCALAR_TYPES | {list, tuple}  # a list item that is a list (nested keys) is no array
-
-
-def _plain(kwargs: dict) -> bool:
-    """Whether every array among the keyword arguments (lists' items included) is a plain
-    ``np.ndarray`` (or there is none), as ``__call__`` tests its positional ones."""
-    return _FAST_TYPES.issuperset(map(type, kwargs.values())) or _plain_numpy(kwargs.values())
 
 
 def _other_array(v) -> bool:
