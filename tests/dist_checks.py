@@ -11,16 +11,24 @@ concatenated global batch) itself and compare its own rows. Phases:
    sizes (one rank empty in one step), forward output and, at the end, the
    weights and optimizer state equal to the reference (exact for table-,
    column-wise and data-parallel, float rounding for the row-wise types);
-3. checkpoints (row-wise Adagrad: a per-row state): WORLD=2 trains 2 steps and saves its shards under CKPT_DIR;
-   WORLD=3 loads them under another plan, trains 2 more steps, compares
-   with 4 unsharded steps;
-4. faults: one rank (1 at WORLD=2; 0, the store's host, at WORLD=3) raises
-   in forward; every other rank must fail with an error naming it.
+3. checkpoints (row-wise Adagrad: a per-row state): WORLD=2 trains 2 steps and saves its shards under CKPT_DIR
+   (``torch.save`` of ``state_dict(gather=False)`` and :func:`checkpoint.save`); WORLD=3 loads them
+   (``torch.load(weights_only=True)``) under another plan, trains 2 more steps, compares with 4
+   unsharded steps; then damages copies of the checkpoint (a truncated file, a flipped bit inside a
+   table piece, a missing file): each is an error naming the file and its tables, and
+   ``strict=False`` reports exactly the rows it could not restore;
+4. gradient division: ``gradient_division=True`` against the unsharded run with the output
+   gradient divided by WORLD, the default against the plain one (SGD, table-wise, replicated,
+   row-wise).
+
+Faults (ranks that disagree, bad batches, dead or stuck ranks) are in tests/dist_faults.py.
 """
 
 import os
+import shutil
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -30,9 +38,9 @@ import embnum.distributed as dist
 from embnum import torch_bridge as tb
 from embnum.distributed import (
     QCommsConfig,
-    RankFailedError,
     ShardedEmbeddingBagCollection,
     SpawnError,
+    checkpoint,
     comm,
     merge_state_dicts,
     spawn,
@@ -133,19 +141,46 @@ def _grad_weights(step, Bg, D):
     return torch.from_numpy(np.random.default_rng([step, 99]).standard_normal((Bg, D)).astype(np.float32))
 
 
-def train(model, ref, W, rank, steps, exact, label, weighted=False, first=0):
-    """``steps`` training steps of the sharded ``model`` and (when given) the reference, compared."""
+def train(model, ref, W, rank, steps, exact, label, weighted=False, first=0, ref_divisor=1):
+    """``steps`` training steps of the sharded ``model`` and (when given) the reference, compared;
+    the reference's output gradient is divided by ``ref_divisor``. Weighted: the per-id weights'
+    gradient too (this rank's part of the reference's, in the local KJT's order)."""
     for step in range(first, first + steps):
         keys, L, V, Wt = batch(step, rank, W, weighted)
-        out = model(kjt(keys, L, V, Wt)).values()
+        features = kjt(keys, L, V, Wt)
+        if weighted:
+            features.weights().requires_grad_()
+        out = model(features).values()
         Bs = [SIZES[step % len(SIZES)][r] for r in range(W)]
         o0 = sum(Bs[:rank])
         G = _grad_weights(step, sum(Bs), out.shape[1])
         if ref is not None:
-            want = ref_forward(ref, step, W, weighted)
-            (want * G).sum().backward()
+            gL, gV, gW = global_batch(step, W, weighted)
+            ref_features = kjt(FEATURES, gL, gV, gW)
+            if weighted:
+                ref_features.weights().requires_grad_()
+            want = ref(ref_features).values()
+            (want * (G / ref_divisor if ref_divisor != 1 else G)).sum().backward()
             same(out, want[o0 : o0 + Bs[rank]].detach(), exact, f"{label} step {step} forward, rank {rank}")
         (out * G[o0 : o0 + Bs[rank]]).sum().backward()
+        if weighted and ref is not None:
+            wanted = _local_part(ref_features.weights().grad, step, W, rank, keys, L)
+            same(features.weights().grad, wanted, False, f"{label} step {step} per-id weights' gradient, rank {rank}")
+
+
+def _local_part(global_grad, step, W, rank, keys, L):
+    """This rank's entries of a per-value tensor of the global batch (FEATURES order, ranks joined
+    per key), in the order of its local KJT (``keys``, lengths ``L``); zeros for unused keys."""
+    counts = [[int(batch(step, r, W)[1][batch(step, r, W)[0].index(f)].sum()) for r in range(W)] for f in FEATURES]
+    start, where = 0, {}
+    for f, per_rank in zip(FEATURES, counts):
+        where[f] = start + sum(per_rank[:rank])
+        start += sum(per_rank)
+    parts = []
+    for i, k in enumerate(keys):
+        n = int(L[i].sum())
+        parts.append(global_grad[where[k] : where[k] + n] if k in where else torch.zeros(n))
+    return torch.cat(parts) if parts else torch.zeros(0)
 
 
 def same(got, want, exact, what):
@@ -225,6 +260,7 @@ def check_sharded(rank, W, optimizer):
         ref = reference(model, optimizer, tables, weighted)
         train(model, ref, W, rank, 3, exact, label, weighted)
         compare_state(model, ref, exact, label)
+    check_gradient_division(rank, W)
     # codecs inside the module: column-wise, every output element crosses the codec once, so the
     # codec's stated bound holds per element
     plan = plans(W)[dist.COLUMN_WISE]
@@ -245,6 +281,25 @@ def check_sharded(rank, W, optimizer):
         got.sum().backward()
 
 
+def check_gradient_division(rank, W):
+    """gradient_division=True (TorchRec's convention) equals the unsharded run whose output gradient
+    is divided by the world size; the default equals the one with the plain gradient (the loop above).
+    SGD: Adagrad's and Adam's first steps barely depend on the gradient's scale."""
+    sgd = embnum.TBEOptimizer("sgd", learning_rate=0.5)
+    for label in (dist.TABLE_WISE, dist.DATA_PARALLEL, dist.ROW_WISE):
+        exact = label != dist.ROW_WISE
+        divided = ShardedEmbeddingBagCollection(TABLES, plans(W)[label], optimizer=sgd, gradient_division=True)
+        summed = ShardedEmbeddingBagCollection(TABLES, plans(W)[label], optimizer=sgd)
+        ref_div, ref_sum = reference(divided, sgd), reference(summed, sgd)
+        train(divided, ref_div, W, rank, 2, exact, f"{label} divided", ref_divisor=W)
+        compare_state(divided, ref_div, exact, f"{label} gradient_division=True")
+        train(summed, ref_sum, W, rank, 2, exact, f"{label} summed")
+        compare_state(summed, ref_sum, exact, f"{label} gradient_division=False")
+        a, b = divided.state_dict(gather=True), summed.state_dict(gather=True)
+        if all(torch.equal(a[k], b[k]) for k in a):
+            raise AssertionError(f"{label}: dividing the gradient changed nothing")
+
+
 def check_checkpoint(rank, W, ckpt, optimizer):
     if W == 2:
         kinds = [
@@ -260,14 +315,28 @@ def check_checkpoint(rank, W, ckpt, optimizer):
         model = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)
         train(model, None, W, rank, 2, True, "ckpt")
         torch.save(model.state_dict(gather=False), os.path.join(ckpt, f"rank{rank}.pt"))
+        checkpoint.save(model, os.path.join(ckpt, "sharded"))
+        checkpoint.dcp_save(model, os.path.join(ckpt, "dcp"))
         return
     files = sorted(f for f in os.listdir(ckpt) if f.startswith("rank"))
     if len(files) != 2:
         raise AssertionError(f"expected the 2 shard files of the 2-rank run, found {files}")
-    state = merge_state_dicts(torch.load(os.path.join(ckpt, f), weights_only=False) for f in files)
+    state = merge_state_dicts(torch.load(os.path.join(ckpt, f), weights_only=True) for f in files)
     plan = plans(3)[dist.TABLE_ROW_WISE]  # another plan and another world size
     model = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer, seed=123)  # other init: overwritten
     model.load_state_dict(state)
+    again = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer, seed=321)
+    checkpoint.load(again, os.path.join(ckpt, "sharded"))  # the checksummed files: the same state
+    mine, theirs = model.state_dict(gather=False), again.state_dict(gather=False)
+    for key, v in mine.items():
+        w = theirs[key]
+        if isinstance(v, torch.Tensor):
+            ok = torch.equal(v, w)
+        else:
+            ok = all(torch.equal(a[2], b[2]) for a, b in zip(v.pieces, w.pieces))
+        if not ok:
+            raise AssertionError(f"checkpoint.load and load_state_dict differ on {key}")
+    check_dcp(rank, ckpt, optimizer, again)
     start = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)  # seed 0: the 2-rank run's start
     ref = reference(start, optimizer)
     for step in range(2):  # the unsharded run of the first two steps (the 2-rank batches)
@@ -276,26 +345,84 @@ def check_checkpoint(rank, W, ckpt, optimizer):
     compare_state(model, ref, False, "resumed checkpoint")
     train(model, ref, 3, rank, 2, False, "resumed", first=2)
     compare_state(model, ref, False, "resumed checkpoint after 2 more steps")
+    return check_damage(rank, ckpt, optimizer)
 
 
-def check_fault(rank, W, optimizer, failing):
-    model = ShardedEmbeddingBagCollection(TABLES, plans(W)["mixed"], optimizer=optimizer)
-    keys, L, V, Wt = batch(0, rank, W)
-    if rank == failing:
-        V = V.copy()
-        V[0] = 10_000  # an id outside every table: this rank raises in forward
-    t0 = time.monotonic()
-    try:
-        model(kjt(keys, L, V, Wt))
-    except RankFailedError as e:
-        if e.rank != failing or f"rank {failing}" not in str(e):
-            raise AssertionError(f"rank {rank}: the error does not name rank {failing}: {e}") from e
-        return f"named rank {failing} after {time.monotonic() - t0:.1f}s"
-    except IndexError as e:
-        if rank != failing:
-            raise
-        return f"raised {type(e).__name__}"
-    raise AssertionError(f"rank {rank}: forward did not fail")
+def check_dcp(rank, ckpt, optimizer, loaded):
+    """The 2-rank run's torch.distributed.checkpoint loads on 3 ranks under another plan and on 1 rank
+    (a one-rank group per process) bit-identically to the checksummed files (``loaded``)."""
+    want = loaded.state_dict(gather=True)
+    plan3 = plans(3)[dist.COLUMN_WISE if optimizer.kind in ("sgd", "adagrad", "adam") else dist.ROW_WISE]
+    three = ShardedEmbeddingBagCollection(TABLES, plan3, optimizer=optimizer, seed=7)
+    checkpoint.dcp_load(three, os.path.join(ckpt, "dcp"))
+    compare_whole(three.state_dict(gather=True), want, "dcp on 3 ranks")
+    alone = [torch.distributed.new_group([r]) for r in range(3)][rank]
+    one = ShardedEmbeddingBagCollection(TABLES, plans(1)[dist.TABLE_WISE], alone, optimizer=optimizer, seed=9)
+    checkpoint.dcp_load(one, os.path.join(ckpt, "dcp"))
+    compare_whole(one.state_dict(gather=True), want, "dcp on 1 rank")
+
+
+def compare_whole(got, want, label):
+    if set(got) != set(want):
+        raise AssertionError(f"{label}: keys differ: {sorted(set(got) ^ set(want))}")
+    for key, w in want.items():
+        same(got[key], w, True, f"{label} {key}")
+
+
+def check_damage(rank, ckpt, optimizer):
+    """Copies of the 2-rank checkpoint, damaged: every error names the file and what it held;
+    ``strict=False`` names the rows it could not restore. Each rank works in its own directory."""
+    plan = plans(3)[dist.TABLE_ROW_WISE]
+    model = ShardedEmbeddingBagCollection(TABLES, plan, optimizer=optimizer)
+    src = os.path.join(ckpt, "sharded")
+    for name in os.listdir(src):  # the format: plain containers
+        torch.load(os.path.join(src, name), weights_only=True)
+
+    def copy(tag):
+        d = os.path.join(ckpt, f"damaged-{tag}-{rank}")
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        return d, os.path.join(d, "rank1-of-2.pt")
+
+    def expect(d, kind, *needles, strict=True):
+        try:
+            checkpoint.load(model, d, strict=strict)
+        except kind as e:
+            missing = [n for n in needles if n not in str(e)]
+            if missing:
+                raise AssertionError(f"{kind.__name__} lacks {missing}: {e}") from e
+            return
+        raise AssertionError(f"{d}: no {kind.__name__} (wanted {needles})")
+
+    d, victim = copy("truncated")
+    with open(victim, "r+b") as f:
+        f.truncate(os.path.getsize(victim) // 2)
+    expect(d, ValueError, victim, "unreadable", "embedding_bags.t")
+    d, victim = copy("corrupted")
+    piece = torch.load(victim, weights_only=True)["state"]["embedding_bags.t1.weight"]["pieces"][0]["data"]
+    raw = open(victim, "rb").read()
+    at = raw.find(piece.numpy().tobytes())
+    if at < 0:
+        raise AssertionError("the piece's bytes are not stored verbatim")
+    raw = raw[: at + 5] + bytes([raw[at + 5] ^ 0x40]) + raw[at + 6 :]
+    open(victim, "wb").write(raw)
+    expect(d, ValueError, victim, "embedding_bags.t1.weight", "checksum")
+    d, victim = copy("missing")
+    os.remove(victim)
+    expect(d, FileNotFoundError, victim, "missing", "embedding_bags.t")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = checkpoint.load(model, d, strict=False)
+    held = torch.load(os.path.join(src, "rank0-of-2.pt"), weights_only=True)["manifest"]
+    want = {}  # the rows of this rank's shards that only rank 1's file held
+    for key, r, rows, _ in held:
+        for k, mine, (a, b), _ in model.manifest():
+            if r == 1 and k == key and mine == rank and max(a, rows[0]) < min(b, rows[1]):
+                want.setdefault(key, set()).update(range(max(a, rows[0]), min(b, rows[1])))
+    got = {k: {i for a, b in v for i in range(a, b)} for k, v in report.unrestored.items()}
+    if got != want or (want and not any("unrestored" in str(w.message) for w in caught)):
+        raise AssertionError(f"strict=False without rank 1's file: report {report}, expected rows {want}")
+    return f"damage named; strict=False left {sum(map(len, want.values()))} rows unrestored"
 
 
 def worker(rank, W, ckpt):
@@ -303,14 +430,13 @@ def worker(rank, W, ckpt):
     adam = embnum.TBEOptimizer("adam", learning_rate=0.05)
     check_collectives(rank, W)
     check_sharded(rank, W, adagrad if W == 2 else adam)
-    check_checkpoint(rank, W, ckpt, embnum.TBEOptimizer("rowwise_adagrad", learning_rate=0.1))  # a row state
-    return check_fault(rank, W, adagrad, failing=1 if W == 2 else 0)  # the group is unusable afterwards
+    return check_checkpoint(rank, W, ckpt, embnum.TBEOptimizer("rowwise_adagrad", learning_rate=0.1)) or "trained"
 
 
 def warm_up():
     """Compile (or load from Numba's cache) the kernels the ranks use, once, before spawning them:
     two processes compiling the same parallel kernels at once on a small machine take minutes."""
-    for name in ("adagrad", "adam", "rowwise_adagrad"):
+    for name in ("adagrad", "adam", "rowwise_adagrad", "sgd"):
         opt = embnum.TBEOptimizer(name, learning_rate=0.1)
         for step in range(2):
             ref = EmbeddingBagCollection(SUM_TABLES if step else TABLES, is_weighted=step == 1, optimizer=opt)

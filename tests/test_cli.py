@@ -53,7 +53,8 @@ def test_tour_reports_median_and_quartiles_per_backend(capsys):
     rows = [line for line in out.splitlines() if line.startswith("complete_cumsum")]
     assert [row.split()[1] for row in rows] == ["ref", "cpu"]
     for row in rows:
-        assert re.search(r" \d+\.?\d* (s|ms|us) +\d+\.?\d*-\d+\.?\d* (s|ms|us)  ok$", row), row
+        flag = r"(, SLOWER than ref \(\d+\.\dx\))?"  # a busy machine can make cpu slower than ref
+        assert re.search(r" \d+\.?\d* (s|ms|us) +\d+\.?\d*-\d+\.?\d* (s|ms|us)  ok" + flag + "$", row), row
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["tour", "--help"]])
@@ -74,3 +75,24 @@ def test_tour_says_what_brings_a_missing_cuda_backend(monkeypatch):
     monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "numba_cuda" else real(name))
     assert "requirements/sim.txt" in cli._why_missing("cuda") and "[sim]" in cli._why_missing("cuda")
     assert cli._why_missing("cpu") == "cpu"
+
+
+def test_tour_flags_a_fast_path_slower_than_the_oracle():
+    rows = {
+        "ref": ("ref", "[8] int64", 0.0, "ok"),
+        "cpu": ("cpu", "[8] int64", 0.0, "ok"),
+        "cuda": ("cuda (sim)", "[2] int64", 0.0, "ok"),
+    }
+    times = {"ref": [1.0, 2.0, 3.0], "cpu": [4.0, 6.0, 5.0], "cuda": [90.0]}
+    assert cli.slower_than_oracle("cpu", times, rows) == pytest.approx(2.5)
+    assert cli.slower_than_oracle("ref", times, rows) is None
+    assert cli.slower_than_oracle("cuda", times, rows) is None  # simulated, another input
+    assert cli.slower_than_oracle("cpu", dict(times, cpu=[1.5, 1.9, 1.0]), rows) is None  # faster
+    assert cli.slower_than_oracle("cpu", dict(times, ref=[]), rows) is None  # no oracle time
+
+
+def test_tour_marks_the_slower_rows(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "slower_than_oracle", lambda name, times, rows: 3.0 if name == "cpu" else None)
+    assert cli.main(["tour", "--op", "inclusive_cumsum", "--backend", "ref", "--backend", "cpu", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ok, SLOWER than ref (3.0x)" in out and "1 fast paths slower than the oracle" in out

@@ -126,19 +126,46 @@ def test_plan_validation():
         build_layout([Config("a", 10, 4, ["x"]), Config("b", 10, 4, ["x"])], {}, 2)
 
 
-def test_sharded_collection_on_gloo(tmp_path):
-    """2 then 3 spawned gloo processes (each phase described in tests/dist_checks.py); the 3-rank
-    run resumes from the 2-rank run's checkpoint under another plan."""
+def _script(name, *args, timeout=480):
     here = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent / "src"), os.environ.get("PYTHONPATH", "")])}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.run(
+        [sys.executable, str(here / name), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+def test_sharded_collection_on_gloo(tmp_path):
+    """2 then 3 spawned gloo processes (each phase described in tests/dist_checks.py); the 3-rank
+    run resumes from the 2-rank run's checkpoint under another plan."""
     for world in (2, 3):
-        proc = subprocess.run(
-            [sys.executable, str(here / "dist_checks.py"), str(world), str(tmp_path)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=480,
-        )
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-        assert f"ok: {world} ranks" in proc.stdout
+        assert f"ok: {world} ranks" in _script("dist_checks.py", world, tmp_path)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_ranks_that_disagree_and_bad_batches_recover(world):
+    """Different plans or table sizes fail at construction on every rank; a bad id or a missing
+    key fails the step on every rank; the next good step trains (tests/dist_faults.py)."""
+    out = _script("dist_faults.py", world, "recover")
+    assert f"ok: recover on {world} ranks" in out
+    assert out.count("bad batch on rank") == 2 * world
+
+
+@pytest.mark.parametrize(
+    "world, victim, how, where",
+    [
+        (2, 1, "kill", "forward"),
+        (3, 2, "kill", "forward"),
+        (3, 0, "kill", "forward"),  # the store's host
+        (2, 0, "kill", "backward"),
+        (3, 1, "stuck", "forward"),
+        (3, 0, "raise", "forward"),
+    ],
+)
+def test_a_dead_or_stuck_rank_is_named(world, victim, how, where):
+    """Every survivor raises RankFailedError naming the victim in bounded time; no process is left."""
+    out = _script("dist_faults.py", world, "crash", victim, how, where, timeout=200)
+    assert f"ok: crash {victim} {how} {where} on {world} ranks" in out
+    assert out.count(f"to name rank {victim}") == world - 1

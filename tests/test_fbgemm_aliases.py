@@ -78,6 +78,16 @@ def test_aliases_without_fbgemm():
         keys, widths, groups = [["a", "b"], ["c"]], [[1, 2], [2]], [["c", "a"], ["a"]]
         assert all(torch.equal(a, b) for a, b in zip(f.regroup_keyed_tensor(embs, keys, widths, groups),
                                                      tb.regroup_keyed_tensor(embs, keys, widths, groups)))
+        flat, picks = torch.randn(12, generator=g, requires_grad=True), torch.tensor([2, 0, 1, 1])
+        got = f.batch_index_select_dim0(  # keywords, as TorchRec calls it
+            inputs=flat, indices=picks, input_num_indices=[2, 2], input_rows=[3, 2], input_columns=[2, 3],
+            permute_output_dim_0_1=True,
+        )
+        assert torch.equal(got, tb.batch_index_select_dim0(flat, picks, [2, 2], [3, 2], [2, 3], True))
+        (gf,) = torch.autograd.grad(got.sum(), flat)
+        assert gf.tolist() == [1, 1, 0, 0, 1, 1, 0, 0, 0, 2, 2, 2]
+        grouped = f.group_index_select_dim0([flat.view(4, 3), embs[0]], [picks, picks[2:]])
+        assert torch.equal(grouped[0], flat.view(4, 3)[picks]) and torch.equal(grouped[1], embs[0][[1, 1]])
         step = torch.compile(lambda v: f.permute_2D_sparse_data(perm, lengths, v)[1].sum(), fullgraph=True)
         assert torch.allclose(step(v.detach()), want[1].sum())
         print(json.dumps({"n": len(names), "fbgemm_gpu_loaded": "fbgemm_gpu" in sys.modules}))

@@ -253,3 +253,76 @@ def test_kernel_recompiles_when_a_module_it_imports_changes(tmp_path):
     # _inclusive recompiles; the probe, whose modules do not import _half.py, loads
     assert run(5, 20) == {"value": 31, "probe_hits": 1, "inclusive_hits": 0}
     assert run(5, 20) == {"value": 31, "probe_hits": 1, "inclusive_hits": 1}
+
+
+WARM_CHECK = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import embnum
+    from embnum.cpu import jagged
+
+    for size in ("small", "large"):
+        example = embnum.inclusive_cumsum.op.example_fn(np.random.default_rng(0), size)
+        embnum.inclusive_cumsum(**example.args, backend="cpu")
+    k = jagged._inclusive
+    print(json.dumps([sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]))
+    """
+)
+
+
+def test_warmup_fills_the_cache_a_fresh_process_loads(tmp_path):
+    env = _env(tmp_path / "cache")
+    cmd = [sys.executable, "-m", "embnum", "warmup", "--op", "inclusive_cumsum", "--jobs", "1"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "warmed 1 of 1 ops on cpu" in done.stdout
+    check = subprocess.run([sys.executable, "-c", WARM_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stderr[-3000:]
+    hits, misses = json.loads(check.stdout.strip().splitlines()[-1])
+    assert hits >= 1 and misses == 0
+    bad = subprocess.run(cmd[:4] + ["--family", "no_such_family"], env=env, capture_output=True, text=True)
+    assert bad.returncode == 1 and "no op matches" in bad.stdout
+
+
+TOUR_CHECK = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import embnum
+    from embnum.cpu import jagged
+
+    example = embnum.segment_sum_csr_backward.op.example_fn(np.random.default_rng(1), "small")
+    embnum.segment_sum_csr_backward(**example.args)  # a small call: the one-thread kernel
+    k = jagged._broadcast_runs_serial
+    print(json.dumps([sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]))
+    """
+)
+
+
+def test_small_calls_after_the_tour_compile_nothing(tmp_path):
+    """The tour (large examples) also compiles the one-thread kernels that small calls take."""
+    env = _env(tmp_path / "cache")
+    cmd = [sys.executable, "-m", "embnum", "tour", "--op", "segment_sum_csr_backward", "--backend", "cpu"]
+    done = subprocess.run(cmd + ["--repeats", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    check = subprocess.run([sys.executable, "-c", TOUR_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert json.loads(check.stdout.strip().splitlines()[-1]) == [1, 0]
+
+
+def test_every_cached_kernel_goes_through_embnum_jit():
+    """A kernel compiled with Numba's own cache (``numba.njit(cache=True)``, ``cuda.jit(cache=True)``)
+    would be unsafe with concurrent processes and blind to its helpers' changes."""
+    import re
+
+    root = os.path.dirname(embnum.__file__)
+    direct = re.compile(r"^from numba import .*\bnjit\b|numba\.njit\(|cuda\.jit\(cache=True|cuda\.jit\(.*cache=", re.M)
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py") and name != "_jit.py":
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    found += [f"{os.path.relpath(path, root)}: {m.group(0)}" for m in direct.finditer(f.read())]
+    assert found == []

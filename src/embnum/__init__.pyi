@@ -32,6 +32,24 @@ from .ops.tbe_quantized import tbe_pack_quantized as tbe_pack_quantized
 
 # -- the ops, one per declaration (embnum.ops.<family>) --
 
+def group_index_select_dim0(input_group: Any, indices_group: Any, *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:
+    """Rows ``indices_group[g]`` of each ``input_group[g]``: ``G`` row gathers in one call.
+
+    Full text: ``help(embnum.group_index_select_dim0)`` (declared in ``embnum.ops.index_select``).
+    """
+
+def batch_index_select_dim0(inputs: Any, indices: Any, input_num_indices: Any, input_rows: Any, input_columns: Any, permute_output_dim_0_1: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+    """Row gathers of ``T`` tables packed in one flat array, packed again in one flat output.
+
+    Full text: ``help(embnum.batch_index_select_dim0)`` (declared in ``embnum.ops.index_select``).
+    """
+
+def batch_index_select_dim0_backward(grad_output: Any, indices: Any, input_num_indices: Any, input_rows: Any, input_columns: Any, permute_output_dim_0_1: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+    """Adjoint of :func:`batch_index_select_dim0`: the gradient of its ``inputs``.
+
+    Full text: ``help(embnum.batch_index_select_dim0_backward)`` (declared in ``embnum.ops.index_select``).
+    """
+
 def complete_cumsum(lengths: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Offsets from lengths: ``[N] -> [N+1]`` with a leading 0; ``[R, N] -> [R, N+1]`` row by row.
 

@@ -3,6 +3,9 @@
 For each registered op it builds the op's realistic example input, runs the
 NumPy oracle and each fast backend on it, and prints the largest absolute
 difference and the time: the median and the quartiles of the timed runs.
+On the cpu backend the op's small example is run and checked first as well: small
+calls take one-thread kernels of their own, which a later small call (the README's
+snippet) would otherwise compile.
 The backends' timed runs are interleaved (one run of each backend per round),
 so a neighbour's load on a shared machine falls on all of them alike.
 Without a GPU the cuda backend runs under Numba's CUDA simulator on the op's
@@ -99,7 +102,7 @@ def tour(args) -> int:
         print(f"  not available here: {', '.join(_why_missing(name) for name in missing)}")
     header = f"{'op':30s} {'backend':11s} {'input':34s} {'max |err|':>10s} {'median':>11s} {'quartiles':>18s}  status"
     print("\n" + header + "\n" + "-" * len(header))
-    failures = 0
+    failures = slower = 0
     for op in embnum.ops():
         if args.op and op.name not in args.op:
             continue
@@ -113,6 +116,10 @@ def tour(args) -> int:
             try:
                 run, err, ok = _prepare(op, backend, name, example)
                 status = "ok" if ok else "MISMATCH"
+                if name == "cpu" and size == "large":  # the one-thread kernels of small calls: compiled and checked too
+                    small = op.example_fn(np.random.default_rng(0), "small")
+                    if not _prepare(op, backend, name, small)[2]:
+                        ok, status = False, f"MISMATCH on the small example ({small.label})"
                 runs[name] = run
                 repeats[name] = 1 if simulated else (3 if name == "ref" else args.repeats)
             except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
@@ -127,12 +134,29 @@ def tour(args) -> int:
             rows = {n: (*r[:3], f"ERROR while timing {type(exc).__name__}: {exc}") for n, r in rows.items()}
         for name, (label, input_label, err, status) in rows.items():
             median, spread = _fmt_spread(times.get(name, []))
+            ratio = slower_than_oracle(name, times, rows)
+            if ratio and status == "ok":
+                status = f"ok, SLOWER than ref ({ratio:.1f}x)"
+                slower += 1
             print(
                 f"{op.name:30s} {label:11s} {input_label:34s} {err:10.3g} {median:>11s} {spread:>18s}  {status}",
                 flush=True,
             )
     print(f"\n{'all ops match the oracle' if not failures else f'{failures} mismatches'}")
+    if slower:
+        print(f"{slower} fast paths slower than the oracle (SLOWER above; on a busy machine, see docs/using.md)")
     return 1 if failures else 0
+
+
+def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
+    """How many times slower than the oracle backend ``name``'s median was, when it was slower
+    on the same input (``None`` otherwise, for the oracle itself and for a simulated backend)."""
+    if name == "ref" or not times.get(name) or not times.get("ref") or rows[name][1] != rows["ref"][1]:
+        return None
+    if "(sim)" in rows[name][0]:
+        return None
+    ratio = summary(times[name])[0] / summary(times["ref"])[0]
+    return ratio if ratio > 1 else None
 
 
 def _prepare(op, backend, name, example):
@@ -199,6 +223,33 @@ def op_table() -> str:
     return "\n".join(f"{op.family:{width}s}  {op.name}" for op in ops)
 
 
+def _gpu_check(args) -> int:
+    from pathlib import Path
+
+    from ._backend import gpu_present
+
+    if args.sim:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba is imported
+    elif not gpu_present():
+        print("gpu-check: no GPU here (the CUDA driver reports none); --sim runs the stages in the simulator")
+        return 2
+    from .gpucheck import run
+
+    return run(Path(args.out), args.sim, args.stage)
+
+
+def warmup(args) -> int:
+    """Fill the disk cache (``embnum._warmup``); exit status 1 if an op failed or none matched."""
+    from . import _warmup
+
+    _decide_simulator(False)
+    names = _warmup.plan(args.family, args.op)
+    if not names:
+        print("no op matches the given --family/--op")
+        return 1
+    return 1 if _warmup.warmup(names, _warmup.compiled_backends(), args.jobs) else 0
+
+
 def main(argv=None) -> int:
     from . import __version__
 
@@ -212,10 +263,22 @@ def main(argv=None) -> int:
     t.add_argument("--repeats", type=int, default=7, help="timed runs per fast backend (median and quartiles)")
     t.add_argument("--no-sim", action="store_true", help="do not run the cuda backend in the simulator")
     sub.add_parser("list", help="list the registered ops")
+    g = sub.add_parser("gpu-check", help="versions, compile, smoke, pytest -m gpu and the GPU report on a GPU")
+    g.add_argument("--out", required=True, help="folder for the results (at most 8 files, 0-summary.md first)")
+    g.add_argument("--sim", action="store_true", help="the same stages in Numba's CUDA simulator at tiny sizes")
+    g.add_argument("--stage", action="append", help="only this stage (repeatable)")
+    w = sub.add_parser("warmup", help="compile every op's kernels into the disk cache ahead (parallel processes)")
+    w.add_argument("--family", action="append", help="only this family (repeatable)")
+    w.add_argument("--op", action="append", help="only this op (repeatable)")
+    w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the CPU count)")
     args = parser.parse_args(argv)
     if args.command == "list":
         print(op_table())
         return 0
+    if args.command == "gpu-check":
+        return _gpu_check(args)
+    if args.command == "warmup":
+        return warmup(args)
     if args.command != "tour":
         parser.print_help()
         return 2

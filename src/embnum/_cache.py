@@ -33,6 +33,11 @@ class BoundedCache:
             self._data[key] = value
             return value
 
+    def drop(self, key) -> None:
+        """Forget ``key`` (nothing happens when it is absent)."""
+        with self._lock:
+            self._data.pop(key, None)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._data)

@@ -26,11 +26,11 @@ layer rules keep that set small: the backend's ``_common`` and the shared ``embn
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import hashlib
 import os
+import re
 
 try:
     import fcntl
@@ -55,21 +55,26 @@ def _module_name(path: str) -> tuple[str, str]:
     return ".".join(["embnum", *parts]), ".".join(["embnum", *parts[:-1]])
 
 
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n]*)", re.M)
+
+
 @functools.cache
 def _imports(path: str, mtime: float, size: int) -> tuple[str, ...]:
-    """The embnum modules (not packages) that the file at ``path`` imports, anywhere in it."""
-    with open(path, "rb") as f:
-        tree = ast.parse(f.read(), path)
+    """The embnum modules (not packages) that the file at ``path`` imports, anywhere in it (its
+    import statements read by pattern, not parsed: a kernel's first call from the cache pays for
+    this; an import line inside a docstring only widens the key)."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"#[^\n]*", "", f.read())
     package = _module_name(path)[1].split(".")
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
-            found.add(target)
-            found.update(f"{target}.{a.name}" for a in node.names)
+    for dots, module, names in _FROM.findall(text):
+        base = package[: len(package) - len(dots) + 1] if dots else []
+        target = ".".join(base + ([module] if module else []))
+        found.add(target)
+        found.update(f"{target}.{n.split()[0]}" for n in names.strip("()").split(",") if n.strip())
+    for names in _IMPORT.findall(text):
+        found.update(n.split()[0] for n in names.split(",") if n.strip())
     return tuple(sorted(m for m in found if m.split(".")[0] == "embnum" and _module_path(m)))
 
 

@@ -4,13 +4,17 @@
   sharded table-, row-, column-, table-row-wise or replicated (data-parallel);
 * :func:`plan_tables` / :class:`ShardingPlan` / :class:`ParameterSharding`: plans;
 * :mod:`.comm`: the collectives (all-to-all, reduce-scatter, all-reduce) with autograd and codecs;
-* :func:`spawn`: local process groups (tests, the example, the benchmark).
+* :func:`spawn`: local process groups (tests, the example, the benchmark);
+* :mod:`.checkpoint`: one file per rank (``torch.load(weights_only=True)``), checksummed, loaded
+  under any plan and world size;
+* :mod:`.agree`: the ranks' agreement on settings (construction) and on each batch's validity.
 
 This package and :mod:`embnum.torch_bridge` are the only parts of embnum that import torch.
 """
 
+from . import checkpoint
 from .comm import QCommsConfig, all_reduce, all_reduce_gradients, all_to_all, reduce_scatter
-from .embeddingbag import ShardedEmbeddingBagCollection, TableShards, merge_state_dicts
+from .embeddingbag import LoadReport, ShardedEmbeddingBagCollection, TableShards, merge_state_dicts
 from .launch import RankFailedError, SpawnError, spawn
 from .plan import (
     COLUMN_WISE,
@@ -27,6 +31,7 @@ from .plan import (
 __all__ = [
     "COLUMN_WISE",
     "DATA_PARALLEL",
+    "LoadReport",
     "ROW_WISE",
     "SHARDING_TYPES",
     "TABLE_ROW_WISE",
@@ -41,6 +46,7 @@ __all__ = [
     "all_reduce",
     "all_reduce_gradients",
     "all_to_all",
+    "checkpoint",
     "merge_state_dicts",
     "plan_tables",
     "reduce_scatter",

@@ -23,15 +23,21 @@ batches concatenated in rank order, ``B_g = sum B_r``):
    table-row-wise shards added, mean of row-wise types divided at the source).
 
 Every rank must call forward and backward the same number of times (as with
-any collective). A rank that raises in forward publishes its error and aborts
-the group; its peers raise :class:`~embnum.distributed.launch.RankFailedError`
-naming it.
+any collective). The ranks agree before data moves (:mod:`.agree`): at
+construction on the tables, plan, optimizer and codecs (a difference is a
+``ValueError`` on every rank), and in each forward on the verdict of each
+rank's batch validation (a bad batch is the same error on every rank, and the
+group stays usable). A rank that raises later publishes its error and aborts
+the group; a rank that dies or hangs is found through the store; either way the
+peers raise :class:`~embnum.distributed.launch.RankFailedError` naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -41,7 +47,8 @@ from .. import torch_bridge as tb
 from .._tbe import TBEOptimizer
 from ..modules.tbe import FusedTBE
 from . import comm
-from .launch import RankFailedError, peer_failure, publish_failure
+from .agree import check_settings, describe, gather_batch_sizes
+from .launch import collective_error, failure_of, remember_store
 from .plan import COLUMN_WISE, DATA_PARALLEL, ShardingPlan, plan_tables
 from .sharding import GROUPS, Layout, build_layout
 
@@ -53,6 +60,9 @@ class TableShards:
 
     shape: tuple[int, ...]
     pieces: list
+
+
+torch.serialization.add_safe_globals([TableShards])  # torch.load(weights_only=True) reads state_dict(gather=False)
 
 
 def merge_state_dicts(state_dicts) -> dict:
@@ -103,11 +113,13 @@ class _Holder:
 
 class _ReplicaLookup(torch.autograd.Function):
     """Forward: the local batch. Backward: the global batch's gradient (gathered by the output
-    node) and ids, so every replica applies the same fused update."""
+    node) and ids, so every replica applies the same fused update; the per-id weights' gradient
+    is computed for the global batch on every replica, and each keeps only its own samples' part."""
 
     @staticmethod
-    def forward(ctx, weights, tbe, holder, cols, local, global_):
-        ctx.tbe, ctx.holder, ctx.cols, ctx.global_ = tbe, holder, cols, global_
+    def forward(ctx, weights, glob_psw, tbe, holder, cols, local, global_, mine):
+        ctx.tbe, ctx.holder, ctx.cols, ctx.global_, ctx.mine = tbe, holder, cols, global_, mine
+        ctx.glob_psw = None if glob_psw is None else glob_psw.detach()
         idx, off, psw = local
         with torch.no_grad():
             return tbe(idx, off, psw)
@@ -115,9 +127,37 @@ class _ReplicaLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         c0, c1 = ctx.cols
-        idx, off, psw = ctx.global_
-        ctx.tbe.apply_gradient(ctx.holder.grad[:, c0:c1], idx, off, psw)
-        return None, None, None, None, None, None
+        idx, off = ctx.global_
+        psw = ctx.glob_psw
+        want = psw is not None and ctx.needs_input_grad[1]
+        psw_grad = ctx.tbe.apply_gradient(ctx.holder.grad[:, c0:c1], idx, off, psw, want)
+        if psw_grad is not None:
+            psw_grad = torch.where(ctx.mine, psw_grad, torch.zeros_like(psw_grad))
+        return None, psw_grad, None, None, None, None, None, None
+
+
+class _WeightsRoute(torch.autograd.Function):
+    """The local KJT's per-id weights -> this rank's slots' weights for the global batch (computed by
+    the input distribution, passed in ``route``); backward sends each gradient back to the rank and
+    position the weight came from (one all-to-all; ids looked up by several shards add up).
+    ``anchor`` (requires grad) makes every rank run this backward, after the output node's."""
+
+    @staticmethod
+    def forward(ctx, weights, anchor, route):
+        glob_w, ctx.route = route[0], route[1:]
+        ctx.n = weights.numel()
+        return glob_w
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_pos, glob_idx, sent, received, group = ctx.route
+        g = grad.contiguous().float()
+        back = torch.zeros(sum(received), dtype=torch.float32, device=g.device).index_put_((glob_idx,), g)
+        got = torch.empty(sum(sent), dtype=torch.float32, device=g.device)
+        dist.all_to_all_single(got, back, sent, received, group=group)
+        comm.BYTES["weights_grad"] += back.numel() * 4
+        local = torch.zeros(ctx.n, dtype=torch.float32, device=g.device).index_add_(0, send_pos, got)
+        return (local if ctx.needs_input_grad[0] else None), None, None
 
 
 class _OutputDist(torch.autograd.Function):
@@ -125,8 +165,9 @@ class _OutputDist(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, anchor, a2a, rs, dp, meta):
-        group, Bs, rank, a2a_cols, codecs, holder, has_rs, has_dp = meta
+        group, Bs, rank, a2a_cols, codecs, holder, has_rs, has_dp, divide = meta
         ctx.meta = meta
+        ctx.anchor = (anchor.shape, anchor.dtype, anchor.device)
         ctx.widths = (a2a.shape[1], rs.shape[1], dp.shape[1])
         fwd = codecs[0]
         blocks = comm.exchange_blocks(
@@ -140,7 +181,17 @@ class _OutputDist(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        group, Bs, rank, a2a_cols, codecs, holder, has_rs, has_dp = ctx.meta
+        try:
+            return _OutputDist._backward(ctx, grad)
+        except Exception as e:
+            err = failure_of(e, "backward")
+            if err is e:
+                raise
+            raise err from e
+
+    @staticmethod
+    def _backward(ctx, grad):
+        group, Bs, rank, a2a_cols, codecs, holder, has_rs, has_dp, divide = ctx.meta
         a2a_width, rs_cols, dp_cols = ctx.widths
         bwd = codecs[1]
         grad = grad.contiguous().float()
@@ -159,7 +210,14 @@ class _OutputDist(torch.autograd.Function):
             g_rs = comm.all_gather_rows(pieces[len(a2a_cols)].contiguous(), Bs, group, bwd, "reduce_scatter_backward")
         if has_dp:
             holder.grad = comm.all_gather_rows(pieces[-1].contiguous(), Bs, group, None, "replica_grad_all_gather")
-        return None, g_a2a, g_rs, pieces[-1], None  # the replicas read holder.grad, not this local slice
+        if divide:  # TorchRec's convention: the tables see the global gradient over the world size
+            W = len(Bs)
+            g_a2a = g_a2a / W
+            g_rs = None if g_rs is None else g_rs / W
+            holder.grad = None if holder.grad is None else holder.grad / W
+        shape, dtype, device = ctx.anchor  # zeros: the anchor only orders the weights' backward after this node
+        anchor = torch.zeros(shape, dtype=dtype, device=device)
+        return anchor, g_a2a, g_rs, pieces[-1], None  # the replicas read holder.grad, not this local slice
 
 
 class ShardedEmbeddingBagCollection(torch.nn.Module):
@@ -173,7 +231,11 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
     state or norm (row-wise Adagrad, LAMB, LARS, partial row-wise Adam) each column shard would keep
     its own, so training would differ from the unsharded EBC. qcomm: a
     :class:`~embnum.distributed.comm.QCommsConfig` for the pooled collectives. is_weighted: the
-    KJTs carry per-id weights (every rank must agree). Initial weights: each table drawn whole from
+    KJTs carry per-id weights (every rank must agree); their gradient comes back through the module
+    (one more all-to-all in backward, run on every rank whenever ``is_weighted``), so KJT weights
+    that require grad get ``.grad`` as with the single-process EBC. ``gradient_division``: divide
+    the tables' gradient by the world size (TorchRec's convention; default: the plain sum, see
+    ``docs/distributed.md``). Initial weights: each table drawn whole from
     ``uniform(+-sqrt(1/rows))`` with a generator seeded by ``(seed, table index)`` and cut, so they do
     not depend on the plan or the world size.
 
@@ -194,16 +256,50 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         seed: int = 0,
         backend: str | None = None,
         verbose: bool = False,
+        gradient_division: bool = False,
     ):
         super().__init__()
         if not dist.is_initialized():
             raise RuntimeError("ShardedEmbeddingBagCollection needs an initialised torch.distributed process group")
+        remember_store()
         self.group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.rank = dist.get_rank(process_group)
+        self.tbes = torch.nn.ModuleDict()
+        self._where = {}  # shard index -> (group, local table, element offset, row offset)
+        error, entries = None, None
+        try:  # local checks and shard storage; no collective until every rank has a verdict
+            self._build(tables, plan, optimizer, qcomm, is_weighted, lookups, backend, verbose, gradient_division)
+            entries = describe(
+                tables,
+                self.plan,
+                self.world_size,
+                self.optimizer,
+                self.codecs,
+                is_weighted=self.is_weighted,
+                seed=int(seed),
+                gradient_division=self.gradient_division,
+            )
+        except Exception as e:  # noqa: BLE001 - re-raised by check_settings once the peers know
+            error = e
+        try:
+            check_settings(entries, error, process_group, self._collective_device())
+        except Exception as e:
+            if e is error or not collective_error(e):
+                raise
+            raise failure_of(e, "construction") from e
+        self._init_weights(seed)
+        self._holder = _Holder()
+        self._anchor = torch.zeros((), requires_grad=True)
+        self.timings = None  # a dict to collect seconds per forward phase (the benchmark sets it)
+
+    def _build(self, tables, plan, optimizer, qcomm, is_weighted, lookups, backend, verbose, gradient_division):
         self.optimizer = optimizer if optimizer is not None else TBEOptimizer("sgd", learning_rate=0.01)
         if not isinstance(self.optimizer, TBEOptimizer):
             raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(self.optimizer).__name__}")
+        if not isinstance(gradient_division, bool):
+            raise TypeError(f"gradient_division must be True or False, got {gradient_division!r}")
+        self.gradient_division = gradient_division
         if plan is None:
             plan = plan_tables(tables, self.world_size, lookups=lookups, optimizer=self.optimizer)
             if verbose and self.rank == 0:
@@ -225,8 +321,6 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         means = [f.name for f in self.layout.features if f.pooling == "mean"]
         if self.is_weighted and means:
             raise ValueError(f"feature {means[0]!r}: mean pooling with per-id weights is not supported (as in TBE)")
-        self.tbes = torch.nn.ModuleDict()
-        self._where = {}  # shard index -> (group, local table, element offset, row offset)
         lay, me = self.layout, self.rank
         for g in GROUPS:
             slots = lay.group_slots(me, g)
@@ -243,10 +337,12 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                 self._where[si] = (g, k, eoff, roff)
                 eoff += rows[k] * dims[k]
                 roff += rows[k]
-        self._init_weights(seed)
-        self._holder = _Holder()
-        self._anchor = torch.zeros((), requires_grad=True)
-        self.timings = None  # a dict to collect seconds per forward phase (the benchmark sets it)
+
+    def _collective_device(self):
+        """Where this group's small agreement tensors live (NCCL: the current CUDA device)."""
+        if dist.get_backend(self.group) == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
 
     def _tick(self, name, t0):
         if self.timings is not None:
@@ -293,30 +389,57 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
 
     # -- forward ------------------------------------------------------------------------------
     def forward(self, features):
+        """``features``: this rank's KJT. Every rank validates its own batch first; the verdicts travel
+        with the batch sizes, so a bad batch on any rank raises the same error on every rank (naming
+        that rank, the key and the value) before any data moves, and the next good batch trains on all
+        ranks. A failure after that point (a peer that died, a local error) ends the step on every
+        rank with :class:`~embnum.distributed.launch.RankFailedError` naming the rank."""
         try:
-            return self._forward(features)
-        except RankFailedError:
-            raise
+            parsed, error = self._validate(features), None
+        except Exception as e:  # noqa: BLE001 - every rank raises it, below
+            parsed, error = None, e
+        verdict = None
+        try:
+            Bs, verdict = gather_batch_sizes(
+                0 if parsed is None else parsed[-1], error, self.group, self._collective_device()
+            )
+            if verdict is not None:
+                raise verdict
+            return self._forward(parsed, Bs)
         except Exception as e:
-            failure = peer_failure(wait_s=0.5) if _collective_error(e) else None
-            if failure is not None:
-                raise RankFailedError(failure.rank, f"rank {self.rank}: {failure}") from e
-            publish_failure(e, "forward")
-            raise
+            if e is verdict:
+                raise
+            err = failure_of(e, "forward")
+            if err is e:
+                raise
+            raise err from e
+
+    def _validate(self, features):
+        """``(pos, lengths, values, weights, B)`` of a valid local batch; else the error naming the key and value."""
+        keys, lengths, values, weights, B = _unpack(features)
+        if values.device != self.device:
+            raise ValueError(f"features are on {values.device}, the shards on {self.device}")
+        pos = self._check(keys, lengths, values, weights)
+        return pos, lengths, values, weights, B
 
     def _check(self, keys, lengths, values, weights):
         lay = self.layout
         pos = {k: i for i, k in enumerate(keys)}
         missing = [f.name for f in lay.features if f.name not in pos]
         if missing:
-            raise ValueError(f"rank {self.rank}: features lacks key {missing[0]!r}")
+            raise ValueError(f"features lacks key {missing[0]!r}")
         if (weights is not None) != self.is_weighted:
             raise ValueError(
-                f"rank {self.rank}: features {'has' if weights is not None else 'lacks'} weights but the "
+                f"features {'has' if weights is not None else 'lacks'} weights but the "
                 f"module was built with is_weighted={self.is_weighted}"
             )
+        if lengths.numel() and int(lengths.min()) < 0:
+            k, b = (int(i) for i in torch.nonzero(lengths < 0)[0])
+            raise ValueError(f"features: key {keys[k]!r} has length {int(lengths[k, b])} at sample {b}")
         if values.numel() != int(lengths.sum()):
-            raise ValueError(f"rank {self.rank}: {values.numel()} values for lengths summing to {int(lengths.sum())}")
+            raise ValueError(f"features: {values.numel()} values for lengths summing to {int(lengths.sum())}")
+        if weights is not None and weights.numel() != values.numel():
+            raise ValueError(f"features: {weights.numel()} weights for {values.numel()} values")
         key_off = _cumsum0(lengths.sum(1)).tolist()
         for f in lay.features:
             i = pos[f.name]
@@ -325,7 +448,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             if v.numel() and (int(v.min()) < 0 or int(v.max()) >= rows):
                 bad = int(torch.nonzero((v < 0) | (v >= rows))[0, 0])
                 raise IndexError(
-                    f"rank {self.rank}: feature {f.name!r} id {int(v[bad])} at position {bad} is outside "
+                    f"feature {f.name!r} id {int(v[bad])} at position {bad} is outside "
                     f"[0, {rows}) (table {lay.tables[f.table].name!r})"
                 )
         return pos
@@ -370,6 +493,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
     def _input_dist(self, pos, lengths, values, weights, B, Bs):
         """-> key-major ``(lengths [S*B_g], values, weights)`` of this rank's slots, global batch."""
         lay, W, me, g, dev = self.layout, self.world_size, self.rank, self.group, values.device
+        tracked, weights = weights, None if weights is None else weights.detach()
         send_l, send_v, send_w = self._send_buffers(pos, lengths, values, weights, B)
         S = [len(lay.slots[d]) for d in range(W)]
         Sme = S[me]
@@ -395,7 +519,25 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         perm = torch.tensor([s * Sme + j for j in range(Sme) for s in range(W)], dtype=torch.int64, device=dev)
         _, glob_l, _ = tb.permute_1d_sparse_data(perm, seg, recv_l)
         _, glob_v, glob_w = tb.permute_1d_sparse_data(perm, vsz, recv_v, recv_w)
-        return glob_l, glob_v, glob_w
+        if weights is None:
+            return glob_l, glob_v, None
+        # where each weight went (positions ride through the same permutes as float64 weights: exact
+        # below 2**53) and where each global weight was received, for the gradient's way back
+        positions = torch.arange(values.numel(), dtype=torch.float64, device=dev)
+        send_pos = self._send_buffers(pos, lengths, values, positions, B)[2].to(torch.int64)
+        arrived = torch.arange(recv_v.numel(), dtype=torch.int64, device=dev)
+        _, glob_idx, _ = tb.permute_1d_sparse_data(perm, vsz, arrived)
+        route = (glob_w, send_pos, glob_idx, vals_per_dest, recv_counts, g)
+        return glob_l, glob_v, _WeightsRoute.apply(tracked, self._anchor, route)
+
+    def _own_samples(self, offsets, Bs):
+        """bool per value of a slot-major KJT of the global batch: whether its sample is this rank's."""
+        Bg = sum(Bs)
+        bags = offsets.numel() - 1
+        sample = torch.arange(bags, device=offsets.device) % max(Bg, 1)
+        start = sum(Bs[: self.rank])
+        own = (sample >= start) & (sample < start + Bs[self.rank])
+        return torch.repeat_interleave(own, offsets[1:] - offsets[:-1])
 
     def _group_kjt(self, group, lengths, values, weights, B):
         """``(indices, offsets, per_sample_weights)`` of ``group``'s slots in a slot-major KJT."""
@@ -407,13 +549,11 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         offs = off[a * B : b * B + 1] - v0
         return values[v0:v1], offs, None if weights is None else weights[v0:v1]
 
-    def _forward(self, features):
+    def _forward(self, parsed, Bs):
         lay, me, W = self.layout, self.rank, self.world_size
-        keys, lengths, values, weights, B = _unpack(features)
-        pos = self._check(keys, lengths, values, weights)
+        pos, lengths, values, weights, B = parsed
         dev = values.device
         t0 = time.perf_counter()
-        Bs = comm.gather_sizes(B, self.group, dev)
         Bg = sum(Bs)
         glob_l, glob_v, glob_w = self._input_dist(pos, lengths, values, weights, B, Bs)
         t0 = self._tick("input_dist", t0)
@@ -427,12 +567,14 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                 continue
             slots = lay.group_slots(me, g)
             perm = torch.tensor([pos[lay.features[s.feature].name] for s in slots], dtype=torch.int64, device=dev)
-            ll, lv, lw = tb.permute_2d_sparse_data(perm, lengths, values, weights)
+            ll, lv, lw = tb.permute_2d_sparse_data(perm, lengths, values, None if weights is None else weights.detach())
             local = (lv, _cumsum0(ll.reshape(-1)), lw)
             width = sum(lay.slot_width(s) for s in slots)
             tbe = self.tbes[g]
-            glob = self._group_kjt(g, glob_l, glob_v, glob_w, Bg)
-            dp_parts.append(_ReplicaLookup.apply(tbe.weights, tbe, self._holder, (col, col + width), local, glob))
+            gidx, goff, gpsw = self._group_kjt(g, glob_l, glob_v, glob_w, Bg)
+            mine = None if gpsw is None else self._own_samples(goff, Bs)
+            cols = (col, col + width)
+            dp_parts.append(_ReplicaLookup.apply(tbe.weights, gpsw, tbe, self._holder, cols, local, (gidx, goff), mine))
             col += width
         t0 = self._tick("lookup", t0)
         a2a_sum = sum(lay.slot_width(s) for s in lay.group_slots(me, "sum") if s.route == "a2a")
@@ -451,8 +593,9 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             self._holder,
             lay.has("rs"),
             lay.has("dp"),
+            self.gradient_division,
         )
-        full = _OutputDist.apply(self._anchor, a2a, rs, dp, meta)
+        full = _OutputDist.apply(self._anchor if glob_w is None else glob_w, a2a, rs, dp, meta)
         colmap = torch.tensor(lay.column_map(me), dtype=torch.int64, device=dev)
         out = torch.zeros(B, lay.total_dim, dtype=full.dtype, device=dev).index_add(1, colmap, full)
         means = lay.mean_after_sum()
@@ -524,11 +667,29 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             out[f"embedding_bags.{t.name}.step"] = torch.tensor(step, dtype=torch.int64)
         return out
 
-    def load_state_dict(self, state_dict, strict: bool = True):
+    def manifest(self) -> list[tuple[str, int, tuple[int, int], tuple[int, int]]]:
+        """Every piece that ``state_dict(gather=False)`` writes on every rank: ``(key, rank, rows, cols)``
+        (a 1-D state has cols ``(0, 1)``); the same list on every rank, without communication."""
+        lay, out = self.layout, []
+        for ti, t in enumerate(lay.tables):
+            for si in lay.table_shards(ti):
+                if not self._owns(si):
+                    continue
+                sh = lay.shards[si]
+                for name in self._state_names():
+                    one_d = len(self._state_shape(t, name)) == 1
+                    out.append((self._key(t.name, name), sh.rank, sh.rows, (0, 1) if one_d else sh.cols))
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> LoadReport:
         """Load whole tensors or :class:`TableShards` written under any plan and world size (each
         shard of this rank takes the intersection of every piece). ``strict``: every table, every
-        optimizer state and full coverage of each shard are required (``ValueError`` otherwise)."""
+        optimizer state and full coverage of each shard are required (``ValueError`` naming the
+        state and rows otherwise). ``strict=False`` loads what is there and returns a
+        :class:`LoadReport`: the missing keys and, per state, the row ranges of this rank that kept
+        their previous values (also a ``UserWarning`` when any)."""
         lay = self.layout
+        missing, unrestored = [], {}
         with torch.no_grad():
             for ti, t in enumerate(lay.tables):
                 for name in self._state_names():
@@ -536,6 +697,7 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                     if key not in state_dict:
                         if strict:
                             raise ValueError(f"state_dict lacks {key!r}")
+                        missing.append(key)
                         continue
                     value = state_dict[key]
                     shape = self._state_shape(t, name)
@@ -546,14 +708,21 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                         raise ValueError(f"{key}: shape {tuple(value.shape)} in the checkpoint, {shape} here")
                     for si in lay.table_shards(ti):
                         if si in self._where:
-                            self._load_shard(key, si, name, value, strict, len(shape) == 1)
+                            rows = self._load_shard(key, si, name, value, strict, len(shape) == 1)
+                            if rows:
+                                unrestored.setdefault(key, []).extend(rows)
             keys = [f"embedding_bags.{t.name}.step" for t in lay.tables]
             steps = [int(state_dict[k]) for k in keys if k in state_dict]
             if steps:  # one step for every shard (tables trained together step together)
                 for tbe in self.tbes.values():
                     tbe.step = max(steps)
+        report = LoadReport(missing, unrestored)
+        if missing or unrestored:
+            warnings.warn(f"rank {self.rank}: strict=False left state unrestored: {report}", stacklevel=2)
+        return report
 
     def _load_shard(self, key, si, name, value, strict, one_d):
+        """Copy the pieces' intersection with shard ``si``; returns the global row ranges left uncovered."""
         sh = self.layout.shards[si]
         dst = self._views(si)[name]
         r0, r1 = sh.rows
@@ -564,21 +733,38 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             if a0 >= a1 or b0 >= b1:
                 continue
             src = t.reshape(pr1 - pr0, pc1 - pc0)[a0 - pr0 : a1 - pr0, b0 - pc0 : b1 - pc0]
-            dst[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0] = src.to(dst.dtype)
+            dst[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0] = src.to(dst.device, dst.dtype)
             covered[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0] = True
-        if strict and not bool(covered.all()):
-            raise ValueError(f"{key}: the checkpoint does not cover rows {sh.rows}, cols {sh.cols} of this rank")
+        short = (~covered).any(1).nonzero().reshape(-1).tolist()
+        ranges: list[tuple[int, int]] = []
+        for i in short:
+            if ranges and ranges[-1][1] == r0 + i:
+                ranges[-1] = (ranges[-1][0], r0 + i + 1)
+            else:
+                ranges.append((r0 + i, r0 + i + 1))
+        if strict and ranges:
+            raise ValueError(
+                f"{key}: the checkpoint does not restore rows {_ranges(ranges)} (cols [{c0}, {c1})) of rank {self.rank}"
+            )
+        return ranges
 
 
-def _collective_error(e: BaseException) -> bool:
-    """A failed collective (a peer closed its connection, or the timeout) rather than a local error."""
-    names = {"DistBackendError", "DistNetworkError", "DistError"}
-    if type(e).__name__ in names:
-        return True
-    text = str(e)
-    return isinstance(e, RuntimeError) and any(
-        w in text for w in ("Connection closed", "Connection reset", "Timed out", "timed out", "gloo", "NCCL")
-    )
+def _ranges(ranges) -> str:
+    return ", ".join(f"[{a}, {b})" for a, b in ranges)
+
+
+class LoadReport(NamedTuple):
+    """What ``load_state_dict(strict=False)`` left as it was: ``missing_keys`` (absent from the
+    state dict) and ``unrestored`` (key -> global row ranges ``(r0, r1)`` of this rank's shards
+    that no piece covered)."""
+
+    missing_keys: list
+    unrestored: dict
+
+    def __str__(self):
+        parts = [f"missing {k}" for k in self.missing_keys]
+        parts += [f"{k} rows {_ranges(v)}" for k, v in self.unrestored.items()]
+        return "; ".join(parts) if parts else "everything restored"
 
 
 def _keyed_tensor(keys, dims, values):

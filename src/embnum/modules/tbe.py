@@ -60,9 +60,29 @@ class _Tables(torch.nn.Module):
         self.output_dtype = str(output_dtype_of(output_dtype))
         self.bounds_check_mode = bounds_check_mode
         self.backend = backend
+        self._trusted = None  # (the layout buffers, len(weights), their versions) last trusted on a GPU
 
     def layout(self):
-        return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
+        """The three layout buffers. On a GPU they stay there: the first call (and the first after a
+        buffer is replaced or written, which its version shows) validates them once and has the ops
+        trust them (``embnum.ops.tbe.trust_device_layout``), so no call reads them back."""
+        bufs = (self.weights_offsets, self.D_offsets, self.hash_size_cumsum)
+        if not bufs[0].is_cpu:
+            seen = (*bufs, self.weights.shape[0], *(b._version for b in bufs))
+            last = self._trusted
+            if (
+                last is None
+                or len(last) != len(seen)
+                or any(a is not b for a, b in zip(last[:3], bufs))
+                or last[3:] != seen[3:]
+            ):
+                from ..ops.tbe import trust_device_layout
+                from ..torch_bridge import to_array
+
+                w = to_array(self.weights.detach())
+                trust_device_layout(w, *(to_array(b) for b in bufs))
+                self._trusted = seen
+        return bufs
 
     def extra_repr(self) -> str:
         """One line per table (rows x dim, the features that read it), then the settings."""
@@ -149,15 +169,30 @@ class FusedTBE(_Tables):
         for name in ("momentum1", "momentum2"):
             self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
+        self._step_seen = (self.iter, self.iter._version, 0)  # (iter, its version, the count) or None
 
     @property
     def step(self) -> int:
-        """Optimizer steps taken so far (the ``iter`` buffer)."""
-        return int(self.iter)
+        """Optimizer steps taken so far (the ``iter`` buffer). The count lives on the buffer's
+        device; a host copy follows the module's own increments, so reading it costs no
+        device-to-host copy except the first time after ``iter`` was replaced or written from
+        elsewhere (``load_state_dict``, ``.to()``), which the buffer's version shows."""
+        seen = self._step_seen
+        if seen is None or seen[0] is not self.iter or seen[1] != self.iter._version:
+            seen = self._step_seen = (self.iter, self.iter._version, int(self.iter))
+        return seen[2]
 
     @step.setter
     def step(self, value: int):
         self.iter.fill_(int(value))
+        self._step_seen = (self.iter, self.iter._version, int(value))
+
+    def _count_step(self) -> None:
+        """``iter += 1`` on its device (nothing read back); the host copy follows when it is current."""
+        seen = self._step_seen
+        current = seen is not None and seen[0] is self.iter and seen[1] == self.iter._version
+        self.iter.add_(1)
+        self._step_seen = (self.iter, self.iter._version, seen[2] + 1) if current else None
 
     def forward(self, indices, offsets, per_sample_weights=None):
         return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
@@ -186,7 +221,7 @@ class FusedTBE(_Tables):
                 bounds_check_mode=self.bounds_check_mode,
                 backend=self.backend,
             )
-        self.step += 1
+        self._count_step()
         with torch.no_grad():
             tbe_backward_update(
                 g,

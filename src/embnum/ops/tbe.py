@@ -52,6 +52,10 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
     if type(weights) is not np.ndarray or weights.ndim != 1 or weights.dtype not in WEIGHT_DTYPES:
         v.array("weights", weights, ndim=1, dtypes=WEIGHT_DTYPES)
     key = None
+    if type(weights_offsets) is not np.ndarray:  # device arrays: a layout a module trusted reads nothing
+        found = _TRUSTED.get(_device_key(weights.shape[0], weights_offsets, D_offsets, hash_size_cumsum))
+        if found is not None:
+            return found[0].copy(), found[1].copy(), found[2].copy(), found[3].copy()
     if type(weights_offsets) is np.ndarray and type(D_offsets) is np.ndarray and type(hash_size_cumsum) is np.ndarray:
         # Every check below reads exactly these values: the three arrays' dtypes (compared by ==,
         # as index_array compares them: '>i8' is not int64), shapes and bytes (which fix their
@@ -95,6 +99,33 @@ def layout(weights, weights_offsets, D_offsets, hash_size_cumsum):
 
 
 _LAYOUTS = BoundedCache(64)  # layouts already validated -> (woff, doff, hcs, rows), read-only
+_TRUSTED = BoundedCache(64)  # device layouts -> (woff, doff, hcs, rows, the device arrays kept alive)
+
+
+def _device_key(W, *arrays) -> tuple:
+    """Where the three device arrays are and how they are laid out, and ``len(weights)``: no device read."""
+    key = [W]
+    for a in arrays:
+        ptr = a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
+        key += [type(a), ptr, a.shape, a.strides, a.dtype]
+    return tuple(key)
+
+
+def trust_device_layout(weights, weights_offsets, D_offsets, hash_size_cumsum) -> None:
+    """Validate a layout held in device arrays once (reading it back) and remember it by where
+    the arrays are, so that the TBE ops called with these very arrays read nothing back: the
+    layout stays on the device and its host copies come from here. For a module that owns its
+    layout buffers (:class:`embnum.modules.FusedTBE` after ``.cuda()``): the entry keeps the arrays
+    alive, so their memory cannot be reused by other data while it is trusted; the owner calls
+    this again after writing the buffers (it replaces the entry), as the modules do when a
+    buffer's version changes. Raises as the ops do for an invalid layout."""
+    key = _device_key(weights.shape[0], weights_offsets, D_offsets, hash_size_cumsum)
+    _TRUSTED.drop(key)
+    found = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
+    kept = tuple(a.copy() for a in found)
+    for a in kept:
+        a.flags.writeable = False
+    _TRUSTED.put(key, (*kept, (weights_offsets, D_offsets, hash_size_cumsum)))
 
 
 def _layout_rules(weights, weights_offsets, D_offsets, hash_size_cumsum, T):

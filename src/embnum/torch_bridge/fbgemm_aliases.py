@@ -125,6 +125,18 @@ _alias(
     "-> (Tensor, Tensor, Tensor, Tensor)",
     "jagged_unique_indices",
 )
+# index_select
+_alias(
+    "group_index_select_dim0",
+    "(Tensor[] input_group, Tensor[] indices_group) -> Tensor[]",
+    "group_index_select_dim0",
+)
+_alias(
+    "batch_index_select_dim0",
+    "(Tensor inputs, Tensor indices, SymInt[] input_num_indices, SymInt[] input_rows, SymInt[] input_columns, "
+    "bool permute_output_dim_0_1=False) -> Tensor",
+    "batch_index_select_dim0",
+)
 # quant
 _alias("FloatToFused8BitRowwiseQuantized", "(Tensor t) -> Tensor", "float_to_fused_8bit_rowwise")
 _alias("Fused8BitRowwiseQuantizedToFloat", _DEQ, "fused_8bit_rowwise_to_float")

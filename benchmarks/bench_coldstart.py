@@ -1,0 +1,105 @@
+"""First-call time of every op, on a cold and on a warm kernel cache.
+
+    python benchmarks/bench_coldstart.py [--op NAME ...] [--family F ...] [--size small|large] [--warmup]
+
+For each op, in a fresh process with a fresh, empty ``NUMBA_CACHE_DIR`` ("cold"): ``import
+embnum`` (timed), the op's tour example of ``--size`` built, then the first call on the cpu
+backend (timed: compiling what it reaches, then running) and a second call (timed: the run
+alone). Then once more in a fresh process on the cache the cold one left ("warm": the first
+call loads the compiled kernels). ``--warmup``: the warm process runs on a cache filled by
+``python -m embnum warmup --op NAME`` in its own fresh directory instead (what a warmed image
+gives). Prints a Markdown table and the load average before and after: the machine is shared,
+and compile times scale with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench import load  # noqa: E402
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    t0 = time.perf_counter()
+    import numpy as np
+    import embnum
+    t_import = time.perf_counter() - t0
+    op = next(o for o in embnum.ops() if o.name == sys.argv[1])
+    example = op.example_fn(np.random.default_rng(0), sys.argv[2])
+
+    def call():
+        args = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in example.args.items()}
+        t = time.perf_counter()
+        op.public(**args, backend="cpu")
+        return time.perf_counter() - t
+
+    first = call()
+    second = call()
+    print(json.dumps({"import": t_import, "first": first, "second": second, "label": example.label}))
+    """
+)
+
+
+def _child(name: str, size: str, cache: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    done = subprocess.run([sys.executable, "-c", CHILD, name, size], env=env, capture_output=True, text=True)
+    if done.returncode:
+        return {"error": done.stderr.strip().splitlines()[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _warm_cache(name: str, cache: str) -> None:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    cmd = [sys.executable, "-m", "embnum", "warmup", "--op", name, "--jobs", "1"]
+    subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+
+
+def _s(x) -> str:
+    return "-" if x is None else f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
+
+
+def main(argv=None) -> int:
+    import embnum
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--op", action="append")
+    p.add_argument("--family", action="append")
+    p.add_argument("--size", default="small", choices=("small", "large"))
+    p.add_argument("--warmup", action="store_true", help="warm cache from `python -m embnum warmup`")
+    args = p.parse_args(argv)
+    ops = [
+        op
+        for op in embnum.ops()
+        if (not args.op or op.name in args.op) and (not args.family or op.family in args.family)
+    ]
+    print(f"{load()}; {len(ops)} ops, {args.size} examples, cpu backend, Numba threads: default")
+    print("\n| op | input | import | cold first call | warm first call | second call |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for op in ops:
+        with tempfile.TemporaryDirectory() as cold_dir, tempfile.TemporaryDirectory() as warm_dir:
+            cold = _child(op.name, args.size, cold_dir)
+            if args.warmup:
+                _warm_cache(op.name, warm_dir)
+            warm = _child(op.name, args.size, warm_dir if args.warmup else cold_dir)
+        if "error" in cold or "error" in warm:
+            print(f"| {op.name} | ERROR {cold.get('error') or warm.get('error')} | | | | |", flush=True)
+            continue
+        print(
+            f"| {op.name} | {cold['label']} | {_s(cold['import'])} | {_s(cold['first'])} | "
+            f"{_s(warm['first'])} | {_s(warm['second'])} |",
+            flush=True,
+        )
+    print(f"\n{load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

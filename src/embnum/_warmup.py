@@ -1,0 +1,91 @@
+"""``python -m embnum warmup``: fill the kernels' disk cache ahead of the first call.
+
+Each op runs its tour examples (the small one, which takes the one-thread kernels, and the
+large one, which takes the parallel ones) on the chosen backends, so that every kernel those
+calls reach is compiled and saved (``embnum._jit``: safe with several processes writing
+one cache). The ops are shared out among ``jobs`` worker processes (started fresh, not
+forked), heaviest family first. Other argument types (another index dtype, another
+optimizer) compile on their own first call.
+
+For a container image or a CI cache: run it once with ``NUMBA_CACHE_DIR`` pointing at the
+directory to keep (or with the sources writable: ``__pycache__`` next to them).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import time
+
+# families whose kernels take longest to compile go first, so the pool ends together
+_ORDER = ("tbe", "tbe_quantized", "kjt", "quant", "keyed_tensor", "jagged")
+SIZES = ("small", "large")
+
+
+def _copies(args: dict) -> dict:
+    import numpy as np
+
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
+
+
+def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES) -> tuple[str, float, str | None]:
+    """Run op ``name``'s examples of ``sizes`` on ``backends`` in this process; return
+    ``(name, seconds, error or None)``."""
+    import numpy as np
+
+    from . import _registry
+    from ._backend import BACKENDS
+
+    t0 = time.perf_counter()
+    try:
+        op = _registry.get(name)
+        for size in sizes:
+            example = op.example_fn(np.random.default_rng(0), size)
+            for backend in backends:
+                to = BACKENDS[backend].from_host
+                args = {k: to(v) if isinstance(v, np.ndarray) else v for k, v in example.args.items()}
+                op.public(**(_copies(args) if op.mutates else args), backend=backend)
+                BACKENDS[backend].synchronize()
+    except Exception as exc:  # noqa: BLE001 - reported per op; the others go on
+        return name, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+    return name, time.perf_counter() - t0, None
+
+
+def plan(families=None, ops=None) -> list[str]:
+    """The ops to warm, heaviest family first."""
+    from . import _registry
+
+    chosen = [op for op in _registry.ops() if (not families or op.family in families) and (not ops or op.name in ops)]
+    rank = {f: i for i, f in enumerate(_ORDER)}
+    return [op.name for op in sorted(chosen, key=lambda op: rank.get(op.family, len(rank)))]
+
+
+def compiled_backends() -> tuple[str, ...]:
+    """The backends whose kernels a disk cache keeps here: ``cpu``, and ``cuda`` on a GPU
+    (the simulator compiles nothing)."""
+    from ._backend import BACKENDS, available_backends
+
+    return tuple(
+        b for b in available_backends() if b == "cpu" or (b == "cuda" and not getattr(BACKENDS[b], "simulated", True))
+    )
+
+
+def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print) -> int:
+    """Warm ``names`` on ``backends`` with ``jobs`` worker processes; ``report`` each op's line.
+    Returns the number of ops that failed."""
+    t0 = time.perf_counter()
+    failed = 0
+    ctx = multiprocessing.get_context("spawn")  # a fork would copy Numba's started thread pool
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
+        futures = [pool.submit(warm_op, name, backends) for name in names]
+        for future in concurrent.futures.as_completed(futures):
+            name, seconds, error = future.result()
+            failed += error is not None
+            report(f"{name:34s} {seconds:7.1f} s  {error or 'ok'}")
+    report(
+        f"warmed {len(names) - failed} of {len(names)} ops on {', '.join(backends)} in "
+        f"{time.perf_counter() - t0:.1f} s with {jobs} processes"
+        f" (cache: {os.environ.get('NUMBA_CACHE_DIR') or '__pycache__ beside the sources'})"
+    )
+    return failed

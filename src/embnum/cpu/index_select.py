@@ -1,0 +1,73 @@
+"""Numba host kernels of the index_select family.
+
+Each function takes the validated arguments of its op (``embnum.ops.index_select``) plus
+``out`` and fills it. Values are moved as unsigned integers of their width (bit-exact, few
+compiled specialisations). The batch ops run one table per parallel item: tables write
+disjoint parts of the result, so the backward adds a row's repeats in the order of
+``indices`` whatever the thread count, as the oracle does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from .._jit import njit
+from ._common import bits, int64s, round_once, serial_twin
+
+
+@njit(cache=True, parallel=True)
+def _gather_rows(src, idx, out):
+    """``out[j] = src[idx[j]]`` for 2-D ``src``/``out`` (rows of the same width)."""
+    for j in prange(idx.shape[0]):
+        out[j, :] = src[idx[j], :]
+
+
+_gather_rows_serial = serial_twin(_gather_rows)
+
+
+def group_index_select_dim0(input_group, indices_group, out):
+    for a, i, o in zip(input_group, indices_group, out):
+        if o.size == 0:
+            continue
+        width = o.size // o.shape[0]
+        src = bits(a).reshape(a.shape[0], width)
+        dst = o.view(src.dtype).reshape(o.shape[0], width)
+        (_gather_rows_serial if o.size < 65536 else _gather_rows)(src, int64s(i), dst)
+
+
+@njit(cache=True, parallel=True)
+def _batch_gather(src, idx, in_offs, idx_offs, cols, base, step, out):
+    for t in prange(cols.shape[0]):
+        C, s0, b, st = cols[t], in_offs[t], base[t], step[t]
+        k0 = idx_offs[t]
+        for j in range(idx_offs[t + 1] - k0):
+            s = s0 + np.int64(idx[k0 + j]) * C
+            d = b + j * st
+            out[d : d + C] = src[s : s + C]
+
+
+@njit(cache=True, parallel=True)
+def _batch_scatter_add(grad, idx, in_offs, idx_offs, cols, base, step, acc):
+    for t in prange(cols.shape[0]):
+        C, s0, b, st = cols[t], in_offs[t], base[t], step[t]
+        acc[in_offs[t] : in_offs[t + 1]] = 0
+        k0 = idx_offs[t]
+        for j in range(idx_offs[t + 1] - k0):
+            s = s0 + np.int64(idx[k0 + j]) * C
+            d = b + j * st
+            for c in range(C):
+                acc[s + c] += grad[d + c]
+
+
+def batch_index_select_dim0(inputs, indices, in_offs, idx_offs, sel_offs, cols, base, step, rows, out):
+    src = bits(inputs)
+    _batch_gather(src, np.ascontiguousarray(indices), in_offs, idx_offs, cols, base, step, out.view(src.dtype))
+
+
+def batch_index_select_dim0_backward(grad_output, indices, in_offs, idx_offs, sel_offs, cols, base, step, rows, out):
+    half = grad_output.dtype == np.float16
+    grad = np.ascontiguousarray(grad_output, np.float32 if half else grad_output.dtype)  # float16 widens exactly
+    acc = np.empty(out.shape, np.float32) if half else out
+    _batch_scatter_add(grad, np.ascontiguousarray(indices), in_offs, idx_offs, cols, base, step, acc)
+    round_once(acc, out)

@@ -1,0 +1,177 @@
+"""embnum.fbgemm_compat against the real fbgemm_gpu (the fbgemm tier: skipped where it is not importable).
+
+* ``install()`` refuses where fbgemm_gpu is importable, before changing anything.
+* The stand-in enums have fbgemm's members, values and methods' results.
+* The training TBE: fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen`` and embnum's stand-in,
+  each in its own subprocess (``tests/compat/tbe_side.py``), on drawn tables, batches and
+  hyper-parameters: a forward pass and three training steps for each optimizer fbgemm's CPU build
+  trains; outputs, split weights and optimizer states (names and layouts) compared.
+
+The tier without fbgemm_gpu (TorchRec on the stand-in) is ``tests/compat/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("fbgemm_gpu")
+pytestmark = pytest.mark.fbgemm
+
+import fbgemm_gpu.split_embedding_configs as real_configs  # noqa: E402
+import fbgemm_gpu.split_table_batched_embeddings_ops_common as real_common  # noqa: E402
+from fbgemm_gpu.tbe.config.optimizer_config import WeightDecayMode as RealWeightDecayMode  # noqa: E402
+
+import embnum.fbgemm_compat as compat  # noqa: E402
+from embnum.fbgemm_compat import configs, unavailable  # noqa: E402
+
+SIDE = Path(__file__).parent / "compat" / "tbe_side.py"
+_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
+
+
+def test_install_refuses_where_fbgemm_is_importable():
+    before = list(sys.meta_path)
+    with pytest.raises(RuntimeError, match="real fbgemm_gpu is importable or loaded"):
+        compat.install()
+    assert sys.meta_path == before and not compat.status()["installed"]
+    assert compat.status()["real_fbgemm_gpu"] is not None
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (configs.EmbOptimType, real_configs.EmbOptimType),
+        (configs.SparseType, real_configs.SparseType),
+        (configs.PoolingMode, real_common.PoolingMode),
+        (configs.EmbeddingLocation, real_common.EmbeddingLocation),
+        (configs.ComputeDevice, real_common.ComputeDevice),
+        (configs.BoundsCheckMode, real_common.BoundsCheckMode),
+        (configs.CacheAlgorithm, real_common.CacheAlgorithm),
+        (configs.WeightDecayMode, RealWeightDecayMode),
+        (unavailable.BackendType, real_common.BackendType),
+    ],
+    ids=lambda c: c.__name__,
+)
+def test_enums_match_fbgemm(ours, theirs):
+    assert [(m.name, m.value) for m in ours] == [(m.name, m.value) for m in theirs]
+
+
+def test_sparse_type_methods_match_fbgemm():
+    ours, theirs = configs.SparseType, real_configs.SparseType
+    for m in ours:
+        r = theirs(m.value)
+        assert (m.as_int(), m.bit_rate(), m.align_size(), m.is_float(), m.as_dtype(), str(m)) == (
+            r.as_int(),
+            r.bit_rate(),
+            r.align_size(),
+            r.is_float(),
+            r.as_dtype(),
+            str(r),
+        )
+    for code in range(-1, 11):
+        try:
+            want = theirs.from_int(code).value
+        except ValueError:
+            with pytest.raises(ValueError, match="Unsupported sparse type"):
+                ours.from_int(code)
+        else:
+            assert ours.from_int(code).value == want
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.quint4x2, torch.quint2x4]
+    for dtype in dtypes + [torch.float8_e4m3fn]:
+        for is_mx in (False, True):
+            try:
+                want = theirs.from_dtype(dtype, is_mx).value
+            except ValueError:
+                with pytest.raises(ValueError, match="Unsupported sparse dtype"):
+                    ours.from_dtype(dtype, is_mx)
+            else:
+                assert ours.from_dtype(dtype, is_mx).value == want
+    for opt in configs.EmbOptimType:
+        assert opt.state_names() == real_configs.EmbOptimType(opt.value).state_names()
+
+
+# -- the training TBE, side by side -------------------------------------------------------------------
+OPTIMIZERS = ("EXACT_SGD", "EXACT_ADAGRAD", "EXACT_ROWWISE_ADAGRAD")  # what fbgemm's CPU build trains
+
+
+@st.composite
+def tbe_case(draw, optimizer):
+    pooling = draw(st.sampled_from(["SUM", "MEAN", "NONE"]))
+    n_tables = draw(st.integers(1, 3))
+    rows = draw(st.lists(st.integers(1, 12), min_size=n_tables, max_size=n_tables))
+    dims = draw(st.lists(st.sampled_from([4, 8, 12]), min_size=n_tables, max_size=n_tables))  # fbgemm: multiples of 4
+    if pooling == "NONE":  # fbgemm's sequence lookups take one dim for all tables
+        dims = [dims[0]] * n_tables
+    shares = draw(st.lists(st.integers(1, 2), min_size=n_tables, max_size=n_tables))
+    ftm = [t for t, k in enumerate(shares) for _ in range(k)]
+    hyper = {"learning_rate": draw(st.sampled_from([0.01, 0.1, 0.5])), "eps": draw(st.sampled_from([1e-8, 1e-2]))}
+    if optimizer == "EXACT_ROWWISE_ADAGRAD" and draw(st.booleans()):
+        hyper["weight_decay"] = draw(st.sampled_from([0.01, 0.1]))
+        hyper["weight_decay_mode"] = draw(st.sampled_from([1, 2]))  # L2, DECOUPLE
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    weights = [rng.uniform(-1, 1, (r, d)).round(3).tolist() for r, d in zip(rows, dims)]
+    B = draw(st.integers(1, 4))
+    weighted = pooling == "SUM" and draw(st.booleans())  # embnum refuses MEAN with weights (no fbgemm-wide meaning)
+    batches = []
+    for _ in range(3):
+        lengths = rng.integers(0, 4, len(ftm) * B)
+        indices = np.concatenate([rng.integers(0, rows[t], n) for t, n in zip(np.repeat(ftm, B), lengths)] + [[]])
+        n = int(lengths.sum())
+        width = sum(dims[t] for t in ftm) if pooling != "NONE" else dims[0]
+        batches.append(
+            {
+                "indices": indices.astype(np.int64).tolist(),
+                "offsets": np.concatenate([[0], np.cumsum(lengths)]).tolist(),
+                "psw": rng.uniform(0.5, 2, n).round(3).tolist() if weighted else None,
+                "grad_scale": rng.uniform(-1, 1, (B if pooling != "NONE" else n) * width).round(3).tolist(),
+            }
+        )
+    return {
+        "rows": rows,
+        "dims": dims,
+        "feature_table_map": ftm,
+        "optimizer": optimizer,
+        "pooling": pooling,
+        "hyper": hyper,
+        "weights": weights,
+        "batches": batches,
+    }
+
+
+def _side(side, cases, tmp):
+    cfg, out = tmp / f"{side}.json", tmp / f"{side}.pt"
+    cfg.write_text(json.dumps(cases))
+    res = subprocess.run(
+        [sys.executable, str(SIDE), side, str(cfg), str(out)], capture_output=True, text=True, env=_ENV, timeout=900
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return torch.load(out)
+
+
+@settings(max_examples=2)
+@given(st.tuples(*(tbe_case(o) for o in OPTIMIZERS for _ in range(2))))
+def test_training_tbe_matches_fbgemm(tmp_path_factory, cases):
+    tmp = tmp_path_factory.mktemp("tbe")
+    real, ours = _side("real", list(cases), tmp), _side("embnum", list(cases), tmp)
+    for case, want, got in zip(cases, real, ours):
+        where = f"{case['optimizer']} {case['pooling']} rows={case['rows']} dims={case['dims']}"
+        for step, (w, g) in enumerate(zip(want["outputs"], got["outputs"])):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"{where} step {step}: {m}")
+        for t, (w, g) in enumerate(zip(want["weights"], got["weights"])):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"{where} table {t} weights: {m}")
+        assert [sorted(d) for d in got["states"]] == [sorted(d) for d in want["states"]], where
+        for t, (w, g) in enumerate(zip(want["states"], got["states"])):
+            for name in w:
+                torch.testing.assert_close(
+                    g[name], w[name], rtol=1e-5, atol=1e-6, msg=lambda m: f"{where} table {t} {name}: {m}"
+                )
