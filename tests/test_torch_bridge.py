@@ -308,6 +308,7 @@ def test_host_path_only_for_plain_cpu_calls_without_grad(monkeypatch):
     with torch.no_grad():
         assert on_host(torch.ones(4, requires_grad=True), offs)
     assert not on_host(x, torch.nn.Parameter(offs, requires_grad=False))  # a subclass in a list
+
     class PassThrough(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))

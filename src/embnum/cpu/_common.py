@@ -220,9 +220,7 @@ def serial_twin(kernel):
     runtime: the same code, ``prange`` run as ``range``, so the same results. Entering a parallel
     region costs ~2 us even on one thread; small calls, which run on one thread anyway, take the
     twin (see :func:`one_thread`). Cached on disk beside the kernel (:class:`_SerialKey`)."""
-    import numba
-
-    return _enable(numba.njit(kernel.py_func), _serial_cache)
+    return _enable(njit(kernel.py_func), _serial_cache)
 
 
 def one_thread() -> bool:
