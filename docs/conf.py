@@ -36,7 +36,7 @@ extensions = [
     "embnum_docs",
 ]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "README.md"]
+exclude_patterns = ["_build", "_static", "_tools", "README.md"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"  # render the committed outputs
@@ -50,4 +50,5 @@ napoleon_google_docstring = False
 
 html_theme = "furo"
 html_title = f"embnum {release}"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["embnum.css"]  # wide tables wrap instead of hiding columns (docs/_tools/check_wide_tables.py)

@@ -65,6 +65,23 @@ def fast_backend(request):
     return flavor
 
 
+# The slow tiers: run by default (CI runs everything); `-m "not slow"` runs the fast tier alone
+# (README). Keyed by file, or file::test function; notebooks (--nbmake) are slow too.
+SLOW = {
+    "test_gpu_report.py": "every op through the GPU report, in the simulator",
+    "test_distributed.py": "process groups of several processes",
+    "test_cuda_compile.py": "every kernel compiled for two GPUs (minutes on a cold cache)",
+    "test_hostile.py::test_hostile": "drawn hostile cases for every op, each in a worker subprocess",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = getattr(item, "originalname", None) or item.name
+        if item.path.suffix == ".ipynb" or item.path.name in SLOW or f"{item.path.name}::{name}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
 HOSTILE_CI_EXAMPLES = 12  # per op: the short profile CI runs (about a minute on an idle 2-core machine)
 
 
@@ -80,6 +97,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.hostile_counts = collections.Counter()
+    import progress  # one line per finished file, the skips by reason (tests/progress.py)
+
+    progress.pytest_configure(config)
 
 
 @pytest.fixture(scope="session")
@@ -107,12 +127,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not counts:
         return
     terminalreporter.section("hostile input (tests/test_hostile.py)")
-    for k in sorted(counts):
-        terminalreporter.write_line(f"{k}: {counts[k]}")
+    for line in hostile_summary(counts):
+        terminalreporter.write_line(line)
     path = os.environ.get("EMBNUM_HOSTILE_REPORT")
     if path:
         with open(path, "w") as f:
             json.dump(dict(counts), f, indent=1, sort_keys=True)
+
+
+def hostile_summary(counts) -> list[str]:
+    """The adversarial tier's counts as sentences: the verdict first, then what the calls did.
+    An error is the expected answer to hostile input, so it is counted beside the results, not
+    beside the crashes."""
+    c = collections.Counter(counts)
+    bad = c["crashes"] + c["hangs"] + c["failed"]
+    named, oom = c["errors naming the mutated argument"], c["of them out of memory (AllocationError)"]
+    return [
+        f"{'FAILED' if bad else 'passed'}: {c['cases']} cases, {c['crashes']} crashes, {c['hangs']} hangs, "
+        f"{c['failed']} cases failing their check ({c['not applicable']} mutations did not apply)",
+        f"{c['calls']} backend calls: {c['errors']} answered with a clean error (the expected answer to "
+        f"bad input), {c['results']} with a result, {c['not expressible']} not expressible as torch tensors",
+        f"cases where every backend raised a clean error: {c['clean errors']} ({named} naming the mutated "
+        f"argument, {oom} out of memory); where every result equalled ref's: {c['results equal to ref']}",
+    ]
 
 
 # -- launch signatures (see embnum.cuda._ptx) -------------------------------------------------

@@ -175,3 +175,50 @@ def test_bucketize_block_sizes_never_wrap(kind, block_sizes):
         k.bucketize(3, block_sizes)
     ok, _ = k.bucketize(3, [10])
     assert [b.values().tolist() for b in ok] == [[7], [], [6, 7]]
+
+
+@pytest.mark.parametrize("flag", ["output_permute", "bucketize_pos", "keep_original_indices"])
+@pytest.mark.parametrize("value", [2**32 - 1, 1, "yes", None])
+def test_bucketize_flags_are_bools(flag, value):
+    """A flag that is not a bool is a TypeError naming it, not a truthy yes."""
+    k = KJT(["a"], np.array([26, 7, 27]), lengths=np.array([1, 1, 1]))
+    with pytest.raises(TypeError, match=flag):
+        k.bucketize(3, [10], **{flag: value})
+
+
+@pytest.mark.parametrize(
+    "groups, word",
+    [(2**64 - 1, "groups"), (["ab"], r"groups\[0\]"), ([["a", 3]], r"groups\[0\]\[1\]"), ("a", "groups")],
+)
+def test_regroup_groups_are_lists_of_keys(groups, word):
+    """groups is a list of lists of str: an int, or a str read as its characters, is a TypeError."""
+    kt = embnum.KeyedTensor(["a", "b"], [1, 1], np.zeros((2, 2)))
+    with pytest.raises(TypeError, match=word):
+        embnum.KeyedTensor.regroup([kt], groups)
+    with pytest.raises(TypeError, match=word):
+        embnum.KeyedTensor.regroup_as_dict([kt], groups, ["x"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "segments, exc", [(np.array(3), ValueError), (np.array([1.9, 1.2]), TypeError), (np.array([[3]]), ValueError)]
+)
+def test_int_lists_given_as_arrays_are_1d_integer(kind, segments, exc):
+    """split(segments) and permute(indices) as arrays: 1-D and integer (a 0-d array is not [3], a
+    float array is not truncated to ints)."""
+    k = KJT(["a", "b", "c"], arr(kind, [1, 2, 3], np.int64), lengths=arr(kind, [1, 1, 1], np.int64))
+    seg = arr(kind, segments, segments.dtype)
+    with pytest.raises(exc, match="segments"):
+        k.split(seg)
+    with pytest.raises(exc, match="indices"):
+        k.permute(arr(kind, segments, segments.dtype))
+
+
+def test_masked_arrays_are_rejected_by_name():
+    """A masked array (its mask would be dropped) is a TypeError naming the container's argument."""
+    m = np.ma.array(np.array([1, 1]), mask=[0, 1])
+    with pytest.raises(TypeError, match="lengths is a masked array"):
+        KJT(["a"], np.array([1, 2]), lengths=m)
+    k = KJT(["a", "b"], np.array([1, 2]), lengths=np.array([1, 1]))
+    with pytest.raises(TypeError, match="indices_tensor is a masked array"):
+        k.permute([1, 0], np.ma.array(np.array([1, 0])))

@@ -77,3 +77,32 @@ def test_signature_strings_round_trip():
     text = _ptx.signature_of(args)
     assert text == "float16[::1], int32[:, :], int64, boolean, float32, UniTuple(uint8[::1], 2)"
     assert ", ".join(str(t) for t in _ptx.parse_signature(text)).startswith("array(float16, 1d, C)")
+
+
+def test_the_shared_optimizer_rules_compile_for_the_gpu_one_thread_per_row(tmp_path):
+    """embnum._tbe_rows's one-row update (every optimizer, max_norm) as a CUDA device function: the
+    CPU runs it and the CUDA kernels call its element steps and row scalars, so both targets
+    compile the one source."""
+    src = tmp_path / "rows_kernel.py"
+    src.write_text(
+        textwrap.dedent(
+            """
+            from numba import cuda
+
+            from embnum import _tbe_rows
+
+            update_row = _tbe_rows.make_update_row(cuda.jit(device=True))
+
+
+            def kernel(kind, decay, rows, g, voff, elem, lids, m1, m2, hp):
+                u = cuda.grid(1)
+                if u < lids.shape[0]:
+                    go = voff[u]
+                    update_row(kind, decay, rows, go, g, go, voff[u + 1] - go, m1, m2, elem[u], lids[u], hp)
+            """
+        )
+    )
+    sig = "int64, int64, " + ", ".join(["float32[::1]"] * 2 + ["int64[::1]"] * 3 + ["float32[::1]"] * 3)
+    (row,) = _ptx.compile_all([(f"{src}:kernel", sig)], ccs=((9, 0),))
+    assert row["error"] is None, row["error"]
+    assert row["registers"] > 0

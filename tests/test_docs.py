@@ -98,3 +98,18 @@ def test_no_user_text_points_to_the_specification_folder():
         for m in pattern.finditer(text):
             found.append(f"{where}:{text[: m.start()].count(chr(10)) + 1}: {m.group(0)}")
     assert not found, "\n".join(found)
+
+
+def test_a_docs_build_without_torch_is_told_what_the_reference_leaves_out(monkeypatch):
+    """The docs extension warns (an error under Sphinx's -W, as in CI) when torch, which half
+    of the API reference documents, cannot be imported, instead of building without it."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "_ext"))
+    import embnum_docs
+
+    if importlib.util.find_spec("torch") is not None:
+        assert embnum_docs.missing_dependencies() == []
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    [warning] = embnum_docs.missing_dependencies()
+    assert warning.startswith("torch is not importable") and "embnum.torch_bridge" in warning

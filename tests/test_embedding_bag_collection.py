@@ -265,6 +265,48 @@ def test_forward_rejects_missing_keys_and_variable_batch():
         ebc(vbe)
 
 
+@st.composite
+def _one_bad_id(draw):
+    """A KJT for ``_tables()`` (batch B) with one id outside its feature's table, and where: the
+    key, the table, its rows, the sample and the id."""
+    tables = _tables()
+    keys = [f for t in tables for f in t.feature_names]
+    rows = {f: t.num_embeddings for t in tables for f in t.feature_names}
+    table_of = {f: t.name for t in tables for f in t.feature_names}
+    B = draw(st.integers(1, 4))
+    lengths = draw(st.lists(st.integers(0, 3), min_size=len(keys) * B, max_size=len(keys) * B))
+    k = draw(st.integers(0, len(keys) - 1))
+    b = draw(st.integers(0, B - 1))
+    lengths[k * B + b] = max(lengths[k * B + b], 1)
+    values = [draw(st.integers(0, rows[keys[i // B]] - 1)) for i, n in enumerate(lengths) for _ in range(n)]
+    bad = draw(st.one_of(st.integers(rows[keys[k]], 2**40), st.integers(-(2**40), -1)))
+    values[sum(lengths[: k * B + b]) + draw(st.integers(0, lengths[k * B + b] - 1))] = bad
+    kjt = KJT.from_lengths_sync(keys, torch.tensor(values), torch.tensor(lengths))
+    return kjt, keys[k], table_of[keys[k]], rows[keys[k]], b, bad
+
+
+@given(case=_one_bad_id(), fused=st.booleans())
+def test_an_id_outside_its_table_is_named_by_key_table_and_sample(case, fused):
+    """The error speaks of what the user passed (the key, the table, the sample), and keeps the
+    op's message, in terms of the flat TBE call, as its cause."""
+    kjt, key, table, rows, sample, bad = case
+    ebc = EmbeddingBagCollection(_tables(), optimizer=TBEOptimizer("sgd", 0.1) if fused else None)
+    with pytest.raises(IndexError) as info:
+        ebc(kjt)
+    assert str(info.value) == f"feature {key!r} (table {table!r}): id {bad} at sample {sample} is outside [0, {rows})"
+    assert isinstance(info.value.__cause__, IndexError) and "indices[" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_ids_that_are_not_integers_name_the_kjt_values(dtype):
+    ebc = EmbeddingBagCollection(_tables())
+    keys = [f for t in _tables() for f in t.feature_names]
+    kjt = KJT.from_lengths_sync(keys, torch.ones(len(keys), dtype=dtype), torch.ones(len(keys), dtype=torch.int64))
+    with pytest.raises(TypeError, match=rf"features\.values\(\) must hold int32 or int64 ids, got {dtype}") as info:
+        ebc(kjt)
+    assert isinstance(info.value.__cause__, TypeError) and "indices" in str(info.value.__cause__)
+
+
 # -- optional differential tier: fbgemm_gpu's CPU training module -------------------------
 @pytest.mark.fbgemm
 @pytest.mark.parametrize("kind", ["exact_sgd", "exact_adagrad", "exact_row_wise_adagrad"])

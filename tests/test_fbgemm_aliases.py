@@ -145,6 +145,13 @@ results = {
     "q8": f.FloatOrHalfToFused8BitRowwiseQuantized(x),
     "q8_half": f.FloatOrHalfToFused8BitRowwiseQuantized(x.half()),
 }
+offs = torch.tensor([0] + dims).cumsum(0)
+perm = torch.randperm(len(dims), generator=g)
+inv = torch.argsort(perm)
+inv_offs = torch.tensor([0] + [dims[p] for p in perm.tolist()]).cumsum(0)
+pooled = torch.cat(embs, dim=1).float()
+for name in ("permute_pooled_embs_split", "permute_pooled_embs_auto_grad_split", "permute_pooled_embs_auto_grad"):
+    results[name] = getattr(f, name)(pooled, offs, perm, inv_offs, inv)
 """
 
 
@@ -176,9 +183,9 @@ def _same(a, b):
 
 @pytest.mark.fbgemm
 def test_bridge_only_and_quant_aliases_equal_fbgemm(tmp_path):
-    """merge_pooled_embeddings, sum_reduce_to_one, all_to_one_device, is_uvm_tensor and the FloatOrHalf
-    quantizers: fbgemm's CPU operators in one process, the aliases in another, on seeded inputs, equal
-    bit for bit (the sum is added left to right in both)."""
+    """merge_pooled_embeddings, sum_reduce_to_one, all_to_one_device, is_uvm_tensor, the FloatOrHalf
+    quantizers and the permute_pooled_embs variants: fbgemm's CPU operators in one process, the
+    aliases in another, on seeded inputs, equal bit for bit (the sum is added left to right in both)."""
     pytest.importorskip("fbgemm_gpu")
     seeds = range(12)
     want = _bridge_only_results(tmp_path, True, seeds)

@@ -34,7 +34,7 @@ from fbgemm_gpu.tbe.config.optimizer_config import WeightDecayMode as RealWeight
 import embnum.fbgemm_compat as compat  # noqa: E402
 from embnum.fbgemm_compat import configs, unavailable  # noqa: E402
 
-SIDE = Path(__file__).parent / "compat" / "tbe_side.py"
+HERE = Path(__file__).parent / "compat"
 _ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
 
 
@@ -148,11 +148,18 @@ def tbe_case(draw, optimizer):
     }
 
 
-def _side(side, cases, tmp):
-    cfg, out = tmp / f"{side}.json", tmp / f"{side}.pt"
-    cfg.write_text(json.dumps(cases))
+def _side(side, cases, tmp, script="tbe_side.py"):
+    cfg, out = tmp / f"{side}.cases", tmp / f"{side}.pt"
+    if script == "tbe_side.py":
+        cfg.write_text(json.dumps(cases))
+    else:
+        torch.save(cases, cfg)
     res = subprocess.run(
-        [sys.executable, str(SIDE), side, str(cfg), str(out)], capture_output=True, text=True, env=_ENV, timeout=900
+        [sys.executable, str(HERE / script), side, str(cfg), str(out)],
+        capture_output=True,
+        text=True,
+        env=_ENV,
+        timeout=900,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     return torch.load(out)
@@ -175,3 +182,67 @@ def test_training_tbe_matches_fbgemm(tmp_path_factory, cases):
                 torch.testing.assert_close(
                     g[name], w[name], rtol=1e-5, atol=1e-6, msg=lambda m: f"{where} table {t} {name}: {m}"
                 )
+
+
+# -- the quantized inference TBE, side by side ----------------------------------------------------------
+_ROW_BYTES = {"fp32": 4, "fp16": 2}
+
+
+@st.composite
+def nbit_case(draw):
+    """Tables of every row type fbgemm and embnum share, their quantized rows drawn directly (codes
+    any byte, float16 scale and bias), so both sides read the same buffer."""
+    pooling = draw(st.sampled_from(["SUM", "MEAN", "NONE"]))
+    n = draw(st.integers(1, 4))
+    tys = draw(st.lists(st.sampled_from(["fp32", "fp16", "int8", "int4", "int2"]), min_size=n, max_size=n))
+    dims = draw(st.lists(st.sampled_from([8, 16, 24]), min_size=n, max_size=n))
+    if pooling == "NONE":
+        dims = [dims[0]] * n
+    rows = draw(st.lists(st.integers(1, 10), min_size=n, max_size=n))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    weight_lists = []
+    for r, d, ty in zip(rows, dims, tys):
+        if ty in _ROW_BYTES:
+            floats = torch.rand(r, d, generator=g) * 2 - 1
+            weight_lists.append(((floats if ty == "fp32" else floats.half()).view(torch.uint8), None))
+        else:
+            bits = {"int8": 8, "int4": 4, "int2": 2}[ty]
+            codes = torch.randint(0, 256, (r, d * bits // 8), generator=g, dtype=torch.uint8)
+            scale_bias = (torch.rand(r, 2, generator=g) * torch.tensor([0.1, 2.0]) - torch.tensor([0.0, 1.0])).half()
+            weight_lists.append((codes, scale_bias.view(torch.uint8)))
+    ftm = [t for t in range(n) for _ in range(draw(st.integers(1, 2)))]
+    B = draw(st.integers(1, 4))
+    batches = []
+    for _ in range(2):
+        lengths = torch.randint(0, 4, (len(ftm) * B,), generator=g)
+        ids = [
+            torch.randint(0, rows[t], (int(k),), generator=g)
+            for t, k in zip(torch.tensor(ftm).repeat_interleave(B), lengths)
+        ]
+        indices = torch.cat(ids).int()
+        psw = torch.rand(indices.shape[0], generator=g) if pooling == "SUM" and draw(st.booleans()) else None
+        batches.append(
+            {"indices": indices, "offsets": torch.cat([torch.zeros(1), lengths.cumsum(0)]).int(), "psw": psw}
+        )
+    return {
+        "tables": list(zip(rows, dims, tys)),
+        "feature_table_map": ftm,
+        "pooling": pooling,
+        "weight_lists": weight_lists,
+        "output": draw(st.sampled_from(["fp32", "fp16"])),
+        "row_alignment": draw(st.sampled_from([1, 16])),
+        "batches": batches,
+    }
+
+
+@settings(max_examples=2)
+@given(st.lists(nbit_case(), min_size=6, max_size=6))
+def test_quantized_inference_tbe_matches_fbgemm(tmp_path_factory, cases):
+    tmp = tmp_path_factory.mktemp("nbit")
+    real = _side("real", cases, tmp, "nbit_side.py")
+    ours = _side("embnum", cases, tmp, "nbit_side.py")
+    for case, want, got in zip(cases, real, ours):
+        where = f"{case['tables']} {case['pooling']} output {case['output']}"
+        tol = 1e-3 if case["output"] == "fp16" else 1e-5  # fp16 outputs: one float16 rounding of the same sum
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=tol, atol=tol, msg=lambda m: f"{where}: {m}")

@@ -69,3 +69,10 @@ def test_without_a_gpu_the_command_points_at_the_simulator(tmp_path, monkeypatch
 def test_the_readme_says_how_to_run_it():
     readme = (ROOT / "README.md").read_text()
     assert "python3 -m embnum gpu-check --out" in readme and "--sim" in readme
+
+
+def test_a_stopped_pytest_stage_reports_how_far_it_got():
+    from embnum.gpucheck._subprocs import progress
+
+    out = "tests/test_a.py ..F.s  [ 12%]\nnot a progress line.\n.....E [100%]\n"
+    assert progress(out) == "9 passed, 1 failed, 1 errors, 4 skipped (progress marks)"

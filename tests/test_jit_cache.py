@@ -170,9 +170,11 @@ CUDA_CHILD = FORCE_RACE.format(module="numba.cuda.core.caching") + textwrap.dede
 CUDA_CHECK = textwrap.dedent(
     """
     import sys
+    from importlib.metadata import version
     from embnum import _half, _jit
 
     index = _jit._cuda_cache()(_half.rne)._cache_file
+    assert index._source_stamp[2] == ("numba-cuda", version("numba-cuda"))  # an upgrade recompiles
     for rank in range(int(sys.argv[1])):
         got = index.load(("signature", rank))
         want = {"rank": rank, "code": bytes([rank]) * 4096}
@@ -255,6 +257,10 @@ def test_kernel_recompiles_when_a_module_it_imports_changes(tmp_path):
     # _inclusive recompiles; the probe, whose modules do not import _half.py, loads
     assert run(5, 20) == {"value": 31, "probe_hits": 1, "inclusive_hits": 0}
     assert run(5, 20) == {"value": 31, "probe_hits": 1, "inclusive_hits": 1}
+    # the data files compiled from older sources went when the index was rewritten
+    data = [p for p in os.listdir(next((tmp_path / "cache").glob("cpu_*"))) if p.endswith(".nbc")]
+    assert len([p for p in data if p.startswith("probe.kernel-")]) == 1, data
+    assert len([p for p in data if p.startswith("jagged._inclusive-")]) == 1, data
 
 
 WARM_CHECK = textwrap.dedent(
@@ -328,3 +334,24 @@ def test_every_cached_kernel_goes_through_embnum_jit():
                 with open(path) as f:
                     found += [f"{os.path.relpath(path, root)}: {m.group(0)}" for m in direct.finditer(f.read())]
     assert found == []
+
+
+def test_index_loads_only_whole_data_of_its_own_key(tmp_path):
+    """A data file that does not unpickle, or that holds another signature's code (say, renamed by
+    hand), is a cache miss: the kernel compiles anew instead of running it."""
+    from embnum import _half, _jit
+
+    index = _jit._cpu_cache().index_class(str(tmp_path), "kernel-1.py311", None)
+    index._stamp_of = _half.__file__
+    index.save(("int32",), {"code": 32})
+    index.save(("int64",), {"code": 64})
+    assert index.load(("int32",)) == {"code": 32} and index.load(("int64",)) == {"code": 64}
+    assert index.load(("float32",)) is None
+    a, b = (tmp_path / index._entry_name(k) for k in (("int32",), ("int64",)))
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())  # int64's code under int32's name
+    assert index.load(("int32",)) is None
+    a.write_bytes(a_bytes[: len(a_bytes) // 2])  # cut short
+    assert index.load(("int32",)) is None
+    a.unlink()
+    assert index.load(("int32",)) is None and index.load(("int64",)) == {"code": 64}

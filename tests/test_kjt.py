@@ -157,6 +157,21 @@ def bucketize_args(draw, small=False):
 
 
 @st.composite
+def bucketize_2d_args(draw, small=False):
+    """The drawn bucketize case with a row of 0-5 weights per id (float16/32/64, sometimes strided)."""
+    args = draw(bucketize_args(small=small))
+    n, dim = np.asarray(args["indices"]).shape[0], draw(st.sampled_from([0, 1, 2, 5]))
+    rng = _rng(draw)
+    w = _values(draw, rng, draw(float_dtypes), n * dim).reshape(n, dim)
+    return dict(args, weights=draw(maybe_strided(w)), weights_dim=dim)
+
+
+@st.composite
+def bucketize_inference_args(draw, small=False):
+    return dict(draw(bucketize_args(small=small)), return_bucket_mapping=draw(st.booleans()))
+
+
+@st.composite
 def index_select_args(draw, small=False):
     rng = _rng(draw)
     T, B = _shape(draw, small)
@@ -232,6 +247,8 @@ STRATEGIES = {
     "permute_2d_sparse_data": permute_2d_args,
     "permute_1d_sparse_data": permute_1d_args,
     "block_bucketize_sparse_features": bucketize_args,
+    "block_bucketize_sparse_features_2d_weights": bucketize_2d_args,
+    "block_bucketize_sparse_features_inference": bucketize_inference_args,
     "keyed_jagged_index_select_dim1": index_select_args,
     "expand_into_jagged_permute": expand_args,
     "invert_permute": invert_args,
@@ -283,6 +300,34 @@ WORKED = [
             [1, 1, 0, 1, 2, 0, 0, 0, 0],
             [2, 0, 7, 3, 4, 5, 8, 1, 6],
         ),
+    ),
+    (  # the case above with a row of two weights per id: rows move as the 1-D weights do
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, bucketize_pos=True, weights=np.stack([W9, -W9], axis=1), weights_dim=2),
+        (
+            [1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0],
+            [1, 3, 1, 0, 4, 2, 1, 1, 6],
+            [[w, -w] for w in [1.5, 7.5, 0.5, 3.5, 4.5, 5.5, 8.5, 2.5, 6.5]],
+            [1, 1, 0, 1, 2, 0, 0, 0, 0],
+            None,
+        ),
+    ),
+    (  # and the bucket of every id, in input order (fbgemm's numbers)
+        "block_bucketize_sparse_features_inference",
+        dict(BB, sequence=True, return_bucket_mapping=True),
+        (
+            [1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0],
+            [1, 3, 1, 0, 4, 2, 1, 1, 6],
+            None,
+            None,
+            [2, 0, 7, 3, 4, 5, 8, 1, 6],
+            [1, 0, 2, 1, 1, 1, 2, 0, 1],
+        ),
+    ),
+    (
+        "block_bucketize_sparse_features_inference",
+        dict(BB, keep_orig_idx=True),
+        ([1, 0, 0, 0, 1, 0, 1, 0, 2, 1, 0, 1, 0, 0, 1, 0, 1, 0], [1, 3, 5, 4, 13, 7, 6, 9, 20], None, None, None, None),
     ),
     (
         "block_bucketize_sparse_features",
@@ -378,6 +423,22 @@ EDGES = {
         dict(BB, lengths=_a(), indices=_a(), block_sizes=_a(), sequence=True),
     ),
     "bucketize B=0": ("block_bucketize_sparse_features", dict(BB, lengths=_a(), indices=_a(), bucketize_pos=True)),
+    "bucketize 2d weights B=0": (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, lengths=_a(), indices=_a(), weights=np.zeros((0, 3), np.float32), weights_dim=3),
+    ),
+    "bucketize 2d weights of width 0": (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, sequence=True, weights=np.zeros((9, 0), np.float16), weights_dim=0),
+    ),
+    "bucketize mapping B=0": (
+        "block_bucketize_sparse_features_inference",
+        dict(BB, lengths=_a(), indices=_a(), return_bucket_mapping=True),
+    ),
+    "bucketize mapping no ids": (
+        "block_bucketize_sparse_features_inference",
+        dict(BB, lengths=_a(0, 0, 0, 0, 0, 0), indices=_a(), return_bucket_mapping=True),
+    ),
     "bucketize my_size=1": (
         "block_bucketize_sparse_features",
         dict(BB, my_size=1, indices=_a(5, -1, 9, 2**62, -(2**63), 3, 20, 3, 6)),
@@ -455,6 +516,45 @@ BAD = [
     ("permute_1d_sparse_data", dict(P1, lengths=_a(2, 3).reshape(1, 2)), ValueError, ("lengths", "1-D")),
     ("permute_1d_sparse_data", dict(P1, values=_a(1, 2, 3, 4, 5, 6)), ValueError, ("values", "6", "5")),
     ("block_bucketize_sparse_features", dict(BB, indices=BI[:-1]), ValueError, ("indices", "8", "9")),
+    (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, weights=np.zeros((9, 2), np.float32), weights_dim=3),
+        ValueError,
+        ("weights has 2 columns", "weights_dim = 3"),
+    ),
+    (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, weights=np.zeros((8, 2), np.float32), weights_dim=2),
+        ValueError,
+        ("weights has 8 rows", "9"),
+    ),
+    ("block_bucketize_sparse_features_2d_weights", dict(BB, weights=W9, weights_dim=1), ValueError, ("weights", "2-D")),
+    (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, weights=np.zeros((9, 1), np.int64), weights_dim=1),
+        TypeError,
+        ("weights", "int64"),
+    ),
+    (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, weights=np.zeros((9, 1), np.float32), weights_dim=-1),
+        ValueError,
+        ("weights_dim",),
+    ),
+    (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(BB, weights=np.zeros((9, 1), np.float32), my_size=0),
+        ValueError,
+        ("my_size",),
+    ),
+    (
+        "block_bucketize_sparse_features_inference",
+        dict(BB, return_bucket_mapping=1),
+        TypeError,
+        ("return_bucket_mapping",),
+    ),
+    ("block_bucketize_sparse_features_inference", dict(BB, block_sizes=_a(4, -5)), ValueError, ("block_sizes", "-5")),
+    ("block_bucketize_sparse_features_inference", dict(BB, indices=BI[:-1]), ValueError, ("indices", "8", "9")),
     ("block_bucketize_sparse_features", dict(BB, lengths=_a(2, 0, 3, 1, 2, -1, 2)), ValueError, ("lengths", "-1")),
     ("block_bucketize_sparse_features", dict(BB, block_sizes=_a(4, 5, 6, 7)), ValueError, ("len(lengths) = 6", "4")),
     ("block_bucketize_sparse_features", dict(BB, block_sizes=_a(4, -5)), ValueError, ("block_sizes", "-5")),
@@ -700,8 +800,66 @@ def _expand_domain(args):
     return dict(args, **{k: args[k].astype(I64) for k in ("permute", "input_offset", "output_offset")})
 
 
+def _bucketize_2d_peer(fb, a):
+    idt, ldt = a["indices"].dtype, a["lengths"].dtype
+    batch, pos, total = a["batch_size_per_feature"], a["block_bucketize_pos"], a["total_num_blocks"]
+    return fb.block_bucketize_sparse_features_2d_weights(
+        tensor(a["lengths"]),
+        tensor(a["indices"]),
+        a["bucketize_pos"],
+        a["sequence"],
+        tensor(a["block_sizes"].astype(idt)),
+        a["my_size"],
+        tensor(a["weights"]),
+        a["weights_dim"],
+        None if batch is None else tensor(batch.astype(ldt)),
+        a["max_B"],
+        None if pos is None else [tensor(p.astype(idt)) for p in pos],
+        a["keep_orig_idx"],
+        None if total is None else tensor(total.astype(idt)),
+        tensor(a["keep_orig_idx_per_feature"]),
+    )
+
+
+def _bucketize_inference_domain(args):
+    """The 1-D domain, with ``sequence=True`` where the mapping is asked for (fbgemm 1.8.0 fills
+    ``bucket_mapping`` only then and returns uninitialised memory otherwise)."""
+    args = _bucketize_domain(args)
+    if args is not None and args["return_bucket_mapping"]:
+        args = dict(args, sequence=True)
+    return args
+
+
+def _bucketize_inference_peer(fb, a):
+    idt, ldt = a["indices"].dtype, a["lengths"].dtype
+    batch, pos, total = a["batch_size_per_feature"], a["block_bucketize_pos"], a["total_num_blocks"]
+    return fb.block_bucketize_sparse_features_inference(
+        tensor(a["lengths"]),
+        tensor(a["indices"]),
+        a["bucketize_pos"],
+        a["sequence"],
+        tensor(a["block_sizes"].astype(idt)),
+        a["my_size"],
+        tensor(a["weights"]),
+        None if batch is None else tensor(batch.astype(ldt)),
+        a["max_B"],
+        None if pos is None else [tensor(p.astype(idt)) for p in pos],
+        a["return_bucket_mapping"],
+        a["keep_orig_idx"],
+        None if total is None else tensor(total.astype(idt)),
+        tensor(a["keep_orig_idx_per_feature"]),
+    )
+
+
 FBGEMM = [
     Peer("permute_2d_sparse_data", _permute_peer("permute_2D_sparse_data"), _permute_domain, examples=30),
+    Peer("block_bucketize_sparse_features_2d_weights", _bucketize_2d_peer, _bucketize_domain, examples=40),
+    Peer(
+        "block_bucketize_sparse_features_inference",
+        _bucketize_inference_peer,
+        _bucketize_inference_domain,
+        examples=40,
+    ),
     Peer("permute_1d_sparse_data", _permute_peer("permute_1D_sparse_data"), _permute_domain, examples=30),
     Peer("block_bucketize_sparse_features", _bucketize_peer, _bucketize_domain, examples=60),
     Peer(

@@ -132,6 +132,9 @@ def test_the_readme_describes_the_ci_that_runs():
         "requirements/torchrec.txt",
         "EMBNUM_REQUIRE_COMPILE=1",
         "requirements/sim.txt",
+        "requirements/compat.txt",
+        "lint-imports",
+        "check_wide_tables.py",
     ):
         assert words in ci and words in readme, words
 

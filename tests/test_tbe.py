@@ -466,6 +466,11 @@ def _row_step(opt, grad, momentum1=None):
         (TBEOptimizer("rowwise_adagrad", 0.1, max_norm=4.9), [3, 4], None, [2.9151472, 3.8868629], {}),
         # ... and with max_norm 2 scaled to norm 2: [1.2, 1.6]
         (TBEOptimizer("rowwise_adagrad", 0.1, max_norm=2.0), [3, 4], None, [1.2, 1.6], dict(momentum1=[12.5, 0])),
+        # sgd to [3e20, 4e20]: its float32 sum of squares overflows, its norm 5e20 does not; scaled to [3, 4]
+        (TBEOptimizer("sgd", 1e20, max_norm=5.0), [-3, -4], None, [3, 4], {}),
+        # LAMB with eps 3e38: its direction ~1e-38 has a float32 sum of squares of 0, not its norm;
+        # the trust ratio rescales it to the step of an ordinary eps (the example above: [2.7, 3.6])
+        (TBEOptimizer("lamb", 0.1, eps=3e38), [3, 4], None, [2.7, 3.6], {}),
     ],
 )
 def test_new_optimizer_examples(opt, grad, momentum1, want, want_state, backend):
@@ -780,6 +785,13 @@ def test_optimizer_checked_as_the_kernels_read_it(kw, exc, words):
         TBEOptimizer(**kw)
 
 
+def test_optimizer_numpy_scalars_survive_the_torch_schema():
+    """NumPy scalars are stored as Python floats: the encoding the torch ops carry decodes."""
+    opt = TBEOptimizer("adam", np.float32(0.5), beta1=np.float64(0.8), max_norm=np.float16(2), max_gradient=np.int64(3))
+    assert TBEOptimizer.decode(opt.encode()) == opt
+    assert all(type(getattr(opt, k)) is float for k in ("learning_rate", "beta1", "max_norm", "max_gradient"))
+
+
 def test_optimizer_edges_that_survive_float32():
     """Just inside float32: accepted, and what the kernels read is what was checked."""
     top = float(np.finfo(np.float32).max)
@@ -1024,6 +1036,57 @@ def test_fused_module_checkpoint_resume_is_bit_identical(opt):
     assert b.step == a.step == 5
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k
+
+
+@given(
+    fused=st.booleans(),
+    B=st.integers(1, 4),
+    feature=st.integers(0, 2),
+    data=st.data(),
+)
+def test_modules_name_an_id_outside_its_table_by_feature_table_and_sample(fused, B, feature, data):
+    """TBE and FusedTBE (three features over two tables: 20 and 10 rows) report an id outside its
+    table by feature position, table and sample, with the op's error as the cause."""
+    torch, tb = _torch()
+    from embnum.modules import TBE, FusedTBE
+
+    rows, ftm = [20, 10], [0, 1, 1]
+    mod = FusedTBE(rows, [4, 2], ftm, optimizer=TBEOptimizer("sgd", 0.1)) if fused else TBE(rows, [4, 2], ftm)
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=3 * B, max_size=3 * B))
+    sample = data.draw(st.integers(0, B - 1))
+    lengths[feature * B + sample] = max(1, lengths[feature * B + sample])
+    ids = [data.draw(st.integers(0, rows[ftm[i // B]] - 1)) for i, n in enumerate(lengths) for _ in range(n)]
+    R = rows[ftm[feature]]
+    bad = data.draw(st.one_of(st.integers(R, 2**40), st.integers(-(2**40), -1)))
+    ids[sum(lengths[: feature * B + sample]) + data.draw(st.integers(0, lengths[feature * B + sample] - 1))] = bad
+    offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]))
+    with pytest.raises(IndexError) as info:
+        mod(torch.tensor(ids), offsets)
+    want = f"feature {feature} (table {ftm[feature]}): id {bad} at sample {sample} is outside [0, {R})"
+    assert str(info.value) == want
+    assert isinstance(info.value.__cause__, IndexError) and "indices[" in str(info.value.__cause__)
+
+
+def test_modules_leave_other_lookup_errors_as_the_op_gives_them():
+    """Only an id outside its table is rephrased: for in-range ids, ids that are not integers and
+    offsets the layout does not fit, ``out_of_range_error`` gives ``None`` and the op's error stands."""
+    torch, tb = _torch()
+    from embnum.modules import TBE
+
+    mod = TBE([20, 10], [4, 2], [0, 1, 1])
+    err = IndexError("the op's")
+    ids = torch.tensor([1, 2, 3])
+    for indices, offsets in [
+        (ids, torch.tensor([0, 1, 2, 3])),  # every id in range
+        (ids.float(), torch.tensor([0, 1, 2, 3])),
+        (ids, torch.tensor([0, 1, 2, 3]).float()),
+        (torch.tensor([1, 2, 99]), torch.tensor([0, 1, 2])),  # 2 offsets for 3 features
+        (torch.tensor([1, 2, 99]), torch.tensor([0, 1, 2, 5])),  # past the ids
+        (torch.tensor([1, 2, 99]), torch.tensor([0, 2, 1, 3])),  # decreasing
+        (torch.tensor([1, 2, 99]), torch.tensor([-1, 1, 2, 3])),
+    ]:
+        assert mod.out_of_range_error(err, indices, offsets) is None, (indices, offsets)
+    assert "id 99 at sample 0" in str(mod.out_of_range_error(err, torch.tensor([1, 2, 99]), torch.tensor([0, 1, 2, 3])))
 
 
 def test_fused_module_training_loop_learns():

@@ -162,6 +162,18 @@ def block_bucketize_sparse_features(lengths: Any, indices: Any, bucketize_pos: A
     Full text: ``help(embnum.block_bucketize_sparse_features)`` (declared in ``embnum.ops.kjt``).
     """
 
+def block_bucketize_sparse_features_2d_weights(lengths: Any, indices: Any, bucketize_pos: Any, sequence: Any, block_sizes: Any, my_size: Any, weights: Any, weights_dim: Any = ..., batch_size_per_feature: Any = ..., max_B: Any = ..., block_bucketize_pos: Any = ..., keep_orig_idx: Any = ..., total_num_blocks: Any = ..., keep_orig_idx_per_feature: Any = ..., *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
+    """:func:`block_bucketize_sparse_features` with a row of ``weights_dim`` weights per id.
+
+    Full text: ``help(embnum.block_bucketize_sparse_features_2d_weights)`` (declared in ``embnum.ops.kjt``).
+    """
+
+def block_bucketize_sparse_features_inference(lengths: Any, indices: Any, bucketize_pos: Any, sequence: Any, block_sizes: Any, my_size: Any, weights: Any = ..., batch_size_per_feature: Any = ..., max_B: Any = ..., block_bucketize_pos: Any = ..., return_bucket_mapping: Any = ..., keep_orig_idx: Any = ..., total_num_blocks: Any = ..., keep_orig_idx_per_feature: Any = ..., *, out: Sequence[np.ndarray | None] | None = None, backend: str | None = None) -> tuple[np.ndarray | None, ...]:
+    """:func:`block_bucketize_sparse_features` plus, on request, the bucket of every id.
+
+    Full text: ``help(embnum.block_bucketize_sparse_features_inference)`` (declared in ``embnum.ops.kjt``).
+    """
+
 def keyed_jagged_index_select_dim1(values: Any, lengths: Any, offsets: Any, indices: Any, batch_size: Any, weights: Any = ..., selected_lengths_sum: Any = ..., *, out: Sequence[np.ndarray] | None = None, backend: str | None = None) -> list[np.ndarray]:
     """Select batch rows ``indices`` from every key of a fixed-batch KJT.
 

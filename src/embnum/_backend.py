@@ -81,6 +81,10 @@ class Backend:
         """Whether ``a`` is an array this backend computes on directly."""
         raise NotImplementedError
 
+    def owner(self):
+        """:meth:`owns` as a plain function, decided once for the many arrays of one call."""
+        return self.owns
+
     @property
     def xp(self):
         """The array module (numpy or cupy) of this backend's arrays."""
@@ -228,6 +232,9 @@ class CudaBackend(Backend):
     def owns(self, a) -> bool:
         return is_numpy(a) if self.simulated else is_cupy(a)
 
+    def owner(self):
+        return is_numpy if self.simulated else is_cupy
+
     @property
     def xp(self):
         if self.simulated:
@@ -281,7 +288,7 @@ def select_backend(arrays: dict[str, object], backend: str | None) -> Backend:
     if backend is None and all(type(a) is np.ndarray for a in arrays.values()):
         return BACKENDS["cpu"]  # the common case, decided without the checks below
     host = {k: a for k, a in arrays.items() if is_numpy(a)}
-    device = {k: a for k, a in arrays.items() if is_cupy(a)}
+    device = {k: a for k, a in arrays.items() if k not in host and is_cupy(a)}
     if host and device:
         h, d = next(iter(host)), next(iter(device))
         raise TypeError(f"cannot mix host and device arrays: {h!r} is a NumPy array but {d!r} is a CuPy array")
@@ -289,8 +296,9 @@ def select_backend(arrays: dict[str, object], backend: str | None) -> Backend:
         chosen = get_backend("cuda" if device else "cpu")
     else:
         chosen = get_backend(backend)
+    owns = chosen.owner()
     for k, a in {**host, **device}.items():
-        if not chosen.owns(a):
+        if not owns(a):
             hint = ""
             if chosen.name == "cuda" and is_numpy(a):
                 hint = " (NumPy arrays run on backend='cuda' only under NUMBA_ENABLE_CUDASIM=1)"

@@ -30,6 +30,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import pickle
 import re
 
 try:
@@ -109,11 +110,12 @@ class _SafeIndex:
 
     _stamp = None
     _stamp_of: str = ""
+    _compiler: tuple = ()  # what else the machine code depends on (numba-cuda's version for CUDA)
 
     @property
     def _source_stamp(self):
         if self._stamp is None:
-            self._stamp = ("embnum", source_stamp(self._stamp_of))
+            self._stamp = ("embnum", source_stamp(self._stamp_of), self._compiler)
         return self._stamp
 
     @_source_stamp.setter
@@ -141,8 +143,25 @@ class _SafeIndex:
         self._save_data(name, (repr(key), data))  # whole before the index names it
         with self._locked():
             overloads = self._load_index()
+            if not overloads:
+                self._drop_stale_data()
             overloads[key] = name
             self._save_index(overloads)
+
+    def _drop_stale_data(self):
+        """Remove this kernel's data files that an index of other sources named: the files older
+        than that index (a numbered name was reused by Numba; a hashed one would stay for ever).
+        A file written since, by a process about to name it, is newer and kept."""
+        try:
+            stale = os.stat(self._index_path).st_mtime
+        except FileNotFoundError:
+            return
+        head, tail = self._data_name_pattern.split("{number:d}")
+        for entry in os.scandir(self._cache_path):
+            if entry.name.startswith(head) and entry.name.endswith(tail):
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_mtime < stale:
+                        os.unlink(entry.path)
 
     def load(self, key):
         name = self._load_index().get(key)
@@ -150,7 +169,7 @@ class _SafeIndex:
             return None
         try:
             stored = self._load_data(name)
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             return None
         if not (isinstance(stored, tuple) and len(stored) == 2 and stored[0] == repr(key)):
             return None
@@ -161,9 +180,9 @@ class _SafeIndex:
             self._save_index({})
 
 
-def _safe_cache(cache_class, index_class):
+def _safe_cache(cache_class, index_class, compiler=()):
     """``cache_class`` (a Numba ``Cache``) whose index file is ``index_class`` made safe."""
-    safe_index = type("Safe" + index_class.__name__, (_SafeIndex, index_class), {})
+    safe_index = type("Safe" + index_class.__name__, (_SafeIndex, index_class), {"_compiler": compiler})
 
     class SafeCache(cache_class):
         index_class = safe_index
@@ -188,10 +207,17 @@ def _cpu_cache():
 
 @functools.cache
 def _cuda_cache():
+    from importlib import metadata
+
     from numba.cuda.core.caching import IndexDataCacheFile
     from numba.cuda.dispatcher import CUDACache
 
-    return _safe_cache(CUDACache, IndexDataCacheFile)
+    # Numba's index records Numba's version only; the CUDA kernels are numba-cuda's compilation
+    try:
+        compiler = ("numba-cuda", metadata.version("numba-cuda"))
+    except metadata.PackageNotFoundError:  # installed without its metadata
+        compiler = ("numba-cuda", "unknown")
+    return _safe_cache(CUDACache, IndexDataCacheFile, compiler)
 
 
 def _enable(disp, cache_class):

@@ -215,6 +215,9 @@ class TBEOptimizer:
         for name in ("max_gradient", "max_norm"):
             if getattr(self, name) is not None:
                 _finite(name, getattr(self, name), minimum=0.0, strict=True)
+        for f in dataclasses.fields(self)[1:]:  # NumPy scalars as Python floats: the encoding is plain literals
+            if isinstance(getattr(self, f.name), numbers.Real):
+                object.__setattr__(self, f.name, float(getattr(self, f.name)))
         decay = float(self.weight_decay) > 0
         modes = _DECAY_OF[self.kind]
         if not modes and (decay or mode != "none"):

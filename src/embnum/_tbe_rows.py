@@ -1,28 +1,23 @@
-"""The row-update rule of every fused TBE optimizer (``docs/families/tbe.md``, fused optimizers), written
-once in plain Python and compiled by both fast paths (``numba.njit`` in ``embnum.cpu``,
+"""The fused TBE optimizers' arithmetic (``docs/families/tbe.md``, fused optimizers), written once in
+plain Python and compiled by both fast paths (``numba.njit`` in ``embnum.cpu``,
 ``numba.cuda.jit(device=True)`` in ``embnum.cuda``), as ``embnum._bucketize`` is.
 
-:func:`update_row` updates one touched row from its summed gradient, in float32:
+Each optimizer is split where the two targets differ: a row's sums (a loop on the CPU, a lane-group
+reduction on the GPU) are the caller's; everything computed from them is here:
 
-* ``rows[ro : ro + D]``: the row's old values (float32), replaced by the new ones: float32
-  weights themselves (``ro`` = the row's element offset), or float16 rows the caller gathered
-  as float32 and writes back once (so they are rounded once);
-* ``g[go : go + D]``: the row's summed gradient (float32); LAMB overwrites it with its
-  update direction (the caller's scratch copy, never user data);
-* ``m1``, ``m2``: the state arrays (float32; a length-1 dummy when the kind has none);
-  element-wise state of the row starts at ``e`` (its element offset in ``weights``),
-  row-wise state sits at ``lid`` (its linear id);
-* ``hp``: float32 ``[HP_SLOTS]`` hyper-parameters (``TBEOptimizer.hyper_array``), slots below.
+* **element steps** ``*_step(x, g, ...)``: the new float32 weight (and element-wise state) of one
+  element from its old value ``x`` and its summed gradient ``g``;
+* **row scalars**: the row-wise state and the per-row factors an element step takes
+  (``rowwise_adagrad_row``, ``partial_rowwise_v``, ``lamb_rate``, ``lars_rate``, ``max_norm_scale``),
+  from the row's sums of squares or its norms (``norm_of``: overflow-safe).
 
-Each target builds the rule with :func:`make_update_row` from its own decorator
-(``njit(inline="always")``; ``cuda.jit(device=True)`` compiles it too), which compiles the
-helpers first. The cuda backend's fused step does not call it: ``embnum.cuda.tbe._apply_rows``
-writes the same formulas in lane-group form (a row's sums are reduced across the lanes of a
-warp, which a one-thread-per-row rule cannot express); ``tests/test_tbe.py`` holds both to the
-oracle.
+Every quantity is float32 and every constant a float32 (so no operation widens to float64), and
+both branches of every conditional have one type, as the CUDA compiler needs. The functions call
+nothing but ``math.sqrt`` (each target compiles them one by one, without a shared decorator).
 
-Every quantity is float32 and every constant a float32 (so no operation widens to
-float64), and both branches of every conditional have one type, as the CUDA compiler needs.
+:func:`make_update_row` composes them into one row's update, one thread per row (the CPU's kernel
+for the kinds it has no specialised loop for); ``embnum.cuda.tbe`` composes them in lane-group form.
+``embnum.ref.tbe`` stays the independent oracle.
 """
 
 import math
@@ -47,8 +42,137 @@ LR, EPS, WD, BETA1, BETA2, BC1, BC2, ETA, MOMENTUM, MAX_NORM = range(10)
 HP_SLOTS = 10
 
 
+# -- element steps ---------------------------------------------------------------------------
+def sgd_step(x, g, lr):
+    """SGD: the new weight."""
+    return x - lr * g
+
+
+def adagrad_step(x, g, m, lr, eps):
+    """Adagrad: ``(new weight, new accumulator)``."""
+    m = m + g * g
+    return x - lr * g / (np.float32(math.sqrt(m)) + eps), m
+
+
+def rowwise_adagrad_step(x, g, corr, mult):
+    """Row-wise Adagrad, with the row's ``(corr, mult)`` from :func:`rowwise_adagrad_row`."""
+    return corr * x - mult * g
+
+
+def adam_step(x, g, m, v, lr, eps, wd, b1, b2, bc1, bc2):
+    """Adam (decoupled decay ``wd``): ``(new weight, new m, new v)``."""
+    one = np.float32(1.0)
+    m = b1 * m + (one - b1) * g
+    v = b2 * v + (one - b2) * g * g
+    return x - lr * ((m / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x), m, v
+
+
+def partial_rowwise_adam_step(x, g, m, lr, wd, b1, bc1, den):
+    """Partial row-wise Adam, with the row's ``den`` from :func:`partial_rowwise_den`: ``(new weight, new m)``."""
+    m = b1 * m + (np.float32(1.0) - b1) * g
+    return x - lr * ((m / bc1) / den + wd * x), m
+
+
+def lamb_direction(x, g, m, v, eps, wd, b1, b2, bc1, bc2):
+    """LAMB's update direction ``r`` of one element: ``(r, new m, new v)``."""
+    one = np.float32(1.0)
+    m = b1 * m + (one - b1) * g
+    v = b2 * v + (one - b2) * g * g
+    return (m / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x, m, v
+
+
+def partial_lamb_direction(x, g, m, wd, b1, bc1, den):
+    """Partial row-wise LAMB's direction, with the row's ``den``: ``(r, new m)``."""
+    m = b1 * m + (np.float32(1.0) - b1) * g
+    return (m / bc1) * (np.float32(1.0) / den) + wd * x, m
+
+
+def lars_step(x, g, m, alr, momentum, wd):
+    """LARS-SGD, with the row's rate ``alr`` from :func:`lars_rate`: ``(new weight, new momentum)``."""
+    m = momentum * m + alr * (g + wd * x)
+    return x - m, m
+
+
+# -- row scalars -----------------------------------------------------------------------------
+def rowwise_adagrad_row(m, ssq, D, lr, eps, wd, decay):
+    """Row-wise Adagrad's row: ``(new accumulator, corr, mult)`` from the old accumulator ``m`` and
+    the row's sum of squared (L2-decayed) gradients ``ssq`` over ``D`` columns."""
+    one = np.float32(1.0)
+    m = m + ssq / np.float32(D)
+    mult = lr / (np.float32(math.sqrt(m)) + eps)
+    corr = one
+    if decay == DECAY_L2:
+        corr = one - mult * wd
+    elif decay == DECAY_DECOUPLED:
+        corr = one - lr * wd
+    return m, corr, mult
+
+
+def partial_rowwise_v(v, ssq, D, b2):
+    """The row-wise second moment of partial row-wise Adam/LAMB from the row's sum of squared gradients."""
+    return b2 * v + (np.float32(1.0) - b2) * (ssq / np.float32(D))
+
+
+def partial_rowwise_den(v, bc2, eps):
+    """``sqrt(v_hat) + eps`` of the row (the divisor of its element steps)."""
+    return np.float32(math.sqrt(v / bc2)) + eps
+
+
+def lamb_rate(lr, wn, rn):
+    """LAMB's step size ``lr * |w| / |r|`` from the row's norms, 0 when ``|r| == 0`` (fbgemm divides
+    0 by 0 there: a NaN row)."""
+    rate = np.float32(0.0)
+    if rn > np.float32(0.0):
+        rate = wn / rn
+    return lr * rate
+
+
+def lars_rate(lr, eta, wd, wn, gn):
+    """LARS's rate ``lr * eta * |w| / (|g| + wd * |w|)`` from the row's norms, 0 when the divisor is 0."""
+    den = gn + wd * wn
+    rate = np.float32(0.0)
+    if den > np.float32(0.0):
+        rate = lr * eta * wn / den
+    return rate
+
+
+def max_norm_scale(n, max_norm):
+    """``(clip, c)``: whether the row of norm ``n`` exceeds ``max_norm`` (> 0: on), and the factor
+    that brings it back to it."""
+    c = np.float32(1.0)
+    clip = False
+    if max_norm > np.float32(0.0) and n > max_norm:
+        c = max_norm / n
+        clip = True
+    return clip, c
+
+
+def norm_of(ssq, big, tsq):
+    """A row's L2 norm from its float32 sum of squares ``ssq``, or, where that sum leaves float32's
+    range (entries above ~1.8e19 or below ~1e-19 in magnitude), from its largest magnitude ``big``
+    and the sum of squares ``tsq`` of the row divided by ``big``: a finite nonzero row has a finite
+    nonzero norm, as the oracle's float64 one (LAMB's direction with ``eps = 3e38``, a row of 1e20s
+    under ``max_norm``). The norms of LAMB, LARS and ``max_norm`` come from here."""
+    if ssq > np.float32(1e-30) and ssq < np.float32(np.inf):
+        return np.float32(math.sqrt(ssq))
+    if big == np.float32(0.0) or big == np.float32(np.inf):
+        return big
+    return big * np.float32(math.sqrt(tsq))
+
+
 def make_update_row(jit):
-    """``update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp)`` compiled by ``jit``."""
+    """``update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp)`` compiled by ``jit``: one
+    optimizer step of the row at ``rows[ro:ro+D]`` (its float32 values: float32 weights themselves,
+    or float16 rows the caller gathered and writes back once) from its summed gradient ``g[go:go+D]``
+    (LAMB overwrites it with its direction: the caller's scratch, never user data), then ``max_norm``.
+    ``m1``, ``m2``: the state (float32; length 1 when the kind has none), element-wise state at ``e``
+    (the row's element offset in ``weights``), row-wise state at ``lid`` (its linear id); ``hp``:
+    float32 ``[HP_SLOTS]`` hyper-parameters (``TBEOptimizer.hyper_array``)."""
+    sgd, adagrad, rowwise, adam = jit(sgd_step), jit(adagrad_step), jit(rowwise_adagrad_step), jit(adam_step)
+    partial_adam, lamb = jit(partial_rowwise_adam_step), jit(lamb_direction)
+    partial_lamb, lars = jit(partial_lamb_direction), jit(lars_step)
+    rowwise_row, partial_v, partial_den = jit(rowwise_adagrad_row), jit(partial_rowwise_v), jit(partial_rowwise_den)
+    lamb_r, lars_r, max_norm_s, norm_from = jit(lamb_rate), jit(lars_rate), jit(max_norm_scale), jit(norm_of)
 
     @jit
     def sum_squares(a, o, D):
@@ -58,22 +182,22 @@ def make_update_row(jit):
         return s
 
     @jit
-    def sqrt(x):
-        return np.float32(math.sqrt(x))
-
-    @jit
-    def ratio(num, den):
-        """``num / den``, or 0 when ``den == 0`` (fbgemm divides 0 by 0 there: a NaN row)."""
-        r = np.float32(0.0)
-        if den > np.float32(0.0):
-            r = num / den
-        return r
+    def norm(a, o, D):
+        """:func:`norm_of` the row ``a[o:o+D]`` (its second pass only where the sum leaves range)."""
+        s = sum_squares(a, o, D)
+        big = np.float32(0.0)
+        t = np.float32(0.0)
+        if not (s > np.float32(1e-30) and s < np.float32(np.inf)):
+            for d in range(D):
+                big = max(big, abs(a[o + d]))
+            if big > np.float32(0.0) and big < np.float32(np.inf):
+                for d in range(D):
+                    q = a[o + d] / big
+                    t += q * q
+        return norm_from(s, big, t)
 
     @jit
     def update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp):
-        """One optimizer step of the row at ``rows[ro:ro+D]`` (gradient ``g[go:go+D]``) (module docstring), then the
-        ``max_norm`` clipping when ``hp[MAX_NORM] > 0``."""
-        one = np.float32(1.0)
         lr = hp[LR]
         eps = hp[EPS]
         wd = hp[WD]
@@ -83,12 +207,10 @@ def make_update_row(jit):
         bc2 = hp[BC2]
         if kind == SGD:
             for d in range(D):
-                rows[ro + d] = rows[ro + d] - lr * g[go + d]
+                rows[ro + d] = sgd(rows[ro + d], g[go + d], lr)
         elif kind == ADAGRAD:
             for d in range(D):
-                m = m1[e + d] + g[go + d] * g[go + d]
-                m1[e + d] = m
-                rows[ro + d] = rows[ro + d] - lr * g[go + d] / (sqrt(m) + eps)
+                rows[ro + d], m1[e + d] = adagrad(rows[ro + d], g[go + d], m1[e + d], lr, eps)
         elif kind == ROWWISE_ADAGRAD:
             s = np.float32(0.0)
             for d in range(D):
@@ -96,74 +218,42 @@ def make_update_row(jit):
                 if decay == DECAY_L2:
                     ge = ge + wd * rows[ro + d]
                 s += ge * ge
-            m = m1[lid] + s / np.float32(D)
-            m1[lid] = m
-            mult = lr / (sqrt(m) + eps)
-            corr = one
-            if decay == DECAY_L2:
-                corr = one - mult * wd
-            elif decay == DECAY_DECOUPLED:
-                corr = one - lr * wd
+            m1[lid], corr, mult = rowwise_row(m1[lid], s, D, lr, eps, wd, decay)
             for d in range(D):
-                rows[ro + d] = corr * rows[ro + d] - mult * g[go + d]
+                rows[ro + d] = rowwise(rows[ro + d], g[go + d], corr, mult)
         elif kind == ADAM:
             for d in range(D):
-                gd = g[go + d]
-                m = b1 * m1[e + d] + (one - b1) * gd
-                v = b2 * m2[e + d] + (one - b2) * gd * gd
-                m1[e + d] = m
-                m2[e + d] = v
-                x = rows[ro + d]
-                rows[ro + d] = x - lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * x)
+                rows[ro + d], m1[e + d], m2[e + d] = adam(
+                    rows[ro + d], g[go + d], m1[e + d], m2[e + d], lr, eps, wd, b1, b2, bc1, bc2
+                )
         elif kind == PARTIAL_ROWWISE_ADAM:
-            v = b2 * m2[lid] + (one - b2) * (sum_squares(g, go, D) / np.float32(D))
-            m2[lid] = v
-            den = sqrt(v / bc2) + eps
+            m2[lid] = partial_v(m2[lid], sum_squares(g, go, D), D, b2)
+            den = partial_den(m2[lid], bc2, eps)
             for d in range(D):
-                m = b1 * m1[e + d] + (one - b1) * g[go + d]
-                m1[e + d] = m
-                x = rows[ro + d]
-                rows[ro + d] = x - lr * ((m / bc1) / den + wd * x)
+                rows[ro + d], m1[e + d] = partial_adam(rows[ro + d], g[go + d], m1[e + d], lr, wd, b1, bc1, den)
         elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
-            inv = one  # partial: 1 / (sqrt(v_hat) + eps) of the row
+            den = np.float32(1.0)
             if kind == PARTIAL_ROWWISE_LAMB:
-                v = b2 * m2[lid] + (one - b2) * (sum_squares(g, go, D) / np.float32(D))
-                m2[lid] = v
-                inv = one / (sqrt(v / bc2) + eps)
-            wsq = np.float32(0.0)
-            rsq = np.float32(0.0)
+                m2[lid] = partial_v(m2[lid], sum_squares(g, go, D), D, b2)
+                den = partial_den(m2[lid], bc2, eps)
+            wn = norm(rows, ro, D)
             for d in range(D):
-                gd = g[go + d]
-                m = b1 * m1[e + d] + (one - b1) * gd
-                m1[e + d] = m
                 x = rows[ro + d]
                 if kind == LAMB:
-                    v = b2 * m2[e + d] + (one - b2) * gd * gd
-                    m2[e + d] = v
-                    r = (m / bc1) / (sqrt(v / bc2) + eps) + wd * x
+                    r, m1[e + d], m2[e + d] = lamb(x, g[go + d], m1[e + d], m2[e + d], eps, wd, b1, b2, bc1, bc2)
                 else:
-                    r = (m / bc1) * inv + wd * x
+                    r, m1[e + d] = partial_lamb(x, g[go + d], m1[e + d], wd, b1, bc1, den)
                 g[go + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
-                wsq += x * x
-                rsq += r * r
-            step = lr * ratio(sqrt(wsq), sqrt(rsq))
+            step = lamb_r(lr, wn, norm(g, go, D))
             for d in range(D):
                 rows[ro + d] = rows[ro + d] - step * g[go + d]
         elif kind == LARS_SGD:
-            wn = sqrt(sum_squares(rows, ro, D))
-            gn = sqrt(sum_squares(g, go, D))
-            alr = ratio(lr * hp[ETA] * wn, gn + wd * wn)
-            mom = hp[MOMENTUM]
+            alr = lars_r(lr, hp[ETA], wd, norm(rows, ro, D), norm(g, go, D))
             for d in range(D):
-                x = rows[ro + d]
-                m = mom * m1[e + d] + alr * (g[go + d] + wd * x)
-                m1[e + d] = m
-                rows[ro + d] = x - m
-        max_norm = hp[MAX_NORM]
-        if max_norm > np.float32(0.0):
-            n = sqrt(sum_squares(rows, ro, D))
-            if n > max_norm:
-                c = max_norm / n
+                rows[ro + d], m1[e + d] = lars(rows[ro + d], g[go + d], m1[e + d], alr, hp[MOMENTUM], wd)
+        if hp[MAX_NORM] > np.float32(0.0):
+            clip, c = max_norm_s(norm(rows, ro, D), hp[MAX_NORM])
+            if clip:
                 for d in range(D):
                     rows[ro + d] = rows[ro + d] * c
 

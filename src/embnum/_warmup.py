@@ -3,8 +3,8 @@
 Each op runs its tour examples (the small one, which takes the one-thread kernels, and the
 large one, which takes the parallel ones) on the chosen backends, so that every kernel those
 calls reach is compiled and saved (``embnum._jit``: safe with several processes writing
-one cache). The ops are shared out among ``jobs`` worker processes (started fresh, not
-forked), heaviest family first. Other argument types (another index dtype, another
+one cache). The families are shared out among ``jobs`` worker processes (started fresh, not
+forked), heaviest first; a family's ops run in one process, in turn. Other argument types (another index dtype, another
 optimizer) compile on their own first call.
 
 For a container image or a CI cache: run it once with ``NUMBA_CACHE_DIR`` pointing at the
@@ -52,6 +52,11 @@ def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES
     return name, time.perf_counter() - t0, None
 
 
+def warm_ops(names: list[str], backends: tuple[str, ...]) -> list[tuple[str, float, str | None]]:
+    """:func:`warm_op` for each of ``names``, in order, in this process."""
+    return [warm_op(name, backends) for name in names]
+
+
 def plan(families=None, ops=None) -> list[str]:
     """The ops to warm, heaviest family first."""
     from . import _registry
@@ -71,6 +76,17 @@ def compiled_backends() -> tuple[str, ...]:
     )
 
 
+def _by_family(names: list[str]) -> list[list[str]]:
+    """``names`` grouped by family, in order: one worker's task. A family's ops share kernels
+    (the cumsums one scan, the TBE ops their row loops), which one process then compiles once."""
+    from . import _registry
+
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(_registry.get(name).family, []).append(name)
+    return list(groups.values())
+
+
 def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print) -> int:
     """Warm ``names`` on ``backends`` with ``jobs`` worker processes; ``report`` each op's line.
     Returns the number of ops that failed."""
@@ -78,11 +94,11 @@ def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print)
     failed = 0
     ctx = multiprocessing.get_context("spawn")  # a fork would copy Numba's started thread pool
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
-        futures = [pool.submit(warm_op, name, backends) for name in names]
+        futures = [pool.submit(warm_ops, group, backends) for group in _by_family(names)]
         for future in concurrent.futures.as_completed(futures):
-            name, seconds, error = future.result()
-            failed += error is not None
-            report(f"{name:34s} {seconds:7.1f} s  {error or 'ok'}")
+            for name, seconds, error in future.result():
+                failed += error is not None
+                report(f"{name:34s} {seconds:7.1f} s  {error or 'ok'}")
     report(
         f"warmed {len(names) - failed} of {len(names)} ops on {', '.join(backends)} in "
         f"{time.perf_counter() - t0:.1f} s with {jobs} processes"

@@ -131,3 +131,58 @@ def test_fused_embedding_bag_collection_trains_like_its_reference(optimizer, kwa
         reference.step()
     for name, value in fused.state_dict().items():
         torch.testing.assert_close(value, ebc.state_dict()[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("dtype, bits", [(torch.qint8, 8), (torch.quint4x2, 4), (torch.float16, 16)])
+@settings(max_examples=3)
+@given(case=tables_and_batches())
+def test_quant_embedding_bag_collection_is_within_its_quantization_error(dtype, bits, case):
+    """TorchRec's QuantEmbeddingBagCollection (on the stand-in's IntNBitTableBatchedEmbeddingBagsCodegen)
+    from a float EBC: each pooled value within (rows in the bag) x (one quantization step of its table)."""
+    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEBC
+
+    tables, (kjt,) = case
+    per = {8: 2, 4: 4, 16: 1}[bits]  # fbgemm's row codecs take D a multiple of 2 (int8), 4 (int4)
+    tables = [t.__class__(**{**t.__dict__, "embedding_dim": per * t.embedding_dim}) for t in tables]
+    ebc = EmbeddingBagCollection(tables=tables)
+    observer = torch.ao.quantization.PlaceholderObserver
+    ebc.qconfig = torch.ao.quantization.QConfig(
+        activation=observer.with_args(dtype=torch.float), weight=observer.with_args(dtype=dtype)
+    )
+    quantized = QuantEBC.from_float(ebc)
+    got, want = quantized(kjt), ebc(kjt)
+    assert got.keys() == want.keys()
+    for config, bag in zip(ebc.embedding_bag_configs(), ebc.embedding_bags.values()):
+        w = bag.weight.detach()
+        step = (w.max() - w.min()).item() / (2**bits - 1) if bits < 16 else w.abs().max().item() * 2**-10
+        for f in config.feature_names:
+            longest = int(kjt[f].lengths().max()) if kjt[f].lengths().numel() else 0
+            err = (got[f].float() - want[f]).abs().max().item() if got[f].numel() else 0.0
+            assert err <= longest * (step + 1e-3 * w.abs().max().item()) + 1e-6, (f, err, step)
+
+
+@settings(max_examples=5)
+@given(case=tables_and_batches())
+def test_dense_tbe_gradient_is_the_embedding_bag_gradient(case):
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import DenseTableBatchedEmbeddingBagsCodegen
+
+    tables, (kjt,) = case
+    tbe = DenseTableBatchedEmbeddingBagsCodegen(
+        [(t.num_embeddings, t.embedding_dim) for t in tables],
+        feature_table_map=[i for i, t in enumerate(tables) for _ in t.feature_names],
+        use_cpu=True,
+    )
+    out = tbe(kjt.values(), kjt.offsets())
+    grad = torch.randn(out.shape)
+    (out * grad).sum().backward()
+    weights = [w.detach().clone().requires_grad_() for w in tbe.split_embedding_weights()]
+    columns = []
+    for t, table in enumerate(tables):
+        for key in table.feature_names:
+            jt = kjt[key]
+            columns.append(torch.nn.functional.embedding_bag(jt.values(), weights[t], jt.offsets()[:-1], mode="sum"))
+    want = torch.cat(columns, dim=1)
+    torch.testing.assert_close(out, want)
+    (want * grad).sum().backward()
+    for w, mine in zip(weights, torch.split(tbe.weights.grad, [t.num_embeddings * t.embedding_dim for t in tables])):
+        torch.testing.assert_close(mine.view_as(w), w.grad)

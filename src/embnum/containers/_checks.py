@@ -31,9 +31,19 @@ def int_value(name: str, x, *, minimum: int = 0) -> int:
     return int(x)
 
 
+def flag(name: str, x) -> bool:
+    """A Python or NumPy bool (``TypeError`` otherwise: ``2**32 - 1`` is not a yes)."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {x!r}")
+    return bool(x)
+
+
 def int_list(name: str, xs, *, minimum: int = 0) -> list[int]:
+    """A list/tuple of ints, or a 1-D integer array (a float array is not truncated, a 0-d one
+    is not a list)."""
     if A.is_supported(xs):
-        xs = A.to_list(xs.reshape(-1))
+        array(name, xs, integer=True)
+        xs = A.to_list(xs)
     if not isinstance(xs, (list, tuple)):
         raise TypeError(f"{name} must be a list of ints, got {type(xs).__name__}")
     return [int_value(f"{name}[{i}]", x, minimum=minimum) for i, x in enumerate(xs)]
@@ -44,6 +54,8 @@ def array(name: str, a, *, ndim=1, integer=False, floating=False, index=False):
     a minimum ``(k,)``); ``index``: int32 or int64 (lengths, offsets)."""
     if not A.is_supported(a):
         raise TypeError(f"{name} must be a NumPy array, a CuPy array or a torch tensor, got {type(a).__name__}")
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array; pass its data (a.filled(...) or a.data): its mask would be dropped")
     if not A.is_numeric(a):
         raise TypeError(f"{name} must have a numeric dtype, got {A.dtype_name(a)}")
     if index and not A.is_index(a):

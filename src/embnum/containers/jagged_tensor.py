@@ -86,7 +86,7 @@ class JaggedTensor(JaggedArrays):
     def from_dense_lengths(values, lengths, weights=None, *, backend=None):
         """From a padded ``[B, L, ...]`` array and ``lengths [B]`` (``lengths[b] <= L``)."""
         C.array("values", values, ndim=(2,))
-        C.array("lengths", lengths, integer=True)
+        C.array("lengths", lengths, index=True)
         if lengths.shape[0] != values.shape[0]:
             raise ValueError(f"len(lengths) = {lengths.shape[0]} must equal values.shape[0] = {values.shape[0]}")
         C.nonneg("lengths", lengths)

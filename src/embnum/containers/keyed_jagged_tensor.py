@@ -405,6 +405,8 @@ class KeyedJaggedTensor(JaggedArrays):
         end to end (else ``None``). Values must be int32/int64 ids.
         """
         num_buckets = C.int_value("num_buckets", num_buckets, minimum=1)
+        output_permute, bucketize_pos = C.flag("output_permute", output_permute), C.flag("bucketize_pos", bucketize_pos)
+        keep_original_indices = C.flag("keep_original_indices", keep_original_indices)
         T = len(self._keys)
         bs = _index_arg("block_sizes", block_sizes, self._values)
         if bs.shape[0] != T:

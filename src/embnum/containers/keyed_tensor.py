@@ -104,22 +104,24 @@ class KeyedTensor(A.Held):
                 raise TypeError(f"keyed_tensors[{i}] must be an embnum KeyedTensor, got {type(kt).__name__}")
             if kt.key_dim() != 1 or kt.values().ndim != 2:
                 raise ValueError(f"keyed_tensors[{i}] must be 2-D with key_dim = 1 to regroup")
+        groups = _groups(groups)
         first = keyed_tensors[0].values()
         regroup = A.ops_for(first).regroup_keyed_tensor
         return regroup(
             [kt.values() for kt in keyed_tensors],
             [kt.keys() for kt in keyed_tensors],
             [kt.length_per_key() for kt in keyed_tensors],
-            [list(g) for g in groups],
+            groups,
             backend=keyed_tensors[0].backend,
         )
 
     @staticmethod
     def regroup_as_dict(keyed_tensors, groups, keys) -> dict:
         """``{keys[j]: regroup(keyed_tensors, groups)[j]}``."""
+        groups = _groups(groups)
+        C.keys("keys", keys)
         if len(groups) != len(keys):
             raise ValueError(f"groups and keys must have the same length, got {len(groups)} and {len(keys)}")
-        C.keys("keys", keys)
         return dict(zip(keys, KeyedTensor.regroup(keyed_tensors, groups)))
 
     def to_torchrec(self):
@@ -151,3 +153,16 @@ class KeyedTensor(A.Held):
             f"KeyedTensor(keys={self._keys}, length_per_key={self._lpk}, "
             f"values={A.kind(v)} {A.dtype_name(v)}{tuple(v.shape)})"
         )
+
+
+def _groups(groups) -> list:
+    """A list of lists of str (a str is not a list of its characters): ``TypeError`` naming the entry."""
+    if not isinstance(groups, (list, tuple)):
+        raise TypeError(f"groups must be a list of lists of keys, got {type(groups).__name__}")
+    for j, g in enumerate(groups):
+        if not isinstance(g, (list, tuple)):
+            raise TypeError(f"groups[{j}] must be a list of keys, got {g!r}")
+        for i, k in enumerate(g):
+            if not isinstance(k, str):
+                raise TypeError(f"groups[{j}][{i}] must be a str, got {k!r}")
+    return [list(g) for g in groups]

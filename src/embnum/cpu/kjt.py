@@ -374,9 +374,22 @@ _NO_POS = np.zeros(0, np.uint64)
 
 
 def block_bucketize_sparse_features(
-    lengths, indices, weights, block_sizes, my_size, batch, total_num_blocks, pos, keep, bucketize_pos, sequence, out
+    lengths,
+    indices,
+    weights,
+    block_sizes,
+    my_size,
+    batch,
+    total_num_blocks,
+    pos,
+    keep,
+    bucketize_pos,
+    sequence,
+    bucket_mapping,
+    out,
 ):
-    new_lengths, new_indices, new_weights, new_pos, unbucketize = out
+    new_lengths, new_indices, new_weights, new_pos, unbucketize = out[:5]
+    mapping = out[5] if bucket_mapping else None
     n_bags, N = lengths.shape[0], indices.shape[0]
     if n_bags == 0:
         return
@@ -398,20 +411,27 @@ def block_bucketize_sparse_features(
         with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
             _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
     new_lengths[...] = counts
+    if mapping is not None:
+        mapping[...] = bucket
     _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
     slots = counts
-    dst = unbucketize if sequence else np.empty(0, np.int64)
-    want_w = weights is not None and N > 0
+    rows = weights is not None and weights.ndim == 2  # rows of weights: moved after the pass, by the slots
+    if rows and not sequence:
+        unbucketize = np.empty(N, indices.dtype)
+    dst = unbucketize if sequence or rows else np.empty(0, np.int64)
+    want_w = weights is not None and N > 0 and not rows
     no_w = np.empty(0, uidx.dtype)  # not a slice of the ids: they may be read-only, and new_w is written
     w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (no_w, no_w)
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
     args = (offs, uidx, bag_key, *params, keep, bucket, slots, new_indices.view(uidx.dtype))
-    args += (bucketize_pos, pos_out, sequence, dst, want_w, w, new_w)
+    args += (bucketize_pos, pos_out, sequence or rows, dst, want_w, w, new_w)
     if serial:
         _bucket_scatter_serial(*args)
     else:
         with numba.parallel_chunksize(2):
             _bucket_scatter(*args)
+    if rows:
+        new_weights[dst] = weights
 
 
 # -- small permutation ops ---------------------------------------------------------

@@ -39,7 +39,6 @@ from .._jit import njit
 from .._tbe import (
     ADAGRAD,
     ADAM,
-    DECAY_DECOUPLED,
     DECAY_L2,
     MEAN,
     NONE,
@@ -936,57 +935,47 @@ def _sum_squares(part, g, D, w, lut, ub, wd, l2):
     return total
 
 
+_step = njit(cache=True, inline="always")  # the element steps and row scalars of embnum._tbe_rows
+_sgd_step = _step(_tbe_rows.sgd_step)
+_adagrad_step = _step(_tbe_rows.adagrad_step)
+_rowwise_adagrad_row_scalars = _step(_tbe_rows.rowwise_adagrad_row)
+_rowwise_adagrad_step = _step(_tbe_rows.rowwise_adagrad_step)
+_adam_step = _step(_tbe_rows.adam_step)
+
+
 @njit(cache=True, inline="always")
 def _sgd_row(g, D, ub, w, lut, opt, in_place, new, pos, vo):
     for d in range(D):
         i = ub + np.uint64(d)
-        _put(w, i, _load(w, lut, i) - opt.lr * g[d], in_place, new, pos, vo + d)
+        _put(w, i, _sgd_step(_load(w, lut, i), g[d], opt.lr), in_place, new, pos, vo + d)
 
 
 @njit(cache=True, inline="always")
 def _adagrad_row(g, D, ub, w, lut, m1, opt, in_place, new, pos, vo):
     for d in range(D):
         i = ub + np.uint64(d)
-        gd = g[d]
-        m = m1[i] + gd * gd
-        m1[i] = m
-        _put(w, i, _load(w, lut, i) - opt.lr * gd / (np.sqrt(m) + opt.eps), in_place, new, pos, vo + d)
+        x, m1[i] = _adagrad_step(_load(w, lut, i), g[d], m1[i], opt.lr, opt.eps)
+        _put(w, i, x, in_place, new, pos, vo + d)
 
 
 @njit(cache=True, inline="always")
 def _rowwise_adagrad_row(g, D, ub, lid, w, lut, m1, opt, in_place, new, pos, vo, part):
     """One accumulator per row (``m1[lid]``): the mean squared (L2-decayed) gradient."""
-    one = np.float32(1.0)
-    l2 = opt.decay == DECAY_L2
-    m = m1[lid] + _sum_squares(part, g, D, w, lut, ub, opt.wd, l2) / np.float32(D)
-    m1[lid] = m
-    mult = opt.lr / (np.sqrt(m) + opt.eps)
-    corr = one - mult * opt.wd if l2 else (one - opt.lr * opt.wd if opt.decay == DECAY_DECOUPLED else one)
+    ssq = _sum_squares(part, g, D, w, lut, ub, opt.wd, opt.decay == DECAY_L2)
+    m1[lid], corr, mult = _rowwise_adagrad_row_scalars(m1[lid], ssq, D, opt.lr, opt.eps, opt.wd, opt.decay)
     for d in range(D):
         i = ub + np.uint64(d)
-        _put(w, i, corr * _load(w, lut, i) - mult * g[d], in_place, new, pos, vo + d)
+        _put(w, i, _rowwise_adagrad_step(_load(w, lut, i), g[d], corr, mult), in_place, new, pos, vo + d)
 
 
 @njit(cache=True, inline="always")
 def _adam_row(g, D, ub, w, lut, m1, m2, opt, in_place, new, pos, vo):
-    one = np.float32(1.0)
     for d in range(D):
         i = ub + np.uint64(d)
-        gd = g[d]
-        x = _load(w, lut, i)
-        mm = opt.beta1 * m1[i] + (one - opt.beta1) * gd
-        vv = opt.beta2 * m2[i] + (one - opt.beta2) * gd * gd
-        m1[i] = mm
-        m2[i] = vv
-        _put(
-            w,
-            i,
-            x - opt.lr * ((mm / opt.bc1) / (np.sqrt(vv / opt.bc2) + opt.eps) + opt.wd * x),
-            in_place,
-            new,
-            pos,
-            vo + d,
+        x, m1[i], m2[i] = _adam_step(
+            _load(w, lut, i), g[d], m1[i], m2[i], opt.lr, opt.eps, opt.wd, opt.beta1, opt.beta2, opt.bc1, opt.bc2
         )
+        _put(w, i, x, in_place, new, pos, vo + d)
 
 
 @njit(cache=True, inline="always")

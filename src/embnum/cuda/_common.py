@@ -10,6 +10,7 @@ small because every simulated thread is a Python thread.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 from numba import cuda
@@ -42,7 +43,10 @@ def blocks(n_items: int, per_block: int = 1) -> int:
 
 
 def contiguous(a):
-    return xp().ascontiguousarray(a)
+    """``a`` itself when it already is a C-contiguous array of the backend's own type (at least 1-d),
+    else ``ascontiguousarray(a)`` (which also drops an array subclass)."""
+    m = xp()
+    return a if type(a) is m.ndarray and a.ndim and a.flags.c_contiguous else m.ascontiguousarray(a)
 
 
 def bits(a):
@@ -216,9 +220,20 @@ def launch(kernel, n_blocks: int, tpb: int, *args) -> None:
     makes torch's current stream CuPy's for the call), so a launch never waits for, or races
     with, work on another stream. Under the simulator there are no streams."""
     if SIMULATED:
-        kernel[n_blocks, tpb](*args)
+        with warnings.catch_warnings():
+            _quiet_simulated_arithmetic()
+            kernel[n_blocks, tpb](*args)
     else:
         kernel[n_blocks, tpb, _current_stream()](*args)
+
+
+def _quiet_simulated_arithmetic() -> None:
+    """The simulator runs each GPU thread's float arithmetic as NumPy scalar operations, which
+    warn where the hardware quietly gives IEEE's answer (``inf - inf`` is NaN, ``x / 0`` is inf,
+    overflow is inf): the kernels compute what a GPU computes, and the warnings are the
+    simulator's. ``np.errstate`` cannot reach the simulator's threads (it is per context), so the
+    launch ignores NumPy's floating-point warnings raised in this package's kernel modules."""
+    warnings.filterwarnings("ignore", r".*encountered in", RuntimeWarning, r"embnum\.cuda\.")
 
 
 _CONSTANTS: dict = {}

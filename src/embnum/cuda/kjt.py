@@ -115,10 +115,23 @@ def _bucket_keys(offs, uidx, key_offs, kc, mu, pos, has_pos, mask, keep, key, ne
 
 
 def block_bucketize_sparse_features(
-    lengths, indices, weights, block_sizes, my_size, batch, total_num_blocks, pos, keep, bucketize_pos, sequence, out
+    lengths,
+    indices,
+    weights,
+    block_sizes,
+    my_size,
+    batch,
+    total_num_blocks,
+    pos,
+    keep,
+    bucketize_pos,
+    sequence,
+    bucket_mapping,
+    out,
 ):
     m = xp()
-    new_lengths, new_indices, new_weights, new_pos, unbucketize = out
+    new_lengths, new_indices, new_weights, new_pos, unbucketize = out[:5]
+    mapping = out[5] if bucket_mapping else None
     n_bags, N = lengths.shape[0], indices.shape[0]
     if n_bags == 0:
         return  # every output is empty
@@ -153,8 +166,12 @@ def block_bucketize_sparse_features(
     m.take(new_id, order, out=new_indices.view(uidx.dtype))
     if bucketize_pos:
         new_pos[...] = m.take(in_bag, order)
-    if weights is not None:
+    if weights is not None and weights.ndim == 2:  # a row of weights per id
+        new_weights[...] = m.take(weights, order, axis=0)
+    elif weights is not None:
         m.take(bits(weights), order, out=new_weights.view(bits(new_weights).dtype))
+    if mapping is not None:
+        mapping[...] = key // n_bags
     if sequence:
         unbucketize[order] = m.arange(N, dtype=unbucketize.dtype)
 

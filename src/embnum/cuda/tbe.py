@@ -33,7 +33,6 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -44,7 +43,6 @@ from .._jit import cuda_kernel
 from .._tbe import (
     ADAGRAD,
     ADAM,
-    DECAY_DECOUPLED,
     DECAY_L2,
     KIND_CODES,
     LAMB,
@@ -546,17 +544,17 @@ def _apply(
                 ssq += ge * ge
             part[tid] = ssq
             cuda.syncthreads()
-            if lane == 0 and active:
+            if lane == 0 and active:  # the row's sum and old accumulator, for every lane of the group
                 s = np.float32(0.0)
                 for j in range(LANES):
                     s += part[tid + j]
-                mm = m1[row_id] + s / np.float32(D)
-                m1[row_id] = mm
-                part[tid] = mm
+                part[tid] = s
+                part[tid + 1] = m1[row_id]
             cuda.syncthreads()
-            mm = part[tid - lane]
-            mult = lr / (np.float32(math.sqrt(mm)) + eps)
-            corr = one - mult * wd if decay == DECAY_L2 else (one - lr * wd if decay == DECAY_DECOUPLED else one)
+            if active:
+                mm, corr, mult = _rowwise_adagrad_row(part[tid - lane + 1], part[tid - lane], D, lr, eps, wd, decay)
+                if lane == 0:
+                    m1[row_id] = mm
             cuda.syncthreads()
         for d in range(lane, D, LANES):
             gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
@@ -564,25 +562,39 @@ def _apply(
             w[i] = _element_step(kind, np.float32(w[i]), gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
 
 
+# the element steps and row scalars of embnum._tbe_rows (the CPU compiles the same functions)
+_rule = cuda.jit(device=True)
+_sgd_step = _rule(_tbe_rows.sgd_step)
+_adagrad_step = _rule(_tbe_rows.adagrad_step)
+_rowwise_adagrad_row = _rule(_tbe_rows.rowwise_adagrad_row)
+_rowwise_adagrad_step = _rule(_tbe_rows.rowwise_adagrad_step)
+_adam_step = _rule(_tbe_rows.adam_step)
+_partial_rowwise_adam_step = _rule(_tbe_rows.partial_rowwise_adam_step)
+_lamb_direction = _rule(_tbe_rows.lamb_direction)
+_partial_lamb_direction = _rule(_tbe_rows.partial_lamb_direction)
+_lars_step = _rule(_tbe_rows.lars_step)
+_partial_rowwise_v = _rule(_tbe_rows.partial_rowwise_v)
+_partial_rowwise_den = _rule(_tbe_rows.partial_rowwise_den)
+_lamb_rate = _rule(_tbe_rows.lamb_rate)
+_lars_rate = _rule(_tbe_rows.lars_rate)
+_max_norm_scale = _rule(_tbe_rows.max_norm_scale)
+_norm_of = _rule(_tbe_rows.norm_of)
+
+
 @cuda.jit(device=True)
 def _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult):
     """The new float32 value of element ``i`` (weight ``x``, gradient ``gd``) for SGD, Adagrad,
     row-wise Adagrad (``corr``/``mult`` from the row's state) and Adam, updating its element-wise
-    state; the rule of both fused-update kernels."""
-    one = np.float32(1.0)
+    state; the step of both fused-update kernels."""
     if kind == SGD:
-        return x - lr * gd
+        return _sgd_step(x, gd, lr)
     if kind == ADAGRAD:
-        mm = m1[i] + gd * gd
-        m1[i] = mm
-        return x - lr * gd / (np.float32(math.sqrt(mm)) + eps)
+        x, m1[i] = _adagrad_step(x, gd, m1[i], lr, eps)
+        return x
     if kind == ROWWISE_ADAGRAD:
-        return corr * x - mult * gd
-    a = b1 * m1[i] + (one - b1) * gd  # ADAM
-    v = b2 * m2[i] + (one - b2) * gd * gd
-    m1[i] = a
-    m2[i] = v
-    return x - lr * ((a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x)
+        return _rowwise_adagrad_step(x, gd, corr, mult)
+    x, m1[i], m2[i] = _adam_step(x, gd, m1[i], m2[i], lr, eps, wd, b1, b2, bc1, bc2)  # ADAM
+    return x
 
 
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
@@ -625,6 +637,38 @@ def _group_sum(x):
         x += np.float32(shfl_xor(x, off))
         off //= 2
     return x
+
+
+@cuda.jit(device=True)
+def _group_max(x):
+    """float32 maximum of ``x`` over the lane group, in every lane (xor butterfly). Every lane of
+    the group calls it."""
+    off = LANES // 2
+    while off > 0:
+        y = np.float32(shfl_xor(x, off))
+        x = y if y > x else x
+        off //= 2
+    return x
+
+
+@cuda.jit(device=True)
+def _group_norm(a, o, D, lane, ssq):
+    """``_tbe_rows.norm_of`` the row ``a[o:o+D]`` (float32 or float16) of group sum of squares
+    ``ssq``: its largest magnitude and scaled sum of squares are reduced in every case, since every
+    lane of the block must reach each reduction (the simulator's shuffles synchronise the block);
+    the caller calls it under block-uniform conditions only (the kind, ``max_norm``)."""
+    big = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        x = abs(np.float32(a[o + d]))
+        big = x if x > big else big
+    big = _group_max(big)
+    t = np.float32(0.0)
+    if big > np.float32(0.0) and big < np.float32(np.inf):
+        for d in range(lane, D, LANES):
+            q = np.float32(a[o + d]) / big
+            t += q * q
+    t = _group_sum(t)
+    return _norm_of(ssq, big, t)
 
 
 @cuda_kernel
@@ -676,31 +720,36 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
                 s2 += gd * gd
         s1 = _group_sum(s1)
         s2 = _group_sum(s2)
-        # 2. row-wise state (lane 0 reads and writes it; the group sum broadcasts the value)
-        rs = zero
+        wn = zero
+        gn = zero
+        if kind == LARS_SGD:  # block-uniform: every lane reaches the reductions
+            wn = _group_norm(w, e, D, lane, s1)
+            gn = _group_norm(g, go, D, lane, s2)
+        # 2. row-wise state: lane 0 reads the old value, the group sum broadcasts it, every lane
+        # computes the row's scalars from it, lane 0 writes the new value
+        old = zero
         if lane == 0 and D > 0:
             if kind == ROWWISE_ADAGRAD:
-                rs = m1[lid] + s1 / np.float32(D)
-                m1[lid] = rs
+                old = m1[lid]
             elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-                rs = b2 * m2[lid] + (one - b2) * (s1 / np.float32(D))
-                m2[lid] = rs
-        rs = _group_sum(rs)
+                old = m2[lid]
+        old = _group_sum(old)
         mult = zero
         corr = one
-        if kind == ROWWISE_ADAGRAD:
-            mult = lr / (np.float32(math.sqrt(rs)) + eps)
-            if decay == DECAY_L2:
-                corr = one - mult * wd
-            elif decay == DECAY_DECOUPLED:
-                corr = one - lr * wd
         den = one
-        if kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-            den = np.float32(math.sqrt(rs / bc2)) + eps
         alr = zero
-        if kind == LARS_SGD:
-            wn = np.float32(math.sqrt(s1))
-            alr = _ratio(lr * hp[_tbe_rows.ETA] * wn, np.float32(math.sqrt(s2)) + wd * wn)
+        if D > 0:
+            if kind == ROWWISE_ADAGRAD:
+                rs, corr, mult = _rowwise_adagrad_row(old, s1, D, lr, eps, wd, decay)
+                if lane == 0:
+                    m1[lid] = rs
+            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+                rs = _partial_rowwise_v(old, s1, D, b2)
+                den = _partial_rowwise_den(rs, bc2, eps)
+                if lane == 0:
+                    m2[lid] = rs
+            elif kind == LARS_SGD:
+                alr = _lars_rate(lr, hp[_tbe_rows.ETA], wd, wn, gn)
         # 3. element-wise state and the new row (LAMB: its direction first, then the trust ratio)
         wsq = zero
         rsq = zero
@@ -712,57 +761,37 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
             if kind <= ADAM:
                 x = _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
             elif kind == PARTIAL_ROWWISE_ADAM:
-                a = b1 * m1[i] + (one - b1) * gd
-                m1[i] = a
-                x = x - lr * ((a / bc1) / den + wd * x)
+                x, m1[i] = _partial_rowwise_adam_step(x, gd, m1[i], lr, wd, b1, bc1, den)
             elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
-                a = b1 * m1[i] + (one - b1) * gd
-                m1[i] = a
                 if kind == LAMB:
-                    v = b2 * m2[i] + (one - b2) * gd * gd
-                    m2[i] = v
-                    r = (a / bc1) / (np.float32(math.sqrt(v / bc2)) + eps) + wd * x
+                    r, m1[i], m2[i] = _lamb_direction(x, gd, m1[i], m2[i], eps, wd, b1, b2, bc1, bc2)
                 else:
-                    r = (a / bc1) * (one / den) + wd * x
+                    r, m1[i] = _partial_lamb_direction(x, gd, m1[i], wd, b1, bc1, den)
                 g[go + d] = r
                 wsq += x * x
                 rsq += r * r
             else:  # LARS_SGD
-                mm = hp[_tbe_rows.MOMENTUM] * m1[i] + alr * (gd + wd * x)
-                m1[i] = mm
-                x = x - mm
+                x, m1[i] = _lars_step(x, gd, m1[i], alr, hp[_tbe_rows.MOMENTUM], wd)
             if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
                 g[go + d] = x
                 nsq += x * x
         if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
             wsq = _group_sum(wsq)
             rsq = _group_sum(rsq)
-            step = lr * _ratio(np.float32(math.sqrt(wsq)), np.float32(math.sqrt(rsq)))
+            step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
             for d in range(lane, D, LANES):
                 x = np.float32(w[e + d]) - step * g[go + d]
                 g[go + d] = x
                 nsq += x * x
         # 4. max_norm, then the one write of the row
         nsq = _group_sum(nsq)
-        c = one
-        clip = False
-        if max_norm > zero:
-            n = np.float32(math.sqrt(nsq))
-            if n > max_norm:
-                c = max_norm / n
-                clip = True
+        n = zero
+        if max_norm > zero:  # block-uniform
+            n = _group_norm(g, go, D, lane, nsq)
+        clip, c = _max_norm_scale(n, max_norm)
         for d in range(lane, D, LANES):
             x = g[go + d]
             w[e + d] = x * c if clip else x
-
-
-@cuda.jit(device=True)
-def _ratio(num, den):
-    """``num / den``, or 0 when ``den == 0`` (the rule's trust-ratio decision)."""
-    r = np.float32(0.0)
-    if den > np.float32(0.0):
-        r = num / den
-    return r
 
 
 def _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step):

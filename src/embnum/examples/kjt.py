@@ -7,6 +7,8 @@ import numpy as np
 from .._registry import Example, example
 from ..ops.kjt import (
     block_bucketize_sparse_features,
+    block_bucketize_sparse_features_2d_weights,
+    block_bucketize_sparse_features_inference,
     expand_into_jagged_permute,
     invert_permute,
     jagged_unique_indices,
@@ -44,7 +46,7 @@ example(permute_1d_sparse_data)(lambda rng, size: _permuted(rng, size, 3, segmen
 
 
 @example(block_bucketize_sparse_features)
-def _(rng, size):
+def _bucketize(rng, size):
     T, B, my_size = _size(size, (3, 4, 3), (26, 4096, 8))
     lengths, ids = _kjt(rng, T, B, _size(size, 3, 20), id_range=_size(size, 40, 1_200_000))
     bs = rng.integers(_size(size, 5, 100_000), _size(size, 12, 150_000), T).astype(np.int64)
@@ -53,6 +55,20 @@ def _(rng, size):
         lengths=lengths, indices=ids, bucketize_pos=True, sequence=True, block_sizes=bs, my_size=my_size, weights=w
     )
     return Example(args, f"T={T} B={B} my_size={my_size} seq")
+
+
+@example(block_bucketize_sparse_features_2d_weights)
+def _(rng, size):
+    ex = _bucketize(rng, size)
+    n, D = ex.args["indices"].shape[0], 4
+    w = rng.random((n, D), dtype=np.float32)
+    return Example(dict(ex.args, weights=w, weights_dim=D), ex.label + f" weights [N, {D}]")
+
+
+@example(block_bucketize_sparse_features_inference)
+def _(rng, size):
+    ex = _bucketize(rng, size)
+    return Example(dict(ex.args, return_bucket_mapping=True), ex.label + " bucket_mapping")
 
 
 @example(keyed_jagged_index_select_dim1)

@@ -7,8 +7,19 @@ A quantized row holds its codes, then (int8/int4/int2) a float16 scale and a flo
 
 from __future__ import annotations
 
-from .configs import DEFAULT_SCALE_BIAS_SIZE_IN_BYTES, SparseType, round_up
-from .unavailable import _Unavailable
+import itertools
+
+import torch
+
+from .configs import (
+    DEFAULT_SCALE_BIAS_SIZE_IN_BYTES,
+    BoundsCheckMode,
+    EmbeddingLocation,
+    PoolingMode,
+    SparseType,
+    round_up,
+)
+from .training import _BOUNDS, check_defaults
 
 __all__ = ["IntNBitTableBatchedEmbeddingBagsCodegen", "rounded_row_size_in_bytes", "unpadded_row_size_in_bytes"]
 
@@ -33,5 +44,191 @@ def rounded_row_size_in_bytes(
     return round_up(unpadded_row_size_in_bytes(dim, weight_ty, scale_bias_size_in_bytes), row_alignment)
 
 
-class IntNBitTableBatchedEmbeddingBagsCodegen(_Unavailable):
-    feature = "the quantized inference TBE (not yet provided by embnum's stand-in)"
+_PACKED = ("fp32", "fp16", "int8", "int4", "int2")  # the row types embnum's quantized lookup reads
+_OUTPUTS = {SparseType.FP32: "float32", SparseType.FP16: "float16"}
+_DEFAULT_ONLY = {
+    "pruning_hash_load_factor": 0.5,
+    "use_array_for_index_remapping": True,
+    "record_cache_metrics": None,
+    "gather_uvm_cache_stats": False,
+    "fp8_exponent_bits": None,
+    "fp8_exponent_bias": None,
+    "uvm_host_mapped": False,
+    "reverse_qparam": False,
+    "feature_names_per_table": None,
+}
+_CACHE_ONLY = (
+    "cache_algorithm",
+    "cache_load_factor",
+    "cache_sets",
+    "cache_reserved_memory",
+    "enforce_hbm",
+    "cache_assoc",
+)
+
+
+class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
+    """fbgemm's inference TBE: quantized tables (fp32, fp16, int8, int4, int2 rows) and a pooled lookup,
+    ``forward(indices, offsets, per_sample_weights=None) -> [B, total_D]`` (``[N, D]`` for
+    ``PoolingMode.NONE``) in ``output_dtype`` (FP16, fbgemm's default, or FP32), on embnum's
+    ``tbe_forward_quantized``.
+
+    embedding_specs: ``(name, rows, dim, SparseType, EmbeddingLocation)`` per table (``DEVICE`` or ``HOST``).
+    The buffer is fbgemm's: each row padded to ``row_alignment`` bytes (1 on CPU, 16 elsewhere, by
+    default), int rows led by a float16 scale and bias, each table starting on a 128-byte line
+    (``cacheline_alignment``). It is allocated by ``initialize_weights()`` (or at construction when
+    ``weight_lists`` is given: one ``(codes, scale_bias or None)`` per table, as
+    ``split_embedding_weights()`` returns them). Pruned tables (``index_remapping``) are refused.
+    """
+
+    def __init__(
+        self,
+        embedding_specs,
+        feature_table_map=None,
+        index_remapping=None,
+        pooling_mode=PoolingMode.SUM,
+        device=None,
+        bounds_check_mode=BoundsCheckMode.WARNING,
+        weight_lists=None,
+        *,
+        output_dtype=SparseType.FP16,
+        row_alignment=None,
+        scale_bias_size_in_bytes=DEFAULT_SCALE_BIAS_SIZE_IN_BYTES,
+        cacheline_alignment=True,
+        indices_dtype=torch.int32,
+        **fbgemm_options,
+    ):
+        super().__init__()
+        name = type(self).__name__
+        check_defaults(name, fbgemm_options, _DEFAULT_ONLY, ignored=_CACHE_ONLY)
+        if index_remapping is not None:
+            raise NotImplementedError(f"{name}: index_remapping (pruned tables) is not available in embnum's stand-in")
+        self.embedding_specs = [tuple(s) for s in embedding_specs]
+        if not self.embedding_specs or any(len(s) != 5 for s in self.embedding_specs):
+            raise ValueError(f"{name}: embedding_specs must be (name, rows, dim, SparseType, location) per table")
+        for s in self.embedding_specs:
+            if s[3].value not in _PACKED:
+                raise ValueError(f"{name}: table {s[0]!r} has weight type {s[3]}, not supported by embnum ({_PACKED})")
+            if EmbeddingLocation(s[4]) not in (EmbeddingLocation.DEVICE, EmbeddingLocation.HOST):
+                raise NotImplementedError(f"{name}: location {EmbeddingLocation(s[4]).name} is not available in embnum")
+        if scale_bias_size_in_bytes != DEFAULT_SCALE_BIAS_SIZE_IN_BYTES:
+            raise ValueError(f"{name}: scale_bias_size_in_bytes={scale_bias_size_in_bytes} is not supported (only 4)")
+        if output_dtype not in _OUTPUTS:
+            raise ValueError(f"{name}: output_dtype={output_dtype} is not supported by embnum (FP32 or FP16)")
+        self.current_device = torch.device(device if device is not None else "cpu")
+        self.use_cpu = self.current_device.type == "cpu"
+        T_ = len(self.embedding_specs)
+        self.feature_table_map = list(range(T_)) if feature_table_map is None else [int(t) for t in feature_table_map]
+        if any(not 0 <= t < T_ for t in self.feature_table_map):
+            raise ValueError(
+                f"{name}: feature_table_map entries must be table numbers in [0, {T_}), got {feature_table_map}"
+            )
+        self.pooling_mode = PoolingMode(pooling_mode)
+        self.bounds_check_mode_int = int(BoundsCheckMode(bounds_check_mode))
+        self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
+        self.output_dtype = output_dtype.as_int()
+        self.row_alignment = int(row_alignment) if row_alignment is not None else (1 if self.use_cpu else 16)
+        self.scale_bias_size_in_bytes = scale_bias_size_in_bytes
+        self.weights_physical_offsets, end = [], 0
+        for _, rows, dim, ty, _ in self.embedding_specs:
+            self.weights_physical_offsets.append(end)
+            end += rows * rounded_row_size_in_bytes(dim, ty, self.row_alignment)
+            end = round_up(end, 128) if cacheline_alignment else end
+        self._size = end
+        placement = EmbeddingLocation.HOST if self.use_cpu else EmbeddingLocation.DEVICE
+        self.weights_physical_placements = [int(placement)] * T_
+        self._held = "weights_host" if self.use_cpu else "weights_dev"
+        ftm = self.feature_table_map
+        specs = [self.embedding_specs[t] for t in ftm]
+
+        def buffer(values, dtype):
+            return torch.tensor(values, dtype=dtype, device=self.current_device)
+
+        self.register_buffer("weights_offsets", buffer([self.weights_physical_offsets[t] for t in ftm], torch.int64))
+        self.register_buffer("weights_tys", buffer([s[3].as_int() for s in specs], torch.uint8))
+        self.register_buffer("D_offsets", buffer([0, *itertools.accumulate(s[2] for s in specs)], torch.int32))
+        self.register_buffer("rows_per_table", buffer([s[1] for s in specs], torch.int64))
+        self.total_D = int(self.D_offsets[-1])
+        self.max_D = max(s[2] for s in self.embedding_specs)
+        self.weight_initialized = False
+        self.register_buffer("weights_host", torch.zeros(0, dtype=torch.uint8, device=self.current_device))
+        self.register_buffer("weights_dev", torch.zeros(0, dtype=torch.uint8, device=self.current_device))
+        if weight_lists is not None:
+            self.initialize_weights()
+            self.assign_embedding_weights(weight_lists)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return getattr(self, self._held)
+
+    def initialize_weights(self) -> None:
+        """Allocate the weight buffer (zeros), once."""
+        if not self.weight_initialized:
+            setattr(self, self._held, torch.zeros(self._size, dtype=torch.uint8, device=self.current_device))
+            self.weight_initialized = True
+
+    def split_embedding_weights_with_scale_bias(self, split_scale_bias_mode: int = 1):
+        """Per table, uint8 views of its rows: mode 0 ``(padded rows, None, None)``; mode 1 ``(codes,
+        scale_bias [rows, 4] or None, None)``; mode 2 ``(codes, scale float16 [rows, 1], bias float16
+        [rows, 1])`` (fp32/fp16 tables: ``(row bytes, None, None)``)."""
+        if not self.weight_initialized:
+            raise RuntimeError("initialize_weights() (or weight_lists) must come before the weights are read")
+        if split_scale_bias_mode not in (0, 1, 2):
+            raise ValueError(f"split_scale_bias_mode must be 0, 1 or 2, got {split_scale_bias_mode!r}")
+        out, sb = [], self.scale_bias_size_in_bytes
+        for (_, rows, dim, ty, _), start in zip(self.embedding_specs, self.weights_physical_offsets):
+            width = rounded_row_size_in_bytes(dim, ty, self.row_alignment)
+            block = self.weights.detach()[start : start + rows * width].view(rows, width)
+            if split_scale_bias_mode == 0:
+                out.append((block, None, None))
+                continue
+            block = block[:, : unpadded_row_size_in_bytes(dim, ty)]
+            if not ty.value.startswith("int"):
+                out.append((block, None, None))
+            elif split_scale_bias_mode == 1:
+                out.append((block[:, sb:], block[:, :sb], None))
+            else:
+                out.append(
+                    (block[:, sb:], block[:, : sb // 2].view(torch.float16), block[:, sb // 2 : sb].view(torch.float16))
+                )
+        return out
+
+    def split_embedding_weights(self, split_scale_shifts: bool = True):
+        """Per table ``(codes, scale_bias)`` (``split_scale_shifts``) or ``(padded rows, None)``."""
+        return [(w, s) for w, s, _ in self.split_embedding_weights_with_scale_bias(1 if split_scale_shifts else 0)]
+
+    def assign_embedding_weights(self, q_weight_list) -> None:
+        """Copy ``(codes, scale_bias or None)`` per table into the buffer (shapes as ``split_embedding_weights``)."""
+        dest = self.split_embedding_weights()
+        if len(q_weight_list) != len(dest):
+            raise ValueError(f"weight_lists must have one entry per table ({len(dest)}), got {len(q_weight_list)}")
+        for t, ((w, s), (qw, qs)) in enumerate(zip(dest, q_weight_list)):
+            if tuple(qw.shape) != tuple(w.shape) or (qs is None) != (s is None):
+                want = "None" if s is None else "uint8 [rows, 4]"
+                got = None if qs is None else tuple(qs.shape)
+                raise ValueError(
+                    f"weight_lists[{t}] must be (uint8 {tuple(w.shape)}, {want}), got ({tuple(qw.shape)}, {got})"
+                )
+            w.copy_(qw)
+            if s is not None:
+                s.copy_(qs)
+
+    def forward(self, indices, offsets, per_sample_weights=None):
+        from ..torch_bridge import tbe_forward_quantized
+
+        if not self.weight_initialized:
+            raise RuntimeError("initialize_weights() (or weight_lists) must come before forward")
+        return tbe_forward_quantized(
+            self.weights,
+            self.weights_offsets,
+            self.weights_tys,
+            self.D_offsets,
+            self.rows_per_table,
+            indices,
+            offsets,
+            ("sum", "mean", "none")[int(self.pooling_mode)],
+            per_sample_weights,
+            row_alignment=self.row_alignment,
+            output_dtype=_OUTPUTS[SparseType.from_int(self.output_dtype)],
+            bounds_check_mode=self._bounds,
+        )

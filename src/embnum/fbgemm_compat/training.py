@@ -31,15 +31,7 @@ from .configs import (
     WeightDecayMode,
 )
 
-__all__ = [
-    "ComputeDevice",
-    "DenseTableBatchedEmbeddingBagsCodegen",
-    "EmbeddingLocation",
-    "PoolingMode",
-    "RESParams",
-    "SparseType",
-    "SplitTableBatchedEmbeddingBagsCodegen",
-]
+__all__ = ["DenseTableBatchedEmbeddingBagsCodegen", "RESParams", "SplitTableBatchedEmbeddingBagsCodegen"]
 
 
 @dataclass
@@ -527,6 +519,7 @@ class DenseTableBatchedEmbeddingBagsCodegen(_Layout):
         self.weights_precision = weights_precision
         dtype = _float_type(name, "weights_precision", weights_precision)
         self.weights = torch.nn.Parameter(torch.randn(self.num_weights, device=device).to(dtype))
+        self.weights_physical_offsets = _table_starts(rows, dims)
 
     def split_embedding_weights(self) -> list[torch.Tensor]:
         return _split_views(self.weights, self.rows, self.dims)

@@ -1,7 +1,7 @@
 """``python -m embnum gpu-check --out DIR``: the one command to run when a GPU is lent.
 
-Stages, in order, each with its own time limit (the whole run fits 8 minutes on an H100 with cold
-caches), each recorded whatever the others do:
+Stages, in order, each with its own time limit (together under the 8 minutes budgeted for an H100
+with cold caches; not yet run on a GPU), each recorded whatever the others do:
 
 1. ``versions``: Python, embnum, NumPy, Numba, numba-cuda, CuPy, torch, setuptools, the device;
 2. ``compile``: every kernel signature of ``tests/cuda_signatures.txt`` compiled once into Numba's

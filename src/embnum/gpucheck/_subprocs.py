@@ -10,6 +10,16 @@ import subprocess
 import sys
 
 PER_TEST_SECONDS = 60
+WORKERS = 4
+
+
+def progress(out: str) -> str:
+    """What pytest's progress lines (``..F.s  [ 12%]``) had reported when it was stopped."""
+    marks = "".join(line.split(" [")[0] for line in out.splitlines() if re.search(r"\[\s*\d+%\]\s*$", line))
+    counts = {
+        name: marks.count(ch) for ch, name in ((".", "passed"), ("F", "failed"), ("E", "errors"), ("s", "skipped"))
+    }
+    return ", ".join(f"{n} {name}" for name, n in counts.items()) + " (progress marks)"
 
 
 def _child(ctx, cmd: list, limit: float) -> tuple[int | None, str]:
@@ -35,6 +45,8 @@ def pytest_stage(ctx, limit) -> tuple[str, str]:
     has_timeout = importlib.util.find_spec("pytest_timeout") is not None
     if has_timeout:
         cmd[4:4] = ["-p", "timeout", f"--timeout={PER_TEST_SECONDS}"]
+    if not ctx.sim and importlib.util.find_spec("xdist") is not None:
+        cmd[4:4] = ["-n", str(WORKERS), "--dist", "loadfile"]  # the GPU tests share the device, four at a time
     code, out = _child(ctx, cmd, limit)
     ctx.write("pytest", out[-200_000:])
     tail = [line for line in out.splitlines() if re.search(r"\b(passed|failed|skipped|deselected|error)", line)]
@@ -42,7 +54,7 @@ def pytest_stage(ctx, limit) -> tuple[str, str]:
     if not has_timeout:
         last += " (no per-test timeout: pytest-timeout is not installed)"
     if code is None:
-        return "FAIL", f"stopped at the {limit} s limit; {last}"
+        return "FAIL", f"stopped at the {limit} s limit after {progress(out)}"
     # 5: no test collected (the simulator deselects every gpu test's GPU flavour)
     return ("ok" if code in (0, 5) else "FAIL"), last
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .._tbe import TBEOptimizer
+from . import _state
 from .tbe import TBE, FusedTBE, _FusedLookup
 
 _POOLINGS = ("sum", "mean")
@@ -109,6 +110,9 @@ class _Table(torch.nn.Module):
             self.register_buffer(k, v)
         if step is not None:
             self.register_buffer("step", step)
+
+    def _load_from_state_dict(self, *args):
+        _state.load_without_assign(_Table, self, *args)  # the tables are views of the flat buffers
 
     def extra_repr(self) -> str:
         c = self.config
@@ -315,16 +319,64 @@ class EmbeddingBagCollection(torch.nn.Module):
             if psw is not None and psw.dtype != torch.float32:
                 psw = psw.float()
             indices, offsets = kjt.values(), kjt.offsets()
-            if self.optimizer is None:
-                tables = [self.embedding_bags[t.name].weight for t in ts]
-                outs.append(_PlainLookup.apply(g, spans, indices, offsets, psw, *tables))
-            else:
-                outs.append(_FusedLookup.apply(g.weights, psw, g, indices, offsets))
+            try:
+                if self.optimizer is None:
+                    tables = [self.embedding_bags[t.name].weight for t in ts]
+                    outs.append(_PlainLookup.apply(g, spans, indices, offsets, psw, *tables))
+                else:
+                    outs.append(_FusedLookup.apply(g.weights, psw, g, indices, offsets))
+            except (IndexError, TypeError) as err:
+                plain = self._lookup_error(err, g, feats, ts, indices, offsets)
+                if plain is None:
+                    raise
+                raise plain from err
         if len(outs) == 1 and self._out_slices == [(0, 0, outs[0].shape[1])]:
             values = outs[0]
         else:
             values = torch.cat([outs[gi][:, a:b] for gi, a, b in self._out_slices], dim=1)
         return KeyedTensor(self._feature_names, self._lengths, values)
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        """Check every table's entries (and that tables sharing a TBE call share one step) before
+        the tables copy any (``embnum.modules._state``)."""
+        for ts in self._members:
+            steps = {}
+            for t in ts:
+                table = self.embedding_bags[t.name]
+                p = f"{prefix}embedding_bags.{t.name}."
+                rules = {"weight": (table.weight, "weights")}
+                for name in () if self.optimizer is None else self.optimizer.states:
+                    squares = name == "momentum2" or self.optimizer.kind in ("adagrad", "rowwise_adagrad")
+                    rules[name] = (getattr(table, name), "nonneg" if squares else "signed")
+                if self.optimizer is not None:
+                    rules["step"] = (table.step, "step")
+                _state.check(state_dict, p, rules)
+                if p + "step" in state_dict:
+                    steps[t.name] = int(state_dict[p + "step"].reshape(-1)[0])
+            if len(set(steps.values())) > 1:
+                raise ValueError(
+                    f"the steps of tables {sorted(steps)} differ ({steps}), but they share one TBE call and one step"
+                )
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """torch's, after checking every entry (see :meth:`_load_from_state_dict`): ``TypeError``/
+        ``ValueError`` naming the entry, nothing copied. ``assign=True`` copies as ``assign=False``:
+        the tables are views of the flat buffers the lookups read."""
+        _state.check_keys(self, state_dict, strict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    @staticmethod
+    def _lookup_error(err, group, features, tables, indices, offsets):
+        """The lookup's error in the terms of the features passed to ``forward`` (``None``: ``err``
+        stands): ids that are not integers name the KJT's values; an id outside its table names
+        the key, the table and the sample."""
+        if isinstance(err, TypeError):
+            if isinstance(indices, torch.Tensor) and indices.dtype not in (torch.int32, torch.int64):
+                return TypeError(f"features.values() must hold int32 or int64 ids, got {indices.dtype}")
+            return None
+        return group.out_of_range_error(err, indices, offsets, features, [t.name for t in tables])
 
     # -- TorchRec's accessors -----------------------------------------------------------
     def embedding_bag_configs(self) -> list:

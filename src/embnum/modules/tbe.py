@@ -14,8 +14,16 @@ import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
 from ..ops.tbe import output_dtype_of, pooling_code
+from . import _state
 
 _POOLING_NAMES = ("sum", "mean", "none")
+
+
+def _tensors(**named):
+    """Each argument a tensor (or None): a TypeError naming it before autograd sees it."""
+    for name, x in named.items():
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
 class _Tables(torch.nn.Module):
@@ -84,6 +92,65 @@ class _Tables(torch.nn.Module):
                 self._trusted = seen
         return bufs
 
+    def out_of_range_error(self, err, indices, offsets, features=None, tables=None):
+        """The error to raise in the user's terms when the lookup of ``(indices, offsets)`` failed
+        with ``err`` because an id lies outside its table: an ``IndexError`` naming the feature, its
+        table, the sample and the table's range (``features``, ``tables``: the caller's names for the
+        feature positions and the tables, the positions themselves by default). ``None`` when no id
+        is out of range (``err`` then stands as it is). The caller raises it ``from err``."""
+        where = self._first_out_of_range(indices, offsets)
+        if where is None:
+            return None
+        f, sample, value = where
+        t = self.feature_table_map[f]
+        feature = f if features is None else features[f]
+        table = t if tables is None else tables[t]
+        return IndexError(
+            f"feature {feature!r} (table {table!r}): id {value} at sample {sample} is outside [0, {self.rows[t]})"
+        )
+
+    def _first_out_of_range(self, indices, offsets):
+        """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
+        when ``indices``/``offsets`` are not integer tensors of the module's layout, which the op's
+        own error then describes)."""
+        if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
+            return None
+        if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
+            return None
+        ids, off = indices.detach().cpu().long().reshape(-1), offsets.detach().cpu().long().reshape(-1)
+        n_features = len(self.feature_table_map)
+        if off.numel() < 1 or (off.numel() - 1) % n_features:
+            return None
+        if off[0] < 0 or off[-1] > ids.numel() or bool((off[1:] < off[:-1]).any()):
+            return None
+        B = (off.numel() - 1) // n_features
+        for f, t in enumerate(self.feature_table_map):
+            bags = off[f * B : (f + 1) * B + 1]
+            seg = ids[bags[0] : bags[-1]]
+            bad = ((seg < 0) | (seg >= self.rows[t])).nonzero()
+            if bad.numel():
+                pos = int(bags[0]) + int(bad[0, 0])
+                sample = int(torch.searchsorted(bags, pos, right=True)) - 1
+                return f, sample, int(ids[pos])
+        return None
+
+    # -- checkpoints: checked before anything is copied (embnum.modules._state) ----------
+    def _state_rules(self) -> dict:
+        rules = {"weights": (self.weights, "weights")}
+        rules.update({n: (getattr(self, n), "layout") for n in ("weights_offsets", "D_offsets", "hash_size_cumsum")})
+        return rules
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        _state.check(state_dict, prefix, self._state_rules())
+        _state.load_without_assign(_Tables, self, state_dict, prefix, *args)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """torch's, after checking every entry (shape, dtype, finite values, state in its domain,
+        the layout unchanged): ``TypeError``/``ValueError`` naming the entry, nothing copied.
+        ``assign=True`` copies too (the module keeps its own tensors)."""
+        _state.check_keys(self, state_dict, strict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
     def extra_repr(self) -> str:
         """One line per table (rows x dim, the features that read it), then the settings."""
         lines = [
@@ -107,17 +174,23 @@ class TBE(_Tables):
     def forward(self, indices, offsets, per_sample_weights=None):
         from ..torch_bridge import tbe_forward
 
-        return tbe_forward(
-            self.weights,
-            *self.layout(),
-            indices,
-            offsets,
-            self.pooling_mode,
-            per_sample_weights,
-            output_dtype=self.output_dtype,
-            bounds_check_mode=self.bounds_check_mode,
-            backend=self.backend,
-        )
+        try:
+            return tbe_forward(
+                self.weights,
+                *self.layout(),
+                indices,
+                offsets,
+                self.pooling_mode,
+                per_sample_weights,
+                output_dtype=self.output_dtype,
+                bounds_check_mode=self.bounds_check_mode,
+                backend=self.backend,
+            )
+        except IndexError as err:
+            plain = self.out_of_range_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err
 
 
 class _FusedLookup(torch.autograd.Function):
@@ -151,7 +224,8 @@ class FusedTBE(_Tables):
     the backward pass applies ``optimizer`` (a :class:`embnum.TBEOptimizer`) to the touched rows
     in place. State: ``momentum1``/``momentum2`` buffers laid out as ``optimizer.state_layout``
     says, and the step counter, the int64 buffer ``iter`` (fbgemm's name; :attr:`step` reads it
-    as an int), incremented before each update so Adam's first step is 1. Every piece of state
+    as an int): an update runs with ``step + 1`` (Adam's first step is 1), and the counter
+    moves once the update is done (a rejected call leaves it). Every piece of state
     is in ``state_dict()``, so a module restored with ``load_state_dict`` resumes training
     exactly where the saved one stopped.
     """
@@ -170,6 +244,16 @@ class FusedTBE(_Tables):
             self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
         self._step_seen = (self.iter, self.iter._version, 0)  # (iter, its version, the count) or None
+
+    def _state_rules(self) -> dict:
+        rules = super()._state_rules()
+        for name in ("momentum1", "momentum2"):
+            buf = getattr(self, name)
+            if buf is not None:
+                squares = name == "momentum2" or self.optimizer.kind in ("adagrad", "rowwise_adagrad")
+                rules[name] = (buf, "nonneg" if squares else "signed")
+        rules["iter"] = (self.iter, "step")
+        return rules
 
     @property
     def step(self) -> int:
@@ -195,7 +279,14 @@ class FusedTBE(_Tables):
         self._step_seen = (self.iter, self.iter._version, seen[2] + 1) if current else None
 
     def forward(self, indices, offsets, per_sample_weights=None):
-        return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+        _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
+        try:
+            return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+        except IndexError as err:
+            plain = self.out_of_range_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err
 
     def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
         """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
@@ -221,7 +312,6 @@ class FusedTBE(_Tables):
                 bounds_check_mode=self.bounds_check_mode,
                 backend=self.backend,
             )
-        self._count_step()
         with torch.no_grad():
             tbe_backward_update(
                 g,
@@ -234,10 +324,11 @@ class FusedTBE(_Tables):
                 optimizer=opt,
                 momentum1=self.momentum1,
                 momentum2=self.momentum2,
-                step=self.step if opt.uses_step else None,
+                step=self.step + 1 if opt.uses_step else None,
                 bounds_check_mode=self.bounds_check_mode,
                 backend=self.backend,
             )
+        self._count_step()  # once the update is done: a rejected call changes nothing
         return psw_grad
 
     def extra_repr(self) -> str:

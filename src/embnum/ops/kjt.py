@@ -305,6 +305,43 @@ def block_bucketize_sparse_features(
     >>> new_ids
     array([3, 6, 2])
     """
+    return _bucketize(
+        lengths,
+        indices,
+        bucketize_pos,
+        sequence,
+        block_sizes,
+        my_size,
+        weights,
+        batch_size_per_feature,
+        max_B,
+        block_bucketize_pos,
+        keep_orig_idx,
+        total_num_blocks,
+        keep_orig_idx_per_feature,
+        None,
+    )
+
+
+def _bucketize(
+    lengths,
+    indices,
+    bucketize_pos,
+    sequence,
+    block_sizes,
+    my_size,
+    weights,
+    batch_size_per_feature,
+    max_B,
+    block_bucketize_pos,
+    keep_orig_idx,
+    total_num_blocks,
+    keep_orig_idx_per_feature,
+    mapping,
+):
+    """The plan of every block bucketize op. ``mapping``: None for the five results of
+    :func:`block_bucketize_sparse_features`, else whether the sixth (the bucket of every id) is
+    wanted (:func:`block_bucketize_sparse_features_inference`)."""
     plan = _bucketize_fast(
         lengths,
         indices,
@@ -319,6 +356,7 @@ def block_bucketize_sparse_features(
         and total_num_blocks is None
         and keep_orig_idx_per_feature is None
         and (block_bucketize_pos is None or (type(block_bucketize_pos) in (list, tuple) and not block_bucketize_pos)),
+        mapping,
     )
     if plan is not None:
         return plan
@@ -384,13 +422,17 @@ def block_bucketize_sparse_features(
     bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
-    return _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N)
+    return _bucketize_plan(
+        lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N, mapping
+    )
 
 
 _ID_MAX = {np.dtype(np.int32): v.INT32_MAX, np.dtype(np.int64): v.INT64_MAX}
 
 
-def _bucketize_fast(lengths, indices, bucketize_pos, sequence, block_sizes, my_size, weights, max_B, keep, plain):
+def _bucketize_fast(
+    lengths, indices, bucketize_pos, sequence, block_sizes, my_size, weights, max_B, keep, plain, mapping
+):
     """The plan of a ``plain`` block bucketize (no per-key batch sizes, block counts, boundaries or
     keep flags) from one compiled pass when every rule holds on host data, else None."""
     compiled = v.compiled()
@@ -411,19 +453,23 @@ def _bucketize_fast(lengths, indices, bucketize_pos, sequence, block_sizes, my_s
         return None
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         return None
-    return _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, None, flags, bucketize_pos, sequence, N)
+    return _bucketize_plan(
+        lengths, indices, weights, bs, my_size, batch, G, None, flags, bucketize_pos, sequence, N, mapping
+    )
 
 
-def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N):
+def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N, mapping):
     n_bags = lengths.shape[0]
     idx = indices.dtype
     outs = (
         ((my_size * n_bags,), lengths.dtype),
         ((N,), idx),
-        None if weights is None else ((N,), weights.dtype),
+        None if weights is None else ((N, *weights.shape[1:]), weights.dtype),
         ((N,), idx) if bucketize_pos else None,
         ((N,), idx) if sequence else None,
     )
+    if mapping is not None:
+        outs += (((N,), idx) if mapping else None,)
     args = dict(
         lengths=lengths,
         indices=indices,
@@ -436,8 +482,121 @@ def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep,
         keep=keep,
         bucketize_pos=bucketize_pos,
         sequence=sequence,
+        bucket_mapping=mapping,
     )
     return (args, outs)
+
+
+@op("kjt", returns="tuple", same_as="block_bucketize_sparse_features")
+def block_bucketize_sparse_features_2d_weights(
+    lengths,
+    indices,
+    bucketize_pos,
+    sequence,
+    block_sizes,
+    my_size,
+    weights,
+    weights_dim=1,
+    batch_size_per_feature=None,
+    max_B=-1,
+    block_bucketize_pos=None,
+    keep_orig_idx=False,
+    total_num_blocks=None,
+    keep_orig_idx_per_feature=None,
+):
+    """:func:`block_bucketize_sparse_features` with a row of ``weights_dim`` weights per id.
+
+    weights: float16/32/64 ``[N, weights_dim]`` (required), ``weights_dim >= 0``; the other
+    arguments as in :func:`block_bucketize_sparse_features`. Returns the same five results,
+    ``new_weights`` ``[N, weights_dim]``: each id's row of weights goes where the id goes.
+
+    Examples
+    --------
+    >>> lengths, ids = np.array([2, 1]), np.array([7, 3, 12])  # rank 1, rank 0 | rank 0
+    >>> w = np.array([[1, 10], [2, 20], [3, 30]], dtype=np.float32)
+    >>> out = embnum.block_bucketize_sparse_features_2d_weights(lengths, ids, False, False, np.array([5]), 2, w, 2)
+    >>> out[2]
+    array([[ 2., 20.],
+           [ 3., 30.],
+           [ 1., 10.]], dtype=float32)
+    """
+    v.array("weights", weights, ndim=2, dtypes=W_DTYPES)
+    weights_dim = v.size("weights_dim", weights_dim)
+    if weights.shape[1] != weights_dim:
+        raise ValueError(f"weights has {weights.shape[1]} columns but weights_dim = {weights_dim}")
+    args, outs = _bucketize(
+        lengths,
+        indices,
+        bucketize_pos,
+        sequence,
+        block_sizes,
+        my_size,
+        None,
+        batch_size_per_feature,
+        max_B,
+        block_bucketize_pos,
+        keep_orig_idx,
+        total_num_blocks,
+        keep_orig_idx_per_feature,
+        None,
+    )
+    N = args["indices"].shape[0]
+    if weights.shape[0] != N:
+        raise ValueError(f"weights has {weights.shape[0]} rows, not one per index ({N})")
+    outs = (outs[0], outs[1], ((N, weights_dim), weights.dtype), *outs[3:])
+    return (dict(args, weights=weights), outs)
+
+
+@op("kjt", returns="tuple", same_as="block_bucketize_sparse_features")
+def block_bucketize_sparse_features_inference(
+    lengths,
+    indices,
+    bucketize_pos,
+    sequence,
+    block_sizes,
+    my_size,
+    weights=None,
+    batch_size_per_feature=None,
+    max_B=-1,
+    block_bucketize_pos=None,
+    return_bucket_mapping=False,
+    keep_orig_idx=False,
+    total_num_blocks=None,
+    keep_orig_idx_per_feature=None,
+):
+    """:func:`block_bucketize_sparse_features` plus, on request, the bucket of every id.
+
+    Arguments as in :func:`block_bucketize_sparse_features`, and ``return_bucket_mapping``.
+    Returns its five results and ``bucket_mapping [N]`` (the indices dtype; None unless
+    ``return_bucket_mapping``): the bucket (rank) of ``indices[i]``, in input order.
+
+    Examples
+    --------
+    >>> lengths, ids = np.array([2, 1]), np.array([7, 3, 12])
+    >>> out = embnum.block_bucketize_sparse_features_inference(
+    ...     lengths, ids, False, True, np.array([5]), 2, return_bucket_mapping=True
+    ... )
+    >>> out[5]  # 7 -> rank 1; 3 and 12 (past the 2 * 5 ids of the blocks: 12 % 2) -> rank 0
+    array([1, 0, 0])
+    >>> out[4]  # where each input id went (sequence=True)
+    array([2, 0, 1])
+    """
+    return _bucketize(
+        lengths,
+        indices,
+        bucketize_pos,
+        sequence,
+        block_sizes,
+        my_size,
+        weights,
+        batch_size_per_feature,
+        max_B,
+        block_bucketize_pos,
+        keep_orig_idx,
+        total_num_blocks,
+        keep_orig_idx_per_feature,
+        v.flag("return_bucket_mapping", return_bucket_mapping),
+    )
 
 
 # -- 4. keyed_jagged_index_select_dim1 ---------------------------------------------

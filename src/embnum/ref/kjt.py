@@ -66,7 +66,18 @@ def _bucket_and_id(u, bs, G, my_size, pos, w):
 
 
 def block_bucketize_sparse_features(
-    lengths, indices, weights, block_sizes, my_size, batch, total_num_blocks, pos, keep, bucketize_pos, sequence
+    lengths,
+    indices,
+    weights,
+    block_sizes,
+    my_size,
+    batch,
+    total_num_blocks,
+    pos,
+    keep,
+    bucketize_pos,
+    sequence,
+    bucket_mapping,
 ):
     N, n_bags = indices.shape[0], lengths.shape[0]
     w = 8 * indices.dtype.itemsize
@@ -94,13 +105,16 @@ def block_bucketize_sparse_features(
     np.add.at(counts, (bucket, elem_bag), 1)
     new_lengths = counts.reshape(-1).astype(lengths.dtype)
     new_indices = new[order]
-    new_weights = None if weights is None else weights[order]
+    new_weights = None if weights is None else weights[order]  # [N] or [N, weights_dim] rows
     new_pos = (np.arange(N) - offs[elem_bag])[order].astype(indices.dtype) if bucketize_pos else None
     unbucketize = None
     if sequence:
         unbucketize = np.empty(N, indices.dtype)
         unbucketize[order] = np.arange(N)
-    return new_lengths, new_indices, new_weights, new_pos, unbucketize
+    result = (new_lengths, new_indices, new_weights, new_pos, unbucketize)
+    if bucket_mapping is None:  # the five results of block_bucketize_sparse_features
+        return result
+    return result + (bucket.astype(indices.dtype) if bucket_mapping else None,)
 
 
 # -- keyed index select ----------------------------------------------------------

@@ -66,6 +66,8 @@ _alias(
 _POOLED = "(Tensor pooled_embs, Tensor offset_dim_list, Tensor permute_list, Tensor inv_offset_dim_list, Tensor inv_permute_list) -> Tensor"  # noqa: E501
 _alias("permute_pooled_embs", _POOLED, "permute_pooled_embs")
 _alias("permute_pooled_embs_auto_grad", _POOLED, "permute_pooled_embs")
+_alias("permute_pooled_embs_split", _POOLED, "permute_pooled_embs")  # the same op from fbgemm's split library
+_alias("permute_pooled_embs_auto_grad_split", _POOLED, "permute_pooled_embs")
 _alias(
     "kt_regroup_arguments",
     "(Tensor embs, str[][] keys, int[][] lengths, str[][] groups) -> (Tensor, Tensor, Tensor, int[])",
@@ -106,6 +108,22 @@ _alias(
     "bool keep_orig_idx=False, Tensor? total_num_blocks=None, Tensor? keep_orig_idx_per_feature=None) "
     "-> (Tensor, Tensor, Tensor?, Tensor?, Tensor?)",
     "block_bucketize_sparse_features",
+)
+_alias(
+    "block_bucketize_sparse_features_2d_weights",
+    "(Tensor lengths, Tensor indices, bool bucketize_pos, bool sequence, Tensor block_sizes, SymInt my_size, "
+    "Tensor weights, SymInt weights_dim=1, Tensor? batch_size_per_feature=None, SymInt max_B=-1, "
+    "Tensor[]? block_bucketize_pos=None, bool keep_orig_idx=False, Tensor? total_num_blocks=None, "
+    "Tensor? keep_orig_idx_per_feature=None) -> (Tensor, Tensor, Tensor, Tensor?, Tensor?)",
+    "block_bucketize_sparse_features_2d_weights",
+)
+_alias(
+    "block_bucketize_sparse_features_inference",
+    "(Tensor lengths, Tensor indices, bool bucketize_pos, bool sequence, Tensor block_sizes, SymInt my_size, "
+    "Tensor? weights=None, Tensor? batch_size_per_feature=None, SymInt max_B=-1, Tensor[]? block_bucketize_pos=None, "
+    "bool return_bucket_mapping=False, bool keep_orig_idx=False, Tensor? total_num_blocks=None, "
+    "Tensor? keep_orig_idx_per_feature=None) -> (Tensor, Tensor, Tensor?, Tensor?, Tensor?, Tensor?)",
+    "block_bucketize_sparse_features_inference",
 )
 _alias(
     "keyed_jagged_index_select_dim1",

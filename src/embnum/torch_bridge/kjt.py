@@ -131,28 +131,50 @@ def _bucketize_fake(lengths, indices, bucketize_pos, sequence, my_size, weights,
     return (
         lengths.new_empty((my_size * lengths.shape[0],)),
         indices.new_empty((n,)),
-        None if weights is None else weights.new_empty((n,)),
+        None if weights is None else weights.new_empty((n, *weights.shape[1:])),
         indices.new_empty((n,)) if bucketize_pos else None,
         indices.new_empty((n,)) if sequence else None,
     )
 
 
+_BUCKETIZE_TYPES = {
+    "bucketize_pos": "bool",
+    "sequence": "bool",
+    "my_size": "int",
+    "weights": "Tensor?",
+    "batch_size_per_feature": "Tensor?",
+    "max_B": "int",
+    "block_bucketize_pos": "Tensor[]?",
+    "keep_orig_idx": "bool",
+    "total_num_blocks": "Tensor?",
+    "keep_orig_idx_per_feature": "Tensor?",
+}
 bridge(
     "block_bucketize_sparse_features",
-    types={
-        "bucketize_pos": "bool",
-        "sequence": "bool",
-        "my_size": "int",
-        "weights": "Tensor?",
-        "batch_size_per_feature": "Tensor?",
-        "max_B": "int",
-        "block_bucketize_pos": "Tensor[]?",
-        "keep_orig_idx": "bool",
-        "total_num_blocks": "Tensor?",
-        "keep_orig_idx_per_feature": "Tensor?",
-    },
+    types=_BUCKETIZE_TYPES,
     returns="(Tensor, Tensor, Tensor?, Tensor?, Tensor?)",
     fake=_bucketize_fake,
+    bf16=True,
+)
+bridge(
+    "block_bucketize_sparse_features_2d_weights",
+    types={**_BUCKETIZE_TYPES, "weights": "Tensor", "weights_dim": "int"},
+    returns="(Tensor, Tensor, Tensor, Tensor?, Tensor?)",
+    fake=_bucketize_fake,
+    bf16=True,
+)
+
+
+def _bucketize_inference_fake(indices, return_bucket_mapping, **kwargs):
+    n = indices.shape[0]
+    return (*_bucketize_fake(indices=indices, **kwargs), indices.new_empty((n,)) if return_bucket_mapping else None)
+
+
+bridge(
+    "block_bucketize_sparse_features_inference",
+    types={**_BUCKETIZE_TYPES, "return_bucket_mapping": "bool"},
+    returns="(Tensor, Tensor, Tensor?, Tensor?, Tensor?, Tensor?)",
+    fake=_bucketize_inference_fake,
     bf16=True,
 )
 

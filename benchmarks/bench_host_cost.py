@@ -1,0 +1,153 @@
+"""Host cost of a cuda-backend call: everything a TBE call does on the CPU before its launches.
+
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/bench_host_cost.py [--calls 300]
+
+No GPU needed: the cuda backend runs under Numba's CUDA simulator with every kernel launch
+replaced by a stub that only records it, so what is timed is the Python work of the call:
+argument checks, the plan, the layout and bounds handling, the implementation's preparation,
+allocations, and the launch arguments. On a GPU two costs come on top that this cannot see: the
+launch itself (numba-cuda's dispatch: typing each argument, one DLPack export per array argument)
+and each whole-array step the implementation takes with the array module (``cumsum``, ``argsort``,
+``where``...; NumPy here, a CuPy kernel launch of its own on a GPU), which are counted instead.
+Sizes are tiny so that those NumPy steps cost next to nothing here.
+
+Rows: ``tbe_forward`` and ``tbe_backward_update`` (row-wise Adagrad) on arrays, and a
+``FusedTBE`` forward and a forward + backward (fused update) on tensors through the torch bridge.
+Columns: median and quartiles of wall microseconds per call, median thread CPU microseconds (the
+waits for a core on a shared machine left out), Numba launches per call, their array and scalar
+arguments, and the array-module calls per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import numpy as np  # noqa: E402
+
+
+class _CountingModule:
+    """The array module with every function call counted (a CuPy launch each on a GPU)."""
+
+    def __init__(self, xp, counts):
+        self._xp, self._counts = xp, counts
+
+    def __getattr__(self, name):
+        attr = getattr(self._xp, name)
+        if callable(attr) and not isinstance(attr, type):
+
+            def counted(*a, **k):
+                self._counts["xp"] += 1
+                return attr(*a, **k)
+
+            return counted
+        return attr
+
+
+def _stub_launches(counts):
+    """Replace every cuda module's ``launch`` with a stub that counts launches and arguments."""
+    import embnum.cuda  # noqa: F401 - every kernel module loaded
+    from embnum.cuda import _common
+
+    def launch(kernel, n_blocks, tpb, *args):
+        counts["launches"] += 1
+        counts["arrays"] += sum(isinstance(a, np.ndarray) for a in args)
+        counts["scalars"] += sum(not isinstance(a, np.ndarray) for a in args)
+
+    for mod in _cuda_modules():
+        if getattr(mod, "launch", None) is _common.launch:
+            mod.launch = launch
+
+
+def _cuda_modules():
+    return [m for m in list(sys.modules.values()) if (getattr(m, "__name__", "") or "").startswith("embnum.cuda")]
+
+
+@contextlib.contextmanager
+def _counting_xp(counts):
+    """Every cuda module's ``xp()`` returns the counting module (its own overhead is not timed)."""
+    from embnum.cuda import _common
+
+    real = _common.xp
+    mods = [m for m in _cuda_modules() if getattr(m, "xp", None) is real]
+    for m in mods:
+        m.xp = lambda: _CountingModule(real(), counts)
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.xp = real
+
+
+def _measure(fn, calls: int, counts) -> dict:
+    fn()  # warm: compiled checks, caches
+    wall, cpu = [], []
+    for _ in range(calls):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        cpu.append(time.thread_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    for k in counts:
+        counts[k] = 0
+    with _counting_xp(counts):
+        fn()
+    q1, med, q3 = statistics.quantiles(wall, n=4)
+    return dict(wall=med * 1e6, q1=q1 * 1e6, q3=q3 * 1e6, cpu=statistics.median(cpu) * 1e6, **counts)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=300)
+    a = p.parse_args(argv)
+    import torch
+
+    import embnum
+    from embnum.examples.tbe import make_batch
+    from embnum.modules import FusedTBE
+
+    counts = dict(launches=0, arrays=0, scalars=0, xp=0)
+    _stub_launches(counts)
+    s = dict(T=4, rows=64, D=16, B=8, L=3)
+    rng = np.random.default_rng(0)
+    b = make_batch(rng, **s)
+    opt = embnum.TBEOptimizer("rowwise_adagrad", learning_rate=0.01)
+    m1 = np.zeros(int(b["hash_size_cumsum"][-1]), np.float32)
+    grad = rng.standard_normal((s["B"], s["T"] * s["D"]), dtype=np.float32)
+    module = FusedTBE([s["rows"]] * s["T"], [s["D"]] * s["T"], optimizer=opt, backend="cuda")
+    idx, off = torch.from_numpy(b["indices"]), torch.from_numpy(b["offsets"])
+    g = torch.from_numpy(grad)
+
+    def step():
+        module(idx, off).backward(g)
+
+    cases = {
+        "tbe_forward (arrays)": lambda: embnum.tbe_forward(**b, pooling_mode="sum", backend="cuda"),
+        "tbe_backward_update (arrays)": lambda: embnum.tbe_backward_update(
+            grad, **b, optimizer=opt, momentum1=m1, backend="cuda"
+        ),
+        "FusedTBE forward (tensors)": lambda: module(idx, off),
+        "FusedTBE forward + backward (tensors)": step,
+    }
+    size = ", ".join(f"{k}={v}" for k, v in s.items())
+    print(f"host cost per call, launches stubbed (Numba CUDA simulator, {size}, {a.calls} calls)")
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    cols = f"{'launches':>8s} {'arrays':>6s} {'scalars':>7s} {'xp calls':>8s}"
+    head = f"{'call':40s} {'wall us':>9s} {'quartiles':>15s} {'cpu us':>8s} {cols}"
+    print(head + "\n" + "-" * len(head))
+    for name, fn in cases.items():
+        r = _measure(fn, a.calls, counts)
+        print(
+            f"{name:40s} {r['wall']:9.0f} {r['q1']:7.0f}-{r['q3']:<7.0f} {r['cpu']:8.0f} "
+            f"{r['launches']:8.1f} {r['arrays']:6.1f} {r['scalars']:7.1f} {r['xp']:8.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
