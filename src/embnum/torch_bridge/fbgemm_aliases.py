@@ -269,6 +269,11 @@ def register_fbgemm_aliases() -> list[str]:
     return list(ALIASES)
 
 
+def registered() -> bool:
+    """Whether :func:`register_fbgemm_aliases` has defined the aliases in this process."""
+    return _register.cache_info().currsize > 0
+
+
 @functools.cache
 def _register() -> torch.library.Library:
     """The ``fbgemm`` fragment holding the aliases, defined on the first call (a call that raises
