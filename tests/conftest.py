@@ -126,9 +126,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     counts = getattr(config, "hostile_counts", None)
     if not counts:
         return
-    terminalreporter.section("hostile input (tests/test_hostile.py)")
-    for line in hostile_summary(counts):
-        terminalreporter.write_line(line)
+    prefix = "surfaces: "
+    ops = {k: v for k, v in counts.items() if not k.startswith(prefix)}
+    surfaces = {k[len(prefix) :]: v for k, v in counts.items() if k.startswith(prefix)}
+    if ops:
+        terminalreporter.section("hostile input (tests/test_hostile.py)")
+        for line in hostile_summary(ops):
+            terminalreporter.write_line(line)
+    if surfaces:
+        terminalreporter.section("hostile input beyond the ops (tests/test_hostile_surfaces.py)")
+        for line in surfaces_summary(surfaces):
+            terminalreporter.write_line(line)
     path = os.environ.get("EMBNUM_HOSTILE_REPORT")
     if path:
         with open(path, "w") as f:
@@ -149,6 +157,22 @@ def hostile_summary(counts) -> list[str]:
         f"bad input), {c['results']} with a result, {c['not expressible']} not expressible as torch tensors",
         f"cases where every backend raised a clean error: {c['clean errors']} ({named} naming the mutated "
         f"argument, {oom} out of memory); where every result equalled ref's: {c['results equal to ref']}",
+    ]
+
+
+def surfaces_summary(counts) -> list[str]:
+    """The surface tier's counts (``tests/test_hostile_surfaces.py``) as sentences."""
+    c = collections.Counter(counts)
+    bad = c["crashes"] + c["hangs"] + c["failed"] + c["wrong results"]
+    named = c["errors naming the mutated argument"]
+    return [
+        f"{'FAILED' if bad else 'passed'}: {c['cases']} cases, {c['crashes']} crashes, {c['hangs']} hangs, "
+        f"{c['wrong results']} wrong results, {c['failed']} cases failing their check "
+        f"({c['not applicable']} mutations did not apply)",
+        f"{c['clean errors']} cases answered with a clean error on every kind ({named} naming the mutated argument),"
+        f" {c['equal results']} with equal results; {c['judged by the model']} judged "
+        f"by the plain-Python model, {c['beyond float32 (not compared)']} beyond float32 (not compared)",
+        f"{c['calls']} calls, {c['not expressible']} not expressible on their kind (e.g. object arrays as tensors)",
     ]
 
 

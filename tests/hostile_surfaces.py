@@ -131,9 +131,10 @@ def _update_agrees(got, want):
 
 COMPARE = {"TBEOptimizer": _update_agrees}
 PARAMS = {  # words an error may name besides the input's keys
-    "EmbeddingBagCollection": ["features", "indices", "offsets", "per_sample_weights", "weights", "lengths"],
-    "TBE": ["indices", "offsets", "per_sample_weights"],
-    "FusedTBE": ["indices", "offsets", "per_sample_weights"],
+    # an id out of its table is named by its feature, table and sample (the modules' own terms)
+    "EmbeddingBagCollection": ["features", "feature", "indices", "offsets", "per_sample_weights", "weights", "lengths"],
+    "TBE": ["indices", "offsets", "per_sample_weights", "feature"],
+    "FusedTBE": ["indices", "offsets", "per_sample_weights", "feature"],
     "KeyedJaggedTensor.bucketize": ["block_sizes", "num_buckets", "my_size", "indices"],
     "JaggedTensor.from_dense_lengths": ["values", "lengths"],
     "KeyedTensor.regroup": ["keys", "length_per_key", "values", "groups", "lengths", "pooled_embs"],

@@ -1,7 +1,7 @@
 """TorchRec's DistributedModelParallel on 2 gloo processes, on the stand-in (``dmp_side.py``):
-table-wise and column-wise tables (fused EXACT_SGD in the stand-in's training TBE) and
-data-parallel tables (the stand-in's dense TBE under DDP), three steps each, equal to an
-unsharded EmbeddingBagCollection trained on both ranks' batches.
+EmbeddingBagCollection and EmbeddingCollection with table-wise and column-wise tables (fused
+EXACT_SGD in the stand-in's training TBE) and data-parallel tables (the stand-in's dense TBE
+under DDP), three steps each, equal to the unsharded module trained on both ranks' batches.
 
 Row-wise and table-row-wise sharding are not offered by TorchRec's planner for a CPU topology,
 so they are not run here.
@@ -30,17 +30,18 @@ import dmp_side  # noqa: E402
 _ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
 
 
-def _reference():
+def _reference(kind):
     """Outputs per step and rank, and the final tables, of one unsharded EBC trained on both ranks' batches
     (the mean of the ranks' gradients: DDP averages them, and TorchRec's all-to-all divides the pooled
     gradients by the world size, its default gradient division)."""
-    from torchrec import EmbeddingBagCollection, KeyedJaggedTensor
+    from torchrec import EmbeddingBagCollection, EmbeddingCollection, KeyedJaggedTensor
 
-    ebc = EmbeddingBagCollection(tables=dmp_side.tables())
+    module = (EmbeddingBagCollection if kind == "ebc" else EmbeddingCollection)(tables=dmp_side.tables(kind))
+    bags = list((module.embedding_bags if kind == "ebc" else module.embeddings).values())
     with torch.no_grad():
-        for bag, w in zip(ebc.embedding_bags.values(), dmp_side.start_weights()):
+        for bag, w in zip(bags, dmp_side.start_weights(kind)):
             bag.weight.copy_(w)
-    optimizer = torch.optim.SGD(ebc.parameters(), lr=dmp_side.LR)
+    optimizer = torch.optim.SGD(module.parameters(), lr=dmp_side.LR)
     keys = [f"f{i}" for i in range(len(dmp_side.ROWS))]
     outputs = []
     for step in range(dmp_side.STEPS):
@@ -48,19 +49,24 @@ def _reference():
         per_rank = []
         for rank in range(dmp_side.WORLD):
             values, lengths = dmp_side.batch(step, rank)
-            out = ebc(KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)).values()
+            kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+            out = dmp_side.values_of(kind, module(kjt))
             per_rank.append(out.detach().clone())
             (out.sum() / dmp_side.WORLD).backward()
         optimizer.step()
         outputs.append(per_rank)
-    return outputs, [bag.weight.detach() for bag in ebc.embedding_bags.values()]
+    return outputs, [bag.weight.detach() for bag in bags]
 
 
-@pytest.mark.parametrize("sharding", ["table_wise", "column_wise", "data_parallel"])
-def test_dmp_trains_like_the_unsharded_collection(sharding, tmp_path):
-    port = 29600 + ["table_wise", "column_wise", "data_parallel"].index(sharding) + os.getpid() % 200
+SHARDINGS = ["table_wise", "column_wise", "data_parallel"]
+
+
+@pytest.mark.parametrize("kind", ["ebc", "ec"])
+@pytest.mark.parametrize("sharding", SHARDINGS)
+def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
+    port = 29600 + 10 * SHARDINGS.index(sharding) + (kind == "ec") + 2 * (os.getpid() % 100)
     res = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "dmp_side.py"), sharding, str(tmp_path), str(port)],
+        [sys.executable, str(Path(__file__).parent / "dmp_side.py"), kind, sharding, str(tmp_path), str(port)],
         capture_output=True,
         text=True,
         env=_ENV,
@@ -68,7 +74,7 @@ def test_dmp_trains_like_the_unsharded_collection(sharding, tmp_path):
     )
     assert res.returncode == 0, res.stderr[-4000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(dmp_side.WORLD)]
-    outputs, tables = _reference()
+    outputs, tables = _reference(kind)
     for step in range(dmp_side.STEPS):
         for rank in range(dmp_side.WORLD):
             torch.testing.assert_close(
@@ -77,6 +83,6 @@ def test_dmp_trains_like_the_unsharded_collection(sharding, tmp_path):
     for t, want in enumerate(tables):
         got = torch.full_like(want, float("nan"))
         for r in ranks:
-            for r0, c0, piece in r["pieces"][f"embedding_bags.t{t}.weight"]:
+            for r0, c0, piece in r["pieces"][f"{dmp_side.prefix(kind)}.t{t}.weight"]:
                 got[r0 : r0 + piece.shape[0], c0 : c0 + piece.shape[1]] = piece
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"table {t}")
