@@ -8,8 +8,8 @@ CuPy nor Numba: each is loaded the first time something needs it.
 
 from . import ops as _declarations
 from ._backend import available_backends
+from ._registry import _OPS, ops
 from ._registry import get as get_op
-from ._registry import ops
 from ._validate import MAX_SIZE
 from .containers import JaggedTensor, KeyedJaggedTensor, KeyedTensor, from_torchrec
 
@@ -26,11 +26,22 @@ __all__ = [
     "KeyedTensor",
     "from_torchrec",
 ]
-for _op in ops():
-    globals()[_op.name] = _op.public
-    __all__.append(_op.name)
-for _family in _declarations.FAMILIES:  # host helpers a family exports beside its ops (no backend)
-    for _name in getattr(getattr(_declarations, _family), "HELPERS", ()):
-        globals()[_name] = getattr(getattr(_declarations, _family), _name)
-        __all__.append(_name)
-del _op, _declarations
+_HELPERS = {  # host helpers a family exports beside its ops (no backend)
+    name: getattr(getattr(_declarations, family), name)
+    for family in _declarations.FAMILIES
+    for name in getattr(getattr(_declarations, family), "HELPERS", ())
+}
+__all__ += [o.name for o in ops()] + list(_HELPERS)
+del _declarations
+
+
+def __getattr__(name: str):
+    """``embnum.<op>`` (the registered op, :func:`get_op`) and the families' helpers."""
+    found = _OPS.get(name) or _HELPERS.get(name)
+    if found is None:
+        raise AttributeError(f"module 'embnum' has no attribute {name!r}")
+    return found
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -657,7 +657,7 @@ def _tables_one_by_one():
     """``parallel_chunksize(1)`` (tables handed out one by one: dynamic scheduling, so a thread
     the OS deschedules does not hold up the others); on one thread (every small call) a no-op
     context instead, since entering numba's costs ~4 us and changes nothing there."""
-    return _SERIAL if _common._GET_THREADS() == 1 else parallel_chunksize(1)
+    return _SERIAL if _common.get_threads() == 1 else parallel_chunksize(1)
 
 
 @njit(cache=True, inline="always")
