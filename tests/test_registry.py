@@ -264,7 +264,7 @@ def test_rejected_out_is_not_written(op, backend):
 
 def test_out_accepts_an_array_whose_flags_have_no_writeable():
     """CuPy's ``flags`` has no ``writeable`` (device memory is always writable): ``out=`` must not
-    ask for it (issue 15: every CuPy ``out=`` raised AttributeError)."""
+    ask for it (a CuPy ``out=`` once raised AttributeError)."""
     from embnum import _validate
 
     class Flags:

@@ -246,7 +246,7 @@ def test_bridge_errors_come_from_the_op():
         tb.complete_cumsum(torch.ones(3, dtype=torch.bfloat16))
 
 
-# -- the one bfloat16 rule (issue 10) --------------------------------------------------------
+# -- the one bfloat16 rule ------------------------------------------------------------------
 def test_bfloat16_rule_round_to_bfloat16():
     """Rounding back: torch's nearest-even rounding, except that a NaN keeps its top 16 bits."""
     from embnum.torch_bridge._library import round_to_bfloat16

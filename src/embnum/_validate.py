@@ -423,7 +423,7 @@ def out_arrays(out, specs, inputs: dict, owns) -> list:
     return list(outs)
 
 
-# -- overflow-safe checks (issue 11) ----------------------------------------------------
+# -- overflow-safe checks ---------------------------------------------------------------
 # Sizes, sums of lengths and ``offset + length`` bounds are computed so that they cannot
 # wrap: scalars as Python ints, arrays with bounds checked before adding or multiplying
 # (``offset > width - length``, never ``offset + length > width``) and sums that stay

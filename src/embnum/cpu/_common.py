@@ -121,7 +121,7 @@ SERIAL_BYTES_OF: Mapping[str, int] = MappingProxyType(
         "inclusive_cumsum": 0,
         "permute_2d_sparse_data": 0,
         "permute_1d_sparse_data": 0,
-        "invert_permute": 0,  # a serial scatter since issue 12 item 6: no parallel region
+        "invert_permute": 0,  # a serial scatter: no parallel region
         "expand_into_jagged_permute": 0,  # a serial kernel: switching the thread count only costs (~1.5 us)
         "keyed_jagged_index_select_dim1": 0,  # the permutes' gather: it picks its own threads (SPLIT_BYTES)
         "offsets_range": 1909760,

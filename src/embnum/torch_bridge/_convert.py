@@ -10,7 +10,7 @@ accumulated in float32 or wider and rounded once, and a scalar such as a padding
 value is rounded along with the result. A call that also passes float32 tensors
 is a ``TypeError`` (its float32 results could not be told apart). The one place the
 spec defines bfloat16 otherwise: quant's ``float_to_bfloat16`` / ``bfloat16_to_float``
-are codecs of bfloat16 bit patterns, carried by NumPy as uint16 (quant.md, section 3),
+are codecs of bfloat16 bit patterns, carried by NumPy as uint16 (docs/families/quant.md),
 so there (``bf16_patterns=True``) a bfloat16 tensor is its pattern: a uint16 view in,
 a bfloat16 view of the uint16 result out (no conversion; widening and rounding back
 would give the same bits).

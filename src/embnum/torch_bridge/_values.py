@@ -28,7 +28,7 @@ def check_value(name: str, kind: str, x):
     ``TypeError``/``ValueError`` naming ``name`` when it does not fit.
 
     A list of plain items (Python ints in the int64 range, ``str``, ``torch.Tensor``; lists of
-    those) is recognised by :data:`PLAIN_LISTS` in one pass (issue 12: a keyed_tensor call
+    those) is recognised by :data:`PLAIN_LISTS` in one pass (a keyed_tensor call
     passes nested key lists); anything else takes :func:`check_exact`, which gives the same
     result for those and raises the errors."""
     plain = PLAIN_LISTS.get(kind)
