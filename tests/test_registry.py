@@ -315,3 +315,16 @@ def test_bind_is_the_signatures_binding(op):
         with pytest.raises(TypeError) as want:
             exact(a, k)
         assert str(got.value) == str(want.value)
+
+
+def test_the_package_imports_every_op_and_helper_by_name():
+    """``embnum/__init__.py`` names each op and helper (plain imports a reader and a type checker
+    follow); a declared op missing there fails here."""
+    import importlib
+
+    declarations = importlib.import_module("embnum.ops")
+    helpers = {h for f in declarations.FAMILIES for h in getattr(getattr(declarations, f), "HELPERS", ())}
+    exported = {name for name in embnum.__all__ if name in vars(embnum)}
+    assert exported == set(embnum.__all__), sorted(set(embnum.__all__) - exported)
+    assert {o.name for o in embnum.ops()} | helpers <= exported
+    assert all(vars(embnum)[o.name] is o for o in embnum.ops())
