@@ -21,7 +21,7 @@ previous gradients, never a peer's (fbgemm's are torch allocations on 4 KiB page
 unmapping would otherwise be timed in the next contender's call). Outputs are fresh
 arrays/tensors on every side (no ``out=``).
 
-Targets (issue 12): bridge at least 5x faster than fbgemm, within 1.5x of raw.
+Targets: bridge at least 5x faster than fbgemm, within 1.5x of raw.
 
 ``--phases`` (no fbgemm): where the bridge's time goes, per step of the call path, all
 with autograd's lifetimes: ``raw``; ``direct`` (the bridge's two ops without grad: tensor

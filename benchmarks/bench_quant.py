@@ -53,7 +53,7 @@ def cases(R, D, rng):
         yield Case(
             f"fused_{kind}_rowwise_to_float", from_in, dict(input=q, **kw), q.nbytes, x.nbytes, from_fb, None, True
         )
-    # the element-wise dequantizers, each with a fresh [R, D] float32 output (issue 12 item 6)
+    # the element-wise dequantizers, each with a fresh [R, D] float32 output
     bf16, f16 = embnum.float_to_bfloat16(x), x.astype(np.float16)
     hfp8 = embnum.float_to_hfp8(x, 4, 7, 448.0)
     tb, th, t8 = (torch.from_numpy(a) for a in (bf16.view(np.int16), f16, hfp8)) if fb else (None,) * 3

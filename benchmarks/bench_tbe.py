@@ -4,7 +4,7 @@
     python benchmarks/bench_tbe.py [--T 26] [--rows 100000] [--D 128] [--B 2048] [--L 20]
                                    [--threads 1 2] [--dtypes float32 float16] [--rounds 9] [--no-step]
 
-The issue-12 case: T=26 tables of 100,000 rows, D=128, B=2048, bag lengths Poisson(20),
+The benchmark case: T=26 tables of 100,000 rows, D=128, B=2048, bag lengths Poisson(20),
 int64 ids drawn uniformly (every lookup a cache miss, as in a large model). For each weight
 dtype and thread count (Numba's and torch's set alike), the contenders run interleaved block
 by block (``_bench.interleaved``: ``torch.utils.benchmark``, median and IQR over the rounds;

@@ -1,4 +1,4 @@
-"""What argument validation costs per call, at the benchmark sizes (issue 11, item 7).
+"""What argument validation costs per call, at the benchmark sizes.
 
 For every op, on its "large" tour/benchmark input (``op.example_fn(rng, "large")``):
 

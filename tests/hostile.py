@@ -1,5 +1,5 @@
 """The adversarial tier's building blocks: hostile mutations of valid inputs, and the
-verdict on one mutated call (issue 11).
+verdict on one mutated call.
 
 A *case* is ``(op name, seed, mutation)``: the op's small tour example drawn with
 ``seed`` (a valid input), then one hostile mutation (:func:`mutations` draws them

@@ -114,10 +114,13 @@ def _schema_takes(ty, x) -> bool:
     import numpy as np
 
     ty = ty.rstrip("?")
+    if ty.startswith("Optional[") and ty.endswith("]"):
+        ty = ty[9:-1]
     if x is None:
         return True
-    if ty.endswith("[]"):
-        return not isinstance(x, (list, tuple)) or all(_schema_takes(ty[:-2], v) for v in x)
+    if ty.endswith("[]") or ty.startswith("List["):  # "SymInt[]" in a schema string, "List[int]" from torch
+        inner = ty[:-2] if ty.endswith("[]") else ty[5:-1]
+        return not isinstance(x, (list, tuple)) or all(_schema_takes(inner, v) for v in x)
     if ty == "bool":
         return isinstance(x, (bool, np.bool_))
     if ty in ("int", "SymInt"):

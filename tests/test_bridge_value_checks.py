@@ -1,5 +1,5 @@
-"""The torch bridge's argument checks (issue 12 item 1): the one-pass recognition of plain lists
-(``_PLAIN_LISTS``: ints, strs, tensors, lists of those) gives what the exact rules give, the same
+"""The torch bridge's argument checks: the one-pass recognition of plain lists
+(``PLAIN_LISTS``: ints, strs, tensors, lists of those) gives what the exact rules give, the same
 value or the same error, on drawn values that include bools, NumPy scalars, ints at and past the
 int64 range, str subclasses, tensor subclasses, tuples and ragged nesting."""
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
-_library = pytest.importorskip("embnum.torch_bridge._library")
+_values = pytest.importorskip("embnum.torch_bridge._values")
 
 
 class _Str(str):
@@ -57,16 +57,16 @@ def _plain(x):
 
 
 @settings(max_examples=300)  # no kernels: microseconds an example
-@given(st.sampled_from(sorted(_library._PLAIN_LISTS)), value)
+@given(st.sampled_from(sorted(_values.PLAIN_LISTS)), value)
 def test_plain_list_checks_match_the_exact_rules(kind, x):
-    got = outcome(lambda: _library._check_value("arg", kind, x))
-    want = outcome(lambda: _library._check_exact("arg", kind, x))
+    got = outcome(lambda: _values.check_value("arg", kind, x))
+    want = outcome(lambda: _values.check_exact("arg", kind, x))
     assert got == want
 
 
 def test_plain_list_checks_return_new_lists():
     ints = (1, 2, 3)
-    assert _library._check_value("arg", "int[]", ints) == [1, 2, 3]
+    assert _values.check_value("arg", "int[]", ints) == [1, 2, 3]
     nested = [["a"], ["b", "c"]]
-    got = _library._check_value("arg", "str[][]", nested)
+    got = _values.check_value("arg", "str[][]", nested)
     assert got == nested and got is not nested and got[0] is not nested[0]

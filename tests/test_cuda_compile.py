@@ -34,7 +34,7 @@ def test_every_kernel_compiles_and_assembles_for_sm90_and_sm80():
 
 
 def test_the_check_reports_a_kernel_nvvm_rejects(tmp_path):
-    # the float32 TBE bug of issue 15: both branches are typed, and a float32 cannot index an array
+    # a float32 TBE bug once found this way: both branches are typed, and a float32 cannot index an array
     src = tmp_path / "bad_kernel.py"
     src.write_text(
         textwrap.dedent(

@@ -100,6 +100,22 @@ def test_no_user_text_points_to_the_specification_folder():
     assert not found, "\n".join(found)
 
 
+def test_code_and_tests_cite_no_work_item():
+    """Decisions live in docs/: source, tests and benchmark programs name no issue, work item or
+    section of a specification the repository does not have."""
+    pattern = re.compile(r"\bissues? \d|\bissue-\d|\bk1\d[a-z]\b|\bsections? \d|shared/spec/", re.I)
+    here = Path(__file__).resolve()
+    found = []
+    for folder in ("src", "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.resolve() == here:
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
 def test_a_docs_build_without_torch_is_told_what_the_reference_leaves_out(monkeypatch):
     """The docs extension warns (an error under Sphinx's -W, as in CI) when torch, which half
     of the API reference documents, cannot be imported, instead of building without it."""

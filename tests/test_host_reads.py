@@ -1,4 +1,4 @@
-"""Device-to-host reads per call of the cuda kjt, jagged and keyed_tensor ops (issue 15, item 3).
+"""Device-to-host reads per call of the cuda kjt, jagged and keyed_tensor ops.
 
 The rule: an op on device inputs reads device data back at most once per call, and only where an
 output's size depends on the data (then one read both sizes the output and validates); ops whose

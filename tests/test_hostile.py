@@ -1,4 +1,4 @@
-"""The adversarial tier (issue 11): hostile input never crashes the process.
+"""The adversarial tier: hostile input never crashes the process.
 
 Every case runs in a worker subprocess (``hostile_worker.py``; see ``hostile.py``),
 on ref, cpu and the torch bridge: a crash or a hang fails the case, not the run.

@@ -1,4 +1,4 @@
-"""The jagged family (shared/spec/jagged.md): every backend against the oracle,
+"""The jagged family (docs/families/jagged.md): every backend against the oracle,
 the spec's worked examples, bad input, the torch bridge and its gradients,
 and (optional tier) fbgemm_gpu."""
 
@@ -521,9 +521,9 @@ def _no_f64(args, key):
 
 
 def _j2pd_domain(args):
-    """float32 for float64; no empty values (fbgemm rejects padding conversions on them, spec
-    section 4); for integer values an integral padding that a double holds exactly (fbgemm
-    takes the padding as a double)."""
+    """float32 for float64; no empty values (fbgemm rejects padding conversions on them); for
+    integer values an integral padding that a double holds exactly (fbgemm takes the padding as
+    a double)."""
     args = _no_f64(args, "values")
     args["values"] = values = np.ascontiguousarray(args["values"])
     if values.size == 0:
@@ -591,7 +591,7 @@ FBGEMM = [
     Peer(
         "offsets_range",
         lambda fb, a: fb.offsets_range(tensor(a["offsets"]), a["range_size"]),
-        # fbgemm leaves the output uninitialised for empty offsets (spec section 2)
+        # fbgemm leaves the output uninitialised for empty offsets (docs/families/jagged.md)
         lambda a: a if a["range_size"] else None,
     ),
     Peer("jagged_1d_to_dense", lambda fb, a: fb.jagged_1d_to_dense(*_one_dim(a), a["padding_value"]), _to_dense_domain),

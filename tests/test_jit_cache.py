@@ -69,8 +69,10 @@ CPU_CHILD = FORCE_RACE.format(module="numba.core.caching") + textwrap.dedent(
     _save_overload = caching.Cache.save_overload
 
     def save_overload(self, sig, data):
-        if self._py_func.__name__ in gated:
-            wait_for_all(self._py_func.__name__)
+        twin = type(self).__name__ == "SerialCache"  # a serial twin: the kernel's function, its own cache
+        name = self._py_func.__name__ + ("_serial" if twin else "")
+        if name in gated:
+            wait_for_all(name)
         return _save_overload(self, sig, data)
 
     caching.Cache.save_overload = save_overload

@@ -1,4 +1,4 @@
-"""The keyed_tensor family (shared/spec/keyed_tensor.md): every backend against the
+"""The keyed_tensor family (docs/families/keyed_tensor.md): every backend against the
 oracle on drawn regroupings (keys used 0-3 times, B = 0, odd widths, float16/32/64,
 strided inputs, hand-written rows), the spec's worked examples, bad permutes,
 the torch bridge and its gradients, the training module, and (optional tier)
@@ -1000,7 +1000,7 @@ def test_cuda_c_kernels_on_the_host_handwritten_rows(cu_on_host, args, data):
     assert embnum.get_op("permute_multi_embedding_backward").check_fn(got_b, want_b, {})[1]
 
 
-# -- issue 12 item 1: the one-pass verdicts, the caches and the small kernels ------------
+# -- the one-pass verdicts, the caches and the small kernels ------------
 _ENTRY = st.one_of(st.integers(-3, 12), st.sampled_from([-(2**63), -(2**31), 2**31 - 1, 2**62, 2**63 - 1]))
 
 

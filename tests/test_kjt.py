@@ -1,4 +1,4 @@
-"""The KeyedJaggedTensor family (shared/spec/kjt.md): every backend against the
+"""The KeyedJaggedTensor family (docs/families/kjt.md): every backend against the
 oracle on drawn inputs (T up to 50 keys, B up to 4096 on the host, tiny under
 the CUDA simulator), the spec's worked examples, bad input, and (optional
 tier) fbgemm_gpu's CPU operators."""
@@ -794,7 +794,7 @@ def _bucketize_peer(fb, a):
 
 
 def _expand_domain(args):
-    """int64 permute and offsets; a non-empty permute (fbgemm raises for an empty one, kjt.md section 5)."""
+    """int64 permute and offsets; a non-empty permute (fbgemm raises for an empty one, docs/families/kjt.md)."""
     if args["permute"].size == 0:
         return None
     return dict(args, **{k: args[k].astype(I64) for k in ("permute", "input_offset", "output_offset")})

@@ -1,4 +1,4 @@
-"""The quant family (shared/spec/quant.md): every backend against the oracle
+"""The quant family (docs/families/quant.md): every backend against the oracle
 byte for byte, the spec's worked examples, the round-trip error bounds, bad
 input, the bit conversions of embnum._half, and (optional tier) fbgemm_gpu."""
 

@@ -1,4 +1,4 @@
-"""The registry and the backends: generated functions, backend choice, out=, enumeration."""
+"""The registry and the backends: public functions, backend choice, out=, enumeration."""
 
 import inspect
 import subprocess
@@ -29,7 +29,7 @@ def test_every_op_has_every_backend_and_an_example(op):
 
 
 @pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
-def test_generated_signature(op):
+def test_public_signature(op):
     sig = inspect.signature(op.public)
     params = list(sig.parameters.values())
     assert params[-1].name == "backend" and params[-1].kind is inspect.Parameter.KEYWORD_ONLY
@@ -133,7 +133,7 @@ def test_sizes_reject_bools_and_floats():
     assert embnum.offsets_range(np.array([0]), np.int64(2)).tolist() == [0, 1]
 
 
-# -- the per-call short paths (issue 12) --------------------------------------------------
+# -- the one-thread rule and the plain-NumPy check -------------------------
 @pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
 def test_one_thread_and_all_threads_agree(op, monkeypatch):
     """The registry runs small calls on one thread (``cpu._common.SERIAL_BYTES_OF``): the same
@@ -177,9 +177,9 @@ def test_one_thread_rule_restores_the_thread_count_when_the_kernel_raises():
     assert numba.get_num_threads() == before
 
 
-def test_short_path_leaves_subclasses_to_the_general_path():
-    """An ndarray subclass, a CuPy-looking array, or ``out=`` take the general path (the
-    short path is for plain NumPy arrays only)."""
+def test_only_plain_numpy_skips_the_backend_search():
+    """Plain NumPy arrays (and no array at all) run on the cpu backend without a backend
+    search; an ndarray subclass or a CuPy-looking array is bound by name and searched."""
     from embnum._registry import _all_plain_numpy
 
     x = np.arange(3)
@@ -264,7 +264,7 @@ def test_rejected_out_is_not_written(op, backend):
 
 def test_out_accepts_an_array_whose_flags_have_no_writeable():
     """CuPy's ``flags`` has no ``writeable`` (device memory is always writable): ``out=`` must not
-    ask for it (issue 15: every CuPy ``out=`` raised AttributeError)."""
+    ask for it (a CuPy ``out=`` once raised AttributeError)."""
     from embnum import _validate
 
     class Flags:
@@ -285,3 +285,46 @@ def test_out_accepts_an_array_whose_flags_have_no_writeable():
     o = DeviceLike()
     assert _validate.writable(o)
     assert _validate.out_arrays(o, [((3,), np.float32)], {}, lambda a: True) == [o]
+
+
+@pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
+def test_bind_is_the_signatures_binding(op):
+    """``Op.bind`` (every argument by name, in the signature's order, defaults filled in) gives
+    what ``inspect.Signature.bind`` gives for the example call passed by keyword, positionally
+    and mixed, and the same TypeError for an unknown, a repeated and a missing argument."""
+    args = op.example_fn(np.random.default_rng(0), "small").args
+
+    def exact(a, k):
+        bound = op.signature.bind(*a, **k)
+        bound.apply_defaults()
+        return list(bound.arguments.items())
+
+    full = exact((), args)
+    positional = [v for (n, v), p in zip(full, op.signature.parameters.values()) if p.kind is not p.KEYWORD_ONLY]
+    keyword = {n: v for n, v in full[len(positional) :]}
+    head = tuple(positional[:1])
+    for a, k in [((), args), (tuple(positional), keyword), (head, dict(full[len(head) :]))]:
+        assert list(op.bind(a, k).items()) == exact(a, k)
+    first, value = full[0]
+    wrong = [((), {**args, "no_such_argument": 1}), ((value,), {first: value})]
+    if any(p.default is p.empty for p in op.signature.parameters.values()):
+        wrong.append(((), {}))
+    for a, k in wrong:
+        with pytest.raises(TypeError) as got:
+            op.bind(a, k)
+        with pytest.raises(TypeError) as want:
+            exact(a, k)
+        assert str(got.value) == str(want.value)
+
+
+def test_the_package_imports_every_op_and_helper_by_name():
+    """``embnum/__init__.py`` names each op and helper (plain imports a reader and a type checker
+    follow); a declared op missing there fails here."""
+    import importlib
+
+    declarations = importlib.import_module("embnum.ops")
+    helpers = {h for f in declarations.FAMILIES for h in getattr(getattr(declarations, f), "HELPERS", ())}
+    exported = {name for name in embnum.__all__ if name in vars(embnum)}
+    assert exported == set(embnum.__all__), sorted(set(embnum.__all__) - exported)
+    assert {o.name for o in embnum.ops()} | helpers <= exported
+    assert all(vars(embnum)[o.name] is o for o in embnum.ops())

@@ -296,7 +296,7 @@ def test_batch_zero_and_one_feature(fast_backend):
     assert sparse.linear_ids.shape == (0,) and sparse.value_offsets.tolist() == [0]
 
 
-# -- the spec's worked examples (section 7) -------------------------------------
+# -- the family page's worked examples -------------------------------------------
 LAY = tbe_layout([3, 2], [2, 3])
 W12 = np.arange(12, dtype=np.float32)
 IND = np.array([2, 0, 2, 1, 0, 0, 1])

@@ -1,4 +1,4 @@
-"""The TBE layout check's compiled pass (``_validate_numba.tbe_layout_rows``, issue 12) gives the
+"""The TBE layout check's compiled pass (``_validate_numba.tbe_layout_rows``) gives the
 same verdict as the exact Python rules of ``embnum.ops.tbe.layout`` on drawn layouts, valid and
 broken (shifted offsets, shared tables, overlaps, huge entries near int64's ends): the same
 result arrays when valid, the same error message when not."""

@@ -1,4 +1,4 @@
-"""The TBE lookups check's compiled verdict (``_validate_numba.tbe_lookups_ok``, issue 12 item 1)
+"""The TBE lookups check's compiled verdict (``_validate_numba.tbe_lookups_ok``)
 accepts exactly the lookups that ``embnum._tbe_bounds.check`` passes unchanged (the exact rules:
 offsets in ``[0, N]``, non-decreasing, the last ``N``; every index inside a bag of feature ``t`` in
 ``[0, rows[t])``, ``-1`` only when pruned rows are allowed), on drawn lookups valid and broken

@@ -1,4 +1,4 @@
-"""The quantized TBE inference lookup (shared/spec/tbe.md sections 4-6): the
+"""The quantized TBE inference lookup (docs/families/tbe_quantized.md): the
 packing helper, every backend against the oracle on drawn inputs (all row
 types, pooling modes, pruned rows, bounds repair), the spec's worked example,
 bounds modes, bad input."""

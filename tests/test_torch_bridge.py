@@ -90,7 +90,8 @@ def test_bridge_passes_input_memory_and_returns_output_memory_without_copies(mon
         seen["out"] = out.ctypes.data
         real(values, offsets, max_lengths, padding_value, out)
 
-    monkeypatch.setitem(op._implementations, "cpu", spy)
+    cpu = embnum._backend.BACKENDS["cpu"]
+    monkeypatch.setitem(op._kernels, cpu, (spy, op._kernels[cpu][1]))
     values = torch.arange(12.0).reshape(6, 2)
     offsets = torch.tensor([0, 2, 3, 3, 6])
     dense = tb.jagged_to_padded_dense(values, [offsets], [2])
@@ -166,7 +167,7 @@ def test_torch_op_callable_without_backend(name):
 @pytest.mark.parametrize("name", BRIDGED)
 def test_eager_autograd_path_equals_the_registered_one(name):
     """An eager call that needs a gradient runs through the op's own ``autograd.Function``
-    (no dispatcher; ``_library._eager_autograd``): the same outputs, the same gradients
+    (no dispatcher; ``_call._eager_autograd``): the same outputs, the same gradients
     (every differentiable input, lists included) and the same ``needs_input_grad`` seen by
     the formula as ``torch.ops.embnum.<name>`` (the registered autograd) gives."""
     op = embnum.get_op(name)
@@ -245,7 +246,7 @@ def test_bridge_errors_come_from_the_op():
         tb.complete_cumsum(torch.ones(3, dtype=torch.bfloat16))
 
 
-# -- the one bfloat16 rule (issue 10) --------------------------------------------------------
+# -- the one bfloat16 rule ------------------------------------------------------------------
 def test_bfloat16_rule_round_to_bfloat16():
     """Rounding back: torch's nearest-even rounding, except that a NaN keeps its top 16 bits."""
     from embnum.torch_bridge._library import round_to_bfloat16
@@ -284,25 +285,38 @@ def test_cuda_tensors_stay_on_the_device():
     assert values.grad.device == values.device
 
 
-# -- the bridge's direct path (issue 12) ----------------------------------------------------
-def test_direct_path_only_for_plain_cpu_calls_without_grad():
-    """A bridge call runs the implementation without the dispatcher only when nothing could
-    notice: plain CPU tensors, no gradient wanted, no mode, no tracing, no profiler."""
+# -- the bridge's host path ------------------------------------------------------------------
+def test_host_path_only_for_plain_cpu_calls_without_grad(monkeypatch):
+    """A bridge call runs the NumPy op on views of its tensors (no dispatcher) only when nothing
+    could notice: plain CPU tensors, no gradient wanted, no mode, no tracing, no profiler."""
     from torch.overrides import TorchFunctionMode
 
-    from embnum.torch_bridge._library import _direct
+    fn = tb.jagged_to_padded_dense
+    hosted = []
+    run_host = fn._run_host
+    monkeypatch.setattr(fn, "_run_host", lambda *a: hosted.append(1) or run_host(*a))
 
-    x = torch.arange(4)
-    assert _direct((x, [x, x], 3, None))
-    assert not _direct((torch.ones(2, requires_grad=True),))
+    def on_host(values, offsets):
+        """Whether the call ran the NumPy op directly (not inside an autograd Function)."""
+        hosted.clear()
+        out = fn(values, [offsets], [3])
+        return bool(hosted) and out.grad_fn is None
+
+    x, offs = torch.ones(4), torch.tensor([0, 1, 4])
+    assert on_host(x, offs)
+    assert not on_host(torch.ones(4, requires_grad=True), offs)  # the autograd Function's forward
     with torch.no_grad():
-        assert _direct((torch.ones(2, requires_grad=True),))
-    assert not _direct((torch.empty(2, device="meta"),))
-    assert not _direct(([x, torch.nn.Parameter(torch.ones(2), requires_grad=False)],))  # a subclass
-    with TorchFunctionMode():
-        assert not _direct((x,))
+        assert on_host(torch.ones(4, requires_grad=True), offs)
+    assert not on_host(x, torch.nn.Parameter(offs, requires_grad=False))  # a subclass in a list
+
+    class PassThrough(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with PassThrough():
+        assert not on_host(x, offs)
     with torch.autograd.profiler.profile():
-        assert not _direct((x,))
+        assert not on_host(x, offs)
 
 
 def test_modes_and_fake_tensors_see_the_torch_op():

@@ -1,4 +1,4 @@
-"""In-place ops' alias check (``_validate.no_alias``, issue 12 item 1): each array's byte span
+"""In-place ops' alias check (``_validate.no_alias``): each array's byte span
 is computed once (``_validate_numba.array_span``) and the spans compared; the verdict must be
 ``np.may_share_memory``'s default (bounds) verdict for every pair, identity included, with the
 exact pairwise rule (and its message, naming the first pair in argument order) on any doubt.

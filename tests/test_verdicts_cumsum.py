@@ -1,4 +1,4 @@
-"""The compiled int32 prefix-sum verdict of the cumsum declarations (issue 12 item 1:
+"""The compiled int32 prefix-sum verdict of the cumsum declarations (
 ``_validate_numba.int32_prefix_fits``) agrees with the exact rule on drawn inputs, valid and
 overflowing, 1-D and 2-D, contiguous or not, and the ops' errors stay the same."""
 

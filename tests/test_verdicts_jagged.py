@@ -1,4 +1,4 @@
-"""The jagged declarations' compiled one-pass verdicts (``_validate_numba``, issue 12) give the same
+"""The jagged declarations' compiled one-pass verdicts (``_validate_numba``) give the same
 outcome as their exact Python rules on drawn inputs, valid and broken (an entry replaced by a
 negative, a huge or an int32-edge value, an offsets array shortened or lengthened, sizes and
 paddings at their limits): the same plan when valid, the same error type and message when not.

@@ -1,4 +1,4 @@
-"""The kjt declarations' compiled one-pass verdicts (``_validate_numba``, issue 12) give the same
+"""The kjt declarations' compiled one-pass verdicts (``_validate_numba``) give the same
 outcome as their exact Python rules on drawn inputs, valid and broken (an entry replaced by a
 negative, an out-of-range or a huge value near int64's or int32's end, an array shortened or
 lengthened, a wrong hint): the same plan when valid, the same error type and message when not.

@@ -1,4 +1,4 @@
-"""The quant declarations' per-call shortcuts (issue 12) agree with the exact rules they skip: the
+"""The quant declarations' per-call shortcuts agree with the exact rules they skip: the
 cached HFP8 formats, the output-dtype names and the bit rates give the same values, and the same
 error types and messages, on drawn arguments valid and not (a format's first call fills the cache,
 so each case is asked twice)."""

@@ -16,6 +16,7 @@ import ctypes
 import functools
 import importlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +99,26 @@ class Backend:
     def from_host(self, a: np.ndarray):
         return a
 
+    # -- running an op's kernel (the registry's one way in) ------------------
+    def kernel(self, family: str, name: str):
+        """The implementation ``embnum.<backend>.<family>.<name>`` (its module imported on first
+        use); ``NotImplementedError`` where the family has none."""
+        module = importlib.import_module(f"embnum.{self.name}.{family}")
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise NotImplementedError(f"embnum.{self.name}.{family} has no {name}") from None
+
+    def allocator(self, family: str):
+        """``empty(shape, dtype)``: how this backend allocates the outputs of ``family``'s ops."""
+        return self.empty
+
+    def run(self, kernel, args: dict, out):
+        """Run ``kernel`` on a plan's ``args``: it fills ``out`` (one array, or a list/tuple of
+        them, None where an output is not requested) and returns nothing; with ``out`` None
+        (an op whose sizes depend on the data, or an in-place op) it returns its result."""
+        return kernel(**args) if out is None else kernel(**args, out=out)
+
     def to_host(self, a) -> np.ndarray:
         return to_host(a)
 
@@ -121,15 +142,71 @@ class RefBackend(Backend):
     def owns(self, a) -> bool:
         return is_numpy(a)
 
+    def run(self, kernel, args: dict, out):
+        """The oracle returns its result (it fills no ``out``): returned as it is where ``out`` is
+        None, else checked against the outputs (one result per output, the same shapes and
+        dtypes: an ``AssertionError`` otherwise) and copied into them."""
+        result = kernel(**args)
+        if out is None:
+            return result
+        single = not isinstance(out, (list, tuple))
+        results, outs = ([result], [out]) if single else (list(result), list(out))
+        _check_oracle(kernel.__name__, results, outs)
+        for o, r in zip(outs, results):
+            if o is not None:
+                o[...] = r
+        return out
+
+
+def _check_oracle(name: str, results: list, outs: list) -> None:
+    if len(results) != len(outs):
+        raise AssertionError(f"embnum.ref {name} returned {len(results)} results, expected {len(outs)}")
+    for r, o in zip(results, outs):
+        if o is None or r is None:
+            if o is not None or r is not None:
+                raise AssertionError(f"embnum.ref {name} returned {r!r} where the plan expects {o.dtype}{o.shape}")
+            continue
+        if tuple(r.shape) != o.shape or r.dtype != o.dtype:
+            raise AssertionError(f"embnum.ref {name} returned {r.dtype}{tuple(r.shape)}, expected {o.dtype}{o.shape}")
+
 
 class CpuBackend(Backend):
     name = "cpu"
+    _common: Any = None  # embnum.cpu._common, once a kernel is loaded (importing embnum loads no Numba)
 
     def available(self) -> bool:
         return _module_available("numba")
 
     def owns(self, a) -> bool:
         return is_numpy(a)
+
+    def kernel(self, family: str, name: str):
+        self._common = importlib.import_module("embnum.cpu._common")
+        return super().kernel(family, name)
+
+    def allocator(self, family: str):
+        """The family's ``empty_output`` where its cpu module has one (``embnum.cpu._pool``:
+        reused large outputs), else ``np.empty``."""
+        return getattr(importlib.import_module(f"embnum.cpu.{family}"), "empty_output", np.empty)
+
+    def run(self, kernel, args: dict, out):
+        """:meth:`Backend.run`, on one Numba thread when the arrays the call touches hold fewer
+        bytes than the kernel's threshold (``cpu._common.serial_bytes``): a parallel region
+        waits for every thread, which on a busy machine costs far more than a small call's
+        work (kernels whose work their arrays do not tell apply the rule themselves)."""
+        common = self._common
+        limit = common.SERIAL_OVERRIDE  # common.serial_bytes(kernel.__name__), written out: every call
+        if limit is None:
+            limit = common.SERIAL_BYTES_OF.get(kernel.__name__, common.SERIAL_BYTES)
+        if limit:
+            n = common.get_threads()
+            if n != 1 and common.array_bytes(args, out, limit) < limit:
+                common.set_threads(1)
+                try:
+                    return kernel(**args) if out is None else kernel(**args, out=out)
+                finally:
+                    common.set_threads(n)
+        return kernel(**args) if out is None else kernel(**args, out=out)
 
     @property
     def device(self) -> str:

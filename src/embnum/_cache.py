@@ -1,4 +1,4 @@
-"""A small bounded cache that many threads may share (issue 11, item 4).
+"""A small bounded cache that many threads may share.
 
 Calls from several threads at once (a data loader, a training loop) share the
 module-level caches of validation results and device tables; a plain dict

@@ -1,4 +1,4 @@
-"""Declare an op once; generate its public function and enumerate it.
+"""Declare an op once; the registered op is its public function; enumerate the ops.
 
 An op declaration is a function decorated with :func:`op`. Its parameters
 are the op's public parameters; its body validates them (through
@@ -12,7 +12,7 @@ are the op's public parameters; its body validates them (through
   ``"none"``). The registry checks each against the size limit (:func:`out_spec`) before it
   allocates anything.
 
-Plain tuples rather than objects: every call builds one (issue 12's per-call cost).
+Plain tuples rather than objects: every call builds one.
 
 The implementations are found by convention, never listed by hand:
 
@@ -21,11 +21,11 @@ The implementations are found by convention, never listed by hand:
   ``embnum.cuda.<family>.<name>(**args, out=...)`` fill ``out``, which
   arrives uninitialised (every element must be written).
 
-From the declaration the registry builds ``embnum.<name>(..., out=None,
-backend=None)``: bind the arguments, pick the backend from the arrays (see
-``embnum._backend.select_backend``), validate once, check or allocate
-``out``, run one implementation. Tests, benchmarks, the tour and the docs
-iterate over :func:`ops`.
+``embnum.<name>(..., out=None, backend=None)`` is the :class:`Op` itself; a call
+(:meth:`Op.__call__`) picks the backend from the arrays (see
+``embnum._backend.select_backend``), runs the declaration (which validates), checks or
+allocates ``out`` and hands the kernel to the backend (``Backend.run``). Tests, benchmarks,
+the tour and the docs iterate over :func:`ops`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from . import _validate
-from ._backend import BACKENDS, is_array, select_backend
+from ._backend import BACKENDS, Backend, get_backend, is_array, select_backend
 from ._compare import exact_match
 
 
@@ -49,8 +49,7 @@ def out_spec(shape, dtype) -> tuple[tuple, np.dtype]:
     ``ValueError`` here, before anything is allocated.
 
     The common case (a tuple of non-negative Python ints, a ``np.dtype``, within the limit) is
-    recognised in one loop (the generated public function writes its one-dimensional case
-    inline); anything else takes :func:`_out_shape`, the exact rule."""
+    recognised in one loop; anything else takes :func:`_out_shape`, the exact rule."""
     if type(dtype) not in _DTYPE_TYPES:
         dtype = np.dtype(dtype)
     if type(shape) is tuple:
@@ -120,7 +119,14 @@ RETURNS = {
 
 
 class Op:
-    """One registered op (see the module docstring)."""
+    """One registered op; the op is also its public function, ``embnum.<name>``.
+
+    ``embnum.<name>(<the declaration's parameters>, *, out=None, backend=None)`` calls
+    :meth:`__call__` (``out=`` only where the op takes one): the declaration validates the
+    arguments and returns the plan, the backend is chosen from the arrays, the outputs are
+    allocated (or ``out=`` checked) and the backend runs its kernel (:meth:`Backend.run`).
+    The object carries the declaration's name, docstring and signature (``help``,
+    ``inspect.signature``)."""
 
     def __init__(
         self,
@@ -141,14 +147,33 @@ class Op:
         self.takes_out = returns in ("array", "list", "tuple")
         self.mutates = tuple(mutates)
         self.signature = inspect.signature(declaration)
-        self._example_fn: Callable | None = None
-        self._implementations: dict[str, Callable] = {}
-        self._run: Callable | None = None  # run(impl, args, out): the cpu kernel's small call, once loaded
-        # how the cpu backend allocates this op's outputs: the family's cpu module may define
-        # ``empty_output(shape, dtype)`` (embnum.cpu._pool: reused large outputs), else np.empty
-        self._host_empty: Callable = np.empty
         self.check_fn: Callable = exact_match
-        self.public = self._make_public()
+        self._example_fn: Callable | None = None
+        # backend -> (kernel, allocator): loaded on first use (importing embnum loads no Numba)
+        self._kernels: dict[Backend, tuple[Callable, Callable]] = {}
+        self._names = tuple(self.signature.parameters)
+        self._positional = sum(p.kind is not inspect.Parameter.KEYWORD_ONLY for p in self.signature.parameters.values())
+        self._defaults = {
+            n: p.default for n, p in self.signature.parameters.items() if p.default is not inspect.Parameter.empty
+        }
+        # what help(), inspect and the docs read from a function
+        self.__name__ = self.__qualname__ = self.name
+        self.__doc__ = declaration.__doc__
+        self.__module__ = "embnum"
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        extra = [inspect.Parameter("out", keyword, default=None)] if self.takes_out else []
+        extra.append(inspect.Parameter("backend", keyword, default=None))
+        self.__signature__ = self.signature.replace(parameters=[*self.signature.parameters.values(), *extra])
+
+    @property
+    def public(self) -> Op:
+        """``embnum.<name>``: the op itself."""
+        return self
+
+    @property
+    def op(self) -> Op:
+        """The op (``embnum.<name>.op``, as the declaration modules and decorators read it)."""
+        return self
 
     @property
     def example_fn(self) -> Callable | None:
@@ -159,293 +184,126 @@ class Op:
             importlib.import_module(f"embnum.examples.{self.family}")
         return self._example_fn
 
-    # -- implementations -------------------------------------------------
     def implementation(self, backend: str) -> Callable:
-        """The implementation of this op for ``backend`` (imported on first use)."""
-        impl = self._implementations.get(backend)
-        if impl is None:
-            module = importlib.import_module(f"embnum.{backend}.{self.family}")
-            try:
-                impl = self._implementations[backend] = getattr(module, self.kernel_name)
-            except AttributeError:
-                raise NotImplementedError(f"embnum.{backend}.{self.family} has no {self.kernel_name}") from None
-            if backend == "cpu":  # Numba and the cpu kernels are loaded: open the public function's short path
-                from .cpu import _common
+        """The kernel of this op for ``backend`` (imported on first use)."""
+        return self._load(get_backend(backend))[0]
 
-                self._namespace["_empty"] = self._host_empty = getattr(module, "empty_output", np.empty)
-                self._namespace["_common"] = _common
-                names = _positional_kernel(impl)
-                kernel = getattr(impl, "__name__", "")  # the one-thread rule's key
-                self._namespace["_run"] = self._run = (
-                    _common.small_call if names is None else _common.kernel_runner(impl, kernel, names)
-                )
-                if names is not None:  # after _run is set: the rewritten code no longer checks it
-                    call = _common.positional_call(names, "_args", "_result")
-                    self._inline_kernel(_common.serial_rule(kernel, call, "_args", "_result"))
-        return impl
+    def _load(self, backend: Backend) -> tuple[Callable, Callable]:
+        """``(kernel, allocator)`` of this op on ``backend``, loaded once."""
+        loaded = self._kernels.get(backend)
+        if loaded is None:
+            if not backend.available():
+                raise RuntimeError(f"backend {backend.name!r} is not available in this process")
+            kernel = backend.kernel(self.family, self.kernel_name)
+            loaded = self._kernels[backend] = (kernel, backend.allocator(self.family))
+        return loaded
 
     # -- the call --------------------------------------------------------
-    def bind(self, args, kwargs) -> dict[str, Any]:
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
-
     def __call__(self, *args, out=None, backend=None, **kwargs):
-        return self.call(self.bind(args, kwargs), out, backend)
-
-    def call(self, arguments: dict[str, Any], out, backend):
-        """Run the op on bound ``arguments`` (every parameter by name).
-
-        The common case (plain NumPy arrays, no ``backend=``, no ``out=``) takes a
-        short path: no backend search, the cpu kernel looked up once, its outputs
-        allocated here (none for ``returns="computed"`` or an in-place op, whose
-        arrays are checked apart first, as in :meth:`_call`). Everything else goes
-        through :meth:`_call`.
-        Running out of memory for sizes below the limit is an
-        :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``).
-        The public function (:meth:`_make_public`) runs the same short path inline."""
+        """Run the op (see the class docstring). Plain NumPy arguments without ``backend=``
+        run on the cpu backend with no further look at them; anything else is bound by name
+        first, NumPy subclasses viewed as plain arrays and the backend chosen from the arrays
+        (``embnum._backend.select_backend``). Running out of memory for sizes below the limit
+        is an :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
+        if out is not None and not self.takes_out:
+            raise TypeError(f"{self.name}() got an unexpected keyword argument 'out'")
+        arguments = None  # every argument by name, where something needs it
+        # the cpu backend where every array (lists' items included) is a plain np.ndarray, or there
+        # is none: what select_backend would pick
+        plain = _FAST_TYPES.issuperset(map(type, args)) or _plain_numpy(args)
+        if kwargs and plain:
+            plain = _FAST_TYPES.issuperset(map(type, kwargs.values())) or _plain_numpy(kwargs.values())
+        if backend is None and plain:
+            chosen = _CPU
+        else:
+            arguments = self.bind(args, kwargs)
+            arrays = _validate.arrays_in(arguments)
+            if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
+                arguments, arrays = _plain_arrays(arguments)
+            chosen = select_backend(arrays, backend)
+            args, kwargs = (), arguments
         try:
-            if backend is None and out is None and _all_plain_numpy(arguments):
-                plan = self.declaration(**arguments)
-                args, planned = plan
-                if planned is None:  # "computed": the kernel returns its result; "none": it writes in place
-                    if self.mutates:
-                        _validate.no_alias(arguments, self.mutates)  # as _call checks it, after the declaration
-                    impl = self._implementations.get("cpu")
-                    if impl is None or self._run is None:
-                        impl = self._cpu_implementation()
-                    return self._run(impl, args, None)
-                if self.returns == "array":
-                    impl = self._implementations.get("cpu")
-                    if impl is None or self._run is None:
-                        impl = self._cpu_implementation()
-                    result = self._host_empty(*out_spec(*planned))
-                    self._run(impl, args, result)  # small_call: one thread on small inputs
-                    return result
-                if self._run is not None and not self.mutates:
-                    impl = self._implementations.get("cpu")
-                    if impl is not None:  # several outputs (None: not requested), as _call allocates them
-                        given = self._host_outputs(planned)
-                        self._run(impl, args, given)
-                        return given
-                return self._call(arguments, out, backend, plan)
-            return self._call(arguments, out, backend)
+            plan = self.declaration(*args, **kwargs)
+            if chosen is _REF:
+                _check_returns(self, plan)
+            plan_args, planned = plan
+            if self.mutates:
+                _validate.no_alias(arguments or self.bind(args, kwargs), self.mutates)
+            kernel, empty = self._kernels.get(chosen) or self._load(chosen)
+            if planned is None:  # the kernel returns its result ("computed") or writes in place ("none")
+                return chosen.run(kernel, plan_args, None)
+            if out is not None:
+                out_given = self._given_outputs(planned, out, arguments or self.bind(args, kwargs), chosen)
+                chosen.run(kernel, plan_args, out_given)
+                return out
+            if self.returns == "array":
+                outputs = empty(*out_spec(*planned))
+            else:  # a list or tuple of outputs (None where one is not requested)
+                outputs = [None if s is None else empty(*out_spec(*s)) for s in planned]
+                if self.returns == "tuple":
+                    outputs = tuple(outputs)
+            chosen.run(kernel, plan_args, outputs)
+            return outputs
         except MemoryError as e:
             self._memory_error(e)
 
-    def _host_outputs(self, planned: tuple | list) -> tuple | list:
-        """The cpu backend's outputs for a plan of several (a tuple or list of ``(shape, dtype)``,
-        None where an output is not requested), from the family's allocator; the short paths
-        of :meth:`call` and of the public function both allocate them here."""
-        empty = self._host_empty
-        outs = [None if s is None else empty(*out_spec(*s)) for s in planned]
-        return tuple(outs) if type(planned) is tuple else outs
+    def call(self, arguments: dict[str, Any], out, backend):
+        """The op on ``arguments`` (every parameter by name): ``self(**arguments, ...)``."""
+        return self(**arguments, out=out, backend=backend)
+
+    def bind(self, args, kwargs) -> dict[str, Any]:
+        """The arguments of a call by name in the signature's order, defaults filled in (a
+        ``TypeError`` as Python words it for a call that does not fit the signature)."""
+        return dict(zip(self._names, self.ordered(args, kwargs)))
+
+    def ordered(self, args, kwargs) -> list:
+        """The arguments of a call in the signature's order, defaults filled in (a ``TypeError``
+        as Python words it for a call that does not fit the signature)."""
+        if len(args) <= self._positional:
+            values = list(args)
+            taken = 0  # keyword arguments used
+            for name in self._names[len(args) :]:
+                if name in kwargs:
+                    values.append(kwargs[name])
+                    taken += 1
+                elif name in self._defaults:
+                    values.append(self._defaults[name])
+                else:
+                    break  # missing
+            else:
+                if taken == len(kwargs):  # none unknown or given twice
+                    return values
+        bound = self.signature.bind(*args, **kwargs)  # raises what Python would
+        bound.apply_defaults()
+        return list(bound.arguments.values())
+
+    def _given_outputs(self, planned, out, arguments: dict, backend: Backend):
+        """``out=`` checked against the plan (shapes, dtypes, the backend's arrays, no overlap
+        with an input), in the form the kernel takes."""
+        single = self.returns == "array"
+        shapes = [None if s is None else out_spec(*s) for s in ([planned] if single else planned)]
+        if single and isinstance(out, (list, tuple)):
+            raise TypeError("out must be one array for this op, got a list")
+        if not single and not isinstance(out, (list, tuple)):
+            raise TypeError("out must be a list of arrays for this op")
+        outs = _validate.out_arrays(out, shapes, _validate.arrays_in(arguments), backend.owns)
+        return outs[0] if single else tuple(outs) if self.returns == "tuple" else outs
 
     def _memory_error(self, e: MemoryError):
         if isinstance(e, _validate.AllocationError):
             raise e
         raise _validate.AllocationError(f"embnum.{self.name}: not enough memory for this call ({e})") from e
 
-    def _cpu_call(self, args, out):
-        impl = self._implementations.get("cpu")
-        if impl is None or _small_call is None:
-            impl = self._cpu_implementation()
-        return _small_call(impl, args, out)
-
-    def _cpu_implementation(self) -> Callable:
-        global _small_call
-        select_backend({}, "cpu")  # raises where Numba is missing
-        from .cpu._common import small_call
-
-        _small_call = small_call
-        return self.implementation("cpu")
-
-    def _call(self, arguments: dict[str, Any], out, backend, plan: tuple | None = None):
-        arrays = _validate.arrays_in(arguments)
-        if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
-            arguments, arrays = _plain_arrays(arguments)
-        chosen = select_backend(arrays, backend)
-        if plan is None:
-            plan = self.declaration(**arguments)
-        if chosen.name == "ref":
-            _check_returns(self, plan)
-        args, planned = plan
-        if self.mutates:
-            _validate.no_alias(arguments, self.mutates)
-        if planned is None:
-            if out is not None:
-                raise TypeError(f"{self.name} takes no out=")
-            if chosen.name == "cpu":
-                return self._cpu_call(args, None)
-            return self.implementation(chosen.name)(**args)
-        single = self.returns == "array"
-        as_tuple = self.returns == "tuple"
-        specs = [planned] if single else list(planned)
-        shapes = [None if s is None else out_spec(*s) for s in specs]
-        outs = None
-        if out is not None:
-            if single and isinstance(out, (list, tuple)):
-                raise TypeError("out must be one array for this op, got a list")
-            if not single and not isinstance(out, (list, tuple)):
-                raise TypeError("out must be a list of arrays for this op")
-            outs = _validate.out_arrays(out, shapes, arrays, chosen.owns)
-        if chosen.name == "ref":
-            result = _zero_d_arrays(self.implementation("ref")(**args))
-            results = [result] if single else list(result)
-            _check_oracle(self.name, results, shapes)
-            if outs is None:
-                return result
-            for o, r in zip(outs, results):
-                if o is not None:
-                    o[...] = r
-        else:
-            if outs is None:
-                empty = self._host_empty if chosen.name == "cpu" else chosen.empty
-                outs = [None if s is None else empty(*s) for s in shapes]
-            given = outs[0] if single else tuple(outs) if as_tuple else outs
-            if chosen.name == "cpu":
-                self._cpu_call(args, given)
-            else:
-                self.implementation(chosen.name)(**args, out=given)
-        if out is not None:
-            return out
-        return outs[0] if single else tuple(outs) if as_tuple else outs
-
-    def _make_public(self) -> Callable:
-        """Generate ``def <name>(<params>, *, out=None, backend=None)`` from the declaration.
-
-        The function is written out (not a ``*args`` wrapper) so that its
-        signature is the op's and a call costs no argument binding. It holds the
-        common case inline (issue 12: a tiny call's cost is its Python work): no
-        ``out=``/``backend=``, every argument a plain ``np.ndarray`` or a Python
-        scalar (``None`` included; with a list argument: :meth:`call`'s rule,
-        :func:`_all_plain_numpy`), and the cpu kernel
-        already loaded (by an earlier call through :meth:`call`). Then the
-        declaration is called directly, its outputs checked (:func:`out_spec`; its
-        one-dimensional common case written inline) and allocated, and the kernel run through
-        ``cpu._common.small_call``'s rule: the same declaration, kernel and rules as
-        :meth:`call`, without building the arguments dict, searching for a backend or
-        scanning the arguments. Any other case (NumPy scalars, other array types, lists
-        holding them) goes through :meth:`call`.
-
-        Once the cpu kernel is loaded and takes its plan's arguments by name then ``out``,
-        :meth:`_inline_kernel` rewrites the function's code with that call and the one-thread
-        rule written out (``cpu._common.serial_rule``: no runner frame per call). The
-        generated locals start with ``_``, which no op parameter does."""
-        if any(name.startswith("_") for name in self.signature.parameters):
-            raise ValueError(f"{self.name}: op parameters may not start with '_' (the generated code's locals do)")
-        namespace = {
-            "_op": self,
-            "_defaults": {},
-            "_declaration": self.declaration,
-            "_implementations": self._implementations,
-            "_run": None,  # set by implementation("cpu") once Numba and the cpu kernels are loaded
-            "_out_spec": out_spec,
-            "_MAX_SIZE": _MAX_SIZE,
-            "_DTYPE_TYPES": _DTYPE_TYPES,
-            "_empty": np.empty,  # the family's empty_output once the cpu kernels are loaded
-            "_ndarray": np.ndarray,
-            "_FAST_TYPES": _FAST_TYPES,
-            "_plain_numpy": _plain_numpy,
-            "_common": None,  # embnum.cpu._common, once loaded (the one-thread rule)
-        }
-        self._namespace = namespace
-        public = self._compile_public(None)
-        public.__doc__ = self.declaration.__doc__
-        public.__module__ = "embnum"
-        public.op = self
-        return public
-
-    def _compile_public(self, rule: list[str] | None) -> Callable:
-        """The public function of :meth:`_make_public` compiled in its namespace; with ``rule``
-        (``cpu._common.serial_rule``'s lines for the kernel's positional call) its
-        single-output case runs those lines instead of calling ``_run``."""
-        params = list(self.signature.parameters.values())
-        defaults = self._namespace["_defaults"]
-        defaults.update({p.name: p.default for p in params if p.default is not inspect.Parameter.empty})
-        positional = [p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-        keyword = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]  # stay keyword-only
-        head = ", ".join(p.name if p.name not in defaults else f"{p.name}=_defaults[{p.name!r}]" for p in positional)
-        tail = "out=None, backend=None" if self.takes_out else "backend=None"
-        tail = ", ".join(
-            [f"{p.name}=_defaults[{p.name!r}]" if p.name in defaults else p.name for p in keyword] + [tail]
-        )
-        args = ", ".join(f"{p.name!r}: {p.name}" for p in params)
-        out = "out" if self.takes_out else "None"
-        lines = [f"def {self.name}({head + ', ' if head else ''}*, {tail}):"]
-        if (self.takes_out or self.returns == "computed") and params and not self.mutates:
-            names = [p.name for p in params]
-            if len(names) == 1:
-                plain = f"type({names[0]}) is _ndarray"
-            else:
-                types = ", ".join(f"type({n})" for n in names)
-                plain = (  # plain arrays and scalars; with a list argument, its items too (call's rule)
-                    f"(_FAST_TYPES.issuperset(_types := ({types}))"
-                    f" or (list in _types or tuple in _types) and _plain_numpy(({', '.join(names)},)))"
-                )
-            decl_args = ", ".join([p.name for p in positional] + [f"{p.name}={p.name}" for p in keyword])
-            ready = "_run is not None and " if rule is None else ""  # the rewrite runs once it is set
-            if self.returns == "array":
-                body = [
-                    f"_args, (_shape, _dtype) = _declaration({decl_args})",
-                    "if not (  # out_spec's common case for one dimension; anything else takes out_spec",
-                    "    type(_shape) is tuple and len(_shape) == 1 and type(_dtype) in _DTYPE_TYPES",
-                    "    and type(_shape[0]) is int and 0 <= _shape[0] * _dtype.itemsize <= _MAX_SIZE",
-                    "):",
-                    "    _shape, _dtype = _out_spec(_shape, _dtype)",
-                    "_result = _empty(_shape, _dtype)",
-                    *(
-                        ["_run(_impl, _args, _result)  # small_call: one thread on small inputs"]
-                        if rule is None
-                        else rule
-                    ),
-                    "return _result",
-                ]
-            elif self.returns == "computed":  # the kernel returns its own result
-                body = [
-                    f"_args, _planned = _declaration({decl_args})",
-                    "return _run(_impl, _args, None)",
-                ]
-            else:  # several outputs (None: an output not requested)
-                body = [
-                    f"_args, _planned = _declaration({decl_args})",
-                    "_given = _op._host_outputs(_planned)",
-                    "_run(_impl, _args, _given)",
-                    "return _given",
-                ]
-            lines += [
-                f"    if {'out is None and ' if self.takes_out else ''}backend is None and {ready}{plain}:",
-                "        _impl = _implementations.get('cpu')",
-                "        if _impl is not None:",
-                "            try:",
-                *(f"                {line}" for line in body),
-                "            except MemoryError as _e:",
-                "                _op._memory_error(_e)",
-            ]
-        lines.append(f"    return _op.call({{{args}}}, {out}, backend)")
-        code = compile("\n".join(lines) + "\n", f"<embnum op {self.name}>", "exec")
-        # the function is defined in the namespace (its globals); a rewrite only takes its code
-        scope = self._namespace if rule is None else dict(self._namespace)
-        exec(code, scope)
-        return scope[self.name] if rule is None else scope[self.name].__code__
-
-    def _inline_kernel(self, rule: list[str]) -> None:
-        """Give the public function the code with the cpu kernel's call and the one-thread rule
-        written out (see :meth:`_make_public`): the same function object (its signature,
-        defaults, docstring and identity are kept), a new ``__code__`` compiled for the same
-        namespace."""
-        if self.takes_out and self.signature.parameters and not self.mutates:
-            self.public.__code__ = self._compile_public(rule)
-
     def __repr__(self) -> str:
         return f"<embnum op {self.family}.{self.name}>"
 
 
 _MAX_SIZE = _validate.MAX_SIZE
-_small_call: Callable | None = None  # embnum.cpu._common.small_call, once Numba is loaded
+_CPU = BACKENDS["cpu"]
+_REF = BACKENDS["ref"]
 
 _SCALAR_TYPES = frozenset((int, float, bool, str, type(None)))
-_FAST_TYPES = _SCALAR_TYPES | {np.ndarray}  # the argument types of the public function's short path
+_FAST_TYPES = _SCALAR_TYPES | {np.ndarray}  # argument types that need no closer look
 _NOT_ARRAYS = _SCALAR_TYPES | {list, tuple}  # a list item that is a list (nested keys) is no array
 
 
@@ -453,21 +311,6 @@ def _other_array(v) -> bool:
     """An array that is not a plain ``np.ndarray`` (a subclass, a CuPy array)."""
     t = type(v)
     return t not in _NOT_ARRAYS and t is not np.ndarray and (isinstance(v, np.ndarray) or is_array(v))
-
-
-def _positional_kernel(impl: Callable) -> list[str] | None:
-    """The names of a cpu kernel's parameters before ``out`` when they are plain names without
-    defaults ending in ``out`` (the kernel is then called positionally:
-    ``cpu._common.kernel_runner``, or the public function's inline call), else None (keyword
-    call through ``cpu._common.small_call``)."""
-    try:
-        params = list(inspect.signature(impl).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
-    if not plain or not params or params[-1].name != "out":
-        return None
-    return [p.name for p in params[:-1]]
 
 
 def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
@@ -478,8 +321,7 @@ def _all_plain_numpy(arguments: dict[str, Any]) -> bool:
 
 
 def _plain_numpy(values) -> bool:
-    """:func:`_all_plain_numpy` over the argument values (the generated public function passes
-    them as a tuple when one of them is a list or tuple)."""
+    """:func:`_all_plain_numpy` over the argument values."""
     for v in values:
         t = type(v)
         if t is list or t is tuple:
@@ -511,18 +353,6 @@ def _plain_arrays(arguments: dict[str, Any]):
     return out, _validate.arrays_in(out)
 
 
-def _zero_d_arrays(result):
-    """The oracle's NumPy scalars (a ufunc on a 0-d array returns one) as 0-d arrays, like
-    the other backends' results."""
-    if isinstance(result, np.generic):
-        return np.asarray(result)
-    if isinstance(result, list):
-        return [np.asarray(r) if isinstance(r, np.generic) else r for r in result]
-    if isinstance(result, tuple) and not hasattr(result, "_fields"):
-        return tuple(np.asarray(r) if isinstance(r, np.generic) else r for r in result)
-    return result
-
-
 def _check_returns(op: Op, plan) -> None:
     """The declaration's plan is ``(args, out)`` and ``out`` agrees with the op's declared
     ``returns`` (checked on the oracle path, which the tests run for every op)."""
@@ -543,21 +373,6 @@ def _check_returns(op: Op, plan) -> None:
         raise AssertionError(f"{op.name} is declared returns={op.returns!r} but its plan describes {kind!r}")
 
 
-def _check_oracle(name, results, shapes):
-    if len(results) != len(shapes):
-        raise AssertionError(f"embnum.ref {name} returned {len(results)} results, expected {len(shapes)}")
-    for r, spec in zip(results, shapes):
-        if spec is None or r is None:
-            if spec is not None or r is not None:
-                raise AssertionError(f"embnum.ref {name} returned {r!r} where the plan expects {spec}")
-            continue
-        shape, dtype = spec
-        if tuple(r.shape) != tuple(shape) or r.dtype != dtype:
-            raise AssertionError(
-                f"embnum.ref {name} returned {r.dtype}{tuple(r.shape)}, expected {dtype}{tuple(shape)}"
-            )
-
-
 _OPS: dict[str, Op] = {}
 
 
@@ -569,7 +384,7 @@ def op(
     same_as: str | None = None,
     mutates: tuple[str, ...] = (),
 ):
-    """Register the decorated declaration as ``embnum.<name>``; return the public function.
+    """Register the decorated declaration as ``embnum.<name>``; return the op (its public function).
 
     ``returns`` is the kind of result (:data:`RETURNS`): ``"array"`` (the
     default), ``"list"``, ``"tuple"``, ``"computed"`` (data-dependent sizes:
@@ -596,7 +411,7 @@ def op(
         if o.name in _OPS:
             raise ValueError(f"op {o.name!r} declared twice")
         _OPS[o.name] = o
-        return o.public
+        return o
 
     return register
 

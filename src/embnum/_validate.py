@@ -8,6 +8,7 @@ CuPy arrays alike (``xp`` is the array's module); they never modify inputs.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import operator
 
@@ -99,11 +100,6 @@ def size(name: str, v, *, limit: int | None = None) -> int:
 def positive(name: str, v) -> int:
     """A Python/NumPy integer ``>= 1`` (``bool`` is rejected)."""
     return integer(name, v, min=1, what="a positive int")
-
-
-def optional_size(name: str, v) -> int | None:
-    """``None`` or a non-negative integer (a size hint)."""
-    return None if v is None else size(name, v)
 
 
 def flag(name: str, v) -> bool:
@@ -251,32 +247,21 @@ def offsets_parts(offs) -> list:
     return [offs[0], drop, offs[-1]]
 
 
-_NUMBA = None  # embnum._validate_numba once loaded; False where Numba is missing
-
-
-def _compiled():
+@functools.cache
+def compiled():
     """The Numba-compiled one-pass checks (:mod:`embnum._validate_numba`), or None where
     Numba is missing (loaded on first use: ``import embnum`` loads no Numba)."""
-    global _NUMBA
-    if _NUMBA is None:
-        try:
-            from . import _validate_numba as compiled
-        except ImportError:
-            compiled = False
-        _NUMBA = compiled
-    return _NUMBA or None
-
-
-def compiled():
-    """The compiled one-pass checks (:mod:`embnum._validate_numba`), or None where Numba is
-    missing; for checks on host arrays the caller has already made (loaded on first use)."""
-    return _NUMBA or _compiled()
+    try:
+        from . import _validate_numba
+    except ImportError:
+        return None
+    return _validate_numba
 
 
 def _fast(a):
     """The compiled checks when ``a`` is a plain NumPy int32/int64 array, else None."""
     if type(a) is np.ndarray and a.dtype in INDEX_DTYPES:
-        return _NUMBA or _compiled()
+        return compiled()
     return None
 
 
@@ -293,14 +278,10 @@ def min_max(a) -> tuple[int, int]:
 def host_int32_prefix_fits(a, drop_last: bool) -> bool:
     """Whether every running sum along the last axis of a plain NumPy int32 array ``a`` (1-D or
     2-D; a row's last entry left out when ``drop_last``) stays in int32: the compiled verdict
-    (``_validate_numba.int32_prefix_fits``). The first call rebinds this module's name to the
-    compiled function itself: callers look it up as ``v.host_int32_prefix_fits`` on every call,
-    which then costs no Python frame (``import embnum`` still loads no Numba). Without Numba,
-    True only where the min/max bound proves it (the caller then runs its exact rule, which
-    names the error)."""
-    compiled = _NUMBA or _compiled()
-    fn = globals()["host_int32_prefix_fits"] = compiled.int32_prefix_fits if compiled else _int32_bound_fits
-    return fn(a, drop_last)
+    (``_validate_numba.int32_prefix_fits``). Without Numba, True only where the min/max bound
+    proves it (the caller then runs its exact rule, which names the error)."""
+    fast = compiled()
+    return fast.int32_prefix_fits(a, drop_last) if fast is not None else _int32_bound_fits(a, drop_last)
 
 
 def _int32_bound_fits(a, drop_last: bool) -> bool:
@@ -319,7 +300,8 @@ def _offsets_summary(offs) -> tuple[int, int, int]:
     if fast is not None:
         first, i, last = fast.offsets_summary(offs)
         return int(first), int(i), int(last)
-    return tuple(int(x) for x in read_ints(*offsets_parts(offs)))
+    first, i, last = (int(x) for x in read_ints(*offsets_parts(offs)))
+    return first, i, last
 
 
 def offsets(name: str, offs, *, n_values=None, first_zero=False, last_equals=None, summary=None):
@@ -441,7 +423,7 @@ def out_arrays(out, specs, inputs: dict, owns) -> list:
     return list(outs)
 
 
-# -- overflow-safe checks (issue 11) ----------------------------------------------------
+# -- overflow-safe checks ---------------------------------------------------------------
 # Sizes, sums of lengths and ``offset + length`` bounds are computed so that they cannot
 # wrap: scalars as Python ints, arrays with bounds checked before adding or multiplying
 # (``offset > width - length``, never ``offset + length > width``) and sums that stay
@@ -549,7 +531,7 @@ def no_alias(arguments: dict, written) -> None:
     spans compared; any doubt (a zero-size array, which also covers one array passed twice;
     bounds past 2**62; lists of arrays, other arrays) and any overlap take the exact
     pairwise rule, which names the pair."""
-    fast = _NUMBA or _compiled()
+    fast = compiled()
     if fast is None or not _spans_apart(arguments, written, fast.array_span):
         _no_alias_exact(arguments, written)
 

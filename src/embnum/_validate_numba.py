@@ -176,7 +176,7 @@ def row_sums(a):
 
 
 # ---------------------------------------------------------------------------------------------
-# k13j (issue 12): one-pass verdicts of the jagged, kjt and quant declarations on host data.
+# One-pass verdicts of the jagged, kjt and quant declarations on host data.
 # Each returns a verdict (and the sizes the plan needs) and never raises: on a failing verdict the
 # declaration reruns its exact Python rules, which name the error. Overflow-safe: sums are bounded
 # before adding (``y > limit - total``), products by division, differences only of ordered values.
@@ -412,7 +412,7 @@ def unique_count(hsc, hso, offsets, indices, B):
     return K
 
 
-# -- keyed_tensor and TBE verdicts (issue 12 item 1, k13k) ---------------------------------
+# -- keyed_tensor and TBE verdicts ------------------------------------------------------
 @_jit
 def pooled_lists_ok(offs, perm, inv_offs, inv, D):
     """Whether the four lists of ``permute_pooled_embs`` pass every rule of its declaration
@@ -473,7 +473,7 @@ def tbe_lookups_ok(indices, offsets, B, rows, pruned_ok):
     return True
 
 
-# -- the common call path (issue 12 item 1): int32 prefix sums ---------------------------------
+# -- the common call path: int32 prefix sums ---------------------------------------------------
 _I32_MAX = np.int64(2**31 - 1)
 _I32_MIN = np.int64(-(2**31))
 
@@ -504,7 +504,7 @@ def int32_prefix_fits(a, drop_last):
     return True
 
 
-# -- k15d: in-place ops' alias check (issue 12 item 1) -------------------------------------------
+# -- in-place ops' alias check --------------------------------------------------------------------
 _SPAN_LIMIT = np.int64(2**62)
 
 

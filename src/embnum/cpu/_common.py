@@ -12,13 +12,14 @@ accumulation, one rounding to float16).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
 
 from .. import _half, _offsets_walk
-from .._jit import njit
+from .._jit import _cpu_cache, _enable, njit
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -110,8 +111,8 @@ slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
 # crossover, where all threads were >= 10% faster by p10, was at or above these sizes for
 # every kernel that had one). 0: the kernel has no parallel region (switching the thread
 # count would cost ~1.5 us for nothing). Kernels not in the table use SERIAL_BYTES (an
-# estimate). Both are constants (generated code has them written in, see serial_rule).
-# SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel, read on every call.
+# estimate). SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel. All three are
+# read on every call (serial_bytes).
 SERIAL_BYTES = 1 << 16
 SERIAL_BYTES_OF: Mapping[str, int] = MappingProxyType(
     {
@@ -120,7 +121,7 @@ SERIAL_BYTES_OF: Mapping[str, int] = MappingProxyType(
         "inclusive_cumsum": 0,
         "permute_2d_sparse_data": 0,
         "permute_1d_sparse_data": 0,
-        "invert_permute": 0,  # a serial scatter since issue 12 item 6: no parallel region
+        "invert_permute": 0,  # a serial scatter: no parallel region
         "expand_into_jagged_permute": 0,  # a serial kernel: switching the thread count only costs (~1.5 us)
         "keyed_jagged_index_select_dim1": 0,  # the permutes' gather: it picks its own threads (SPLIT_BYTES)
         "offsets_range": 1909760,
@@ -142,7 +143,7 @@ SERIAL_BYTES_OF: Mapping[str, int] = MappingProxyType(
         "regroup_keyed_tensor": 0,
         "kt_regroup_arguments": 0,  # host Python only
     }
-)  # read-only: serial_rule writes a kernel's threshold into generated code
+)
 SERIAL_OVERRIDE: int | None = None
 
 
@@ -159,7 +160,7 @@ def _thread_control():
     return get, put
 
 
-_GET_THREADS, _SET_THREADS = _thread_control()
+get_threads, set_threads = _thread_control()
 
 
 def array_bytes(args: dict, out, limit: int) -> int:
@@ -180,93 +181,49 @@ def array_bytes(args: dict, out, limit: int) -> int:
 
 def on_one_thread(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with Numba's thread count set to 1 for the call."""
-    n = _GET_THREADS()
+    n = get_threads()
     if n == 1:
         return fn(*args, **kwargs)
-    _SET_THREADS(1)
+    set_threads(1)
     try:
         return fn(*args, **kwargs)
     finally:
-        _SET_THREADS(n)
+        set_threads(n)
 
 
-def small_call(impl, args: dict, out):
-    """``impl(**args, out=out)`` (``out`` omitted when None), on one thread when the arrays
-    it touches hold fewer than the kernel's threshold (``SERIAL_BYTES_OF[impl.__name__]``,
-    else ``SERIAL_BYTES``; ``SERIAL_OVERRIDE`` when set). Kernels whose work is not told by
-    their arrays' sizes (a lookup into a large table) apply the rule to their own work."""
-    limit = SERIAL_OVERRIDE if SERIAL_OVERRIDE is not None else SERIAL_BYTES_OF.get(impl.__name__, SERIAL_BYTES)
-    if limit:
-        n = _GET_THREADS()  # on_one_thread written inline (and no byte count on one thread): every small call
-        if n != 1 and array_bytes(args, out, limit) < limit:
-            _SET_THREADS(1)
-            try:
-                return impl(**args) if out is None else impl(**args, out=out)
-            finally:
-                _SET_THREADS(n)
-    return impl(**args) if out is None else impl(**args, out=out)
+def serial_bytes(name: str) -> int:
+    """The one-thread threshold of the kernel ``name``: ``SERIAL_OVERRIDE`` when set, else
+    ``SERIAL_BYTES_OF[name]``, else ``SERIAL_BYTES`` (0: never switch the thread count). The
+    cpu backend's ``run`` (``embnum._backend.CpuBackend``) applies it to every call."""
+    if SERIAL_OVERRIDE is not None:
+        return SERIAL_OVERRIDE
+    return SERIAL_BYTES_OF.get(name, SERIAL_BYTES)
 
 
-def serial_rule(name: str, call: str, args: str, out: str) -> list[str]:
-    """:func:`small_call`'s rule for the kernel ``name`` as lines of Python source, for code that
-    writes it inline (:func:`kernel_runner`; the registry's generated public function): ``call``
-    (the kernel's positional call) unless the arrays may need one thread, then
-    ``small_call(_impl, <args>, <out>)``. The kernel's threshold (``SERIAL_BYTES_OF[name]``, else
-    ``SERIAL_BYTES``: constants) is written into the lines; ``SERIAL_OVERRIDE`` and the thread
-    count are read on every call. The lines read ``_common`` (this module) and ``_impl`` (the
-    kernel) from their scope and may assign ``_limit``."""
-    small = f"    _common.small_call(_impl, {args}, {out})"
-    limit = SERIAL_BYTES_OF.get(name, SERIAL_BYTES)
-    if not limit:  # no threshold: only an override can ask for one thread
-        return ["if _common.SERIAL_OVERRIDE and _common._GET_THREADS() != 1:", small, "else:", f"    {call}"]
-    return [
-        "_limit = _common.SERIAL_OVERRIDE",
-        "if _limit is None:",
-        f"    _limit = {int(limit)}",
-        "if _limit and _common._GET_THREADS() != 1:",
-        small,
-        "else:",
-        f"    {call}",
-    ]
+class _SerialKey:
+    """Mixed into the on-disk cache of a :func:`serial_twin`: the parallel kernel's index file
+    (the same Python function), its entries keyed apart (Numba keys an entry by signature and
+    bytecode, not by the parallel flag, so without the mark a twin would load the parallel
+    machine code, or the kernel the serial one)."""
+
+    def _index_key(self, sig, codegen):
+        return (*super()._index_key(sig, codegen), "serial")
 
 
-def positional_call(names, args: str, out: str) -> str:
-    """``_impl(<args>['a'], <args>['b'], <out>)``: a kernel whose parameters are exactly ``names``
-    then ``out``, called positionally (a missing key is still a ``KeyError``)."""
-    return "_impl(" + ", ".join([f"{args}[{n!r}]" for n in names] + [out]) + ")"
-
-
-def kernel_runner(impl, name: str, names) -> object:
-    """``run(impl, args, out)``: :func:`small_call` for a kernel whose parameters are exactly
-    ``names`` (the keys of its plan's ``args``, in order) then ``out``, with the kernel called
-    positionally (:func:`positional_call`), which saves the keyword-dict merge of
-    ``impl(**args, out=out)`` (~0.3 us) on every small call; the rule is :func:`serial_rule`'s."""
-    import sys
-
-    lines = serial_rule(name, positional_call(names, "_args", "_out"), "_args", "_out")
-    src = "def run(_impl, _args, _out):\n" + "".join(f"    {line}\n" for line in lines)
-    namespace = {"_common": sys.modules[__name__]}
-    exec(compile(src, f"<embnum kernel runner {name}>", "exec"), namespace)
-    return namespace["run"]
+@functools.cache
+def _serial_cache():
+    return type("SerialCache", (_SerialKey, _cpu_cache()), {})
 
 
 def serial_twin(kernel):
     """``kernel`` (a ``parallel=True`` njit function) compiled once more without the parallel
     runtime: the same code, ``prange`` run as ``range``, so the same results. Entering a parallel
     region costs ~2 us even on one thread; small calls, which run on one thread anyway, take the
-    twin (see :func:`one_thread`). The twin is a copy of the Python function under its own name,
-    so Numba's on-disk cache (keyed by name and signature, not by the parallel flag) keeps the two
-    apart."""
-    import types
-
-    fn = kernel.py_func
-    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + "_serial"
-    twin.__doc__ = fn.__doc__
-    return njit(cache=True)(twin)
+    twin (see :func:`one_thread`). Cached on disk beside the kernel (:class:`_SerialKey`)."""
+    return _enable(njit(kernel.py_func), _serial_cache)
 
 
 def one_thread() -> bool:
     """Whether Numba runs this thread's parallel regions on one thread now (``NUMBA_NUM_THREADS=1``,
-    or inside :func:`small_call`'s one-thread window): then a :func:`serial_twin` does the same work."""
-    return _GET_THREADS() == 1
+    or inside the cpu backend's one-thread window): then a :func:`serial_twin` does the same work."""
+    return get_threads() == 1

@@ -1,12 +1,12 @@
 """Reuse of large host outputs for the cpu kernels of the families that opt in.
 
 Why: a fresh output of many MiB costs more than the kernel that fills it. Each call
-would get new pages from the OS, which the kernel zeroes at first touch: on issue 12's
+would get new pages from the OS, which the kernel zeroes at first touch: on the benchmark's
 2-core VM a fresh 32 MiB float32 fill took 4.9-6.3 ms against 1.6 ms into a kept buffer
 (``benchmarks/investigations/fresh_pages.py``), and under load up to ~60 ms (a VM with free page
 reporting hands freed 2 MiB blocks back to its host, so touching them again faults in
 the host; seen under load, not reproduced on the quiet machine). The dequantizer's own
-work is ~1.2-1.6 ms (benchmarks/RESULTS.md, issue 12 item 6). Pages that stay mapped in
+work is ~1.2-1.6 ms (benchmarks/RESULTS.md, quant). Pages that stay mapped in
 the process cost neither.
 
 The lifetime rule (what a caller can rely on):

@@ -255,13 +255,13 @@ def _vector_rows_impl(w):
 
 # columns pooled per pass over a bag's rows in ``_pool_bag8`` (a wider row takes several passes, the later
 # ones reading the bag's rows from the L1). 128: D=128 in one pass, 16 accumulators of 8 lanes (x86's AVX2
-# has 16 vector registers, so LLVM spills ~3 to the stack). Issue-12 case, 1 thread, min of 21 rounds
+# has 16 vector registers, so LLVM spills ~3 to the stack). The benchmark case, 1 thread, min of 21 rounds
 # (A/B in one process): float16 30.5 -> 28.9 ms with 128 columns, 38.5 with 64 (two passes); float32 53.4 -> 47.2.
 POOL_COLUMNS = 128
 # the pooled forward writes outputs of at least STREAM_BYTES with non-temporal stores (x86 only): a
 # large output is not read again from the caches before it is evicted, and ordinary stores read
 # every line in first (read for ownership) and leave it dirty for the next kernel's misses to write
-# back. Issue-12 case at T=8 (8 MiB output), float16, 1 thread, A/B in one process, min / median of
+# back. The benchmark case at T=8 (8 MiB output), float16, 1 thread, A/B in one process, min / median of
 # 40 rounds: 7.98 / 9.20 ms -> 7.58 / 8.23 ms, the gather floor's 7.63 / 7.91.
 STREAM_BYTES = 4 << 20
 STREAM = llvm_binding.get_process_triple().startswith("x86_64")
@@ -499,7 +499,7 @@ def _feature_groups(doff):
     """The forward's kernel calls for ``D_offsets``: ``((kernel, features int64 [n]), ...)``, one
     per specialised dim present, then the generic kernel with the other features (if any).
 
-    Grouping with NumPy cost ~13 us per call, most of a small forward's time (issue 12), and a
+    Grouping with NumPy cost ~13 us per call, most of a small forward's time, and a
     model passes the same ``D_offsets`` on every call: cached by content. The key is the array's
     dtype and bytes (``doff`` is 1-D, so they fix its length and every value the grouping reads):
     a hit can never be stale, an array changed in place has other bytes. Bounded and thread-safe
@@ -615,7 +615,7 @@ def _tables(hash_size_cumsum, weights_offsets, D_offsets, rows, offsets, B):
     ``FIRST_FEATURE, START, END`` (its lookups' position range), ``ROWS, DIM,
     WEIGHTS_OFFSET, FIRST_ROW`` (its first linear row id), ``END_FEATURE`` (one past its
     last feature: the features of a table are consecutive). Compiled (one call instead of
-    a Python loop over the features: issue 12 item 1)."""
+    a Python loop over the features)."""
     T = weights_offsets.shape[0]
     out = np.empty((T, 8), dtype=np.int64)
     n = 0
@@ -657,7 +657,7 @@ def _tables_one_by_one():
     """``parallel_chunksize(1)`` (tables handed out one by one: dynamic scheduling, so a thread
     the OS deschedules does not hold up the others); on one thread (every small call) a no-op
     context instead, since entering numba's costs ~4 us and changes nothing there."""
-    return _SERIAL if _common._GET_THREADS() == 1 else parallel_chunksize(1)
+    return _SERIAL if _common.get_threads() == 1 else parallel_chunksize(1)
 
 
 @njit(cache=True, inline="always")
@@ -1022,7 +1022,7 @@ def _starts(lk):
 @njit(cache=True)
 def _starts_of(counts, tables):
     """``_starts``' two prefix sums in one compiled call (with NumPy: ~7 us of a small call's
-    host work, issue 12 item 2). int64 throughout, as NumPy summed them."""
+    host work). int64 throughout, as NumPy summed them."""
     n = counts.shape[0]
     row_start = np.zeros(n + 1, dtype=np.int64)
     value_start = np.zeros(n + 1, dtype=np.int64)

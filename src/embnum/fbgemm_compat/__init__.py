@@ -78,7 +78,7 @@ def status() -> dict:
     finder = active_finder()
     operators: list[str] = []
     bridge = sys.modules.get("embnum.torch_bridge.fbgemm_aliases")
-    if bridge is not None and bridge._LIBRARY is not None:
+    if bridge is not None and bridge.registered():
         operators = sorted(bridge.ALIASES)
     return {
         "installed": finder is not None,

@@ -62,7 +62,7 @@ def _value_array(name, a, ndim):
     return v.array(name, a, ndim=ndim, dtypes=v.VALUE_DTYPES)
 
 
-# -- the per-call path (issue 12) --------------------------------------------
+# -- the per-call path --------------------------------------------------------
 # On plain NumPy arrays and Python ints a declaration first asks ONE compiled pass of
 # ``embnum._validate_numba`` (``v.compiled()``) per offsets array for its verdict; when every rule
 # holds the plan is built from that. A failing verdict, other argument types or a missing Numba take

@@ -21,7 +21,7 @@ _MAX = v.MAX_SIZE
 _ND = np.ndarray
 
 
-# -- the per-call path (issue 12) --------------------------------------------
+# -- the per-call path --------------------------------------------------------
 # On plain NumPy arrays each declaration first asks ONE compiled pass of ``embnum._validate_numba``
 # (``v.compiled()``) for its verdict and the sizes its plan needs; when every rule holds the plan is
 # built from that. Any failing verdict, other array types or a missing Numba take the exact rules

@@ -34,7 +34,7 @@ def _rows_input(name, a, *, dtypes, exactly_2d=False):
 
 
 def _bit_rate(bit_rate):
-    if type(bit_rate) is int and bit_rate in BIT_RATES:  # the per-call case (issue 12)
+    if type(bit_rate) is int and bit_rate in BIT_RATES:  # the per-call case
         return bit_rate
     bit_rate = v.integer("bit_rate", bit_rate, what="an int (2, 4 or 8)")
     if bit_rate not in BIT_RATES:
@@ -102,7 +102,7 @@ def hfp8_usual_max_pos(ebits, exponent_bias):
 
 def _bfloat16_bits(name, a):
     """A uint16 array, or an ``ml_dtypes.bfloat16`` array read as uint16."""
-    if type(a) is np.ndarray and a.dtype == U16:  # the per-call case (issue 12): no dtype name built
+    if type(a) is np.ndarray and a.dtype == U16:  # the per-call case: no dtype name built
         return a
     v.array(name, a)
     if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:

@@ -2,7 +2,7 @@
 
 ``tbe_pack_quantized`` is a host helper (NumPy in, NumPy out, no backend);
 ``tbe_forward_quantized`` is an op on every backend. Bounds checking is done
-here, once, before any kernel runs, by ``embnum._tbe_bounds`` (section 4 with
+here, once, before any kernel runs, by ``embnum._tbe_bounds`` (docs/families/tbe_quantized.md, the lookup, with
 the quantized lookup's own rule: ``-1`` is a pruned row in every mode,
 ``pruned_ok=True``): ``fatal``/``none`` raise,
 ``warning``/``ignore`` repair private copies of ``offsets`` and ``indices``,
@@ -24,14 +24,14 @@ from .._registry import check, op
 from .._tbe import NONE, POOLING_CODES
 from .quant import float_to_fused_8bit_rowwise, float_to_fused_nbit_rowwise
 
-# fbgemm SparseType codes of the row types of section 5.1
+# fbgemm SparseType codes of the row types (docs/families/tbe_quantized.md, row formats)
 TYPE_CODES = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3, "int2": 4}
 _TYPE_NAMES = {c: n for n, c in TYPE_CODES.items()}
 HELPERS = ("tbe_pack_quantized",)
 
 
 def raw_row_bytes(code: int, D: int) -> int:
-    """Bytes of one row of type ``code`` and dim ``D`` before alignment (section 5.1)."""
+    """Bytes of one row of type ``code`` and dim ``D`` before alignment."""
     return (4 * D, 2 * D, D + 4, D // 2 + 4, D // 4 + 4)[code]
 
 
@@ -244,7 +244,7 @@ def tbe_forward_quantized(
     ``output_dtype="float16"``) ``[B, D_offsets[T]]``, or ``[N, D]`` for ``"none"``
     (one ``D`` for all features; indices outside every bag give zero rows).
     ``-1`` is a pruned row in every bounds mode: it adds nothing but counts in
-    the ``"mean"`` divisor. Other bad indices/offsets: section 4 (``"fatal"``
+    the ``"mean"`` divisor. Other bad indices/offsets: as ``bounds_check_mode`` says (``"fatal"``
     and ``"none"`` raise, ``"warning"``/``"ignore"`` repair a private copy).
     Accumulation in float32 (fast paths) or float64 (oracle).
 

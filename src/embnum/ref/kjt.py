@@ -38,7 +38,7 @@ def permute_1d_sparse_data(permute, lengths, values, weights, total):
 
 # -- block bucketize --------------------------------------------------------
 def _bucket_and_id(u, bs, G, my_size, pos, w):
-    """Section 3.2 for the unsigned ids ``u`` (uint64) of one key; returns
+    """The bucket rule (docs/families/kjt.md) for the unsigned ids ``u`` (uint64) of one key; returns
     ``(bucket, new)`` as uint64 arrays."""
     bs, G, m = np.uint64(bs), np.uint64(G), np.uint64(my_size)
     Lb = G // m

@@ -16,10 +16,22 @@ from ._library import BRIDGES, build, to_array, to_tensor
 for _family in FAMILIES:  # each family's module here describes its bridges (one module per family)
     importlib.import_module(f"{__name__}.{_family}")
 
-__all__ = ["to_array", "to_tensor"]
-for _name, _spec in BRIDGES.items():
-    globals()[_name] = build(_spec)
-    __all__.append(_name)
-del _name, _spec, _family
+_FUNCTIONS = {name: build(spec) for name, spec in BRIDGES.items()}
+__all__ = ["to_array", "to_tensor", *_FUNCTIONS]
+del _family
+
+
+def __getattr__(name: str):
+    """``embnum.torch_bridge.<op>``: the op on tensors (``_library.BridgedOp``)."""
+    found = _FUNCTIONS.get(name)
+    if found is None:
+        raise AttributeError(f"module 'embnum.torch_bridge' has no attribute {name!r}")
+    return found
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
 from . import codecs  # noqa: E402,F401 - communication codecs over the ops built above
 from .fbgemm_aliases import register_fbgemm_aliases  # noqa: E402,F401 - opt-in torch.ops.fbgemm names

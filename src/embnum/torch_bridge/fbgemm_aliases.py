@@ -21,6 +21,7 @@ about fbgemm's allocator. They check their arguments as embnum's ops do.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -242,8 +243,6 @@ _alias("sum_reduce_to_one", "(Tensor[] input_tensors, Device target_device) -> T
 _alias("all_to_one_device", "(Tensor[] input_tensors, Device target_device) -> Tensor[]", None, all_to_one_device)
 _alias("is_uvm_tensor", "(Tensor t) -> bool", None, is_uvm_tensor)
 
-_LIBRARY: torch.library.Library | None = None
-
 
 def _implementation(embnum_name, adapter):
     if embnum_name is None:
@@ -266,9 +265,19 @@ def register_fbgemm_aliases() -> list[str]:
     Returns the fbgemm names. Calling it again does nothing more. Raises ``RuntimeError`` when
     fbgemm_gpu is loaded in this process (its own operators hold those names).
     """
-    global _LIBRARY
-    if _LIBRARY is not None:
-        return list(ALIASES)
+    _register()
+    return list(ALIASES)
+
+
+def registered() -> bool:
+    """Whether :func:`register_fbgemm_aliases` has defined the aliases in this process."""
+    return _register.cache_info().currsize > 0
+
+
+@functools.cache
+def _register() -> torch.library.Library:
+    """The ``fbgemm`` fragment holding the aliases, defined on the first call (a call that raises
+    defines nothing and is not remembered)."""
     taken = [n for n in ALIASES if _defined(n)]
     if "fbgemm_gpu" in sys.modules or taken:
         raise RuntimeError(
@@ -279,8 +288,7 @@ def register_fbgemm_aliases() -> list[str]:
     for name, (schema, embnum_name, adapter) in ALIASES.items():
         lib.define(name + schema)
         lib.impl(name, _implementation(embnum_name, adapter), "CompositeImplicitAutograd")
-    _LIBRARY = lib
-    return list(ALIASES)
+    return lib
 
 
 def _defined(name) -> bool:

@@ -1,4 +1,4 @@
-"""Small TBE calls (issue 12, items 1 and 2): the forward's feature grouping cached by the
+"""Small TBE calls: the forward's feature grouping cached by the
 content of ``D_offsets`` (``embnum.cpu.tbe._feature_groups``) gives exactly the groups the
 rule says, also after ``D_offsets`` is changed in place (a hit is never stale), and the cpu
 forward with the cache matches the reference."""

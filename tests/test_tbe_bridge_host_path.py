@@ -1,4 +1,4 @@
-"""The TBE bridge's direct path (issue 12 item 1: the bridge's per-call cost): ops with argument
+"""The TBE bridge's host path (the NumPy op on views, no dispatcher): ops with argument
 codecs and the in-place ``tbe_backward_update`` run their common case (plain CPU tensors needing
 no gradient, nothing watching the dispatcher) without the dispatcher, with the same results,
 errors and version-counter bumps as the dispatcher path; anything else still goes through
@@ -52,7 +52,7 @@ class _Dispatched(Exception):
 
 @pytest.fixture
 def no_dispatcher(monkeypatch):
-    """Make the user functions' dispatcher fallback raise: a call that returns took the direct path."""
+    """Make the user functions' dispatcher fallback raise: a call that returns took the host path."""
 
     def patch(name):
         fn = getattr(tb, name)
@@ -60,7 +60,7 @@ def no_dispatcher(monkeypatch):
         def refuse(*a, **k):
             raise _Dispatched(name)
 
-        monkeypatch.setitem(fn.__globals__, "_torch_op", refuse)
+        monkeypatch.setattr(fn, "torch_op", refuse)
         return fn
 
     return patch

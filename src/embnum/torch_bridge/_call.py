@@ -1,0 +1,292 @@
+"""The user-facing function of a bridged op (:class:`BridgedOp`): one path from the call to
+the NumPy op, the eager autograd ``Function`` or the registered custom op."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from ._convert import convert_output
+from ._spec import Bridge, same
+from ._values import check_value
+
+
+def _watched() -> bool:
+    """Whether something watches the dispatcher: torch.compile tracing, a dispatch or
+    function mode, jit tracing, the profiler (a call must then go through ``torch.ops``)."""
+    return bool(
+        _is_compiling()
+        or _dispatch_stack_len()
+        or _function_mode_enabled()
+        or _tracing_state() is not None
+        or torch.autograd.profiler._is_profiler_enabled
+    )
+
+
+_is_compiling = torch.compiler.is_compiling
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+_tracing_state = torch._C._get_tracing_state
+_grad_enabled = torch.is_grad_enabled
+_bump_versions = torch._C._increment_version
+_SLOW = object()  # what the eager autograd call returns when the call must go through the dispatcher
+_TENSOR_KINDS = ("Tensor", "Tensor?")
+_LIST_KINDS = ("Tensor[]", "Tensor?[]", "Tensor[]?")
+
+
+class BridgedOp:
+    """``embnum.torch_bridge.<name>(<the op's parameters>, *, backend=None)``: the op on tensors.
+
+    A call (:meth:`__call__`) binds the arguments in the op's order, encodes each codec's
+    parameter and checks every argument against its schema type (:func:`check_value`: an error
+    naming the argument), then runs the first of:
+
+    1. the NumPy op (``embnum.<name>``) on views of the tensors (``Tensor.numpy``: no copy),
+       where nothing watches the dispatcher (:func:`_watched`) and every tensor is a plain CPU
+       tensor of a NumPy dtype that needs no gradient (:meth:`_host_arrays`); what the
+       dispatcher would run itself, without its per-call cost (an in-place op bumps the version
+       counters of the tensors it writes first, as the dispatcher does);
+    2. the eager autograd Function (:func:`_eager_autograd`) where a plain CPU tensor needs a
+       gradient and the op has a formula;
+    3. the registered custom op ``torch.ops.embnum.<name>`` (``torch_op``): torch.compile,
+       other devices, tensor subclasses, bfloat16 and everything else.
+    """
+
+    def __init__(self, op, spec: Bridge, torch_op, impl: Callable):
+        self.op, self.spec, self.torch_op, self._impl = op, spec, torch_op, impl
+        self._names = tuple(op.signature.parameters)
+        self._kinds = tuple(spec.types[n] for n in self._names)
+        self._encode = tuple(spec.codecs[n][0] if n in spec.codecs else None for n in self._names)
+        self._decode = tuple(
+            (i, spec.codecs[n][1])
+            for i, n in enumerate(self._names)
+            if n in spec.codecs and spec.codecs[n][1] is not same
+        )
+        self._tensors = tuple(i for i, k in enumerate(self._kinds) if k in _TENSOR_KINDS)
+        self._lists = tuple(i for i, k in enumerate(self._kinds) if k in _LIST_KINDS)
+        self._written = tuple(i for i, n in enumerate(self._names) if n in op.mutates)
+        # the NumPy op takes the values positionally up to its keyword-only parameters
+        self._positional = op._positional
+        self._keyword = self._names[op._positional :]
+        # an in-place op whose written arguments are not all tensors always takes the dispatcher
+        self._host = all(i in self._tensors for i in self._written)
+        self._eager = None if op.mutates else _eager_autograd(spec, list(self._names), self._no_grad_call)
+        # what help(), inspect and the docs read from a function
+        self.__name__ = self.__qualname__ = op.name
+        self.__doc__ = op.declaration.__doc__
+        self.__module__ = "embnum.torch_bridge"
+        backend = inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)
+        self.__signature__ = op.signature.replace(parameters=[*op.signature.parameters.values(), backend])
+
+    def __call__(self, *args, backend=None, **kwargs):
+        values = self._schema_values(args, kwargs)
+        if not _watched():
+            arrays = self._host_arrays(values) if self._host else None
+            if arrays is not None:
+                if self._written:
+                    _bump_versions(tuple(values[i] for i in self._written if values[i] is not None))
+                return self._run_host(arrays, backend)
+            if self._eager is not None and _grad_enabled():
+                result = self._eager((*values, backend))
+                if result is not _SLOW:
+                    return result
+        return self.torch_op(*values, backend)
+
+    def _schema_values(self, args: tuple, kwargs: dict) -> list:
+        """The arguments in the op's order as the schema takes them: a codec's parameter
+        encoded, every value checked (:func:`check_value`; a plain tensor for a ``Tensor``
+        parameter needs no check)."""
+        if kwargs or len(args) != len(self._names):
+            args = self.op.ordered(args, kwargs)
+        values = []
+        for name, kind, encode, x in zip(self._names, self._kinds, self._encode, args):
+            if encode is not None:
+                x = encode(x)
+            if type(x) is not torch.Tensor or kind not in _TENSOR_KINDS:
+                if x is not None or kind != "Tensor?":
+                    x = check_value(name, kind, x)
+            values.append(x)
+        return values
+
+    def _host_arrays(self, values: list) -> list | None:
+        """``values`` with each tensor (and each tensor of a list) as a NumPy view, a codec's
+        parameter decoded (as the implementation would decode it); None where a tensor is not a
+        plain CPU tensor of a NumPy dtype, needs a gradient, or is an inference tensor the op
+        writes (the dispatcher's rules for those stay its own)."""
+        arrays = values.copy()
+        for i in self._tensors:
+            t = values[i]
+            if t is not None:
+                try:
+                    arrays[i] = t.numpy() if type(t) is torch.Tensor else None
+                except Exception:  # noqa: BLE001 - not a plain CPU tensor of a NumPy dtype: the full rule
+                    arrays[i] = _host_view(t)
+                if arrays[i] is None:
+                    return None
+        for i in self._lists:
+            if values[i] is not None:
+                arrays[i] = [None if t is None else _host_view(t) for t in values[i]]
+                if any(a is None and t is not None for a, t in zip(arrays[i], values[i])):
+                    return None
+        for i in self._written:
+            if values[i] is not None and values[i].is_inference():
+                return None
+        for i, decode in self._decode:
+            arrays[i] = decode(arrays[i])
+        return arrays
+
+    def _run_host(self, arrays: list, backend):
+        """The NumPy op on :meth:`_host_arrays`' values; its arrays as tensors (no copy)."""
+        if self._keyword:
+            k = self._positional
+            result = self.op(*arrays[:k], **dict(zip(self._keyword, arrays[k:])), backend=backend)
+        else:
+            result = self.op(*arrays, backend=backend)
+        if type(result) is np.ndarray and result.flags.writeable and not self.spec.bf16_patterns:
+            return torch.from_numpy(result)
+        if result is None:
+            return None
+        if type(result) is np.ndarray:
+            return convert_output(result, self.spec, False)
+        if isinstance(result, tuple):
+            return tuple(convert_output(r, self.spec, False) for r in result)
+        return [convert_output(r, self.spec, False) for r in result]
+
+    def _no_grad_call(self, args: tuple):
+        """The call in the eager autograd forward (grad mode is off there): the host path, or
+        the dispatcher's implementation (which converts what the host path cannot take)."""
+        arrays = self._host_arrays(list(args[:-1]))
+        return self._impl(*args) if arrays is None else self._run_host(arrays, args[-1])
+
+    def __repr__(self) -> str:
+        return f"<embnum.torch_bridge op {self.op.family}.{self.op.name}>"
+
+
+def _host_view(t):
+    """A NumPy view of ``t`` where the host path can take it (a plain CPU tensor, not bfloat16,
+    needing no gradient, or needing one while grad mode is off: detached), else None."""
+    if type(t) is not torch.Tensor or not t.is_cpu or t.dtype is torch.bfloat16:
+        return None
+    if t.requires_grad:
+        if _grad_enabled():
+            return None
+        t = t.detach()
+    try:
+        return t.numpy()
+    except Exception:  # noqa: BLE001 - a dtype NumPy has not (complex32, ...): the dispatcher's conversion
+        return None
+
+
+_functorch_stack = torch._C._functorch.peek_interpreter_stack
+
+
+class _EagerCall:
+    """One eager autograd call's layout: ``where[k]`` = (argument position, list index or
+    None) of the ``k``-th tensor passed to the Function, ``lengths`` of the list arguments,
+    ``out`` the result's shape (set by the forward: None, a list length, or which tuple
+    entries are present)."""
+
+    __slots__ = ("where", "lengths", "out")
+
+    def __init__(self, where, lengths):
+        self.where, self.lengths, self.out = where, lengths, None
+
+
+def _eager_autograd(spec: Bridge, names: list[str], impl: Callable):
+    """``run(args)``: an eager call that needs a gradient, through one ``torch.autograd.Function``
+    per op whose forward is ``impl(args)`` (the host path, else the implementation the
+    dispatcher runs; grad mode is off inside a Function's forward) and whose
+    ``setup``/``backward`` are the family's formula, called with the same arguments and
+    gradient structure as the registered autograd (:func:`_register_autograd`). What the
+    registered path adds per call (the dispatcher's autograd kernel, ``torch.library``'s
+    pytree flattening of every list and the default refill) is about 0.2 ms of the
+    ~0.35 ms an autograd call of a list op costs on a tiny input; here the tensor positions
+    are known per op. Returns ``_SLOW`` (the dispatcher then runs it) for anything but plain
+    CPU tensors (a subclass, another device, a functorch transform), and where nothing needs
+    a gradient. None for ops without a formula or with non-tensor results."""
+    if spec.backward is None or spec.setup is None or "int" in spec.returns:
+        return None
+    setup, formula, plain = spec.setup, spec.backward, torch.Tensor
+    every = (*names, "backend")
+    tensors = [i for i, n in enumerate(names) if spec.types[n] in _TENSOR_KINDS]
+    lists = [i for i, n in enumerate(names) if spec.types[n] in _LIST_KINDS]
+
+    def forward(ctx, args, call, *flat):
+        result = impl(args)
+        setup(ctx, dict(zip(every, args)), result)
+        ctx.embnum_where, ctx.embnum_lengths = call.where, call.lengths
+        if type(result) is list:
+            ctx.embnum_out = call.out = len(result)
+            return tuple(result)
+        if type(result) is tuple:
+            ctx.embnum_out = call.out = tuple(r is not None for r in result)
+            return tuple(r for r in result if r is not None)
+        ctx.embnum_out = call.out = None
+        return result
+
+    def backward(ctx, *grads):
+        shape, where = ctx.embnum_out, ctx.embnum_where
+        if type(shape) is int:  # a Tensor[] result: the gradients as one list
+            grads = (list(grads),)
+        elif shape is not None:  # a tuple with optional results: None where one was not returned
+            it = iter(grads)
+            grads = tuple(next(it) if present else None for present in shape)
+        flat_needs = ctx.needs_input_grad
+        needs = [False] * len(every)
+        for (i, j), need in zip(where, flat_needs[2:]):
+            if j is None:
+                needs[i] = need
+            else:
+                if needs[i] is False:
+                    needs[i] = [False] * ctx.embnum_lengths[i]
+                needs[i][j] = need
+        ctx.needs_input_grad = tuple(needs)
+        try:
+            by_name = formula(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = flat_needs
+        out = []
+        for i, j in where:
+            g = by_name.get(every[i])
+            out.append(g if j is None or g is None else g[j])
+        return (None, None, *out)
+
+    # grad_fn: Eager_<name>Backward (a profile names the op)
+    eager = type(
+        f"Eager_{spec.name}",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+    )
+
+    apply = eager.apply
+
+    def run(args):
+        if _functorch_stack() is not None:
+            return _SLOW
+        lengths = {i: len(args[i]) for i in lists if args[i] is not None}
+        found = [(i, None, args[i]) for i in tensors]
+        found += [(i, j, t) for i in lengths for j, t in enumerate(args[i])]
+        flat, where, needed = [], [], False
+        for i, j, t in found:
+            if t is not None:
+                if type(t) is not plain or not t.is_cpu:
+                    return _SLOW
+                flat.append(t)
+                where.append((i, j))
+                needed = needed or t.requires_grad
+        if not needed:
+            return _SLOW
+        call = _EagerCall(where, lengths)
+        out = apply(args, call, *flat)
+        shape = call.out
+        if type(shape) is int:
+            return list(out)
+        if shape is not None:
+            it = iter(out)
+            return tuple(next(it) if present else None for present in shape)
+        return out
+
+    return run
