@@ -22,22 +22,39 @@ def classes(side):
             EmbeddingLocation,
             PoolingMode,
             SplitTableBatchedEmbeddingBagsCodegen,
+            WeightDecayMode,
         )
     else:
-        from embnum.fbgemm_compat.configs import ComputeDevice, EmbeddingLocation, EmbOptimType, PoolingMode
+        from embnum.fbgemm_compat.configs import (
+            ComputeDevice,
+            EmbeddingLocation,
+            EmbOptimType,
+            PoolingMode,
+            WeightDecayMode,
+        )
         from embnum.fbgemm_compat.training import SplitTableBatchedEmbeddingBagsCodegen
-    return SplitTableBatchedEmbeddingBagsCodegen, EmbOptimType, EmbeddingLocation, ComputeDevice, PoolingMode
+    return (
+        SplitTableBatchedEmbeddingBagsCodegen,
+        EmbOptimType,
+        EmbeddingLocation,
+        ComputeDevice,
+        PoolingMode,
+        WeightDecayMode,
+    )
 
 
 def run(side, config):
-    tbe_cls, opt, loc, dev, pooling = classes(side)
+    tbe_cls, opt, loc, dev, pooling, decay = classes(side)
     specs = [(r, d, loc.HOST, dev.CPU) for r, d in zip(config["rows"], config["dims"])]
+    hyper = dict(config["hyper"])
+    if "weight_decay_mode" in hyper:  # JSON holds its code; fbgemm reads the enum's .value
+        hyper["weight_decay_mode"] = decay(hyper["weight_decay_mode"])
     tbe = tbe_cls(
         specs,
         feature_table_map=config["feature_table_map"],
         optimizer=opt[config["optimizer"]],
         pooling_mode=pooling[config["pooling"]],
-        **config["hyper"],
+        **hyper,
     )
     with torch.no_grad():
         for w, init in zip(tbe.split_embedding_weights(), config["weights"]):

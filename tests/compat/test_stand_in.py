@@ -139,3 +139,16 @@ def test_environment_variable_installs_at_start_up():
         env={k: v for k, v in _ENV.items() if k != "EMBNUM_FBGEMM_COMPAT"},
     )
     assert off.returncode != 0 and "No module named 'fbgemm_gpu'" in off.stderr
+
+
+def test_the_pages_snippet_runs_in_a_fresh_interpreter():
+    """docs/torchrec-without-fbgemm.md's example (a ``code-block``: the main suite's page runner,
+    where fbgemm_gpu is installed, leaves it to this tier), without the start-up variable."""
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "torchrec-without-fbgemm.md").read_text()
+    blocks = re.findall(r"^```\{code-block\} python\n(.*?)^```", page, re.M | re.S)
+    assert blocks
+    env = {k: v for k, v in _ENV.items() if k != "EMBNUM_FBGEMM_COMPAT"}
+    for code in blocks:
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600)
