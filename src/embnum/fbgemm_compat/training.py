@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
+from ..modules.tbe import fused_update
 from .configs import (
     BoundsCheckMode,
     CacheAlgorithm,
@@ -438,36 +439,25 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         )
 
     def _apply_gradient(self, grad, indices, offsets, psw, want_psw_grad, feature_requires_grad):
-        from ..torch_bridge import tbe_backward_update, tbe_grad_per_sample_weights
-
         opt = self._tbe_optimizer
-        g = grad.contiguous().float()
-        if opt.max_gradient is not None:
-            g = g.clamp(-opt.max_gradient, opt.max_gradient)
-        psw_grad = None
-        if want_psw_grad:
-            psw_grad = tbe_grad_per_sample_weights(
-                g, self.weights.detach(), *self._layout(), indices, offsets, bounds_check_mode=self._bounds
-            )
-            if feature_requires_grad is not None:
-                psw_grad = psw_grad * _per_index(feature_requires_grad, offsets, indices.shape[0]).to(psw_grad.dtype)
         self.iter += 1
         states = {s: getattr(self, f"{s}_{self._held[8:]}") for s in opt.states}
-        with torch.no_grad():
-            tbe_backward_update(
-                g,
-                self.weights.detach(),
-                *self._layout(),
-                indices,
-                offsets,
-                self._pooling,
-                None if psw is None else psw.detach().float(),
-                optimizer=opt,
-                momentum1=states.get("momentum1"),
-                momentum2=states.get("momentum2"),
-                step=int(self.iter[0]) if opt.uses_step else None,
-                bounds_check_mode=self._bounds,
-            )
+        psw_grad = fused_update(
+            grad,
+            self.weights,
+            self._layout(),
+            indices,
+            offsets,
+            self._pooling,
+            None if psw is None else psw.float(),
+            want_psw_grad,
+            opt,
+            (states.get("momentum1"), states.get("momentum2")),
+            int(self.iter[0]) if opt.uses_step else None,
+            self._bounds,
+        )
+        if psw_grad is not None and feature_requires_grad is not None:
+            psw_grad = psw_grad * _per_index(feature_requires_grad, offsets, indices.shape[0]).to(psw_grad.dtype)
         return psw_grad
 
 

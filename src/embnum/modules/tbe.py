@@ -294,42 +294,61 @@ class FusedTBE(_Tables):
         state in place. Returns the gradient of ``per_sample_weights`` when ``want_psw_grad`` (computed
         before the update, from the clipped gradient, as fbgemm), else ``None``. Sharded modules call it
         with gradients gathered from other ranks."""
-        from ..torch_bridge import tbe_backward_update, tbe_grad_per_sample_weights
-
-        g = grad.contiguous().float()
-        opt = self.optimizer
-        if opt.max_gradient is not None:
-            g = g.clamp(-opt.max_gradient, opt.max_gradient)
-        psw = per_sample_weights
-        psw_grad = None
-        if psw is not None and want_psw_grad:
-            psw_grad = tbe_grad_per_sample_weights(
-                g,
-                self.weights.detach(),
-                *self.layout(),
-                indices,
-                offsets,
-                bounds_check_mode=self.bounds_check_mode,
-                backend=self.backend,
-            )
-        with torch.no_grad():
-            tbe_backward_update(
-                g,
-                self.weights.detach(),
-                *self.layout(),
-                indices,
-                offsets,
-                self.pooling_mode,
-                None if psw is None else psw.detach(),
-                optimizer=opt,
-                momentum1=self.momentum1,
-                momentum2=self.momentum2,
-                step=self.step + 1 if opt.uses_step else None,
-                bounds_check_mode=self.bounds_check_mode,
-                backend=self.backend,
-            )
+        psw_grad = fused_update(
+            grad,
+            self.weights,
+            self.layout(),
+            indices,
+            offsets,
+            self.pooling_mode,
+            per_sample_weights,
+            want_psw_grad,
+            self.optimizer,
+            (self.momentum1, self.momentum2),
+            self.step + 1,
+            self.bounds_check_mode,
+            self.backend,
+        )
         self._count_step()  # once the update is done: a rejected call changes nothing
         return psw_grad
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"
+
+
+def fused_update(
+    grad, weights, layout, indices, offsets, pooling, psw, want_psw_grad, optimizer, state, step, bounds, backend=None
+):
+    """One fused optimizer step of the lookups ``(indices, offsets, psw)`` from the output gradient
+    ``grad`` ``[B, total_D]``: clip to ``optimizer.max_gradient``, the gradient of ``psw`` when
+    ``want_psw_grad`` (from the clipped gradient, before the update, as fbgemm), then
+    ``tbe_backward_update`` in place on ``weights`` and ``state = (momentum1, momentum2)`` at ``step``
+    (the step being taken). Returns the ``psw`` gradient or ``None``. :class:`FusedTBE` and the
+    fbgemm stand-in's training module share it; each keeps its own step counter."""
+    from ..torch_bridge import tbe_backward_update, tbe_grad_per_sample_weights
+
+    g = grad.contiguous().float()
+    if optimizer.max_gradient is not None:
+        g = g.clamp(-optimizer.max_gradient, optimizer.max_gradient)
+    psw_grad = None
+    if psw is not None and want_psw_grad:
+        psw_grad = tbe_grad_per_sample_weights(
+            g, weights.detach(), *layout, indices, offsets, bounds_check_mode=bounds, backend=backend
+        )
+    with torch.no_grad():
+        tbe_backward_update(
+            g,
+            weights.detach(),
+            *layout,
+            indices,
+            offsets,
+            pooling,
+            None if psw is None else psw.detach(),
+            optimizer=optimizer,
+            momentum1=state[0],
+            momentum2=state[1],
+            step=step if optimizer.uses_step else None,
+            bounds_check_mode=bounds,
+            backend=backend,
+        )
+    return psw_grad
