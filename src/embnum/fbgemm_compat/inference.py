@@ -53,11 +53,12 @@ _DEFAULT_ONLY = {
     "gather_uvm_cache_stats": False,
     "fp8_exponent_bits": None,
     "fp8_exponent_bias": None,
-    "uvm_host_mapped": False,
     "reverse_qparam": False,
     "feature_names_per_table": None,
 }
+# read by fbgemm only for cached or UVM tables, which the stand-in refuses
 _CACHE_ONLY = (
+    "uvm_host_mapped",
     "cache_algorithm",
     "cache_load_factor",
     "cache_sets",
@@ -148,7 +149,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
         self.register_buffer("weights_tys", buffer([s[3].as_int() for s in specs], torch.uint8))
         self.register_buffer("D_offsets", buffer([0, *itertools.accumulate(s[2] for s in specs)], torch.int32))
         self.register_buffer("rows_per_table", buffer([s[1] for s in specs], torch.int64))
-        self.total_D = int(self.D_offsets[-1])
+        self.total_D = sum(s[2] for s in specs)  # not from D_offsets: a meta tensor has no values
         self.max_D = max(s[2] for s in self.embedding_specs)
         self.weight_initialized = False
         self.register_buffer("weights_host", torch.zeros(0, dtype=torch.uint8, device=self.current_device))

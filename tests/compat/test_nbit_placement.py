@@ -1,0 +1,103 @@
+"""The stand-in's quantized TBE where TorchRec builds it on the meta device or passes placement flags
+fbgemm reads only for UVM tables (gaps TorchRec's own quant and inference tests found).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from embnum import fbgemm_compat
+
+if fbgemm_compat.status()["real_fbgemm_gpu"] is not None:
+    pytest.skip("a real fbgemm_gpu is importable: the stand-in tier runs without it", allow_module_level=True)
+torch = pytest.importorskip("torch")
+fbgemm_compat.install()
+torchrec = pytest.importorskip("torchrec")
+
+from fbgemm_gpu.split_embedding_configs import SparseType  # noqa: E402
+from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation  # noqa: E402
+from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (  # noqa: E402
+    IntNBitTableBatchedEmbeddingBagsCodegen,
+)
+
+TYPES = [SparseType.FP32, SparseType.FP16, SparseType.INT8, SparseType.INT4, SparseType.INT2]
+
+
+@st.composite
+def specs(draw):
+    n = draw(st.integers(1, 3))
+    return [
+        (
+            f"t{t}",
+            draw(st.integers(1, 9)),
+            4 * draw(st.integers(1, 4)),
+            draw(st.sampled_from(TYPES)),
+            EmbeddingLocation.HOST,
+        )
+        for t in range(n)
+    ]
+
+
+@settings(max_examples=10, deadline=None)
+@given(specs())
+def test_built_on_meta_like_on_cpu(tables):
+    """A meta-device module has the CPU module's sizes and buffer shapes (no value is read from a meta tensor)."""
+    meta = IntNBitTableBatchedEmbeddingBagsCodegen(tables, device="meta")
+    cpu = IntNBitTableBatchedEmbeddingBagsCodegen(tables, device="cpu")
+    assert meta.total_D == cpu.total_D == sum(dim for _, _, dim, _, _ in tables)
+    meta.initialize_weights()
+    cpu.initialize_weights()
+    assert meta.weights.device.type == "meta" and meta.weights.shape == cpu.weights.shape
+    for name in ("weights_offsets", "weights_tys", "D_offsets", "rows_per_table"):
+        m, c = getattr(meta, name), getattr(cpu, name)
+        assert m.device.type == "meta" and m.shape == c.shape and m.dtype == c.dtype, name
+
+
+def test_quant_collection_from_a_meta_collection():
+    """TorchRec's QuantEmbeddingBagCollection.from_float on a meta-device EmbeddingBagCollection."""
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+
+    tables = [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=8, num_embeddings=10, feature_names=[f"f{i}"]) for i in (1, 2)
+    ]
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    ebc.qconfig = torch.quantization.QConfig(
+        activation=torch.quantization.PlaceholderObserver.with_args(dtype=torch.float),
+        weight=torch.quantization.PlaceholderObserver.with_args(dtype=torch.qint8),
+    )
+    qebc = QuantEmbeddingBagCollection.from_float(ebc)
+    tbes = qebc._emb_modules  # TorchRec's list of the TBEs it built (not always registered as submodules)
+    assert tbes and sum(t.total_D for t in tbes) == 16
+
+
+@settings(max_examples=10, deadline=None)
+@given(specs(), st.data())
+def test_uvm_host_mapped_is_inert_for_host_tables(tables, data):
+    """fbgemm reads ``uvm_host_mapped`` only when allocating UVM tables: for host tables the lookup is
+    the same either way; a UVM table is still refused, naming its location."""
+    plain = IntNBitTableBatchedEmbeddingBagsCodegen(tables, output_dtype=SparseType.FP32)
+    mapped = IntNBitTableBatchedEmbeddingBagsCodegen(tables, output_dtype=SparseType.FP32, uvm_host_mapped=True)
+    plain.initialize_weights()
+    codes = torch.randint(0, 256, plain.weights.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    plain.weights.copy_(codes)
+    mapped.initialize_weights()
+    for (w, s), _ in zip(plain.split_embedding_weights(), tables):
+        if s is not None:  # finite float16 scale and bias
+            s.copy_(torch.tensor([0.5, -1.0], dtype=torch.float16).view(torch.uint8).expand_as(s))
+    mapped.weights.copy_(plain.weights)
+    batch = data.draw(st.integers(1, 3))
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=batch * len(tables), max_size=batch * len(tables)))
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    indices = torch.tensor(
+        [data.draw(st.integers(0, tables[f // batch][1] - 1)) for f, n in enumerate(lengths) for _ in range(n)],
+        dtype=torch.int32,
+    )
+    before = (indices.clone(), offsets.clone())
+    torch.testing.assert_close(mapped(indices, offsets), plain(indices, offsets), rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(indices, before[0]) and torch.equal(offsets, before[1])
+    uvm = [(tables[0][0], tables[0][1], tables[0][2], tables[0][3], EmbeddingLocation.MANAGED)]
+    with pytest.raises(NotImplementedError, match="MANAGED"):
+        IntNBitTableBatchedEmbeddingBagsCodegen(uvm, uvm_host_mapped=True)
