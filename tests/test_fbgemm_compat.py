@@ -58,6 +58,7 @@ def test_install_refuses_where_fbgemm_is_importable():
         (configs.CacheAlgorithm, real_common.CacheAlgorithm),
         (configs.WeightDecayMode, RealWeightDecayMode),
         (unavailable.BackendType, real_common.BackendType),
+        (unavailable.EnrichmentType, real_common.EnrichmentType),
     ],
     ids=lambda c: c.__name__,
 )

@@ -108,6 +108,16 @@ def test_unavailable_features_raise_when_used(module, name, feature):
         cls()
 
 
+def test_enrichment_names_import_from_both_homes():
+    """TorchRec's tests import the enrichment names from ``tbe.ssd`` (fbgemm's newer home) or from
+    ``split_table_batched_embeddings_ops_common``: both serve them; a policy is refused when built."""
+    for module in ("fbgemm_gpu.tbe.ssd", "fbgemm_gpu.split_table_batched_embeddings_ops_common"):
+        served = importlib.import_module(module)
+        assert served.EnrichmentType.IGR_LASER_SID == 1 and served.BackendType.DRAM == 1
+        with pytest.raises(NotImplementedError, match="enrichment"):
+            served.EnrichmentPolicy(enrichment_type=served.EnrichmentType.IGR_LASER_SID)
+
+
 def test_unsupported_tbe_options_are_refused_by_name():
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
         ComputeDevice,

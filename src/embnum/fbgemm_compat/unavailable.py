@@ -3,7 +3,8 @@ their eviction and enrichment settings, partially materialised tensors, the key-
 module and TBE statistics reporters.
 
 TorchRec imports these names unconditionally, so each one imports fine; constructing one raises
-``NotImplementedError`` naming the feature. ``BackendType`` (an enum TorchRec compares against)
+``NotImplementedError`` naming the feature. ``BackendType`` (an enum TorchRec compares against),
+``EnrichmentType`` (the enrichment source an ``EnrichmentPolicy`` names; TorchRec's tests import it)
 and ``ASSOC`` (the SSD cache's associativity) are plain values.
 """
 
@@ -15,6 +16,7 @@ __all__ = [
     "ASSOC",
     "BackendType",
     "EnrichmentPolicy",
+    "EnrichmentType",
     "EvictionPolicy",
     "KVEmbeddingInference",
     "KVZCHParams",
@@ -32,6 +34,14 @@ class BackendType(enum.IntEnum):
     DRAM = 1
     PS = 2
     DRAM_SSD = 3
+
+
+class EnrichmentType(enum.IntEnum):
+    IGR_LASER_EMBEDDING = 0
+    IGR_LASER_SID = 1
+    ONEFLOW_OPENTAB_SID = 2
+    ONEFLOW_FEATURE_STORE_SID = 3
+    IN_MEMORY_TEST_ONLY = 4
 
 
 class _Unavailable:
