@@ -1,5 +1,6 @@
-"""The stand-in's quantized TBE where TorchRec builds it on the meta device or passes placement flags
-fbgemm reads only for UVM tables (gaps TorchRec's own quant and inference tests found).
+"""The stand-in's quantized TBE where TorchRec builds it on the meta device, passes placement flags
+fbgemm reads only for UVM tables, or names each table's features (gaps TorchRec's own quant and
+inference tests found).
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ def specs(draw):
 @given(specs())
 def test_built_on_meta_like_on_cpu(tables):
     """A meta-device module has the CPU module's sizes and buffer shapes (no value is read from a meta tensor)."""
-    meta = IntNBitTableBatchedEmbeddingBagsCodegen(tables, device="meta")
-    cpu = IntNBitTableBatchedEmbeddingBagsCodegen(tables, device="cpu")
+    # the default row alignment is 1 on a CPU and 16 elsewhere (as fbgemm's): the same for both here
+    meta = IntNBitTableBatchedEmbeddingBagsCodegen(tables, device="meta", row_alignment=16)
+    cpu = IntNBitTableBatchedEmbeddingBagsCodegen(tables, device="cpu", row_alignment=16)
     assert meta.total_D == cpu.total_D == sum(dim for _, _, dim, _, _ in tables)
     meta.initialize_weights()
     cpu.initialize_weights()
@@ -101,3 +103,18 @@ def test_uvm_host_mapped_is_inert_for_host_tables(tables, data):
     uvm = [(tables[0][0], tables[0][1], tables[0][2], tables[0][3], EmbeddingLocation.MANAGED)]
     with pytest.raises(NotImplementedError, match="MANAGED"):
         IntNBitTableBatchedEmbeddingBagsCodegen(uvm, uvm_host_mapped=True)
+
+
+@settings(max_examples=10, deadline=None)
+@given(specs(), st.data())
+def test_feature_names_per_table_is_reported(tables, data):
+    """fbgemm keeps ``feature_names_per_table`` as metadata (``get_feature_num_per_table``); a list that
+    does not name one list of features per table is refused by name."""
+    names = [[f"{t}_f{i}" for i in range(data.draw(st.integers(1, 3)))] for t, *_ in tables]
+    tbe = IntNBitTableBatchedEmbeddingBagsCodegen(tables, feature_names_per_table=names)
+    assert tbe.get_feature_num_per_table() == [len(n) for n in names]
+    assert IntNBitTableBatchedEmbeddingBagsCodegen(tables).get_feature_num_per_table() == []
+    with pytest.raises(ValueError, match="feature_names_per_table"):
+        IntNBitTableBatchedEmbeddingBagsCodegen(tables, feature_names_per_table=[*names, ["extra"]])
+    with pytest.raises(ValueError, match="feature_names_per_table"):
+        IntNBitTableBatchedEmbeddingBagsCodegen(tables, feature_names_per_table=[[0]] * len(tables))

@@ -54,7 +54,6 @@ _DEFAULT_ONLY = {
     "fp8_exponent_bits": None,
     "fp8_exponent_bias": None,
     "reverse_qparam": False,
-    "feature_names_per_table": None,
 }
 # read by fbgemm only for cached or UVM tables, which the stand-in refuses
 _CACHE_ONLY = (
@@ -97,6 +96,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
         scale_bias_size_in_bytes=DEFAULT_SCALE_BIAS_SIZE_IN_BYTES,
         cacheline_alignment=True,
         indices_dtype=torch.int32,
+        feature_names_per_table=None,
         **fbgemm_options,
     ):
         super().__init__()
@@ -124,6 +124,15 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
             raise ValueError(
                 f"{name}: feature_table_map entries must be table numbers in [0, {T_}), got {feature_table_map}"
             )
+        if feature_names_per_table is not None and (
+            len(feature_names_per_table) != T_
+            or any(not all(isinstance(f, str) for f in names) for names in feature_names_per_table)
+        ):
+            raise ValueError(
+                f"{name}: feature_names_per_table must be one list of feature names per table ({T_}), "
+                f"got {feature_names_per_table!r}"
+            )
+        self.feature_names_per_table = feature_names_per_table  # metadata: fbgemm only reports it
         self.pooling_mode = PoolingMode(pooling_mode)
         self.bounds_check_mode_int = int(BoundsCheckMode(bounds_check_mode))
         self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
@@ -157,6 +166,10 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
         if weight_lists is not None:
             self.initialize_weights()
             self.assign_embedding_weights(weight_lists)
+
+    def get_feature_num_per_table(self) -> list[int]:
+        """The number of features of each table named in ``feature_names_per_table`` (``[]`` without it)."""
+        return [] if self.feature_names_per_table is None else [len(n) for n in self.feature_names_per_table]
 
     @property
     def weights(self) -> torch.Tensor:
