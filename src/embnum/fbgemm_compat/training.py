@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
-from ..modules.tbe import fused_update
+from ..modules.tbe import StepCount, fused_update
 from .configs import (
     BoundsCheckMode,
     CacheAlgorithm,
@@ -311,6 +311,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             if state in sizes:
                 self.register_buffer(f"{state}_{held[8:]}", torch.zeros(sizes[state], device=device))
         self.register_buffer("iter", torch.zeros(1, dtype=torch.int64, device=device))
+        self._steps = StepCount(self.iter, 0)
         # the parameter that makes autograd call backward (the fused update) even where no input needs a gradient
         self.placeholder_autograd_tensor = torch.nn.Parameter(torch.zeros(0, device=device))
 
@@ -360,7 +361,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         self.learning_rate_tensor.fill_(self._tbe_optimizer.learning_rate)
 
     def set_optimizer_step(self, step: int) -> None:
-        self.iter[0] = int(step)
+        self._steps.write(self.iter, step)
 
     @property
     def optimizer_args(self) -> TBEOptimizer:
@@ -440,7 +441,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
 
     def _apply_gradient(self, grad, indices, offsets, psw, want_psw_grad, feature_requires_grad):
         opt = self._tbe_optimizer
-        self.iter += 1
+        step = self._steps.read(self.iter) + 1  # fbgemm counts the step before the update
+        self._steps.advance(self.iter)
         states = {s: getattr(self, f"{s}_{self._held[8:]}") for s in opt.states}
         psw_grad = fused_update(
             grad,
@@ -453,7 +455,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             want_psw_grad,
             opt,
             (states.get("momentum1"), states.get("momentum2")),
-            int(self.iter[0]) if opt.uses_step else None,
+            step if opt.uses_step else None,
             self._bounds,
         )
         if psw_grad is not None and feature_requires_grad is not None:
