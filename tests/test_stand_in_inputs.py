@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import embnum  # noqa: E402
+import embnum.torch_bridge  # noqa: E402
 from embnum.fbgemm_compat import configs as C  # noqa: E402
 from embnum.fbgemm_compat import inference, permute, training  # noqa: E402
 
@@ -169,6 +170,17 @@ def test_nbit_assign_and_split_arguments_are_checked():
     assert torch.equal(q.weights, before)
     with pytest.raises(TypeError, match="split_scale_bias_mode"):
         q.split_embedding_weights_with_scale_bias(True)
+
+
+@pytest.mark.parametrize("stride", [-1, 0, 4, 2.0, True])
+def test_permute_2d_input1d_names_stride(stride):
+    """``lengths.view(-1, stride)`` raised torch's RuntimeError ("only one dimension can be inferred")."""
+    from embnum.torch_bridge.fbgemm_aliases import ALIASES
+
+    alias = ALIASES["permute_2D_sparse_data_input1D"][2]
+    lengths = torch.tensor([1, 0, 2, 1, 1, 0])
+    with pytest.raises(ValueError, match="stride"):
+        alias(embnum.torch_bridge.permute_2d_sparse_data, torch.tensor([1, 0]), lengths, torch.arange(5), stride)
 
 
 # -- checkpoints ------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import itertools
 
 import torch
 
-from .._validate import flag, integer, positive
+from .._validate import flag, integer
 from . import _checks
 from ._checks import enum
 from .configs import (
@@ -139,7 +139,9 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
         self.output_dtype = output_dtype.as_int()
         self.row_alignment = (
-            positive("row_alignment", row_alignment) if row_alignment is not None else (1 if self.use_cpu else 16)
+            integer("row_alignment", row_alignment, min=1, max=2**20, what="an int")
+            if row_alignment is not None
+            else (1 if self.use_cpu else 16)
         )
         self.scale_bias_size_in_bytes = scale_bias_size_in_bytes
         self.weights_physical_offsets, end = [], 0
