@@ -20,7 +20,7 @@ import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
 from .._validate import flag, integer
-from ..modules.tbe import fused_update
+from ..modules.tbe import StepCount, fused_update
 from . import _checks
 from ._checks import enum
 from .configs import (
@@ -336,6 +336,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             if state in sizes:
                 self.register_buffer(f"{state}_{held[8:]}", torch.zeros(sizes[state], device=device))
         self.register_buffer("iter", torch.zeros(1, dtype=torch.int64, device=device))
+        self._steps = StepCount(self.iter, 0)
         # the parameter that makes autograd call backward (the fused update) even where no input needs a gradient
         self.placeholder_autograd_tensor = torch.nn.Parameter(torch.zeros(0, device=device))
 
@@ -393,7 +394,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
 
     def set_optimizer_step(self, step: int) -> None:
         """The optimizer's step count (an int in ``[0, 2**62]``): the next update runs with ``step + 1``."""
-        self.iter[0] = _checks.step("step", step)
+        self._steps.write(self.iter, _checks.step("step", step))
 
     @property
     def optimizer_args(self) -> TBEOptimizer:
@@ -499,7 +500,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
 
     def _apply_gradient(self, grad, indices, offsets, psw, want_psw_grad, feature_requires_grad):
         opt = self._tbe_optimizer
-        self.iter += 1
+        step = self._steps.read(self.iter) + 1  # fbgemm counts the step before the update
+        self._steps.advance(self.iter)
         states = {s: getattr(self, f"{s}_{self._held[8:]}") for s in opt.states}
         psw_grad = fused_update(
             grad,
@@ -512,7 +514,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             want_psw_grad,
             opt,
             (states.get("momentum1"), states.get("momentum2")),
-            int(self.iter[0]) if opt.uses_step else None,
+            step if opt.uses_step else None,
             self._bounds,
         )
         if psw_grad is not None and feature_requires_grad is not None:

@@ -249,7 +249,7 @@ class FusedTBE(_Tables):
         for name in ("momentum1", "momentum2"):
             self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
-        self._step_seen = (self.iter, self.iter._version, 0)  # (iter, its version, the count) or None
+        self._steps = StepCount(self.iter, 0)
 
     def _state_rules(self) -> dict:
         rules = super()._state_rules()
@@ -263,26 +263,15 @@ class FusedTBE(_Tables):
 
     @property
     def step(self) -> int:
-        """Optimizer steps taken so far (the ``iter`` buffer). The count lives on the buffer's
-        device; a host copy follows the module's own increments, so reading it costs no
-        device-to-host copy except the first time after ``iter`` was replaced or written from
-        elsewhere (``load_state_dict``, ``.to()``), which the buffer's version shows."""
-        seen = self._step_seen
-        if seen is None or seen[0] is not self.iter or seen[1] != self.iter._version:
-            seen = self._step_seen = (self.iter, self.iter._version, int(self.iter))
-        return seen[2]
+        """Optimizer steps taken so far (the ``iter`` buffer; see :class:`StepCount`)."""
+        return self._steps.read(self.iter)
 
     @step.setter
     def step(self, value: int):
-        self.iter.fill_(int(value))
-        self._step_seen = (self.iter, self.iter._version, int(value))
+        self._steps.write(self.iter, value)
 
     def _count_step(self) -> None:
-        """``iter += 1`` on its device (nothing read back); the host copy follows when it is current."""
-        seen = self._step_seen
-        current = seen is not None and seen[0] is self.iter and seen[1] == self.iter._version
-        self.iter.add_(1)
-        self._step_seen = (self.iter, self.iter._version, seen[2] + 1) if current else None
+        self._steps.advance(self.iter)
 
     def forward(self, indices, offsets, per_sample_weights=None):
         _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
@@ -320,6 +309,34 @@ class FusedTBE(_Tables):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"
+
+
+class StepCount:
+    """The host copy of a one-element int64 step counter that lives on a device buffer, so that
+    reading the step costs no device-to-host copy: the copy follows the owner's own increments
+    (:meth:`advance`) and is read again from the buffer only the first time after the buffer
+    was replaced or written from elsewhere (``load_state_dict``, ``.to()``, an in-place write),
+    which the buffer's identity and version show."""
+
+    def __init__(self, buf: torch.Tensor, count: int):
+        self._seen: tuple | None = (buf, buf._version, count)
+
+    def read(self, buf: torch.Tensor) -> int:
+        seen = self._seen
+        if seen is None or seen[0] is not buf or seen[1] != buf._version:
+            seen = self._seen = (buf, buf._version, int(buf.reshape(())))
+        return seen[2]
+
+    def write(self, buf: torch.Tensor, value: int) -> None:
+        buf.fill_(int(value))
+        self._seen = (buf, buf._version, int(value))
+
+    def advance(self, buf: torch.Tensor) -> None:
+        """``buf += 1`` on its device (nothing read back)."""
+        seen = self._seen
+        current = seen is not None and seen[0] is buf and seen[1] == buf._version
+        buf.add_(1)
+        self._seen = (buf, buf._version, seen[2] + 1) if current and seen is not None else None
 
 
 def fused_update(
