@@ -406,6 +406,13 @@ WORKED = [
 ]
 
 
+_WR = np.random.default_rng(7)
+_WL = _WR.integers(0, 4, 300)
+_WL[[3, 150, 299]] = [40, 70, 33]  # bags longer than several passes of a lane group
+WIDE_N = int(_WL.sum())
+WIDE = dict(lengths=_WL.astype(I32), indices=_WR.integers(-3, 60, WIDE_N), block_sizes=arr(4, 9, 2), my_size=5)
+WIDE |= dict(bucketize_pos=False, sequence=False)
+WIDE_ROWS = _WR.standard_normal((WIDE_N, 2)).astype(np.float64)
 EDGES = {
     "bucketize T=0": (
         "block_bucketize_sparse_features",
@@ -454,6 +461,18 @@ EDGES = {
             block_sizes=arr(0),
             block_bucketize_pos=[arr(0, 2**40, 2**41, 2**62)],
         ),
+    ),
+    "bucketize many bags, long and short (more than one pass of the grid)": (
+        "block_bucketize_sparse_features",
+        dict(WIDE, bucketize_pos=True, sequence=True, weights=np.linspace(-1, 1, WIDE_N).astype(np.float16)),
+    ),
+    "bucketize many bags with boundaries and rows of weights": (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(WIDE, block_bucketize_pos=[arr(0, 3, 9, 20, 41, 60)] * 3, weights=WIDE_ROWS, weights_dim=2),
+    ),
+    "bucketize my_size above 256 (a wide bucket index)": (
+        "block_bucketize_sparse_features_inference",
+        dict(WIDE, indices=WIDE["indices"] * 97, my_size=300, sequence=True, return_bucket_mapping=True),
     ),
     "permute_2d T=0": ("permute_2d_sparse_data", dict(permute=arr(), lengths=np.zeros((0, 3), I64), values=arr())),
     "permute_2d B=0": (
