@@ -136,6 +136,12 @@ def offsets_array(*xs, dtype=np.int64):
     return np.array(xs, dtype=dtype)
 
 
+_MR = np.random.default_rng(11)
+_ML = _MR.integers(0, 4, 300)
+_ML[[5, 200]] = [9, 12]  # rows past the dense length
+MANY_O = np.concatenate([[0], np.cumsum(_ML)]).astype(np.int64)  # 300 jagged rows
+MANY_V = _MR.standard_normal((int(MANY_O[-1]), 3)).astype(np.float32)
+MANY_TOP = np.concatenate([[0], np.cumsum(np.tile([2, 1, 3, 0], 38))[:149], [300]]).astype(np.int64)  # 150 rows
 EDGES = {
     "B=0": (
         "jagged_to_padded_dense",
@@ -188,6 +194,26 @@ EDGES = {
             csr_seg=offsets_array(0, 1, 1, 40, 41, 100),
             values=np.concatenate([2**53 + 2 * np.arange(1, 97) + 1, [2**62, 2**62, 2**62, -3]]).astype(np.int64),
         ),
+    ),
+    "many padded rows, short and long (more than one pass of the grid)": (
+        "jagged_to_padded_dense",
+        dict(values=MANY_V, offsets=[MANY_O], max_lengths=[10], padding_value=-2.5),
+    ),
+    "many rows of one element (more than one pass of the grid)": (
+        "jagged_1d_to_dense",
+        dict(values=MANY_V[:, 0].astype(np.int32), offsets=MANY_O, max_sequence_length=1, padding_value=-1),
+    ),
+    "many rows over two jagged levels": (
+        "jagged_to_padded_dense",
+        dict(values=MANY_V[:, :2].astype(np.float16), offsets=[MANY_TOP, MANY_O], max_lengths=[2, 5]),
+    ),
+    "many jagged rows back (more than one pass of the grid)": (
+        "dense_to_jagged",
+        dict(dense=np.arange(300 * 4 * 3, dtype=np.float64).reshape(300, 4, 3), offsets=[MANY_O]),
+    ),
+    "many jagged rows back over two levels, rows wider than a lane group": (
+        "dense_to_jagged",
+        dict(dense=np.arange(150 * 2 * 3 * 11.0).reshape(150, 2, 3, 11), offsets=[MANY_TOP, MANY_O]),
     ),
     "many short runs (more than one pass of the grid)": (
         "segment_sum_csr",
