@@ -156,7 +156,7 @@ def hostile_summary(counts) -> list[str]:
         f"{c['calls']} backend calls: {c['errors']} answered with a clean error (the expected answer to "
         f"bad input), {c['results']} with a result, {c['not expressible']} not expressible as torch tensors",
         f"cases where every backend raised a clean error: {c['clean errors']} ({named} naming the mutated "
-        f"argument, {oom} out of memory); where every result equalled ref's: {c['results equal to ref']}",
+        f"argument, {oom} out of memory); where every result equalled ref's: {c['equal results']}",
     ]
 
 

@@ -99,17 +99,17 @@ def test_the_collection_training_step_reads_no_tensor_back(monkeypatch, mode):
     """The fused ``EmbeddingBagCollection``: its groups' ``FusedTBE`` steps read nothing. (Regrouping
     a KeyedJaggedTensor by key on a device still reads once per permute to validate it:
     ``tests/test_host_reads.py``; docs/gpu.md.)"""
+    from collection_inputs import random_kjt, small_tables
     from embnum.modules import EmbeddingBagCollection
-    from test_embedding_bag_collection import _kjt, _tables
 
-    tables = _tables()
+    tables = small_tables()
     ebc = EmbeddingBagCollection(tables, optimizer=embnum.TBEOptimizer("adam", learning_rate=0.05))
     for g in ebc._groups:
         g.bounds_check_mode = mode
     reads, on = _counting(monkeypatch)
     rng = np.random.default_rng(2)
     for step in range(3):
-        kjt = _kjt(rng, tables, 4)
+        kjt = random_kjt(rng, tables, 4)
         out = ebc(kjt).values()
         grad = torch.from_numpy(rng.standard_normal(tuple(out.shape)).astype(np.float32))
         reads.clear()

@@ -26,6 +26,39 @@ def _tensors(**named):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
+def first_out_of_range(indices, offsets, rows, feature_table_map):
+    """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
+    when ``indices``/``offsets`` are not integer tensors of the layout, which the op's own error
+    then describes). ``offsets``: ``len(feature_table_map) * B + 1`` bag boundaries, feature-major
+    (bag ``f * B + sample``); ``rows[t]``: table ``t``'s rows. The modules, the sharded collection
+    and the fbgemm stand-in name a bad id with it, each in its own user's terms."""
+    if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
+        return None
+    if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
+        return None
+    ids, off = indices.detach().cpu().long().reshape(-1), offsets.detach().cpu().long().reshape(-1)
+    n_features = len(feature_table_map)
+    if off.numel() < 1 or (off.numel() - 1) % n_features:
+        return None
+    if off[0] < 0 or off[-1] > ids.numel() or bool((off[1:] < off[:-1]).any()):
+        return None
+    B = (off.numel() - 1) // n_features
+    for f, t in enumerate(feature_table_map):
+        bags = off[f * B : (f + 1) * B + 1]
+        seg = ids[bags[0] : bags[-1]]
+        bad = ((seg < 0) | (seg >= rows[t])).nonzero()
+        if bad.numel():
+            pos = int(bags[0]) + int(bad[0, 0])
+            sample = int(torch.searchsorted(bags, pos, right=True)) - 1
+            return f, sample, int(ids[pos])
+    return None
+
+
+def out_of_range_text(feature, table, value, sample, rows) -> str:
+    """How the modules name an id outside its table: key, table, sample and range."""
+    return f"feature {feature!r} (table {table!r}): id {value} at sample {sample} is outside [0, {rows})"
+
+
 class _Tables(torch.nn.Module):
     """Shared set-up: the layout of ``rows``/``dims``/``feature_table_map`` and the flat weights."""
 
@@ -98,41 +131,14 @@ class _Tables(torch.nn.Module):
         table, the sample and the table's range (``features``, ``tables``: the caller's names for the
         feature positions and the tables, the positions themselves by default). ``None`` when no id
         is out of range (``err`` then stands as it is). The caller raises it ``from err``."""
-        where = self._first_out_of_range(indices, offsets)
+        where = first_out_of_range(indices, offsets, self.rows, self.feature_table_map)
         if where is None:
             return None
         f, sample, value = where
         t = self.feature_table_map[f]
         feature = f if features is None else features[f]
         table = t if tables is None else tables[t]
-        return IndexError(
-            f"feature {feature!r} (table {table!r}): id {value} at sample {sample} is outside [0, {self.rows[t]})"
-        )
-
-    def _first_out_of_range(self, indices, offsets):
-        """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
-        when ``indices``/``offsets`` are not integer tensors of the module's layout, which the op's
-        own error then describes)."""
-        if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
-            return None
-        if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
-            return None
-        ids, off = indices.detach().cpu().long().reshape(-1), offsets.detach().cpu().long().reshape(-1)
-        n_features = len(self.feature_table_map)
-        if off.numel() < 1 or (off.numel() - 1) % n_features:
-            return None
-        if off[0] < 0 or off[-1] > ids.numel() or bool((off[1:] < off[:-1]).any()):
-            return None
-        B = (off.numel() - 1) // n_features
-        for f, t in enumerate(self.feature_table_map):
-            bags = off[f * B : (f + 1) * B + 1]
-            seg = ids[bags[0] : bags[-1]]
-            bad = ((seg < 0) | (seg >= self.rows[t])).nonzero()
-            if bad.numel():
-                pos = int(bags[0]) + int(bad[0, 0])
-                sample = int(torch.searchsorted(bags, pos, right=True)) - 1
-                return f, sample, int(ids[pos])
-        return None
+        return IndexError(out_of_range_text(feature, table, value, sample, self.rows[t]))
 
     # -- checkpoints: checked before anything is copied (embnum.modules._state) ----------
     def _state_rules(self) -> dict:
@@ -334,11 +340,25 @@ class StepCount:
 
 
 def fused_update(
-    grad, weights, layout, indices, offsets, pooling, psw, want_psw_grad, optimizer, state, step, bounds, backend=None
+    grad,
+    weights,
+    layout,
+    indices,
+    offsets,
+    pooling,
+    psw,
+    want_psw_grad,
+    optimizer,
+    state,
+    step,
+    bounds,
+    backend=None,
+    batch_sizes=None,
 ):
     """One fused optimizer step of the lookups ``(indices, offsets, psw)`` from the output gradient
-    ``grad`` ``[B, total_D]``: clip to ``optimizer.max_gradient``, the gradient of ``psw`` when
-    ``want_psw_grad`` (from the clipped gradient, before the update, as fbgemm), then
+    ``grad`` ``[B, total_D]`` (flat with ``batch_sizes``, VBE's ``batch_size_per_feature_per_rank``):
+    clip to ``optimizer.max_gradient``, the gradient of ``psw`` when ``want_psw_grad`` (from the
+    clipped gradient, before the update, as fbgemm), then
     ``tbe_backward_update`` in place on ``weights`` and ``state = (momentum1, momentum2)`` at ``step``
     (the step being taken). Returns the ``psw`` gradient or ``None``. :class:`FusedTBE` and the
     fbgemm stand-in's training module share it; each keeps its own step counter."""
@@ -350,7 +370,14 @@ def fused_update(
     psw_grad = None
     if psw is not None and want_psw_grad:
         psw_grad = tbe_grad_per_sample_weights(
-            g, weights.detach(), *layout, indices, offsets, bounds_check_mode=bounds, backend=backend
+            g,
+            weights.detach(),
+            *layout,
+            indices,
+            offsets,
+            bounds_check_mode=bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
+            backend=backend,
         )
     with torch.no_grad():
         tbe_backward_update(
@@ -366,6 +393,7 @@ def fused_update(
             momentum2=state[1],
             step=step if optimizer.uses_step else None,
             bounds_check_mode=bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
             backend=backend,
         )
     return psw_grad
