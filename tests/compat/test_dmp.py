@@ -7,7 +7,9 @@ steps each, equal to the unsharded module trained on both ranks' batches.
 Row-wise and table-row-wise tables (EmbeddingBagCollection; row-wise for the EmbeddingCollection)
 run from an explicit plan: TorchRec's sharders offer them to the planner only for CUDA and TPU
 (``EmbeddingBagCollectionSharder.sharding_types``), though TorchRec's CPU path trains them. TorchRec's
-EmbeddingCollection has no table-row-wise sharding on any device (the last test pins both facts).
+EmbeddingCollection has no table-row-wise sharding on any device (``test_torchrec_sharding_types_on_cpu``
+pins both facts). A DMP checkpoint (``dmp_checkpoint_side.py``), through ``torch.distributed.checkpoint``
+and through ``load_state_dict``, resumes training bit for bit.
 """
 
 from __future__ import annotations
