@@ -1,6 +1,6 @@
 """Two processes, gloo: every codec around a real ``all_to_all_single``.
 
-Run by ``tests/test_quant.py::test_codecs_around_a_gloo_all_to_all`` (as a
+Run by ``tests/test_quant_torch.py::test_codecs_around_a_gloo_all_to_all`` (as a
 script, so that ``torch.multiprocessing.spawn`` can re-import it): each rank
 sends half of its rows to the other rank, once uncompressed and once encoded
 with each codec; the receiver decodes and checks the result against the

@@ -328,7 +328,43 @@ def changed(before, args, skip=()):
     return [t for t, s in before.items() if t[0] not in skip and (t not in now or now[t] != s)]
 
 
-# -- the parent's side: one worker process, restarted after a crash or a hang --------------
+# -- the parent's side: counting verdicts; one worker process, restarted after a crash or a hang --
+def run_cases(worker, counts, cases) -> list[str]:
+    """Run ``cases`` in ``worker`` and add up their verdicts in ``counts`` (both tiers: the ops'
+    and the surfaces'); returns the failures as printable lines."""
+    failures = []
+    for case in cases:
+        verdict = worker.run(case)
+        counts["cases"] += 1
+        if verdict.get("na"):
+            counts["not applicable"] += 1
+            continue
+        for key, flag in (
+            ("crashes", "crash"),
+            ("hangs", "hang"),
+            ("wrong results", "wrong"),
+            ("judged by the model", "model"),
+            ("beyond float32 (not compared)", "beyond"),
+        ):
+            counts[key] += bool(verdict.get(flag))
+        for out in verdict["outcomes"].values():
+            counts["calls"] += 1
+            counts[{"ok": "results", "error": "errors", "na": "not expressible"}[out[0]]] += 1
+        outs = [o for o in verdict["outcomes"].values() if o[0] != "na"]
+        if verdict["problems"]:
+            counts["failed"] += 1
+            seed = case[1] if not isinstance(case[1], dict) else "explicit"
+            failures.append(f"{case[0]} {case[2]!r} (seed {seed}):")
+            failures += ["    " + p.replace("\n", "\n    ") for p in verdict["problems"]]
+        elif outs and all(o[0] == "error" for o in outs):
+            counts["clean errors"] += 1
+            counts["of them out of memory (AllocationError)"] += any(o[1] == "AllocationError" for o in outs)
+            counts["errors naming the mutated argument"] += bool(verdict.get("named_target"))
+        elif outs:
+            counts["equal results"] += 1
+    return failures
+
+
 class Worker:
     """Runs cases in ``hostile_worker.py``; a crash or a hang ends that process only."""
 

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 import hostile
 import hostile_containers as C
 import hostile_modules as M
+import hostile_sharded as D
+import hostile_stand_in as F
 from hostile_models import BEYOND_FLOAT32, INVALID, KINDS, NotExpressible, same
 
 HOSTILE_FLOATS = (
@@ -109,6 +111,28 @@ SURFACES = {
     "FusedTBE": (M.tbe_base, M.tbe_call(True), M.tbe_model(True), ("torch",)),
     "TBEOptimizer": (M.opt_base, M.opt_call, M.opt_model, KINDS),
     "EmbeddingBagCollection.load_state_dict": (M.ckpt_base, M.ckpt_call, M.ckpt_model, ("torch",)),
+    # the sharded collection, on a one-process gloo group
+    "ShardedEmbeddingBagCollection": (D.forward_base, D.forward_call, D.forward_model, ("torch",)),
+    "ShardedEmbeddingBagCollection.load_state_dict": (D.ckpt_base, D.ckpt_call, D.ckpt_model, ("torch",)),
+    # the fbgemm stand-in's classes (imported directly: install() refuses beside a real fbgemm_gpu)
+    "SplitTableBatchedEmbeddingBagsCodegen": (F.split_base, F.split_call, F.split_model, ("torch",)),
+    "SplitTableBatchedEmbeddingBagsCodegen setters": (F.setters_base, F.setters_call, F.setters_model, ("torch",)),
+    "SplitTableBatchedEmbeddingBagsCodegen.load_state_dict": (
+        F.split_ckpt_base,
+        F.split_ckpt_call,
+        F.split_ckpt_model,
+        ("torch",),
+    ),
+    "DenseTableBatchedEmbeddingBagsCodegen": (F.dense_base, F.dense_call, F.dense_model, ("torch",)),
+    "IntNBitTableBatchedEmbeddingBagsCodegen": (F.nbit_base, F.nbit_call, F.nbit_model, ("torch",)),
+    "PermutePooledEmbeddings": (F.ppe_base, F.ppe_call(False), F.ppe_model, ("torch",)),
+    "PermutePooledEmbeddingsSplit": (F.ppe_base, F.ppe_call(True), F.ppe_model, ("torch",)),
+    # the torch.ops.fbgemm aliases with no embnum op behind them, and the one whose arguments differ from its op's
+    "fbgemm.merge_pooled_embeddings": (F.merge_base, F.merge_call, F.merge_model, ("torch",)),
+    "fbgemm.sum_reduce_to_one": (F.reduce_base, F.reduce_call("sum_reduce_to_one"), F.reduce_model(True), ("torch",)),
+    "fbgemm.all_to_one_device": (F.reduce_base, F.reduce_call("all_to_one_device"), F.reduce_model(False), ("torch",)),
+    "fbgemm.is_uvm_tensor": (F.uvm_base, F.uvm_call, F.uvm_model, ("torch",)),
+    "fbgemm.permute_2D_sparse_data_input1D": (F.p2d1_base, F.p2d1_call, F.p2d1_model, ("torch",)),
 }
 TOLERANCE = {
     "TBE": 1e-6,
@@ -116,6 +140,13 @@ TOLERANCE = {
     "EmbeddingBagCollection": 1e-5,
     "EmbeddingBagCollection.load_state_dict": 1e-5,
     "TBEOptimizer": 1e-5,
+    "ShardedEmbeddingBagCollection": 1e-5,
+    "ShardedEmbeddingBagCollection.load_state_dict": 1e-5,
+    "SplitTableBatchedEmbeddingBagsCodegen": 1e-5,
+    "SplitTableBatchedEmbeddingBagsCodegen setters": 1e-6,
+    "SplitTableBatchedEmbeddingBagsCodegen.load_state_dict": 1e-5,
+    "DenseTableBatchedEmbeddingBagsCodegen": 1e-5,
+    "IntNBitTableBatchedEmbeddingBagsCodegen": 1e-6,
 }
 
 
@@ -143,6 +174,26 @@ PARAMS = {  # words an error may name besides the input's keys
     "KeyedJaggedTensor.index_select": ["indices"],
     "KeyedJaggedTensor.permute": ["indices", "indices_tensor"],
     "EmbeddingBagCollection.load_state_dict": ["state_dict"],
+    "ShardedEmbeddingBagCollection": ["features", "feature", "values", "lengths", "weights"],
+    "ShardedEmbeddingBagCollection.load_state_dict": ["state_dict"],
+    # the stand-in's errors name fbgemm's arguments
+    "SplitTableBatchedEmbeddingBagsCodegen": [
+        "embedding_specs",
+        "feature_table_map",
+        "indices",
+        "offsets",
+        "per_sample_weights",
+        "optimizer",
+        "pooling_mode",
+    ],
+    "SplitTableBatchedEmbeddingBagsCodegen setters": ["params_dict"],
+    "SplitTableBatchedEmbeddingBagsCodegen.load_state_dict": ["state_dict"],
+    "DenseTableBatchedEmbeddingBagsCodegen": ["embedding_specs", "indices", "offsets", "per_sample_weights"],
+    "IntNBitTableBatchedEmbeddingBagsCodegen": ["embedding_specs", "indices", "offsets", "per_sample_weights"],
+    "fbgemm.merge_pooled_embeddings": ["pooled_embeddings", "uncat_dim_size", "cat_dim"],
+    "fbgemm.sum_reduce_to_one": ["input_tensors"],
+    "fbgemm.all_to_one_device": ["input_tensors"],
+    "fbgemm.permute_2D_sparse_data_input1D": ["permute", "lengths", "values", "stride", "weights"],
 }
 
 

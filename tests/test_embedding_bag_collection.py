@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 import embnum  # noqa: E402
+from collection_inputs import random_kjt, small_tables  # noqa: E402
 from embnum import TBEOptimizer  # noqa: E402
 from embnum.modules import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402
 
@@ -30,28 +31,6 @@ EVERY_KIND = [
     TBEOptimizer("partial_rowwise_lamb", 0.05, weight_decay=0.01, weight_decay_mode="decoupled"),
     TBEOptimizer("lars_sgd", 0.5, eta=0.1),
 ]
-
-
-def _tables():
-    """Three tables, two poolings and two dtypes (three TBE calls, one table in the middle
-    pooled differently from its neighbours), a table read by two features."""
-    return [
-        EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name="t0", feature_names=["f0", "f1"]),
-        EmbeddingBagConfig(num_embeddings=7, embedding_dim=3, name="t1", feature_names=["f2"], pooling="mean"),
-        EmbeddingBagConfig(num_embeddings=5, embedding_dim=2, name="t2", feature_names=["f3"]),
-        EmbeddingBagConfig(num_embeddings=6, embedding_dim=2, name="t3", feature_names=["f4"], data_type="fp16"),
-    ]
-
-
-def _kjt(rng, tables, B, *, keys=None, weighted=False, extra=True):
-    """A KJT for ``tables`` (keys shuffled, plus an unused key) with ids in range."""
-    rows = {f: t.num_embeddings for t in tables for f in t.feature_names}
-    keys = keys or list(rng.permutation(list(rows))) + (["unused"] if extra else [])
-    lengths = rng.integers(0, 4, len(keys) * B)
-    vals = [rng.integers(0, rows.get(k, 3), int(lengths[i * B : (i + 1) * B].sum())) for i, k in enumerate(keys)]
-    values = torch.from_numpy(np.concatenate(vals).astype(np.int64))
-    w = torch.from_numpy(rng.integers(-4, 5, values.shape[0]).astype(np.float32) / 4) if weighted else None
-    return KJT.from_lengths_sync(keys, values, torch.from_numpy(lengths), w)
 
 
 def _expected(ebc, kjt, weighted=False):
@@ -98,7 +77,7 @@ def collections(draw):
 def test_forward_matches_numpy(tables, B, seed):
     rng = np.random.default_rng(seed)
     ebc = EmbeddingBagCollection(tables, seed=seed)
-    kjt = _kjt(rng, tables, B)
+    kjt = random_kjt(rng, tables, B)
     kt = ebc(kjt)
     assert kt.keys() == [f for t in tables for f in t.feature_names]
     assert kt.length_per_key() == [t.embedding_dim for t in tables for _ in t.feature_names]
@@ -106,21 +85,21 @@ def test_forward_matches_numpy(tables, B, seed):
 
 
 def test_forward_weighted_and_groups():
-    tables = [t for t in _tables() if t.pooling == "sum"]
+    tables = [t for t in small_tables() if t.pooling == "sum"]
     ebc = EmbeddingBagCollection(tables, is_weighted=True)
     assert len(ebc._groups) == 2  # fp32 tables t0 and t2 share a call, fp16 t3 has its own
-    kjt = _kjt(np.random.default_rng(1), tables, 5, weighted=True)
+    kjt = random_kjt(np.random.default_rng(1), tables, 5, weighted=True)
     np.testing.assert_allclose(ebc(kjt).values().detach().numpy(), _expected(ebc, kjt, True), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="weights"):
-        ebc(_kjt(np.random.default_rng(1), tables, 5))
+        ebc(random_kjt(np.random.default_rng(1), tables, 5))
 
 
 def test_plain_autograd_gradients_and_torch_optimizer():
     """Without a fused optimizer every table's weight is a leaf with the dense gradient; the
     per-sample weights get theirs too."""
-    tables = [t for t in _tables() if t.data_type == "fp32"]
+    tables = [t for t in small_tables() if t.data_type == "fp32"]
     ebc = EmbeddingBagCollection(tables)
-    kjt = _kjt(np.random.default_rng(2), tables, 4)
+    kjt = random_kjt(np.random.default_rng(2), tables, 4)
     out = ebc(kjt).values()
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
     out.backward(g)
@@ -146,7 +125,7 @@ def test_plain_autograd_gradients_and_torch_optimizer():
 
 def test_state_dict_names_views_and_write_through():
     opt = TBEOptimizer("partial_rowwise_adam", 0.1)
-    ebc = EmbeddingBagCollection(_tables(), optimizer=opt)
+    ebc = EmbeddingBagCollection(small_tables(), optimizer=opt)
     sd = ebc.state_dict()
     names = {
         f"embedding_bags.{t}.{k}"
@@ -163,7 +142,7 @@ def test_state_dict_names_views_and_write_through():
     # loading writes through the views into the flat buffers the lookup reads
     new = {k: (torch.full_like(v, 0.5) if k.endswith("weight") else v) for k, v in sd.items()}
     ebc.load_state_dict(new)
-    kjt = _kjt(np.random.default_rng(3), _tables(), 3)
+    kjt = random_kjt(np.random.default_rng(3), small_tables(), 3)
     np.testing.assert_allclose(ebc(kjt).values().detach().numpy(), _expected(ebc, kjt), rtol=1e-6)
     assert all(float(x.float().min()) == 0.5 == float(x.float().max()) for x in ebc.split_embedding_weights())
     text = repr(ebc)
@@ -181,15 +160,15 @@ def test_checkpoint_round_trip_is_bit_identical(opt):
     """Train 2 steps, checkpoint (torch.save of state_dict), train 3 more; a fresh collection
     (another seed) that loads the checkpoint and trains the same 3 steps ends bit-identical."""
     rng = np.random.default_rng(4)
-    batches = [_kjt(rng, _tables(), 4) for _ in range(5)]
-    width = sum(t.embedding_dim * len(t.feature_names) for t in _tables())
+    batches = [random_kjt(rng, small_tables(), 4) for _ in range(5)]
+    width = sum(t.embedding_dim * len(t.feature_names) for t in small_tables())
     grads = [torch.from_numpy(rng.standard_normal((4, width)).astype(np.float32)) for _ in range(5)]
-    a = EmbeddingBagCollection(_tables(), optimizer=opt, seed=1)
+    a = EmbeddingBagCollection(small_tables(), optimizer=opt, seed=1)
     _train(a, batches[:2], grads[:2])
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
     _train(a, batches[2:], grads[2:])
-    b = EmbeddingBagCollection(_tables(), optimizer=opt, seed=2)
+    b = EmbeddingBagCollection(small_tables(), optimizer=opt, seed=2)
     buf.seek(0)
     b.load_state_dict(torch.load(buf))
     assert int(b.state_dict()["embedding_bags.t0.step"]) == 2
@@ -203,12 +182,12 @@ def test_checkpoint_round_trip_is_bit_identical(opt):
 def test_fused_training_learns_and_matches_the_flat_update():
     """The fused collection's first step equals tbe_backward_update on its flat buffer."""
     opt = TBEOptimizer("rowwise_adagrad", 0.2)
-    tables = [t for t in _tables() if t.data_type == "fp32" and t.pooling == "sum"]
+    tables = [t for t in small_tables() if t.data_type == "fp32" and t.pooling == "sum"]
     ebc = EmbeddingBagCollection(tables, optimizer=opt)
     (g,) = ebc._groups
     w = g.weights.detach().numpy().copy()
     m1 = np.zeros(int(g.hash_size_cumsum[-1]), np.float32)
-    kjt = _kjt(np.random.default_rng(5), tables, 6, extra=False, keys=["f0", "f1", "f3"])
+    kjt = random_kjt(np.random.default_rng(5), tables, 6, extra=False, keys=["f0", "f1", "f3"])
     out = ebc(kjt).values()
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
     out.backward(grad)
@@ -267,9 +246,9 @@ def test_forward_rejects_missing_keys_and_variable_batch():
 
 @st.composite
 def _one_bad_id(draw):
-    """A KJT for ``_tables()`` (batch B) with one id outside its feature's table, and where: the
+    """A KJT for ``small_tables()`` (batch B) with one id outside its feature's table, and where: the
     key, the table, its rows, the sample and the id."""
-    tables = _tables()
+    tables = small_tables()
     keys = [f for t in tables for f in t.feature_names]
     rows = {f: t.num_embeddings for t in tables for f in t.feature_names}
     table_of = {f: t.name for t in tables for f in t.feature_names}
@@ -290,7 +269,7 @@ def test_an_id_outside_its_table_is_named_by_key_table_and_sample(case, fused):
     """The error speaks of what the user passed (the key, the table, the sample), and keeps the
     op's message, in terms of the flat TBE call, as its cause."""
     kjt, key, table, rows, sample, bad = case
-    ebc = EmbeddingBagCollection(_tables(), optimizer=TBEOptimizer("sgd", 0.1) if fused else None)
+    ebc = EmbeddingBagCollection(small_tables(), optimizer=TBEOptimizer("sgd", 0.1) if fused else None)
     with pytest.raises(IndexError) as info:
         ebc(kjt)
     assert str(info.value) == f"feature {key!r} (table {table!r}): id {bad} at sample {sample} is outside [0, {rows})"
@@ -299,8 +278,8 @@ def test_an_id_outside_its_table_is_named_by_key_table_and_sample(case, fused):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_ids_that_are_not_integers_name_the_kjt_values(dtype):
-    ebc = EmbeddingBagCollection(_tables())
-    keys = [f for t in _tables() for f in t.feature_names]
+    ebc = EmbeddingBagCollection(small_tables())
+    keys = [f for t in small_tables() for f in t.feature_names]
     kjt = KJT.from_lengths_sync(keys, torch.ones(len(keys), dtype=dtype), torch.ones(len(keys), dtype=torch.int64))
     with pytest.raises(TypeError, match=rf"features\.values\(\) must hold int32 or int64 ids, got {dtype}") as info:
         ebc(kjt)
@@ -346,7 +325,7 @@ def test_fbgemm_module_forward_and_training_steps(kind):
             fw.copy_(w)
     rng = np.random.default_rng(0)
     for _ in range(3):
-        kjt = _kjt(rng, tables, 5, keys=["i0", "u1", "u0"], extra=False)
+        kjt = random_kjt(rng, tables, 5, keys=["i0", "u1", "u0"], extra=False)
         mine = ebc(kjt).values()
         ordered = kjt.permute([2, 1, 0])  # fbgemm's feature order: the tables' features
         theirs = fb(ordered.values(), ordered.offsets())
@@ -389,7 +368,7 @@ def test_torchrec_ebc_loads_our_state_dict_and_agrees():
     theirs.load_state_dict(mine.state_dict())  # strict
     rng = np.random.default_rng(6)
     for B in (0, 1, 5):
-        kjt = _kjt(rng, mine.embedding_bag_configs(), B)
+        kjt = random_kjt(rng, mine.embedding_bag_configs(), B)
         a, b = mine(kjt), theirs(kjt.to_torchrec())
         assert a.keys() == b.keys() and a.length_per_key() == b.length_per_key()
         np.testing.assert_allclose(a.values().detach().numpy(), b.values().detach().numpy(), rtol=1e-5, atol=1e-6)

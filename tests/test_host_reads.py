@@ -53,7 +53,7 @@ BUDGET = {
 
 _CHILD = textwrap.dedent(
     """
-    import json, sys
+    import importlib, json, sys
     import numpy as np
     import embnum
     from embnum import _backend
@@ -158,8 +158,8 @@ _CHILD = textwrap.dedent(
         import pytest
         sys.path.insert(0, "tests")
         failures = []
-        for family in ("test_kjt", "test_jagged", "test_keyed_tensor"):
-            mod = __import__(family)
+        for family in ("kjt", "jagged", "keyed_tensor"):
+            mod = importlib.import_module("tables." + family)
             for case, (name, args) in mod.EDGES.items():
                 op = embnum.get_op(name)
                 want = op.public(**args, backend="ref")

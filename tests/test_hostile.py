@@ -33,35 +33,6 @@ def _backends():
 BACKENDS = _backends()
 
 
-def _run(worker, counts, cases):
-    """Run ``cases``; return the failures as printable lines."""
-    failures = []
-    for case in cases:
-        verdict = worker.run(case)
-        counts["cases"] += 1
-        if verdict.get("na"):
-            counts["not applicable"] += 1
-            continue
-        counts["crashes"] += bool(verdict.get("crash"))
-        counts["hangs"] += bool(verdict.get("hang"))
-        for out in verdict["outcomes"].values():
-            counts["calls"] += 1
-            counts[{"ok": "results", "error": "errors", "na": "not expressible"}[out[0]]] += 1
-        outs = [o for o in verdict["outcomes"].values() if o[0] != "na"]
-        if not verdict["problems"]:
-            if outs and all(o[0] == "error" for o in outs):
-                counts["clean errors"] += 1
-                counts["of them out of memory (AllocationError)"] += any(o[1] == "AllocationError" for o in outs)
-                counts["errors naming the mutated argument"] += bool(verdict.get("named_target"))
-            elif outs:
-                counts["results equal to ref"] += 1
-        else:
-            counts["failed"] += 1
-            failures.append(f"{case[0]} {case[2]!r} (seed {case[1] if not isinstance(case[1], dict) else 'explicit'}):")
-            failures += ["    " + p.replace("\n", "\n    ") for p in verdict["problems"]]
-    return failures
-
-
 # -- the issue's examples, and one case of every class it names -------------------------------
 I64 = 2**63 - 1
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -235,7 +206,7 @@ def hostile_counts(request):
 def test_issue_examples(label, worker, hostile_counts):
     """The issue's crashes and wrong reads, each in the worker: a clean error or ref's result."""
     name, args = REGRESSIONS[label] if label in REGRESSIONS else ("tbe_forward_quantized", _strided_quantized())
-    failures = _run(worker, hostile_counts, [(name, args, ("none", None), BACKENDS)])
+    failures = hostile.run_cases(worker, hostile_counts, [(name, args, ("none", None), BACKENDS)])
     assert not failures, "\n".join(failures)
 
 
@@ -249,7 +220,7 @@ def test_in_place_ops_reject_every_aliased_pair(worker, hostile_counts):
         arrays = hostile.array_targets(args)
         cases += [(op.name, 0, ("alias", b, a, False), BACKENDS) for a in arrays for b in arrays if a != b]
     assert cases
-    failures = _run(worker, hostile_counts, cases)
+    failures = hostile.run_cases(worker, hostile_counts, cases)
     assert not failures, "\n".join(failures)
 
 
@@ -272,7 +243,7 @@ def test_hostile(name, worker, hostile_counts, hostile_examples):
         cases.append((name, seed, mutation, BACKENDS))
 
     draw()
-    failures = _run(worker, hostile_counts, [(name, 0, ("none", None), BACKENDS)] + cases)
+    failures = hostile.run_cases(worker, hostile_counts, [(name, 0, ("none", None), BACKENDS)] + cases)
     assert not failures, "\n".join(failures[:60])
 
 

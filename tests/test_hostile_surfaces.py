@@ -1,15 +1,18 @@
 """The adversarial tier beyond the ops: containers, ``KeyedTensor.regroup``, the torch modules,
-``TBEOptimizer``, checkpoints and the ``torch.ops.fbgemm`` aliases (``hostile_surfaces.py``).
+``TBEOptimizer``, checkpoints, the sharded collection (on a one-process gloo group), the fbgemm
+stand-in's classes and the ``torch.ops.fbgemm`` aliases (``hostile_surfaces.py``).
 
 Every case runs in the worker subprocess of ``test_hostile.py`` (a crash fails the case, not
 the run). A case passes when every kind (NumPy on ref, NumPy on cpu, torch) gives a clean
 error naming an argument with its inputs unchanged, or a result; and the result is the
 plain-Python model's where the model has a verdict (an input it rejects must be an error on
 every kind; an input it accepts must give its result), else the same on every kind. A result
-for an input the model rejects, or another result, is counted as *wrong*. The alias cases
-are the ops' own (``hostile.py``), called as ``torch.ops.fbgemm.<name>`` and compared with
-ref. ``--hostile-examples=N`` draws ``N // 3`` cases per surface and ``N // 6`` per alias (the
-CI profile: 4 and 2; the long run in ``docs/containers.md`` used 600).
+for an input the model rejects, or another result, is counted as *wrong*. The cases of an
+alias with an embnum op behind it are the op's own (``hostile.py``), called as
+``torch.ops.fbgemm.<name>`` and compared with ref; the aliases without one (and
+``permute_2D_sparse_data_input1D``, whose arguments differ from its op's) are surfaces.
+``--hostile-examples=N`` draws ``N // 3`` cases per surface and ``N // 6`` per alias (the CI
+profile: 4 and 2; the long runs in ``docs/containers.md`` used 600 and 900).
 """
 
 from __future__ import annotations
@@ -23,34 +26,6 @@ import hostile
 import hostile_surfaces as S
 
 torch = pytest.importorskip("torch")
-
-
-def _counted(worker, counts, cases):
-    failures = []
-    for case in cases:
-        verdict = worker.run(case)
-        counts["cases"] += 1
-        if verdict.get("na"):
-            counts["not applicable"] += 1
-            continue
-        counts["crashes"] += bool(verdict.get("crash"))
-        counts["hangs"] += bool(verdict.get("hang"))
-        counts["wrong results"] += bool(verdict.get("wrong"))
-        counts["judged by the model"] += bool(verdict.get("model"))
-        counts["beyond float32 (not compared)"] += bool(verdict.get("beyond"))
-        outs = [o for o in verdict["outcomes"].values() if o[0] != "na"]
-        counts["calls"] += len(verdict["outcomes"])
-        counts["not expressible"] += len(verdict["outcomes"]) - len(outs)
-        if verdict["problems"]:
-            counts["failed"] += 1
-            failures.append(f"{case[0]} {case[2]!r} (seed {case[1]}):")
-            failures += ["    " + p.replace("\n", "\n    ") for p in verdict["problems"]]
-        elif outs and all(o[0] == "error" for o in outs):
-            counts["clean errors"] += 1
-            counts["errors naming the mutated argument"] += bool(verdict.get("named_target"))
-        elif outs:
-            counts["equal results"] += 1
-    return failures
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +68,15 @@ def test_hostile_surface(name, worker, surface_counts, hostile_examples):
     base_fn, _, _, kinds = S.SURFACES[name]
     drawn = _draw(S.mutations, base_fn, name, max(2, hostile_examples // 3))
     cases = [(name, s, ("none", None), kinds) for s in range(2)] + [(name, s, m, kinds) for s, m in drawn]
-    failures = _counted(worker, surface_counts, cases)
+    failures = hostile.run_cases(worker, surface_counts, cases)
     assert not failures, "\n".join(failures[:60])
 
 
 def _aliases():
     from embnum.torch_bridge.fbgemm_aliases import ALIASES
 
-    # permute_2D_sparse_data_input1D takes lengths flattened plus a stride: the op's example does
-    # not fit its schema (its body is permute_2D_sparse_data's, drawn here)
-    # (the aliases with no embnum op behind them, such as is_uvm_tensor, move or reduce tensors: not drawn)
+    # permute_2D_sparse_data_input1D (lengths flattened plus a stride: the op's example does not fit
+    # its schema) and the aliases with no embnum op behind them are surfaces (hostile_stand_in.py)
     return [(n, e) for n, (_, e, _) in ALIASES.items() if e is not None and n != "permute_2D_sparse_data_input1D"]
 
 
@@ -116,7 +90,7 @@ def test_hostile_fbgemm_alias(alias, op_name, worker, surface_counts, hostile_ex
     drawn = _draw(lambda b: hostile.mutations(b), lambda s: base, alias, n)
     backends = ("ref", f"alias:{alias}")
     cases = [(op_name, 0, ("none", None), backends)] + [(op_name, 0, m, backends) for _, m in drawn]
-    failures = _counted(worker, surface_counts, cases)
+    failures = hostile.run_cases(worker, surface_counts, cases)
     assert not failures, "\n".join(failures[:60])
 
 
@@ -140,5 +114,5 @@ ISSUE_CASES = [
 @pytest.mark.parametrize("case", ISSUE_CASES, ids=[f"{c[0]}-{c[2][1][0]}" for c in ISSUE_CASES])
 def test_issue_cases_through_the_worker(case, worker, surface_counts):
     name, seed, mutation = case
-    failures = _counted(worker, surface_counts, [(name, seed, mutation, S.SURFACES[name][3])])
+    failures = hostile.run_cases(worker, surface_counts, [(name, seed, mutation, S.SURFACES[name][3])])
     assert not failures, "\n".join(failures)

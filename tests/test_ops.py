@@ -1,62 +1,34 @@
-"""The generated test driver: every registered op, on every fast backend, from each family's tables.
+"""The test driver: every registered op, on every fast backend, from each family's tables.
 
-Each family's test module (``tests/test_<family>.py``) gives its tables; this module
-parametrizes over them, ``embnum.ops()`` and the backend flavors (``conftest.fast_backend``):
-
-- ``STRATEGIES``: op name -> Hypothesis strategy of keyword arguments (host NumPy arrays), or
-  a function ``small -> strategy`` (smaller inputs for the CUDA simulator); every backend
-  against the oracle (:func:`harness.matches_ref`; ``EXPECTED_WARNINGS`` where ops warn by design);
-- ``EDGES``: case -> (op, args), the spec's edge cases, against the oracle;
-- ``BAD``: [(op, args, exception, words)], the error and the words its message names;
-- ``WORKED``: [(op, args, want) or (op, args, want, tolerance)], the spec's worked examples
-  (``WORKED_TOL`` the family's float tolerance; ``NOT_WORKED`` op -> why none);
-- ``FBGEMM``: [:class:`harness.Peer`], the optional differential tier against fbgemm_gpu
-  (``pytest -m fbgemm``; ``NO_FBGEMM_PEER`` op -> why none).
+Each family's tables are in ``tests/tables/<family>.py`` (no torch; what each table holds: its
+package docstring); this module parametrizes over them, ``embnum.ops()`` and the backend flavors
+(``conftest.fast_backend``): ``STRATEGIES`` drawn inputs, ``EDGES``, ``WORKED`` examples and ``BAD``
+input, every backend against the oracle (:func:`harness.matches_ref`, :func:`harness.check_rejects`).
+``tests/test_ops_fbgemm.py`` runs the ``FBGEMM`` rows (torch and fbgemm_gpu).
 
 The checks below fail until a new op has a strategy, a bad-input row, a worked example (or a
-reason) and an fbgemm peer (or a reason). A family file keeps only what is particular to it.
+reason) and an fbgemm peer (or a reason). Nothing here imports torch: without it, every NumPy,
+cpu and simulated-cuda row still runs (``tests/test_ops_without_torch.py`` counts them).
 """
 
 from __future__ import annotations
 
-import importlib
-import warnings
-
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis.strategies import SearchStrategy
 
 import embnum
 from embnum._registry import backends
-from harness import FLAVORS, check_fbgemm, check_matches_ref, check_rejects, check_worked, fbgemm, matches_ref
+from harness import FLAVORS, check_matches_ref, check_rejects, check_worked, matches_ref
+from tables import families, peers, strategy
+from tables import of as table
 
 OPS = embnum.ops()
 
 
-def table(family: str):
-    """The family's test module (its tables), imported as pytest imports it."""
-    return importlib.import_module(f"test_{family}")
-
-
 def test_every_op_has_a_strategy():
     missing = [o.name for o in OPS if o.name not in getattr(table(o.family), "STRATEGIES", {})]
-    assert not missing, f"ops without a strategy in tests/test_<family>.py STRATEGIES: {missing}"
+    assert not missing, f"ops without a strategy in tests/tables/<family>.py STRATEGIES: {missing}"
     stale = [n for f in {o.family for o in OPS} for n in table(f).STRATEGIES if n not in {o.name for o in OPS}]
     assert not stale, f"strategies for ops that are not registered: {stale}"
-
-
-def _strategy(name: str, small: bool = False):
-    strategy = table(embnum.get_op(name).family).STRATEGIES[name]
-    return strategy if isinstance(strategy, SearchStrategy) else strategy(small=small)
-
-
-def _families():
-    return sorted({o.family for o in OPS})
-
-
-def _peers():
-    """Every family's ``FBGEMM`` rows (``harness.Peer``)."""
-    return [p for f in _families() for p in getattr(table(f), "FBGEMM", ())]
 
 
 def test_driver_covers_every_backend():
@@ -67,7 +39,7 @@ def test_driver_covers_every_backend():
 def _rows(kind: str):
     """Every family's ``EDGES`` (case -> (op, args)) or ``BAD`` ([(op, args, exc, words)]) rows."""
     rows = []
-    for family in sorted({o.family for o in OPS}):
+    for family in families():
         t = table(family)
         if kind == "EDGES" and isinstance(getattr(t, "EDGES", None), dict):
             rows += [pytest.param(*t.EDGES[case], id=f"{family}-{case}") for case in sorted(t.EDGES)]
@@ -86,7 +58,7 @@ def _worked():
     """Every family's ``WORKED`` rows: (op, args, want) or (op, args, want, tolerance); a family's
     ``WORKED_TOL`` is the default tolerance of its float results (exact without it)."""
     rows = []
-    for family in _families():
+    for family in families():
         t = table(family)
         for i, row in enumerate(getattr(t, "WORKED", ())):
             name, args, want = row[:3]
@@ -105,9 +77,9 @@ def test_worked_examples(name, args, want, tol, fast_backend):
 def test_every_family_has_worked_examples():
     """Every family gives worked examples, and every op of a family with a table is reached by
     one, or is named in the family's ``NOT_WORKED`` (op -> why)."""
-    for family in _families():
+    for family in families():
         t = table(family)
-        assert getattr(t, "WORKED", None), f"tests/test_{family}.py has no WORKED table"
+        assert getattr(t, "WORKED", None), f"tests/tables/{family}.py has no WORKED table"
         reached = {row[0] for row in t.WORKED} | set(getattr(t, "NOT_WORKED", {}))
         missing = [o.name for o in OPS if o.family == family and o.name not in reached]
         assert not missing, f"ops of {family} without a worked example (nor a NOT_WORKED reason): {missing}"
@@ -128,38 +100,16 @@ def test_bad_input(name, args, exc, words, fast_backend):
 
 @pytest.mark.parametrize("name", [o.name for o in OPS])
 def test_matches_ref(name, fast_backend):
-    op = embnum.get_op(name)
-    t = table(op.family)
-    with warnings.catch_warnings():
-        for category in getattr(t, "EXPECTED_WARNINGS", ()):
-            warnings.simplefilter("ignore", category)
-        matches_ref(name, _strategy(name, small=fast_backend.backend == "cuda"), fast_backend)
+    matches_ref(name, strategy(name, small=fast_backend.backend == "cuda"), fast_backend)
 
 
 def test_fbgemm_table_names_every_op():
     """Each op has an fbgemm peer in its family's ``FBGEMM`` table or is listed in its
     ``NO_FBGEMM_PEER`` (op -> why), never both."""
-    compared = {p.op for p in _peers()}
-    without = {n: why for f in _families() for n, why in getattr(table(f), "NO_FBGEMM_PEER", {}).items()}
+    compared = {p.op for p in peers()}
+    without = {n: why for f in families() for n, why in getattr(table(f), "NO_FBGEMM_PEER", {}).items()}
     assert not compared & set(without), f"ops both compared and listed as without a peer: {compared & set(without)}"
     missing = [o.name for o in OPS if o.name not in compared and o.name not in without]
     assert not missing, f"ops neither in a FBGEMM table nor in NO_FBGEMM_PEER: {missing}"
     stale = [n for n in compared | set(without) if n not in {o.name for o in OPS}]
     assert not stale, f"fbgemm rows for ops that are not registered: {stale}"
-
-
-@pytest.mark.fbgemm
-@pytest.mark.parametrize("peer", _peers(), ids=lambda p: p.op + (f"-{p.case}" if p.case else ""))
-def test_fbgemm(peer):
-    """Each family's ``FBGEMM`` table: embnum (ref and cpu) against fbgemm_gpu on drawn inputs."""
-    fbgemm()
-
-    @settings(max_examples=peer.examples, suppress_health_check=[HealthCheck.too_slow])
-    @given(args=peer.strategy if peer.strategy is not None else _strategy(peer.op))
-    def run(args):
-        if peer.adapt is not None:
-            args = peer.adapt(args)
-            assume(args is not None)
-        check_fbgemm(peer, args)
-
-    run()

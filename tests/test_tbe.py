@@ -1,5 +1,6 @@
-"""TBE family: every fast backend against the oracle on drawn inputs, the spec's worked
-examples, bounds-check modes, validation, fused optimizers and a toy training loop."""
+"""The TBE family beyond its tables (tests/tables/tbe.py, run by tests/test_ops.py): every dim and
+kernel variant, the optimizers' worked steps, bounds-check modes, validation, a toy training loop,
+the device bounds checks."""
 
 import warnings
 
@@ -10,169 +11,8 @@ from hypothesis import strategies as st
 
 import embnum
 from embnum import TBEOptimizer, tbe_layout
-from harness import check_matches_ref, check_rejects, fbgemm
-from strategies import index_dtypes
-
-DIMS = (1, 3, 4, 8, 64, 130)
-
-
-def tbe_args(lay, weights, indices, offsets, **kw):
-    """The TBE ops' keyword arguments for tables laid out as ``lay`` (a ``tbe_layout``)."""
-    return dict(weights=weights, **lay.by_name(), indices=indices, offsets=offsets, **kw)
-
-
-# dyadic values: sums and squares are exact in float32, so float32 kernels and the
-# float64 oracle agree closely even where an optimizer divides by a small norm
-DYADIC = st.integers(-8, 8).map(lambda k: k / 4)
-
-
-def _arr(draw, n, dtype):
-    """``n`` dyadic values (multiples of 1/4 in [-2, 2]); long arrays from a drawn seed."""
-    if n <= 16:
-        return np.array(draw(st.lists(DYADIC, min_size=n, max_size=n)), dtype=dtype)
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    return (rng.integers(-8, 9, n) / 4).astype(dtype)
-
-
-@st.composite
-def tbe_batch(draw, *, pooling=None, psw=None, bad_ids=False, max_B=4, dims=DIMS):
-    """A TBE call: 1-3 tables (tiny, so ids repeat heavily), 1-4 features (adjacent features
-    may share a table), empty bags, B = 0, int32/int64 indices and offsets chosen apart."""
-    n_tables = draw(st.integers(1, 3))
-    rows = draw(st.lists(st.integers(1, 6), min_size=n_tables, max_size=n_tables))
-    pooling = draw(st.sampled_from(["sum", "mean", "none"])) if pooling is None else pooling
-    if pooling == "none":
-        dim = [draw(st.sampled_from(dims))] * n_tables
-    else:
-        dim = draw(st.lists(st.sampled_from(dims), min_size=n_tables, max_size=n_tables))
-    repeats = draw(st.lists(st.integers(1, 2), min_size=n_tables, max_size=n_tables))
-    ftm = [i for i, r in enumerate(repeats) for _ in range(r)]
-    lay = tbe_layout(rows, dim, ftm)
-    T = len(ftm)
-    B = draw(st.integers(0, max_B))
-    lengths = np.array(draw(st.lists(st.integers(0, 5), min_size=T * B, max_size=T * B)), dtype=np.int64)
-    lead = draw(st.sampled_from([0, 0, 0, 2]))
-    offsets = lead + np.concatenate([[0], np.cumsum(lengths)])
-    N = int(offsets[-1])
-    E = embnum._tbe_bounds.rows_per_feature(lay.hash_size_cumsum)
-    hot = draw(st.booleans())  # all lookups of a feature hit one row
-    indices = np.zeros(N, dtype=np.int64)
-    for t in range(T):
-        a, e = int(offsets[t * B]), int(offsets[(t + 1) * B])
-        k = int(E[t])
-        indices[a:e] = (
-            draw(st.integers(0, k - 1))
-            if hot
-            else draw(st.lists(st.integers(0, k - 1), min_size=e - a, max_size=e - a))
-        )
-    indices[:lead] = draw(st.integers(-5, 10**6))  # outside every bag: never read
-    if bad_ids and N > lead:
-        for _ in range(draw(st.integers(1, 3))):
-            p = draw(st.integers(lead, N - 1))
-            indices[p] = draw(st.sampled_from([-2, -(10**9), 10**6, int(E.max())]))
-    wdt = draw(st.sampled_from([np.float32, np.float16]))
-    args = dict(
-        weights=_arr(draw, lay.num_weights, wdt),
-        weights_offsets=lay.weights_offsets.astype(draw(index_dtypes)),
-        D_offsets=lay.D_offsets.astype(draw(index_dtypes)),
-        hash_size_cumsum=lay.hash_size_cumsum.astype(draw(index_dtypes)),
-        indices=indices.astype(draw(index_dtypes)),
-        offsets=offsets.astype(draw(index_dtypes)),
-        pooling_mode=pooling,
-    )
-    if psw is None:
-        psw = pooling == "sum" and draw(st.booleans())
-    if psw:
-        args["per_sample_weights"] = _arr(draw, N, np.float32)
-    return args
-
-
-def _grad_for(draw, args):
-    fwd = embnum.tbe_forward(**args, bounds_check_mode="ignore", backend="ref")
-    return _arr(draw, fwd.size, draw(st.sampled_from([np.float32, np.float16]))).reshape(fwd.shape)
-
-
-@st.composite
-def forward_args(draw):
-    bad = draw(st.booleans())
-    args = draw(tbe_batch(bad_ids=bad))
-    args["output_dtype"] = draw(st.sampled_from(["float32", "float16", np.float32]))
-    args["bounds_check_mode"] = (
-        draw(st.sampled_from(["warning", "ignore", 2])) if bad else draw(st.sampled_from(["fatal", "none", 1]))
-    )
-    return args
-
-
-@st.composite
-def backward_args(draw, pooling=None):
-    args = draw(tbe_batch(pooling=pooling, bad_ids=draw(st.booleans())))
-    args["grad_output"] = _grad_for(draw, args)
-    args["bounds_check_mode"] = "ignore"
-    return args
-
-
-@st.composite
-def sparse_args(draw):
-    args = draw(backward_args())
-    if draw(st.booleans()):  # fixed output sizes: a bound on the touched rows, sometimes too small
-        args["max_rows"] = draw(st.integers(0, len(args["indices"]) + 2))
-    return args
-
-
-@st.composite
-def psw_grad_args(draw):
-    args = draw(backward_args(pooling="sum"))
-    args.pop("pooling_mode")
-    args.pop("per_sample_weights", None)
-    return args
-
-
-OPTIMIZERS = [
-    TBEOptimizer("sgd", 0.1),
-    TBEOptimizer("adagrad", 0.05, eps=1e-4),
-    TBEOptimizer("rowwise_adagrad", 0.1),
-    TBEOptimizer("rowwise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="l2"),
-    TBEOptimizer("exact_row_wise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="decoupled", max_gradient=1.0),
-    TBEOptimizer("adam", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
-    TBEOptimizer("lamb", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
-    TBEOptimizer("lamb", 0.05, max_gradient=1.0),
-    TBEOptimizer("partial_rowwise_adam", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
-    TBEOptimizer("partial_row_wise_lamb", 0.01, weight_decay=0.01, weight_decay_mode="decoupled"),
-    TBEOptimizer("lars_sgd", 0.1, eta=0.5, momentum=0.9, weight_decay=0.01, weight_decay_mode="l2"),
-    TBEOptimizer("lars_sgd", 0.1, eta=0.01, momentum=0.0),
-    TBEOptimizer("rowwise_adagrad", 0.5, max_norm=1.0),
-    TBEOptimizer("sgd", 0.5, max_norm=0.75),
-]
-
-
-def state_for(opt, weights, hash_size_cumsum, rng=None):
-    rng = rng or np.random.default_rng(0)
-    sizes = opt.state_sizes(weights.shape[0], int(hash_size_cumsum[-1]))
-    state = {k: (rng.integers(0, 5, n) / 4).astype(np.float32) for k, n in sizes.items()}
-    return dict(momentum1=state.get("momentum1"), momentum2=state.get("momentum2"), step=3 if opt.uses_step else None)
-
-
-@st.composite
-def update_args(draw):
-    # sum/none: row gradients are exact in float32 (1/L of "mean" is not), so an optimizer that
-    # divides by a tiny accumulated norm sees the same gradient on every backend
-    args = draw(backward_args(pooling=draw(st.sampled_from(["sum", "none"]))))
-    opt = draw(st.sampled_from(OPTIMIZERS))
-    return dict(
-        args,
-        optimizer=opt,
-        **state_for(opt, args["weights"], args["hash_size_cumsum"], np.random.default_rng(draw(st.integers(0, 9)))),
-    )
-
-
-# -- every fast backend against the oracle: tests/test_ops.py runs this table ---------
-STRATEGIES = {
-    "tbe_forward": forward_args(),
-    "tbe_backward": backward_args(),
-    "tbe_backward_sparse": sparse_args(),
-    "tbe_grad_per_sample_weights": psw_grad_args(),
-    "tbe_backward_update": update_args(),
-}
+from harness import check_matches_ref, check_rejects
+from tables.tbe import DIMS, GRAD, IND, LAY, OFF, OPTIMIZERS, W12, _uargs, state_for, tbe_args, vbe_batch
 
 
 @pytest.mark.parametrize("D", DIMS)
@@ -226,7 +66,8 @@ def pooled_kernel_case(draw):
         hit = rng.random(w.shape[0]) < draw(st.sampled_from([0.0, 0.01, 0.3]))
         w[hit] = rng.choice(specials, int(hit.sum()))
     else:
-        w = (rng.standard_normal(T * rows * D) * draw(st.sampled_from([1.0, 1e38]))).astype(np.float32)
+        normal = np.clip(rng.standard_normal(T * rows * D), -3.4, 3.4)  # finite float32 even at 1e38 scale
+        w = (normal * draw(st.sampled_from([1.0, 1e38]))).astype(np.float32)
     lengths = rng.integers(0, 2 * draw(st.integers(0, 25)) + 1, T * B)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     indices = rng.integers(0, rows, int(offsets[-1])).astype(np.int64)
@@ -285,6 +126,69 @@ def _element_kernel(D):
     return _ELEMENT_KERNELS[D]
 
 
+def _feature_alone(args, t, first, n):
+    """Feature ``t``'s samples ``first .. first+n-1`` of a VBE call as a one-feature fixed-batch call."""
+    lay = tbe_layout
+    woff, doff = args["weights_offsets"].astype(np.int64), args["D_offsets"].astype(np.int64)
+    hcs = args["hash_size_cumsum"].astype(np.int64)
+    rows = embnum._tbe_bounds.rows_per_feature(hcs)[t]
+    D = int(doff[t + 1] - doff[t])
+    weights = args["weights"][int(woff[t]) : int(woff[t]) + int(rows) * D]
+    sizes = np.asarray(args["batch_size_per_feature_per_rank"], dtype=np.int64)
+    b0 = int(sizes[:t].sum()) + first
+    o = args["offsets"].astype(np.int64)[b0 : b0 + n + 1]
+    pos = np.arange(int(o[0]), int(o[-1]))
+    one = tbe_args(lay([int(rows)], [D]), weights, args["indices"][pos], o - o[0], pooling_mode=args["pooling_mode"])
+    if "per_sample_weights" in args:
+        one["per_sample_weights"] = args["per_sample_weights"][pos]
+    return one
+
+
+@given(args=vbe_batch(), backend=st.sampled_from(["ref", "cpu"]))
+@settings(max_examples=60, deadline=None)
+def test_vbe_output_is_each_rank_and_feature_looked_up_alone(args, backend):
+    """The layout of the flat VBE output, from the fixed-batch op alone: rank-major, then
+    feature, then sample; block (r, t) is feature t's rank-r samples looked up as one feature."""
+    got = embnum.tbe_forward(**args, bounds_check_mode="ignore", backend=backend)
+    sizes = np.asarray(args["batch_size_per_feature_per_rank"], dtype=np.int64)
+    T, R = sizes.shape
+    at = 0
+    for r in range(R):
+        for t in range(T):
+            n = int(sizes[t, r])
+            want = embnum.tbe_forward(
+                **_feature_alone(args, t, int(sizes[t, :r].sum()), n), bounds_check_mode="ignore", backend="ref"
+            )
+            assert want.shape[0] == n
+            np.testing.assert_allclose(got[at : at + want.size], want.ravel(), rtol=1e-6, atol=1e-6)
+            at += want.size
+    assert at == got.size
+
+
+@given(args=vbe_batch(pooling="sum"))
+@settings(max_examples=40, deadline=None)
+def test_vbe_backward_is_the_sum_of_each_block_alone(args):
+    """The dense VBE gradient equals the sum, over blocks (r, t), of the one-feature gradient
+    of that block's slice of ``grad_output`` (placed at the table's place in ``weights``)."""
+    fwd = embnum.tbe_forward(**args, bounds_check_mode="ignore", backend="ref")
+    g = np.linspace(-1, 1, fwd.size).astype(np.float32)
+    got = embnum.tbe_backward(g, **args, bounds_check_mode="ignore", backend="cpu")
+    want = np.zeros(args["weights"].shape[0], np.float64)
+    sizes = np.asarray(args["batch_size_per_feature_per_rank"], dtype=np.int64)
+    T, R = sizes.shape
+    woff = args["weights_offsets"].astype(np.int64)
+    at = 0
+    for r in range(R):
+        for t in range(T):
+            one = _feature_alone(args, t, int(sizes[t, :r].sum()), int(sizes[t, r]))
+            D = int(one["D_offsets"][-1])
+            block = g[at : at + int(sizes[t, r]) * D].reshape(-1, D)
+            part = embnum.tbe_backward(block, **one, bounds_check_mode="ignore", backend="ref")
+            want[int(woff[t]) : int(woff[t]) + part.size] += part
+            at += block.size
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_batch_zero_and_one_feature(fast_backend):
     lay = tbe_layout([4], [3])
     args = tbe_args(lay, np.ones(12, np.float32), np.zeros(0, np.int64), np.zeros(1, np.int64))
@@ -294,16 +198,6 @@ def test_batch_zero_and_one_feature(fast_backend):
         "tbe_backward_sparse", dict(args, grad_output=np.zeros((0, 3), np.float32)), fast_backend
     )
     assert sparse.linear_ids.shape == (0,) and sparse.value_offsets.tolist() == [0]
-
-
-# -- the family page's worked examples -------------------------------------------
-LAY = tbe_layout([3, 2], [2, 3])
-W12 = np.arange(12, dtype=np.float32)
-IND = np.array([2, 0, 2, 1, 0, 0, 1])
-OFF = np.array([0, 3, 3, 4, 7])
-PSW = np.array([0.5, 1, 2, 1, 1, -1, 3], np.float32)
-GRAD = np.array([[1, 2, 1, 0, -1], [3, 4, 0.5, 0.5, 0.5]], np.float32)
-BASE = (W12, *LAY.arrays(), IND, OFF)
 
 
 def test_layout_example():
@@ -322,76 +216,6 @@ def test_layout_example():
 @pytest.fixture(params=["ref", "fast"])
 def backend(request, fast_backend):
     return "ref" if request.param == "ref" else fast_backend.backend
-
-
-FW = tbe_args(LAY, W12, IND, OFF)
-BWD = dict(FW, grad_output=GRAD)
-_NONE = tbe_args(tbe_layout([3, 2], [2, 2]), np.arange(10, dtype=np.float32), IND, OFF, pooling_mode="none")
-_STEP = dict(rtol=1e-5, atol=1e-6)
-WORKED = [
-    ("tbe_forward", FW, [[8, 11, 9, 10, 11], [0, 0, 21, 24, 27]]),
-    ("tbe_forward", dict(FW, pooling_mode="mean"), [[8 / 3, 11 / 3, 9, 10, 11], [0, 0, 7, 8, 9]]),
-    ("tbe_forward", dict(FW, per_sample_weights=PSW), [[10, 13.5, 9, 10, 11], [0, 0, 27, 30, 33]]),
-    ("tbe_forward", dict(FW, output_dtype="float16"), np.array([[8, 11, 9, 10, 11], [0, 0, 21, 24, 27]], np.float16)),
-    ("tbe_forward", _NONE, [[4, 5], [0, 1], [4, 5], [8, 9], [6, 7], [6, 7], [8, 9]]),
-    ("tbe_backward", BWD, [1, 2, 0, 0, 2, 4, 1, 1, 1, 1.5, 0.5, -0.5]),
-    (
-        "tbe_backward",
-        dict(BWD, pooling_mode="mean"),
-        [1 / 3, 2 / 3, 0, 0, 2 / 3, 4 / 3, 1 / 3, 1 / 3, 1 / 3, 7 / 6, 1 / 6, -5 / 6],
-    ),
-    ("tbe_backward", dict(BWD, per_sample_weights=PSW), [1, 2, 0, 0, 2.5, 5, 0, 0, 0, 2.5, 1.5, 0.5]),
-    (
-        "tbe_backward_sparse",
-        BWD,
-        (
-            np.array([0, 2, 3, 4], np.int64),
-            np.array([1, 2, 2, 4, 1, 1, 1, 1.5, 0.5, -0.5], np.float32),
-            np.array([0, 2, 4, 7, 10], np.int64),
-        ),
-    ),
-    ("tbe_grad_per_sample_weights", BWD, [14, 2, 14, -2, 10.5, 10.5, 15]),
-    # tbe_backward_update writes the weights (and momentum1): its result is what it wrote
-    (
-        "tbe_backward_update",
-        dict(BWD, weights=W12.copy(), optimizer=TBEOptimizer("sgd", 0.1)),
-        [[-0.1, 0.8, 2, 3, 3.8, 4.6, 5.9, 6.9, 7.9, 8.85, 9.95, 11.05]],
-        _STEP,
-    ),
-    (
-        "tbe_backward_update",
-        dict(BWD, weights=W12.copy(), optimizer=TBEOptimizer("adagrad", 0.1), momentum1=np.zeros(12, np.float32)),
-        [[-0.1, 0.9, 2, 3, 3.9, 4.9, 5.9, 6.9, 7.9, 8.9, 9.9, 11.1], [1, 4, 0, 0, 4, 16, 1, 1, 1, 2.25, 0.25, 0.25]],
-        _STEP,
-    ),
-    (
-        "tbe_backward_update",
-        dict(
-            BWD, weights=W12.copy(), optimizer=TBEOptimizer("rowwise_adagrad", 0.1), momentum1=np.zeros(5, np.float32)
-        ),
-        [
-            [-0.063246, 0.873509, 2, 3, 3.936754, 4.873509, 5.9, 6.9, 7.9, 8.843330, 9.947777, 11.052223],
-            [2.5, 0, 10, 1, 0.916667],
-        ],
-        _STEP,
-    ),
-    (
-        "tbe_backward_update",
-        dict(
-            BWD,
-            weights=W12.copy(),
-            optimizer=TBEOptimizer("rowwise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="decoupled"),
-            momentum1=np.zeros(5, np.float32),
-        ),
-        [
-            [-0.063246, 0.872509, 2, 3, 3.932755, 4.868509, 5.894, 6.893, 7.892, 8.834331, 9.937777, 11.041224],
-            [2.5, 0, 10, 1, 0.916667],
-        ],
-        _STEP,
-    ),
-]
-WORKED_TOL = dict(rtol=1e-6)  # float results: the spec's printed digits
-# test_worked_examples: tests/test_ops.py runs WORKED on every backend
 
 
 # One table of 2 rows x 2, row 0 = [3, 4] (norm 5), row 1 = [1, 1] untouched; one bag
@@ -628,85 +452,6 @@ def test_offsets_repair_is_fbgemms_sequential_rule():
         assert got.tolist() == want.tolist()
 
 
-# -- validation ------------------------------------------------------------------
-def _vargs(**kw):
-    return dict(FW, **kw)
-
-
-FORWARD_BAD = [
-    (dict(pooling_mode="mean", per_sample_weights=PSW), ValueError, ("mean", "per_sample_weights")),
-    (dict(pooling_mode="none"), ValueError, ("one embedding dim",)),
-    (dict(pooling_mode="max"), ValueError, ("pooling_mode", "max")),
-    (dict(bounds_check_mode="strict"), ValueError, ("bounds_check_mode", "strict")),
-    (dict(output_dtype="bfloat16"), TypeError, ("bfloat16",)),
-    (dict(output_dtype="float64"), TypeError, ("output_dtype",)),
-    (dict(weights=W12.astype(np.float64)), TypeError, ("weights", "float64")),
-    (dict(indices=IND.astype(np.float32)), TypeError, ("indices",)),
-    (dict(per_sample_weights=PSW.astype(np.float16)), TypeError, ("per_sample_weights", "float16")),
-    (dict(per_sample_weights=PSW[:3]), ValueError, ("per_sample_weights", "7")),
-    (dict(offsets=OFF[:-1]), ValueError, ("multiple of T",)),
-    (dict(weights=W12[:11]), ValueError, ("weights_offsets[1]", "11")),
-    (dict(hash_size_cumsum=np.array([0, 3, 3])), ValueError, ("hash_size_cumsum[2] = 3",)),
-    (dict(hash_size_cumsum=np.array([0, 4, 3])), ValueError, ("non-decreasing",)),
-    (dict(D_offsets=np.array([1, 2, 5])), ValueError, ("D_offsets[0]",)),
-    (dict(D_offsets=np.array([0, 2])), ValueError, ("D_offsets", "3 entries")),
-    (dict(weights_offsets=np.array([0, 4])), ValueError, ("overlap",)),
-]
-
-
-def _uargs(optimizer, **kw):
-    a = _vargs(grad_output=GRAD, optimizer=optimizer, weights=W12.copy())
-    a.update(kw)
-    return a
-
-
-UPDATE_BAD = [
-    (dict(optimizer=TBEOptimizer("rowwise_adagrad", 0.1)), ValueError, ("momentum1", "required")),
-    (
-        dict(optimizer=TBEOptimizer("rowwise_adagrad", 0.1), momentum1=np.zeros(12, np.float32)),
-        ValueError,
-        ("momentum1", "5 entries"),
-    ),
-    (
-        dict(optimizer=TBEOptimizer("adagrad", 0.1), momentum1=np.zeros(12, np.float64)),
-        TypeError,
-        ("momentum1", "float32"),
-    ),
-    (
-        dict(optimizer=TBEOptimizer("sgd", 0.1), momentum1=np.zeros(12, np.float32)),
-        ValueError,
-        ("momentum1", "None"),
-    ),
-    (
-        dict(
-            optimizer=TBEOptimizer("adam", 0.1),
-            momentum1=np.zeros(12, np.float32),
-            momentum2=np.zeros(12, np.float32),
-        ),
-        ValueError,
-        ("step",),
-    ),
-    (dict(optimizer=TBEOptimizer("sgd", 0.1), step=1), ValueError, ("step", "None")),
-    (dict(optimizer="sgd"), TypeError, ("TBEOptimizer",)),
-    (
-        dict(optimizer=TBEOptimizer("sgd", 0.1), weights=np.arange(24, dtype=np.float32)[::2]),
-        ValueError,
-        ("weights", "contiguous"),
-    ),
-]
-# the bad-input table tests/test_ops.py runs on every backend (a rejected update writes nothing)
-BAD = [
-    *(("tbe_forward", _vargs(**kw), exc, words) for kw, exc, words in FORWARD_BAD),
-    ("tbe_backward", _vargs(grad_output=np.ones((2, 4), np.float32)), ValueError, ("grad_output", "(2, 5)")),
-    ("tbe_backward", _vargs(grad_output=np.ones((2, 5))), TypeError, ("grad_output", "float64")),
-    ("tbe_backward_sparse", _vargs(grad_output=np.ones((2, 4), np.float32)), ValueError, ("grad_output", "(2, 5)")),
-    ("tbe_backward_sparse", _vargs(grad_output=np.ones((2, 5))), TypeError, ("grad_output", "float64")),
-    ("tbe_grad_per_sample_weights", _vargs(grad_output=np.ones((2, 4), np.float32)), ValueError, ("(2, 5)",)),
-    ("tbe_grad_per_sample_weights", _vargs(grad_output=np.ones((2, 5))), TypeError, ("grad_output", "float64")),
-    *(("tbe_backward_update", _uargs(**kw), exc, words) for kw, exc, words in UPDATE_BAD),
-]
-
-
 def test_update_rejects_shared_state_and_read_only():
     buf = np.zeros(24, np.float32)
     with pytest.raises(ValueError, match="momentum1 shares memory with momentum2"):
@@ -889,305 +634,6 @@ def test_training_loop_same_loss_curve_ref_and_cpu(opt):
     cpu = _toy_loss_curve("cpu", opt)
     assert ref[-1] < 0.8 * ref[0], "the toy model should learn"
     np.testing.assert_allclose(cpu, ref, rtol=1e-4)
-
-
-# -- torch bridge: gradcheck, the two modules ------------------------------------
-def _torch():
-    return pytest.importorskip("torch"), pytest.importorskip("embnum.torch_bridge")
-
-
-@pytest.mark.filterwarnings("ignore:Input #0 requires gradient and is not a double")
-def test_bridge_gradcheck_weights_and_per_sample_weights():
-    """gradcheck in float32: TBE weights are float32/float16 (float64 is not a TBE dtype), and the
-    op is linear in weights and in per_sample_weights, so a large step is exact."""
-    torch, tb = _torch()
-    lay = tbe_layout([4, 3], [3, 2], [0, 0, 1])
-    T = torch.from_numpy
-    w = torch.randn(lay.num_weights, dtype=torch.float32, requires_grad=True)
-    indices = torch.tensor([0, 3, 3, 1, 2, 2, 0, 1, 1])
-    offsets = torch.tensor([0, 2, 3, 3, 6, 7, 9])
-    psw = torch.randn(9, dtype=torch.float32, requires_grad=True)
-
-    def f(w, psw):
-        return tb.tbe_forward(
-            w, T(lay.weights_offsets), T(lay.D_offsets), T(lay.hash_size_cumsum), indices, offsets, "sum", psw
-        )
-
-    assert torch.autograd.gradcheck(f, (w, psw), eps=1e-2, atol=1e-3, rtol=1e-3)
-    g = lambda w: tb.tbe_forward(
-        w, T(lay.weights_offsets), T(lay.D_offsets), T(lay.hash_size_cumsum), indices, offsets, "mean"
-    )  # noqa: E731
-    assert torch.autograd.gradcheck(g, (w,), eps=1e-2, atol=1e-3, rtol=1e-3)
-
-
-def _torch_batches(torch, n, T, B, rows, seed=0):
-    rng = np.random.default_rng(seed)
-    for _ in range(n):
-        lengths = rng.integers(0, 5, T * B)
-        offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]))
-        indices = torch.tensor(rng.integers(0, rows, int(lengths.sum())))
-        yield indices, offsets
-
-
-def test_plain_module_trains_with_a_torch_optimizer():
-    torch, tb = _torch()
-    from embnum.modules import TBE
-
-    torch.manual_seed(0)
-    emb = TBE([30, 30], [4, 4], [0, 0, 1], pooling_mode="mean")
-    head = torch.nn.Linear(12, 1)
-    opt = torch.optim.Adagrad(list(emb.parameters()) + list(head.parameters()), lr=0.3)
-    losses = []
-    for indices, offsets in _torch_batches(torch, 40, 3, 8, 30):
-        target = (indices[offsets[:-1].clamp(max=len(indices) - 1)][:8] % 2).float() if len(indices) else torch.zeros(8)
-        loss = ((head(emb(indices, offsets)).squeeze(1) - target) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        assert emb.weights.grad is not None and emb.weights.grad.shape == emb.weights.shape
-        opt.step()
-        losses.append(loss.item())
-    assert np.mean(losses[-10:]) < np.mean(losses[:10])
-
-
-@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: f"{o.kind}-{o.weight_decay_mode}")
-def test_fused_module_matches_tbe_backward_update(opt):
-    """The fused module's backward applies exactly ``tbe_backward_update`` (weights, state, step)."""
-    torch, tb = _torch()
-    from embnum.modules import FusedTBE
-
-    mod = FusedTBE([20, 10], [4, 2], [0, 1, 1], optimizer=opt, pooling_mode="sum")
-    w = mod.weights.detach().numpy().copy()
-    state = {
-        k: (None if getattr(mod, k) is None else getattr(mod, k).numpy().copy()) for k in ("momentum1", "momentum2")
-    }
-    rng = np.random.default_rng(1)
-    for step, (indices, offsets) in enumerate(_torch_batches(torch, 3, 3, 5, 10), start=1):
-        psw = torch.tensor(rng.standard_normal(len(indices)).astype(np.float32), requires_grad=True)
-        out = mod(indices, offsets, psw)
-        g = torch.tensor(rng.standard_normal(tuple(out.shape)).astype(np.float32))
-        out.backward(g)
-        assert mod.weights.grad is None and mod.step == step
-        want_psw = embnum.tbe_grad_per_sample_weights(
-            np.clip(g.numpy(), -(opt.max_gradient or np.inf), opt.max_gradient or np.inf),
-            w,
-            *[b.numpy() for b in mod.layout()],
-            indices.numpy(),
-            offsets.numpy(),
-        )
-        np.testing.assert_allclose(psw.grad.numpy(), want_psw, rtol=1e-5, atol=1e-6)
-        embnum.tbe_backward_update(
-            g.numpy(),
-            w,
-            *[b.numpy() for b in mod.layout()],
-            indices.numpy(),
-            offsets.numpy(),
-            "sum",
-            psw.detach().numpy(),
-            optimizer=opt,
-            step=step if opt.uses_step else None,
-            **state,
-        )
-        np.testing.assert_allclose(mod.weights.detach().numpy(), w, rtol=1e-6, atol=1e-7)
-        for k, v in state.items():
-            if v is not None:
-                np.testing.assert_allclose(getattr(mod, k).numpy(), v, rtol=1e-6)
-
-
-# one optimizer of every kind, the decays and max_norm included
-EVERY_KIND = [
-    TBEOptimizer("sgd", 0.1),
-    TBEOptimizer("adagrad", 0.1),
-    TBEOptimizer("rowwise_adagrad", 0.1, weight_decay=0.01, weight_decay_mode="l2", max_norm=0.5),
-    TBEOptimizer("adam", 0.05, weight_decay=0.01, weight_decay_mode="decoupled"),
-    TBEOptimizer("lamb", 0.05, weight_decay=0.01, weight_decay_mode="decoupled"),
-    TBEOptimizer("partial_rowwise_adam", 0.05),
-    TBEOptimizer("partial_rowwise_lamb", 0.05, max_gradient=0.5),
-    TBEOptimizer("lars_sgd", 0.5, eta=0.1, weight_decay=0.01, weight_decay_mode="l2"),
-]
-
-
-@pytest.mark.parametrize("opt", EVERY_KIND, ids=lambda o: o.kind)
-def test_fused_module_checkpoint_resume_is_bit_identical(opt):
-    """Train 2 steps, save (``torch.save`` of ``state_dict()``), train 3 more; a fresh module that
-    loads the checkpoint and trains the same 3 steps ends bit-identical (weights, state, step)."""
-    import io
-
-    torch, tb = _torch()
-    from embnum.modules import FusedTBE
-
-    batches = list(_torch_batches(torch, 5, 3, 4, 10, seed=7))
-    grads = [torch.randn(4, 6, generator=torch.Generator().manual_seed(i)) for i in range(5)]
-
-    def train(mod, steps):
-        for i in steps:
-            mod(*batches[i]).backward(grads[i])
-
-    a = FusedTBE([10, 10], [2, 2], [0, 0, 1], optimizer=opt, seed=1)
-    train(a, range(2))
-    buf = io.BytesIO()
-    torch.save(a.state_dict(), buf)
-    assert "iter" in a.state_dict() and a.step == 2
-    train(a, range(2, 5))
-    b = FusedTBE([10, 10], [2, 2], [0, 0, 1], optimizer=opt, seed=2)
-    buf.seek(0)
-    b.load_state_dict(torch.load(buf))
-    assert b.step == 2
-    train(b, range(2, 5))
-    assert b.step == a.step == 5
-    for k, v in a.state_dict().items():
-        assert torch.equal(v, b.state_dict()[k]), k
-
-
-@given(
-    fused=st.booleans(),
-    B=st.integers(1, 4),
-    feature=st.integers(0, 2),
-    data=st.data(),
-)
-def test_modules_name_an_id_outside_its_table_by_feature_table_and_sample(fused, B, feature, data):
-    """TBE and FusedTBE (three features over two tables: 20 and 10 rows) report an id outside its
-    table by feature position, table and sample, with the op's error as the cause."""
-    torch, tb = _torch()
-    from embnum.modules import TBE, FusedTBE
-
-    rows, ftm = [20, 10], [0, 1, 1]
-    mod = FusedTBE(rows, [4, 2], ftm, optimizer=TBEOptimizer("sgd", 0.1)) if fused else TBE(rows, [4, 2], ftm)
-    lengths = data.draw(st.lists(st.integers(0, 3), min_size=3 * B, max_size=3 * B))
-    sample = data.draw(st.integers(0, B - 1))
-    lengths[feature * B + sample] = max(1, lengths[feature * B + sample])
-    ids = [data.draw(st.integers(0, rows[ftm[i // B]] - 1)) for i, n in enumerate(lengths) for _ in range(n)]
-    R = rows[ftm[feature]]
-    bad = data.draw(st.one_of(st.integers(R, 2**40), st.integers(-(2**40), -1)))
-    ids[sum(lengths[: feature * B + sample]) + data.draw(st.integers(0, lengths[feature * B + sample] - 1))] = bad
-    offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]))
-    with pytest.raises(IndexError) as info:
-        mod(torch.tensor(ids), offsets)
-    want = f"feature {feature} (table {ftm[feature]}): id {bad} at sample {sample} is outside [0, {R})"
-    assert str(info.value) == want
-    assert isinstance(info.value.__cause__, IndexError) and "indices[" in str(info.value.__cause__)
-
-
-def test_modules_leave_other_lookup_errors_as_the_op_gives_them():
-    """Only an id outside its table is rephrased: for in-range ids, ids that are not integers and
-    offsets the layout does not fit, ``out_of_range_error`` gives ``None`` and the op's error stands."""
-    torch, tb = _torch()
-    from embnum.modules import TBE
-
-    mod = TBE([20, 10], [4, 2], [0, 1, 1])
-    err = IndexError("the op's")
-    ids = torch.tensor([1, 2, 3])
-    for indices, offsets in [
-        (ids, torch.tensor([0, 1, 2, 3])),  # every id in range
-        (ids.float(), torch.tensor([0, 1, 2, 3])),
-        (ids, torch.tensor([0, 1, 2, 3]).float()),
-        (torch.tensor([1, 2, 99]), torch.tensor([0, 1, 2])),  # 2 offsets for 3 features
-        (torch.tensor([1, 2, 99]), torch.tensor([0, 1, 2, 5])),  # past the ids
-        (torch.tensor([1, 2, 99]), torch.tensor([0, 2, 1, 3])),  # decreasing
-        (torch.tensor([1, 2, 99]), torch.tensor([-1, 1, 2, 3])),
-    ]:
-        assert mod.out_of_range_error(err, indices, offsets) is None, (indices, offsets)
-    assert "id 99 at sample 0" in str(mod.out_of_range_error(err, torch.tensor([1, 2, 99]), torch.tensor([0, 1, 2, 3])))
-
-
-def test_fused_module_training_loop_learns():
-    torch, tb = _torch()
-    from embnum.modules import FusedTBE
-
-    torch.manual_seed(0)
-    mod = FusedTBE([50, 40], [8, 8], optimizer=TBEOptimizer("rowwise_adagrad", 0.2), pooling_mode="mean")
-    target = torch.randn(16)
-    losses = []
-    for indices, offsets in _torch_batches(torch, 50, 2, 16, 40, seed=3):
-        loss = ((mod(indices, offsets) - target) ** 2).mean()
-        loss.backward()
-        losses.append(loss.item())
-    assert losses[-1] < 0.5 * losses[0]
-
-
-# -- optional differential tier: fbgemm_gpu's CPU TBE module -------------------------
-# fbgemm's TBE operators are code-generated internal entry points: the comparisons are with its module.
-NO_FBGEMM_PEER = {
-    "tbe_forward": "compared through SplitTableBatchedEmbeddingBagsCodegen "
-    "(test_fbgemm_module_forward_and_training_steps)",
-    "tbe_backward": "fbgemm has no operator with this contract (its module's backward is fused into the update)",
-    "tbe_backward_sparse": "fbgemm has no operator with this contract (its module's backward is fused into the update)",
-    "tbe_grad_per_sample_weights": "compared with split_embedding_codegen_grad_indice_weights_cpu on the spec's "
-    "example only (test_fbgemm_cpu_ops_backward_and_per_sample_weights), not on drawn inputs",
-    "tbe_backward_update": "compared through SplitTableBatchedEmbeddingBagsCodegen for sgd, adagrad and "
-    "rowwise_adagrad (test_fbgemm_module_forward_and_training_steps)",
-}
-
-
-def _fbgemm_module(rows, dims, ftm, kind, pooling, lr):
-    torch = pytest.importorskip("torch")
-    try:
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
-    except Exception:  # noqa: BLE001
-        pytest.skip("fbgemm_gpu is not importable")
-    optim = {
-        "sgd": EmbOptimType.EXACT_SGD,
-        "adagrad": EmbOptimType.EXACT_ADAGRAD,
-        "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
-    }[kind]
-    mode = {"sum": PoolingMode.SUM, "mean": PoolingMode.MEAN}[pooling]
-    specs = [(r, d, EmbeddingLocation.HOST, ComputeDevice.CPU) for r, d in zip(rows, dims)]
-    return torch, SplitTableBatchedEmbeddingBagsCodegen(
-        specs, feature_table_map=ftm, optimizer=optim, learning_rate=lr, eps=1e-8, pooling_mode=mode, device="cpu"
-    )
-
-
-@pytest.mark.fbgemm
-@pytest.mark.parametrize("kind", ["sgd", "adagrad", "rowwise_adagrad"])
-@pytest.mark.parametrize("pooling", ["sum", "mean"])
-def test_fbgemm_module_forward_and_training_steps(kind, pooling):
-    """Same weights, same batches: embnum's forward and fused update (cpu) track fbgemm's module for 3 steps."""
-    rows, dims, ftm = [7, 5, 9], [4, 8, 12], [0, 0, 1, 2]  # the module needs D % 4 == 0
-    torch, fb = _fbgemm_module(rows, dims, ftm, kind, pooling, lr=0.05)
-    lay = tbe_layout(rows, dims, ftm)
-    np.testing.assert_array_equal(fb.weights_offsets.numpy(), lay.weights_offsets)
-    np.testing.assert_array_equal(fb.hash_size_cumsum.numpy(), lay.hash_size_cumsum)
-    w = fb.weights_host.detach().numpy().copy()
-    opt = TBEOptimizer(kind, 0.05)
-    m1 = None if kind == "sgd" else np.zeros(fb.momentum1_host.shape[0], np.float32)
-    rng = np.random.default_rng(0)
-    E = embnum._tbe_bounds.rows_per_feature(lay.hash_size_cumsum)
-    B = 6
-    for _ in range(3):
-        lengths = rng.integers(0, 5, len(ftm) * B)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        indices = np.concatenate([rng.integers(0, E[t], lengths[t * B : (t + 1) * B].sum()) for t in range(len(ftm))])
-        out = fb(torch.from_numpy(indices), torch.from_numpy(offsets))
-        mine = embnum.tbe_forward(w, *lay.arrays(), indices, offsets, pooling)
-        np.testing.assert_allclose(mine, out.detach().numpy(), rtol=1e-5, atol=1e-6)
-        g = rng.standard_normal(mine.shape).astype(np.float32)
-        out.backward(torch.from_numpy(g))
-        embnum.tbe_backward_update(g, w, *lay.arrays(), indices, offsets, pooling, optimizer=opt, momentum1=m1)
-        np.testing.assert_allclose(w, fb.weights_host.detach().numpy(), rtol=1e-5, atol=1e-6)
-        if m1 is not None:
-            np.testing.assert_allclose(m1, fb.momentum1_host.detach().numpy(), rtol=1e-5, atol=1e-7)
-
-
-@pytest.mark.fbgemm
-def test_fbgemm_cpu_ops_backward_and_per_sample_weights():
-    """fbgemm's indice-weights gradient CPU op on the spec's example layout."""
-    torch = pytest.importorskip("torch")
-    fb = fbgemm()
-    t = torch.from_numpy
-    got = fb.split_embedding_codegen_grad_indice_weights_cpu(
-        t(GRAD),
-        t(W12),
-        t(LAY.weights_offsets),
-        t(LAY.D_offsets.astype(np.int32)),
-        t(IND),
-        t(OFF),
-        t(np.ones(2, np.int32)),
-    )
-    np.testing.assert_allclose(embnum.tbe_grad_per_sample_weights(GRAD, *BASE), got.numpy(), rtol=1e-6)
 
 
 @given(data=st.data())

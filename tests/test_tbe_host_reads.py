@@ -67,22 +67,49 @@ def test_the_training_step_reads_no_tensor_back(monkeypatch, kind, mode):
     assert torch.allclose(mod.weights, ref.weights, atol=1e-6)
 
 
+@pytest.mark.parametrize("optimizer", ["EXACT_ROWWISE_ADAGRAD", "ADAM"])
+def test_the_fbgemm_stand_in_training_step_reads_no_tensor_back(monkeypatch, optimizer):
+    """The stand-in for fbgemm's training TBE (built directly: the import hook is not needed) keeps
+    its ``iter`` on the device and the step on the host, as ``FusedTBE``; a step set through
+    ``set_optimizer_step`` or a restored ``iter`` is read once."""
+    from embnum.fbgemm_compat.configs import ComputeDevice, EmbeddingLocation, EmbOptimType
+    from embnum.fbgemm_compat.training import SplitTableBatchedEmbeddingBagsCodegen
+
+    specs = [(20, 4, EmbeddingLocation.HOST, ComputeDevice.CPU), (30, 8, EmbeddingLocation.HOST, ComputeDevice.CPU)]
+    mod = SplitTableBatchedEmbeddingBagsCodegen(specs, optimizer=EmbOptimType[optimizer], learning_rate=0.05)
+    reads, on = _counting(monkeypatch)
+    rng = np.random.default_rng(1)
+    for step in range(3):
+        idx = torch.from_numpy(rng.integers(0, 20, 9))
+        off = torch.tensor([0, 2, 3, 5, 6, 8, 9])
+        g = torch.from_numpy(rng.standard_normal((3, 12)).astype(np.float32))
+        reads.clear()
+        on[0] = True
+        mod(idx, off).backward(g)
+        on[0] = False
+        assert reads == [], (step, reads)
+    assert int(mod.iter[0]) == 3
+    mod.set_optimizer_step(10)
+    mod(idx, off).backward(g)
+    assert int(mod.iter[0]) == 11
+
+
 @pytest.mark.parametrize("mode", ["none", "warning"])
 def test_the_collection_training_step_reads_no_tensor_back(monkeypatch, mode):
     """The fused ``EmbeddingBagCollection``: its groups' ``FusedTBE`` steps read nothing. (Regrouping
     a KeyedJaggedTensor by key on a device still reads once per permute to validate it:
     ``tests/test_host_reads.py``; docs/gpu.md.)"""
+    from collection_inputs import random_kjt, small_tables
     from embnum.modules import EmbeddingBagCollection
-    from test_embedding_bag_collection import _kjt, _tables
 
-    tables = _tables()
+    tables = small_tables()
     ebc = EmbeddingBagCollection(tables, optimizer=embnum.TBEOptimizer("adam", learning_rate=0.05))
     for g in ebc._groups:
         g.bounds_check_mode = mode
     reads, on = _counting(monkeypatch)
     rng = np.random.default_rng(2)
     for step in range(3):
-        kjt = _kjt(rng, tables, 4)
+        kjt = random_kjt(rng, tables, 4)
         out = ebc(kjt).values()
         grad = torch.from_numpy(rng.standard_normal(tuple(out.shape)).astype(np.float32))
         reads.clear()

@@ -285,6 +285,29 @@ def test_cuda_tensors_stay_on_the_device():
     assert values.grad.device == values.device
 
 
+@pytest.mark.gpu
+def test_cuda_outputs_and_scratch_come_from_torchs_allocator():
+    """A bridged op on CUDA tensors allocates through torch's caching allocator: torch counts its
+    output, CuPy's own pool stays untouched, and the memory returns to torch once freed."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    cupy = pytest.importorskip("cupy")
+    values = torch.randn(4096, 64, device="cuda")
+    offsets = torch.arange(0, 4097, 8, device="cuda")
+    torch.cuda.synchronize()
+    pool_before = cupy.get_default_memory_pool().used_bytes()
+    before = torch.cuda.memory_allocated()
+    dense = tb.jagged_to_padded_dense(values, [offsets], [8])
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - before >= dense.numel() * dense.element_size()
+    assert cupy.get_default_memory_pool().used_bytes() == pool_before
+    want = embnum.jagged_to_padded_dense(values.cpu().numpy(), [offsets.cpu().numpy()], [8], backend="ref")
+    np.testing.assert_array_equal(dense.cpu().numpy(), want)
+    del dense
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
+
+
 # -- the bridge's host path ------------------------------------------------------------------
 def test_host_path_only_for_plain_cpu_calls_without_grad(monkeypatch):
     """A bridge call runs the NumPy op on views of its tensors (no dispatcher) only when nothing

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embnum
-from test_verdicts_kjt import INDEX, _break, _cast, same_both_ways
+from verdicts import INDEX, cast_index, maybe_break, same_both_ways
 
 pytest.importorskip("numba")
 
@@ -31,7 +31,7 @@ def _levels(draw, J, B):
         o = _offsets(draw, n)
         levels.append(o)
         n = int(o[-1])
-    return _break(draw, levels), n
+    return maybe_break(draw, levels), n
 
 
 @EXAMPLES
@@ -39,9 +39,9 @@ def _levels(draw, J, B):
 def test_offsets_range_verdict_matches_the_exact_rules(data):
     draw = data.draw
     dt = draw(INDEX)
-    (offsets,) = _break(draw, [_offsets(draw, draw(st.integers(0, 4)))])
+    (offsets,) = maybe_break(draw, [_offsets(draw, draw(st.integers(0, 4)))])
     size = draw(st.one_of(st.just(int(offsets[-1]) if offsets.size else 0), SIZES))
-    same_both_ways(embnum.offsets_range.op.declaration, _cast(dt, offsets), size)
+    same_both_ways(embnum.offsets_range.op.declaration, cast_index(dt, offsets), size)
 
 
 @EXAMPLES
@@ -49,16 +49,16 @@ def test_offsets_range_verdict_matches_the_exact_rules(data):
 def test_segment_sum_csr_verdicts_match_the_exact_rules(data, backward):
     draw = data.draw
     dt = draw(INDEX)
-    (csr,) = _break(draw, [_offsets(draw, draw(st.integers(0, 4)))])
+    (csr,) = maybe_break(draw, [_offsets(draw, draw(st.integers(0, 4)))])
     batch = draw(st.one_of(st.integers(0, 3), SIZES))
     n = draw(st.one_of(st.integers(0, 12), SIZES))
     S = max(csr.shape[0] - 1 + draw(st.sampled_from([0, 0, 0, -1, 1])), 0)
     if backward:
         grad = np.ones(S, draw(st.sampled_from([np.float32, np.int64])))
-        same_both_ways(embnum.segment_sum_csr_backward.op.declaration, batch, _cast(dt, csr), grad, n)
+        same_both_ways(embnum.segment_sum_csr_backward.op.declaration, batch, cast_index(dt, csr), grad, n)
     else:
         values = np.ones(max(n, 0) if n < 100 else 7, draw(st.sampled_from([np.float16, np.int32])))
-        same_both_ways(embnum.segment_sum_csr.op.declaration, batch, _cast(dt, csr), values)
+        same_both_ways(embnum.segment_sum_csr.op.declaration, batch, cast_index(dt, csr), values)
 
 
 @EXAMPLES
@@ -75,7 +75,7 @@ def test_to_dense_verdicts_match_the_exact_rules(data, which):
     values = np.zeros((rows, 2) if ndim == 2 else (rows,), dtype)
     lengths = draw(st.lists(SIZES, min_size=J, max_size=J))
     pad = draw(st.one_of(st.integers(-3, 3), st.floats(allow_nan=False), st.sampled_from([2**31, 1e6, -(2**63), 0.5])))
-    levels = [_cast(dt, o) for o in levels]
+    levels = [cast_index(dt, o) for o in levels]
     if which == "padded":
         levels = draw(st.sampled_from([levels, tuple(levels), levels[:-1]]))
         same_both_ways(embnum.jagged_to_padded_dense.op.declaration, values, levels, lengths, pad)
@@ -98,4 +98,4 @@ def test_dense_to_jagged_verdict_matches_the_exact_rules(data):
         shape = shape[:-1]
     dense = np.zeros(shape, draw(st.sampled_from([np.float32, np.int64])))
     total = draw(st.one_of(st.none(), st.just(n), SIZES))
-    same_both_ways(embnum.dense_to_jagged.op.declaration, dense, [_cast(dt, o) for o in levels], total)
+    same_both_ways(embnum.dense_to_jagged.op.declaration, dense, [cast_index(dt, o) for o in levels], total)

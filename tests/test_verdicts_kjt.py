@@ -12,48 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embnum
-from embnum import _validate
+from verdicts import INDEX, cast_index, maybe_break, same_both_ways
 
 pytest.importorskip("numba")
-
-BIG = 2**63 - 1
-HOSTILE = st.one_of(
-    st.integers(-3, 12),
-    st.sampled_from([-(2**63), -(2**31), -1, 2**31 - 1, 2**31, 2**47, 2**48, 2**62, BIG - 1, BIG]),
-)
-INDEX = st.sampled_from([np.int32, np.int64])
-
-
-def outcome(decl, *args, **kwargs):
-    """The plan as plain data, or ``(error type, message)``."""
-    try:
-        plan = decl(*args, **kwargs)
-    except (ValueError, TypeError, IndexError) as e:
-        return type(e).__name__, str(e)
-    plan_args, planned = plan
-    outs = planned if isinstance(planned, list) or (isinstance(planned, tuple) and len(planned) != 2) else [planned]
-    args = {
-        k: (a.tolist(), str(a.dtype)) if isinstance(a, np.ndarray) else repr(a) for k, a in sorted(plan_args.items())
-    }
-    return args, [None if o is None else (o[0], str(np.dtype(o[1]))) for o in outs], type(planned).__name__
-
-
-def same_both_ways(decl, *args, **kwargs):
-    fast = outcome(decl, *args, **kwargs)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_validate, "compiled", lambda: None)
-        exact = outcome(decl, *args, **kwargs)
-    assert fast == exact
-    return fast
-
-
-def _cast(dtype, a):
-    """``a`` in ``dtype`` (one index dtype per example: few compiled signatures, each a compile on
-    a fresh checkout), or in int64 where an entry does not fit int32."""
-    a = np.asarray(a, np.int64)
-    if dtype == np.int32 and (a.size == 0 or np.abs(a).max() < 2**31):
-        return a.astype(np.int32)
-    return a
 
 
 def _ints(draw, n, top=3):
@@ -74,23 +35,6 @@ def _total(draw, lengths):
     return int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
 
 
-def _break(draw, arrays):
-    """Maybe replace one entry of one of ``arrays`` (a list of int64 arrays) by a hostile value,
-    or drop/append an entry."""
-    k = draw(st.integers(0, len(arrays) - 1))
-    a = arrays[k]
-    how = draw(st.sampled_from(["keep", "keep", "entry", "entry", "shorter", "longer"]))
-    if how == "entry" and a.size:
-        a = a.copy()
-        a.reshape(-1)[draw(st.integers(0, a.size - 1))] = draw(HOSTILE)
-    elif how == "shorter" and a.ndim == 1 and a.shape[0]:
-        a = a[:-1]
-    elif how == "longer" and a.ndim == 1:
-        a = np.append(a, draw(HOSTILE))
-    arrays[k] = a
-    return arrays
-
-
 @settings(max_examples=150)  # declarations only: ~1 ms an example
 @given(st.data(), st.booleans(), st.booleans())
 def test_permute_verdicts_match_the_exact_rules(data, two_d, weighted):
@@ -100,13 +44,13 @@ def test_permute_verdicts_match_the_exact_rules(data, two_d, weighted):
     permute = np.array(draw(st.lists(st.integers(0, max(T * (1 if two_d else B) - 1, 0)), max_size=5)), np.int64)
     if T == 0:
         permute = permute[:0]
-    permute, lengths = _break(draw, [permute, lengths])
+    permute, lengths = maybe_break(draw, [permute, lengths])
     N = _total(draw, lengths)
     values = np.arange(max(N, 0), dtype=draw(st.sampled_from([np.int64, np.float32])))
     weights = np.ones(max(N, 0), np.float32) if weighted else None
     hint = draw(st.one_of(st.none(), st.integers(0, 30)))
     decl = (embnum.permute_2d_sparse_data if two_d else embnum.permute_1d_sparse_data).op.declaration
-    same_both_ways(decl, _cast(dt, permute), _cast(dt, lengths), values, weights, hint)
+    same_both_ways(decl, cast_index(dt, permute), cast_index(dt, lengths), values, weights, hint)
 
 
 @settings(max_examples=150)  # declarations only: ~1 ms an example
@@ -116,14 +60,16 @@ def test_index_select_verdict_matches_the_exact_rules(data, weighted):
     dt, T, B, lengths = _keyed_lengths(draw, 3, 1)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     indices = np.array(draw(st.lists(st.integers(0, B - 1), max_size=4)), np.int64)
-    lengths, offsets, indices = _break(draw, [lengths, offsets, indices])
+    lengths, offsets, indices = maybe_break(draw, [lengths, offsets, indices])
     N = _total(draw, lengths)
     values = np.arange(max(N, 0), dtype=np.float64)
     weights = np.ones(max(N, 0), np.float16) if weighted else None
     batch = draw(st.one_of(st.just(B), st.sampled_from([0, 1, 2, 2**48 + 1])))
     hint = draw(st.one_of(st.none(), st.integers(0, 30)))
     decl = embnum.keyed_jagged_index_select_dim1.op.declaration
-    same_both_ways(decl, values, _cast(dt, lengths), _cast(dt, offsets), _cast(dt, indices), batch, weights, hint)
+    same_both_ways(
+        decl, values, cast_index(dt, lengths), cast_index(dt, offsets), cast_index(dt, indices), batch, weights, hint
+    )
 
 
 @settings(max_examples=150)  # declarations only: ~1 ms an example
@@ -136,11 +82,13 @@ def test_expand_permute_verdict_matches_the_exact_rules(data):
     permute = np.array(draw(st.permutations(range(T))), np.int64)
     input_offset = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     output_offset = np.concatenate([[0], np.cumsum(sizes[permute])]).astype(np.int64)
-    permute, input_offset, output_offset = _break(draw, [permute, input_offset, output_offset])
+    permute, input_offset, output_offset = maybe_break(draw, [permute, input_offset, output_offset])
     output_size = int(output_offset[-1]) if output_offset.size else 0
     output_size = draw(st.sampled_from([output_size, output_size, output_size + 1, 2**48 + 1]))
     decl = embnum.expand_into_jagged_permute.op.declaration
-    same_both_ways(decl, _cast(dt, permute), _cast(dt, input_offset), _cast(dt, output_offset), output_size)
+    same_both_ways(
+        decl, cast_index(dt, permute), cast_index(dt, input_offset), cast_index(dt, output_offset), output_size
+    )
 
 
 @settings(max_examples=150)  # declarations only: ~1 ms an example
@@ -148,8 +96,8 @@ def test_expand_permute_verdict_matches_the_exact_rules(data):
 def test_invert_permute_verdict_matches_the_exact_rules(data):
     draw = data.draw
     dt, n = draw(INDEX), draw(st.integers(0, 6))
-    (permute,) = _break(draw, [np.array(draw(st.permutations(range(n))), np.int64)])
-    same_both_ways(embnum.invert_permute.op.declaration, _cast(dt, permute))
+    (permute,) = maybe_break(draw, [np.array(draw(st.permutations(range(n))), np.int64)])
+    same_both_ways(embnum.invert_permute.op.declaration, cast_index(dt, permute))
 
 
 @settings(max_examples=150)  # declarations only: ~1 ms an example
@@ -158,7 +106,7 @@ def test_bucketize_verdict_matches_the_exact_rules(data, weighted):
     draw = data.draw
     dt, T, B, lengths = _keyed_lengths(draw, 3, 0)
     block_sizes = _ints(draw, T, 6)
-    lengths, block_sizes = _break(draw, [lengths, block_sizes])
+    lengths, block_sizes = maybe_break(draw, [lengths, block_sizes])
     N = _total(draw, lengths)
     indices = np.arange(max(N, 0), dtype=draw(INDEX))
     weights = np.ones(max(N, 0), np.float32) if weighted else None
@@ -170,11 +118,11 @@ def test_bucketize_verdict_matches_the_exact_rules(data, weighted):
     decl = embnum.block_bucketize_sparse_features.op.declaration
     same_both_ways(
         decl,
-        _cast(dt, lengths),
+        cast_index(dt, lengths),
         indices,
         flags[0],
         flags[1],
-        _cast(dt, block_sizes),
+        cast_index(dt, block_sizes),
         my_size,
         weights,
         max_B=max_B,
@@ -204,6 +152,6 @@ def test_unique_verdict_matches_the_exact_rules(data):
     table = np.searchsorted(np.concatenate([[0], np.cumsum(per_table)]), feature, side="right") - 1
     top = np.array(sizes + [1])[table]
     indices = np.array([draw(st.integers(0, max(int(h) - 1, 0))) for h in top], np.int64)
-    hsc, hso, offsets, indices = _break(draw, [hsc.astype(np.int64), hso.astype(np.int64), offsets, indices])
+    hsc, hso, offsets, indices = maybe_break(draw, [hsc.astype(np.int64), hso.astype(np.int64), offsets, indices])
     decl = embnum.jagged_unique_indices.op.declaration
-    same_both_ways(decl, _cast(dt, hsc), _cast(dt, hso), _cast(dt, offsets), _cast(dt, indices))
+    same_both_ways(decl, cast_index(dt, hsc), cast_index(dt, hso), cast_index(dt, offsets), cast_index(dt, indices))

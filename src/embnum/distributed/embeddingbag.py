@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -45,7 +46,9 @@ import torch.distributed as dist
 
 from .. import torch_bridge as tb
 from .._tbe import TBEOptimizer
-from ..modules.tbe import FusedTBE
+from .._validate import flag, integer
+from ..modules import _state
+from ..modules.tbe import FusedTBE, first_out_of_range, out_of_range_text
 from . import comm
 from .agree import check_settings, describe, gather_batch_sizes
 from .launch import collective_error, failure_of, remember_store
@@ -446,11 +449,8 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             v = values[key_off[i] : key_off[i + 1]]
             rows = int(lay.tables[f.table].num_embeddings)
             if v.numel() and (int(v.min()) < 0 or int(v.max()) >= rows):
-                bad = int(torch.nonzero((v < 0) | (v >= rows))[0, 0])
-                raise IndexError(
-                    f"feature {f.name!r} id {int(v[bad])} at position {bad} is outside "
-                    f"[0, {rows}) (table {lay.tables[f.table].name!r})"
-                )
+                _, sample, bad = first_out_of_range(v, _cumsum0(lengths[i]), [rows], [0])
+                raise IndexError(out_of_range_text(f.name, lay.tables[f.table].name, bad, sample, rows))
         return pos
 
     def _send_buffers(self, pos, lengths, values, weights, B):
@@ -681,38 +681,59 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
                     out.append((self._key(t.name, name), sh.rank, sh.rows, (0, 1) if one_d else sh.cols))
         return out
 
-    def load_state_dict(self, state_dict, strict: bool = True) -> LoadReport:
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False) -> LoadReport:
         """Load whole tensors or :class:`TableShards` written under any plan and world size (each
         shard of this rank takes the intersection of every piece). ``strict``: every table, every
         optimizer state and full coverage of each shard are required (``ValueError`` naming the
         state and rows otherwise). ``strict=False`` loads what is there and returns a
         :class:`LoadReport`: the missing keys and, per state, the row ranges of this rank that kept
-        their previous values (also a ``UserWarning`` when any)."""
+        their previous values (also a ``UserWarning`` when any).
+
+        Every entry is checked before anything is copied (a ``TypeError``/``ValueError`` naming it,
+        the module unchanged): shapes, floating weights and state finite in float32, sums of squares
+        (Adagrad's, the second moments) ``>= 0``, steps integers in ``[0, 2**62]``, pieces inside
+        their table. ``assign=True`` copies as ``assign=False`` (the shards are views of the flat
+        buffers the lookups read)."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a Mapping of names to tensors, got {type(state_dict).__name__}")
+        strict, _ = flag("strict", strict), flag("assign", assign)
         lay = self.layout
+        for ti, t in enumerate(lay.tables):  # every check first: a rejected checkpoint copies nothing
+            for name in self._state_names():
+                key = self._key(t.name, name)
+                if key in state_dict:
+                    self._check_entry(key, name, state_dict[key], self._state_shape(t, name))
+                elif strict:
+                    raise ValueError(f"state_dict lacks {key!r}")
+        steps = []
+        for t in lay.tables:
+            key = f"embedding_bags.{t.name}.step"
+            if key in state_dict:
+                _state.check_entry(key, "step", state_dict[key], torch.zeros((), dtype=torch.int64), "step")
+                steps.append(int(state_dict[key].reshape(-1)[0]))
         missing, unrestored = [], {}
         with torch.no_grad():
+            if strict:  # coverage of every shard of this rank, before any copy
+                for ti, t in enumerate(lay.tables):
+                    for name in self._state_names():
+                        key = self._key(t.name, name)
+                        one_d = len(self._state_shape(t, name)) == 1
+                        for si in lay.table_shards(ti):
+                            if si in self._where:
+                                self._load_shard(key, si, name, self._as_shards(state_dict[key]), True, one_d, False)
             for ti, t in enumerate(lay.tables):
                 for name in self._state_names():
                     key = self._key(t.name, name)
                     if key not in state_dict:
-                        if strict:
-                            raise ValueError(f"state_dict lacks {key!r}")
                         missing.append(key)
                         continue
-                    value = state_dict[key]
-                    shape = self._state_shape(t, name)
-                    if isinstance(value, torch.Tensor):
-                        cols = (0, 1) if len(shape) == 1 else (0, shape[1])
-                        value = TableShards(tuple(value.shape), [((0, value.shape[0]), cols, value)])
-                    if tuple(value.shape) != shape:
-                        raise ValueError(f"{key}: shape {tuple(value.shape)} in the checkpoint, {shape} here")
+                    value = self._as_shards(state_dict[key])
+                    one_d = len(self._state_shape(t, name)) == 1
                     for si in lay.table_shards(ti):
                         if si in self._where:
-                            rows = self._load_shard(key, si, name, value, strict, len(shape) == 1)
+                            rows = self._load_shard(key, si, name, value, strict, one_d)
                             if rows:
                                 unrestored.setdefault(key, []).extend(rows)
-            keys = [f"embedding_bags.{t.name}.step" for t in lay.tables]
-            steps = [int(state_dict[k]) for k in keys if k in state_dict]
             if steps:  # one step for every shard (tables trained together step together)
                 for tbe in self.tbes.values():
                     tbe.step = max(steps)
@@ -721,8 +742,48 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             warnings.warn(f"rank {self.rank}: strict=False left state unrestored: {report}", stacklevel=2)
         return report
 
-    def _load_shard(self, key, si, name, value, strict, one_d):
-        """Copy the pieces' intersection with shard ``si``; returns the global row ranges left uncovered."""
+    def _state_kind(self, name):
+        if name == "weight":
+            return "weights"
+        squares = name == "momentum2" or self.optimizer.kind in ("adagrad", "rowwise_adagrad")
+        return "nonneg" if squares else "signed"
+
+    def _check_entry(self, key, name, value, shape):
+        """A whole tensor of ``shape``, or :class:`TableShards` of it whose pieces lie inside the table."""
+        kind = self._state_kind(name)
+        if not isinstance(value, TableShards):
+            _state.check_entry(key, name, value, torch.empty(shape), kind)
+            return
+        if tuple(value.shape) != shape:
+            raise ValueError(f"state_dict[{key!r}]: shape {tuple(value.shape)} in the checkpoint, {shape} here")
+        if not isinstance(value.pieces, (list, tuple)):
+            raise TypeError(f"state_dict[{key!r}].pieces must be a list, got {type(value.pieces).__name__}")
+        bounds = (shape[0], 1 if len(shape) == 1 else shape[1])
+        for n, piece in enumerate(value.pieces):
+            where = f"state_dict[{key!r}].pieces[{n}]"
+            if not (isinstance(piece, (list, tuple)) and len(piece) == 3):
+                raise TypeError(f"{where} must be ((r0, r1), (c0, c1), tensor), got {piece!r:.100}")
+            spans = []
+            for axis, (span, top) in enumerate(zip(piece[:2], bounds)):
+                what = ("rows", "cols")[axis]
+                if not (isinstance(span, (list, tuple)) and len(span) == 2):
+                    raise TypeError(f"{where} {what} must be a pair (start, stop), got {span!r}")
+                lo = integer(f"{where} {what} start", span[0], min=0, max=top)
+                hi = integer(f"{where} {what} stop", span[1], min=lo, max=top)
+                spans.append(hi - lo)
+            like = torch.empty(spans[0]) if len(shape) == 1 else torch.empty(spans[0], spans[1])
+            _state.check_entry(f"{key}.pieces[{n}]", name, piece[2], like, kind)
+
+    @staticmethod
+    def _as_shards(value):
+        if isinstance(value, torch.Tensor):
+            cols = (0, 1) if value.dim() == 1 else (0, value.shape[1])
+            return TableShards(tuple(value.shape), [((0, value.shape[0]), cols, value)])
+        return value
+
+    def _load_shard(self, key, si, name, value, strict, one_d, copy=True):
+        """Copy the pieces' intersection with shard ``si``; returns the global row ranges left uncovered
+        (``copy=False``: only find them; with ``strict``, raise naming them)."""
         sh = self.layout.shards[si]
         dst = self._views(si)[name]
         r0, r1 = sh.rows
@@ -732,8 +793,9 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
             a0, a1, b0, b1 = max(r0, pr0), min(r1, pr1), max(c0, pc0), min(c1, pc1)
             if a0 >= a1 or b0 >= b1:
                 continue
-            src = t.reshape(pr1 - pr0, pc1 - pc0)[a0 - pr0 : a1 - pr0, b0 - pc0 : b1 - pc0]
-            dst[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0] = src.to(dst.device, dst.dtype)
+            if copy:
+                src = t.reshape(pr1 - pr0, pc1 - pc0)[a0 - pr0 : a1 - pr0, b0 - pc0 : b1 - pc0]
+                dst[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0] = src.to(dst.device, dst.dtype)
             covered[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0] = True
         short = (~covered).any(1).nonzero().reshape(-1).tolist()
         ranges: list[tuple[int, int]] = []

@@ -11,6 +11,9 @@ import itertools
 
 import torch
 
+from .._validate import flag, integer
+from . import _checks
+from ._checks import enum
 from .configs import (
     DEFAULT_SCALE_BIAS_SIZE_IN_BYTES,
     BoundsCheckMode,
@@ -67,7 +70,10 @@ _CACHE_ONLY = (
 )
 
 
-class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
+_BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "int2": 2}
+
+
+class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
     """fbgemm's inference TBE: quantized tables (fp32, fp16, int8, int4, int2 rows) and a pooled lookup,
     ``forward(indices, offsets, per_sample_weights=None) -> [B, total_D]`` (``[N, D]`` for
     ``PoolingMode.NONE``) in ``output_dtype`` (FP16, fbgemm's default, or FP32), on embnum's
@@ -104,26 +110,31 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
         check_defaults(name, fbgemm_options, _DEFAULT_ONLY, ignored=_CACHE_ONLY)
         if index_remapping is not None:
             raise NotImplementedError(f"{name}: index_remapping (pruned tables) is not available in embnum's stand-in")
-        self.embedding_specs = [tuple(s) for s in embedding_specs]
-        if not self.embedding_specs or any(len(s) != 5 for s in self.embedding_specs):
-            raise ValueError(f"{name}: embedding_specs must be (name, rows, dim, SparseType, location) per table")
-        for s in self.embedding_specs:
+        self.embedding_specs = _checks.specs(
+            name, embedding_specs, ("name", "rows", "dim", "weight_ty", "location"), min_rows=0
+        )
+        for i, s in enumerate(self.embedding_specs):
+            if not isinstance(s[3], SparseType):
+                raise TypeError(f"{name}: embedding_specs[{i}] weight_ty must be a SparseType, got {s[3]!r}")
             if s[3].value not in _PACKED:
                 raise ValueError(f"{name}: table {s[0]!r} has weight type {s[3]}, not supported by embnum ({_PACKED})")
-            if EmbeddingLocation(s[4]) not in (EmbeddingLocation.DEVICE, EmbeddingLocation.HOST):
-                raise NotImplementedError(f"{name}: location {EmbeddingLocation(s[4]).name} is not available in embnum")
+            if s[2] * _BITS[s[3].value] % 8:
+                raise ValueError(
+                    f"{name}: embedding_specs[{i}] dim = {s[2]} does not fill whole bytes as {s[3].value} "
+                    f"(a multiple of {8 // _BITS[s[3].value]})"
+                )
+            location = enum(f"embedding_specs[{i}] location", s[4], EmbeddingLocation)
+            if location not in (EmbeddingLocation.DEVICE, EmbeddingLocation.HOST):
+                raise NotImplementedError(f"{name}: location {location.name} is not available in embnum")
+        flag("cacheline_alignment", cacheline_alignment)
         if scale_bias_size_in_bytes != DEFAULT_SCALE_BIAS_SIZE_IN_BYTES:
             raise ValueError(f"{name}: scale_bias_size_in_bytes={scale_bias_size_in_bytes} is not supported (only 4)")
         if output_dtype not in _OUTPUTS:
             raise ValueError(f"{name}: output_dtype={output_dtype} is not supported by embnum (FP32 or FP16)")
-        self.current_device = torch.device(device if device is not None else "cpu")
+        self.current_device = _checks.device("device", device if device is not None else "cpu")
         self.use_cpu = self.current_device.type == "cpu"
         T_ = len(self.embedding_specs)
-        self.feature_table_map = list(range(T_)) if feature_table_map is None else [int(t) for t in feature_table_map]
-        if any(not 0 <= t < T_ for t in self.feature_table_map):
-            raise ValueError(
-                f"{name}: feature_table_map entries must be table numbers in [0, {T_}), got {feature_table_map}"
-            )
+        self.feature_table_map = _checks.table_map(feature_table_map, T_)
         if feature_names_per_table is not None and (
             len(feature_names_per_table) != T_
             or any(not all(isinstance(f, str) for f in names) for names in feature_names_per_table)
@@ -133,11 +144,15 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
                 f"got {feature_names_per_table!r}"
             )
         self.feature_names_per_table = feature_names_per_table  # metadata: fbgemm only reports it
-        self.pooling_mode = PoolingMode(pooling_mode)
-        self.bounds_check_mode_int = int(BoundsCheckMode(bounds_check_mode))
+        self.pooling_mode = enum("pooling_mode", pooling_mode, PoolingMode)
+        self.bounds_check_mode_int = int(enum("bounds_check_mode", bounds_check_mode, BoundsCheckMode))
         self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
         self.output_dtype = output_dtype.as_int()
-        self.row_alignment = int(row_alignment) if row_alignment is not None else (1 if self.use_cpu else 16)
+        self.row_alignment = (
+            integer("row_alignment", row_alignment, min=1, max=2**20, what="an int")
+            if row_alignment is not None
+            else (1 if self.use_cpu else 16)
+        )
         self.scale_bias_size_in_bytes = scale_bias_size_in_bytes
         self.weights_physical_offsets, end = [], 0
         for _, rows, dim, ty, _ in self.embedding_specs:
@@ -175,6 +190,13 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
     def weights(self) -> torch.Tensor:
         return getattr(self, self._held)
 
+    def _state_rules(self) -> dict:
+        """Packed rows (uint8, any byte) of the allocated size; the layout is the construction's."""
+        rules = {n: (getattr(self, n), "layout") for n in ("weights_offsets", "weights_tys", "D_offsets")}
+        rules["rows_per_table"] = (self.rows_per_table, "layout")
+        rules.update({n: (getattr(self, n), "bytes") for n in ("weights_host", "weights_dev")})
+        return rules
+
     def initialize_weights(self) -> None:
         """Allocate the weight buffer (zeros), once."""
         if not self.weight_initialized:
@@ -187,8 +209,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
         [rows, 1])`` (fp32/fp16 tables: ``(row bytes, None, None)``)."""
         if not self.weight_initialized:
             raise RuntimeError("initialize_weights() (or weight_lists) must come before the weights are read")
-        if split_scale_bias_mode not in (0, 1, 2):
-            raise ValueError(f"split_scale_bias_mode must be 0, 1 or 2, got {split_scale_bias_mode!r}")
+        integer("split_scale_bias_mode", split_scale_bias_mode, min=0, max=2, what="0, 1 or 2")
         out, sb = [], self.scale_bias_size_in_bytes
         for (_, rows, dim, ty, _), start in zip(self.embedding_specs, self.weights_physical_offsets):
             width = rounded_row_size_in_bytes(dim, ty, self.row_alignment)
@@ -209,20 +230,38 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
 
     def split_embedding_weights(self, split_scale_shifts: bool = True):
         """Per table ``(codes, scale_bias)`` (``split_scale_shifts``) or ``(padded rows, None)``."""
-        return [(w, s) for w, s, _ in self.split_embedding_weights_with_scale_bias(1 if split_scale_shifts else 0)]
+        mode = 1 if flag("split_scale_shifts", split_scale_shifts) else 0
+        return [(w, s) for w, s, _ in self.split_embedding_weights_with_scale_bias(mode)]
 
     def assign_embedding_weights(self, q_weight_list) -> None:
         """Copy ``(codes, scale_bias or None)`` per table into the buffer (shapes as ``split_embedding_weights``)."""
         dest = self.split_embedding_weights()
-        if len(q_weight_list) != len(dest):
-            raise ValueError(f"weight_lists must have one entry per table ({len(dest)}), got {len(q_weight_list)}")
-        for t, ((w, s), (qw, qs)) in enumerate(zip(dest, q_weight_list)):
-            if tuple(qw.shape) != tuple(w.shape) or (qs is None) != (s is None):
-                want = "None" if s is None else "uint8 [rows, 4]"
-                got = None if qs is None else tuple(qs.shape)
-                raise ValueError(
-                    f"weight_lists[{t}] must be (uint8 {tuple(w.shape)}, {want}), got ({tuple(qw.shape)}, {got})"
-                )
+        if not isinstance(q_weight_list, (list, tuple)) or len(q_weight_list) != len(dest):
+            got = f"{q_weight_list!r:.80}"
+            raise ValueError(f"weight_lists must be a list of one entry per table ({len(dest)}), got {got}")
+        for t, ((w, s), pair) in enumerate(zip(dest, q_weight_list)):  # every entry checked before any copy
+            want = f"(uint8 {list(w.shape)}, {'None' if s is None else f'uint8 {list(s.shape)}'})"
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise TypeError(f"weight_lists[{t}] must be {want}, got {pair!r:.80}")
+            for part, like in zip(pair, (w, s)):
+                if (part is None) != (like is None) or (
+                    part is not None
+                    and (
+                        not isinstance(part, torch.Tensor)
+                        or part.dtype != torch.uint8
+                        or tuple(part.shape) != tuple(like.shape)
+                    )
+                ):
+                    got = [
+                        None
+                        if p is None
+                        else f"{getattr(p, 'dtype', type(p).__name__)} {list(p.shape)}"
+                        if isinstance(p, torch.Tensor)
+                        else type(p).__name__
+                        for p in pair
+                    ]
+                    raise TypeError(f"weight_lists[{t}] must be {want}, got ({got[0]}, {got[1]})")
+        for (w, s), (qw, qs) in zip(dest, q_weight_list):
             w.copy_(qw)
             if s is not None:
                 s.copy_(qs)
@@ -232,17 +271,24 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(torch.nn.Module):
 
         if not self.weight_initialized:
             raise RuntimeError("initialize_weights() (or weight_lists) must come before forward")
-        return tbe_forward_quantized(
-            self.weights,
-            self.weights_offsets,
-            self.weights_tys,
-            self.D_offsets,
-            self.rows_per_table,
-            indices,
-            offsets,
-            ("sum", "mean", "none")[int(self.pooling_mode)],
-            per_sample_weights,
-            row_alignment=self.row_alignment,
-            output_dtype=_OUTPUTS[SparseType.from_int(self.output_dtype)],
-            bounds_check_mode=self._bounds,
-        )
+        try:
+            return tbe_forward_quantized(
+                self.weights,
+                self.weights_offsets,
+                self.weights_tys,
+                self.D_offsets,
+                self.rows_per_table,
+                indices,
+                offsets,
+                ("sum", "mean", "none")[int(self.pooling_mode)],
+                _checks.float_weights("per_sample_weights", per_sample_weights),
+                row_alignment=self.row_alignment,
+                output_dtype=_OUTPUTS[SparseType.from_int(self.output_dtype)],
+                bounds_check_mode=self._bounds,
+            )
+        except IndexError as err:
+            rows = [s[1] for s in self.embedding_specs]
+            plain = _checks.lookup_error(err, indices, offsets, rows, self.feature_table_map)
+            if plain is None:
+                raise
+            raise plain from err

@@ -13,13 +13,24 @@ from itertools import accumulate
 
 import torch
 
+from .._validate import MAX_SIZE, integer
+
 __all__ = ["PermutePooledEmbeddings", "PermutePooledEmbeddingsSplit"]
 
 
+def _ints(name, values, low, high):
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name} must be a list of ints, got {values!r:.80}")
+    return [integer(f"{name}[{i}]", v, min=low, max=high) for i, v in enumerate(values)]
+
+
 def _index_tensors(embs_dims, permute, device) -> dict[str, torch.Tensor]:
-    embs_dims, permute = [int(d) for d in embs_dims], [int(p) for p in permute]
-    if any(d < 0 for d in embs_dims):
-        raise ValueError(f"embs_dims must be >= 0, got {embs_dims}")
+    embs_dims = _ints("embs_dims", embs_dims, 0, MAX_SIZE)
+    permute = _ints("permute", permute, 0, max(len(embs_dims) - 1, 0))
+    if sum(embs_dims) > MAX_SIZE:
+        raise ValueError(f"embs_dims sum to {sum(embs_dims)}, more than {MAX_SIZE} columns")
     if sorted(permute) != list(range(len(embs_dims))):
         raise ValueError(
             f"permute must be a permutation of 0..{len(embs_dims) - 1} (one entry per embs_dims entry), got {permute}"
@@ -42,6 +53,10 @@ def _index_tensors(embs_dims, permute, device) -> dict[str, torch.Tensor]:
 def _permute(pooled_embs, offsets, permute, inv_offsets, inv_permute):
     from ..torch_bridge import permute_pooled_embs
 
+    width = int(offsets[-1])
+    if not isinstance(pooled_embs, torch.Tensor) or pooled_embs.dim() != 2 or pooled_embs.shape[1] != width:
+        shape = list(pooled_embs.shape) if isinstance(pooled_embs, torch.Tensor) else type(pooled_embs).__name__
+        raise ValueError(f"pooled_embs must be [B, {width}] (the embs_dims summed), got {shape}")
     on = pooled_embs.device
     return permute_pooled_embs(pooled_embs, offsets.to(on), permute.to(on), inv_offsets.to(on), inv_permute.to(on))
 

@@ -14,13 +14,15 @@ layout (``weights_offsets``, ``D_offsets``, ``hash_size_cumsum``, the state arra
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
-from ..modules.tbe import fused_update
+from .._validate import flag, integer
+from ..modules.tbe import StepCount, fused_update
+from . import _checks
+from ._checks import enum
 from .configs import (
     BoundsCheckMode,
     CacheAlgorithm,
@@ -123,15 +125,14 @@ def check_defaults(cls_name: str, given: dict, defaults: dict, ignored=()) -> No
             )
 
 
-def _enum(name, value, enum_cls):
-    try:
-        return enum_cls(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a {enum_cls.__name__}, got {value!r}") from None
-
-
 def _float_type(cls_name, name, value) -> torch.dtype:
-    st = value if isinstance(value, SparseType) else SparseType.from_int(int(value))
+    if isinstance(value, SparseType):
+        st = value
+    else:
+        try:
+            st = SparseType.from_int(integer(name, value, what="a SparseType"))
+        except ValueError:
+            raise ValueError(f"{cls_name}: {name}={value!r} is not a SparseType") from None
     if st not in _FLOATS:
         raise ValueError(f"{cls_name}: {name}={st} is not supported by embnum (FP32 or FP16)")
     return _FLOATS[st]
@@ -149,14 +150,14 @@ def _split_views(flat, rows, dims, rowwise=False):
     return views
 
 
-class _Layout(torch.nn.Module):
+class _Layout(_checks.CheckedState):
     """What both modules share: the tables' layout buffers (fbgemm's names and dtypes) and settings."""
 
     def _set_layout(self, rows, dims, feature_table_map, pooling_mode, output_dtype, device):
         lay = tbe_layout(rows, dims, feature_table_map)
         self.rows, self.dims = list(rows), list(dims)
-        self.feature_table_map = list(range(len(rows))) if feature_table_map is None else list(feature_table_map)
-        self.pooling_mode = _enum("pooling_mode", pooling_mode, PoolingMode)
+        self.feature_table_map = _checks.table_map(feature_table_map, len(rows))
+        self.pooling_mode = enum("pooling_mode", pooling_mode, PoolingMode)
         self._pooling = _POOLING[self.pooling_mode]
         out = _float_type(type(self).__name__, "output_dtype", output_dtype)
         self._output = "float16" if out == torch.float16 else "float32"
@@ -171,28 +172,42 @@ class _Layout(torch.nn.Module):
     def _layout(self):
         return self.weights_offsets, self.D_offsets, self.hash_size_cumsum
 
+    def _state_rules(self) -> dict:
+        """The layout is the construction's (a checkpoint must agree); the weights finite floats."""
+        rules = {n: (getattr(self, n), "layout") for n in ("weights_offsets", "D_offsets", "hash_size_cumsum")}
+        rules["weights"] = (self.weights, "weights")
+        return rules
+
+    def _lookup_error(self, err, indices, offsets):
+        """``err`` (the op's) in fbgemm's terms when an id is outside its table, else ``None``."""
+        return _checks.lookup_error(err, indices, offsets, self.rows, self.feature_table_map)
+
 
 class _FusedLookup(torch.autograd.Function):
     """Forward: the pooled lookup; backward: the module's fused optimizer step (no weight gradient)."""
 
     @staticmethod
-    def forward(ctx, placeholder, per_sample_weights, module, indices, offsets, feature_requires_grad):
-        ctx.module, ctx.feature_requires_grad = module, feature_requires_grad
+    def forward(ctx, placeholder, per_sample_weights, module, indices, offsets, feature_requires_grad, batch_sizes):
+        ctx.module, ctx.feature_requires_grad, ctx.batch_sizes = module, feature_requires_grad, batch_sizes
         ctx.save_for_backward(indices, offsets, per_sample_weights)
-        return module._lookup(indices, offsets, per_sample_weights)
+        return module._lookup(indices, offsets, per_sample_weights, batch_sizes)
 
     @staticmethod
     def backward(ctx, grad):
         indices, offsets, psw = ctx.saved_tensors
         want = psw is not None and ctx.needs_input_grad[1]
-        psw_grad = ctx.module._apply_gradient(grad, indices, offsets, psw, want, ctx.feature_requires_grad)
-        return None, psw_grad, None, None, None, None
+        psw_grad = ctx.module._apply_gradient(
+            grad, indices, offsets, psw, want, ctx.feature_requires_grad, ctx.batch_sizes
+        )
+        return None, psw_grad, None, None, None, None, None
 
 
 class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
     """fbgemm's training TBE: ``forward(indices, offsets, per_sample_weights=None,
     feature_requires_grad=None, batch_size_per_feature_per_rank=None)`` returns float32 (or float16:
-    ``output_dtype``) ``[B, total_D]`` (``[N, D]`` for ``PoolingMode.NONE``); backward applies the
+    ``output_dtype``) ``[B, total_D]`` (``[N, D]`` for ``PoolingMode.NONE``; with
+    ``batch_size_per_feature_per_rank``, TorchRec's VBE, the flat rank-major output of
+    :func:`embnum.tbe_forward`); backward applies the
     fused optimizer (EXACT_SGD, EXACT_ADAGRAD, EXACT_ROWWISE_ADAGRAD, ADAM, LAMB, PARTIAL_ROWWISE_ADAM,
     PARTIAL_ROWWISE_LAMB, LARS_SGD) to the rows the batch touched.
 
@@ -238,28 +253,32 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         super().__init__()
         name = type(self).__name__
         check_defaults(name, fbgemm_options, _DEFAULT_ONLY)
-        self.embedding_specs = [tuple(s) for s in embedding_specs]
-        if not self.embedding_specs or any(len(s) != 4 for s in self.embedding_specs):
-            raise ValueError(f"{name}: embedding_specs must be (rows, dim, location, compute_device) per table")
+        self.embedding_specs = _checks.specs(name, embedding_specs, ("rows", "dim", "location", "compute_device"))
         rows = [int(s[0]) for s in self.embedding_specs]
         dims = [int(s[1]) for s in self.embedding_specs]
-        locations = {_enum("embedding_specs location", s[2], EmbeddingLocation) for s in self.embedding_specs}
+        locations = {enum("embedding_specs location", s[2], EmbeddingLocation) for s in self.embedding_specs}
         uvm = locations - {EmbeddingLocation.DEVICE, EmbeddingLocation.HOST}
         if uvm:
             raise NotImplementedError(
                 f"{name}: embedding location {sorted(uvm)[0].name} (UVM / embedding cache) is not available in "
                 "embnum's fbgemm stand-in: place tables on DEVICE or HOST"
             )
-        computes = {_enum("embedding_specs compute_device", s[3], ComputeDevice) for s in self.embedding_specs}
+        computes = {enum("embedding_specs compute_device", s[3], ComputeDevice) for s in self.embedding_specs}
         if ComputeDevice.MTIA in computes:
             raise NotImplementedError(f"{name}: ComputeDevice.MTIA is not available in embnum's fbgemm stand-in")
         if device is None:
             device = torch.device("cuda" if ComputeDevice.CUDA in computes else "cpu")
-        device = torch.device(device)
+        device = _checks.device("device", device)
         self.use_cpu = device.type == "cpu"
         self._set_layout(rows, dims, feature_table_map, pooling_mode, output_dtype, device)
         self.weights_precision = weights_precision
         dtype = _float_type(name, "weights_precision", weights_precision)
+        for flag_name, value in (
+            ("stochastic_rounding", stochastic_rounding),
+            ("gradient_clipping", gradient_clipping),
+            ("enforce_hbm", enforce_hbm),
+        ):
+            flag(flag_name, value)
         if dtype == torch.float16 and stochastic_rounding:
             raise ValueError(
                 f"{name}: stochastic_rounding=True with FP16 weights is not supported by embnum (it rounds "
@@ -272,25 +291,35 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             )
         self.optimizer = optimizer
         self._kind = _KINDS[optimizer]
+        if table_names is not None and (
+            not isinstance(table_names, (list, tuple))
+            or len(table_names) != len(rows)
+            or not all(isinstance(n, str) for n in table_names)
+        ):
+            raise TypeError(f"{name}: table_names must be None or one str per table ({len(rows)}), got {table_names!r}")
         self.table_names = table_names
         self.embedding_shard_info = embedding_shard_info
         self.res_params = res_params
-        self.bounds_check_mode_int = int(_enum("bounds_check_mode", bounds_check_mode, BoundsCheckMode))
+        self.bounds_check_mode_int = int(enum("bounds_check_mode", bounds_check_mode, BoundsCheckMode))
         self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
+        # max_norm 0 is fbgemm's "off"; the rest TBEOptimizer checks under fbgemm's names
+        norm = _checks.number("max_norm", max_norm, minimum=0.0)
         self._hyper = dict(
-            learning_rate=float(learning_rate),
+            learning_rate=learning_rate,
             eps=eps,
             beta1=beta1,
             beta2=beta2,
             eta=eta,
             momentum=momentum,
-            max_gradient=float(max_gradient) if gradient_clipping else None,
-            max_norm=float(max_norm) if max_norm > 0 else None,
+            max_gradient=max_gradient if gradient_clipping else None,
+            max_norm=norm if norm > 0 else None,
         )
         self.gradient_clipping, self.max_gradient, self.max_norm = gradient_clipping, max_gradient, max_norm
-        self.weight_decay, self.weight_decay_mode = float(weight_decay), weight_decay_mode
+        self.weight_decay = _checks.number("weight_decay", weight_decay, minimum=0.0)
+        self.weight_decay_mode = weight_decay_mode
         self._tbe_optimizer = self._build_optimizer()
-        self.learning_rate_tensor = torch.tensor(float(learning_rate), dtype=torch.float32)
+        self._hyper.update(learning_rate=self._tbe_optimizer.learning_rate)
+        self.learning_rate_tensor = torch.tensor(self._tbe_optimizer.learning_rate, dtype=torch.float32)
 
         placement = EmbeddingLocation.DEVICE if device.type != "cpu" else EmbeddingLocation.HOST
         held, empty = (
@@ -311,6 +340,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             if state in sizes:
                 self.register_buffer(f"{state}_{held[8:]}", torch.zeros(sizes[state], device=device))
         self.register_buffer("iter", torch.zeros(1, dtype=torch.int64, device=device))
+        self._steps = StepCount(self.iter, 0)
         # the parameter that makes autograd call backward (the fused update) even where no input needs a gradient
         self.placeholder_autograd_tensor = torch.nn.Parameter(torch.zeros(0, device=device))
 
@@ -319,7 +349,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         kind, wd, mode = (
             self._kind,
             self.weight_decay,
-            _enum("weight_decay_mode", self.weight_decay_mode, WeightDecayMode),
+            enum("weight_decay_mode", self.weight_decay_mode, WeightDecayMode),
         )
         decay = "none"
         if wd > 0:
@@ -341,26 +371,34 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         return self._tbe_optimizer.learning_rate
 
     def set_learning_rate(self, lr: float) -> None:
-        self._set_hyper(learning_rate=float(lr))
+        self.update_hyper_parameters({"lr": lr})
 
     def update_hyper_parameters(self, params_dict: dict) -> None:
-        """Set ``lr``, ``eps``, ``beta1``, ``beta2`` or ``weight_decay`` (fbgemm's names); another name raises."""
+        """Set ``lr``, ``eps``, ``beta1``, ``beta2`` or ``weight_decay`` (fbgemm's names); another name
+        raises. The new values are checked together first: a rejected call changes nothing."""
+        if not isinstance(params_dict, dict):
+            raise TypeError(f"params_dict must be a dict of hyper-parameters, got {type(params_dict).__name__}")
+        values, weight_decay = {}, self.weight_decay
         for key, value in params_dict.items():
             if key == "weight_decay":
-                self.weight_decay = float(value)
-                self._tbe_optimizer = self._build_optimizer()
+                weight_decay = _checks.number(key, value, minimum=0.0)
             elif key in ("lr", "eps", "beta1", "beta2"):
-                self._set_hyper(**{"learning_rate" if key == "lr" else key: float(value)})
+                values["learning_rate" if key == "lr" else key] = _checks.number(key, value)
             else:
                 raise NotImplementedError(f"Setting hyper-parameter {key} is not supported")
-
-    def _set_hyper(self, **values):
-        self._hyper.update(values)
-        self._tbe_optimizer = dataclasses.replace(self._tbe_optimizer, **values)
-        self.learning_rate_tensor.fill_(self._tbe_optimizer.learning_rate)
+        old = self._hyper, self.weight_decay
+        self._hyper, self.weight_decay = {**self._hyper, **values}, weight_decay
+        try:
+            optimizer = self._build_optimizer()
+        except (TypeError, ValueError):
+            self._hyper, self.weight_decay = old
+            raise
+        self._tbe_optimizer = optimizer
+        self.learning_rate_tensor.fill_(optimizer.learning_rate)
 
     def set_optimizer_step(self, step: int) -> None:
-        self.iter[0] = int(step)
+        """The optimizer's step count (an int in ``[0, 2**62]``): the next update runs with ``step + 1``."""
+        self._steps.write(self.iter, _checks.step("step", step))
 
     @property
     def optimizer_args(self) -> TBEOptimizer:
@@ -371,6 +409,17 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
     @property
     def weights(self) -> torch.Tensor:
         return getattr(self, self._held)
+
+    def _state_rules(self) -> dict:
+        rules = super()._state_rules()
+        rules[self._held] = rules.pop("weights")
+        rules["weights_placements"] = (self.weights_placements, "layout")
+        for state in self._tbe_optimizer.states:
+            squares = state == "momentum2" or self._kind in ("adagrad", "rowwise_adagrad")
+            buf = f"{state}_{self._held[8:]}"
+            rules[buf] = (getattr(self, buf), "nonneg" if squares else "signed")
+        rules["iter"] = (self.iter, "step")
+        return rules
 
     def split_embedding_weights(self) -> list[torch.Tensor]:
         """One ``[rows, dim]`` view per table of the flat weights (writes go to the module)."""
@@ -394,6 +443,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
     def flush(self) -> None:
         """Nothing to write back: embnum keeps no embedding cache."""
 
+    def reset_cache_states(self) -> None:
+        """Nothing to reset: embnum keeps no embedding cache (TorchRec calls it before loading a state dict)."""
+
     # -- lookup ------------------------------------------------------------------
     def forward(
         self,
@@ -415,16 +467,34 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
                 "vbe_output_offsets": None,
             },
         )
-        if batch_size_per_feature_per_rank is not None:
-            raise NotImplementedError(
-                "variable batch size per feature (batch_size_per_feature_per_rank, TorchRec's VBE) is not yet "
-                "available in embnum's fbgemm stand-in"
+        batch_sizes = _batch_sizes(batch_size_per_feature_per_rank)
+        per_sample_weights = _checks.float_weights("per_sample_weights", per_sample_weights)
+        if feature_requires_grad is not None and (
+            not isinstance(feature_requires_grad, torch.Tensor)
+            or tuple(feature_requires_grad.shape) != (len(self.feature_table_map),)
+        ):
+            raise ValueError(
+                f"feature_requires_grad must be None or a tensor of one entry per feature "
+                f"({len(self.feature_table_map)}), got {feature_requires_grad!r:.80}"
             )
-        return _FusedLookup.apply(
-            self.placeholder_autograd_tensor, per_sample_weights, self, indices, offsets, feature_requires_grad
-        )
+        try:
+            return _FusedLookup.apply(
+                self.placeholder_autograd_tensor,
+                per_sample_weights,
+                self,
+                indices,
+                offsets,
+                feature_requires_grad,
+                batch_sizes,
+            )
+        except IndexError as err:
+            # with VBE the op's own error stands (it names the feature and its sample)
+            plain = None if batch_sizes is not None else self._lookup_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err
 
-    def _lookup(self, indices, offsets, per_sample_weights):
+    def _lookup(self, indices, offsets, per_sample_weights, batch_sizes=None):
         from ..torch_bridge import tbe_forward
 
         return tbe_forward(
@@ -436,11 +506,13 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             None if per_sample_weights is None else per_sample_weights.detach().float(),
             output_dtype=self._output,
             bounds_check_mode=self._bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
         )
 
-    def _apply_gradient(self, grad, indices, offsets, psw, want_psw_grad, feature_requires_grad):
+    def _apply_gradient(self, grad, indices, offsets, psw, want_psw_grad, feature_requires_grad, batch_sizes=None):
         opt = self._tbe_optimizer
-        self.iter += 1
+        step = self._steps.read(self.iter) + 1  # fbgemm counts the step before the update
+        self._steps.advance(self.iter)
         states = {s: getattr(self, f"{s}_{self._held[8:]}") for s in opt.states}
         psw_grad = fused_update(
             grad,
@@ -453,11 +525,13 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             want_psw_grad,
             opt,
             (states.get("momentum1"), states.get("momentum2")),
-            int(self.iter[0]) if opt.uses_step else None,
+            step if opt.uses_step else None,
             self._bounds,
+            batch_sizes=batch_sizes,
         )
         if psw_grad is not None and feature_requires_grad is not None:
-            psw_grad = psw_grad * _per_index(feature_requires_grad, offsets, indices.shape[0]).to(psw_grad.dtype)
+            per_index = _per_index(feature_requires_grad, offsets, indices.shape[0], batch_sizes)
+            psw_grad = psw_grad * per_index.to(psw_grad.dtype)
         return psw_grad
 
 
@@ -469,12 +543,27 @@ def _table_starts(rows, dims):
     return starts
 
 
-def _per_index(feature_values, offsets, n_indices):
-    """``feature_values[t]`` of the feature each index belongs to (bags are feature-major: ``T*B+1`` offsets)."""
+def _batch_sizes(value):
+    """``batch_size_per_feature_per_rank`` as the ops' text form (checked there; None passes):
+    encoded once per call, so the forward and the backward read the same sizes."""
+    from .._tbe_vbe import encode
+
+    return encode(value)
+
+
+def _per_index(feature_values, offsets, n_indices, batch_sizes=None):
+    """``feature_values[t]`` of the feature each index belongs to (bags are feature-major: ``T*B+1``
+    offsets, or ``sum_t B_t + 1`` with VBE's ``batch_sizes``)."""
     T = feature_values.shape[0]
-    B = (offsets.shape[0] - 1) // T
     lengths = (offsets[1:] - offsets[:-1]).clamp(min=0)
-    feature_of_bag = torch.arange(T * B, device=offsets.device) // max(B, 1)
+    if batch_sizes is not None:
+        from .._tbe_vbe import int_rows
+
+        per_feature = torch.from_numpy(int_rows(batch_sizes).sum(axis=1)).to(offsets.device)
+        feature_of_bag = torch.repeat_interleave(torch.arange(T, device=offsets.device), per_feature)
+    else:
+        B = (offsets.shape[0] - 1) // T
+        feature_of_bag = torch.arange(T * B, device=offsets.device) // max(B, 1)
     out = torch.repeat_interleave(feature_values.to(offsets.device)[feature_of_bag], lengths)
     return out[:n_indices] if out.shape[0] >= n_indices else torch.nn.functional.pad(out, (0, n_indices - out.shape[0]))
 
@@ -496,14 +585,12 @@ class DenseTableBatchedEmbeddingBagsCodegen(_Layout):
     ):
         super().__init__()
         name = type(self).__name__
-        if use_mtia:
+        if flag("use_mtia", use_mtia):
             raise NotImplementedError(f"{name}: use_mtia=True is not available in embnum's fbgemm stand-in")
-        self.embedding_specs = [tuple(s) for s in embedding_specs]
-        if not self.embedding_specs or any(len(s) != 2 for s in self.embedding_specs):
-            raise ValueError(f"{name}: embedding_specs must be (rows, dim) per table")
+        self.embedding_specs = _checks.specs(name, embedding_specs, ("rows", "dim"))
         rows = [int(s[0]) for s in self.embedding_specs]
         dims = [int(s[1]) for s in self.embedding_specs]
-        self.use_cpu = bool(use_cpu) or not torch.cuda.is_available()
+        self.use_cpu = flag("use_cpu", use_cpu) or not torch.cuda.is_available()
         device = torch.device("cpu" if self.use_cpu else "cuda")
         self._set_layout(rows, dims, feature_table_map, pooling_mode, output_dtype, device)
         self.weights_precision = weights_precision
@@ -524,18 +611,21 @@ class DenseTableBatchedEmbeddingBagsCodegen(_Layout):
     ):
         from ..torch_bridge import tbe_forward
 
-        if batch_size_per_feature_per_rank is not None:
-            raise NotImplementedError(
-                "variable batch size per feature (batch_size_per_feature_per_rank, TorchRec's VBE) is not yet "
-                "available in embnum's fbgemm stand-in"
+        try:
+            return tbe_forward(
+                self.weights,
+                *self._layout(),
+                indices,
+                offsets,
+                self._pooling,
+                _checks.float_weights("per_sample_weights", per_sample_weights),
+                output_dtype=self._output,
+                bounds_check_mode="fatal",
+                batch_size_per_feature_per_rank=batch_size_per_feature_per_rank,
             )
-        return tbe_forward(
-            self.weights,
-            *self._layout(),
-            indices,
-            offsets,
-            self._pooling,
-            per_sample_weights,
-            output_dtype=self._output,
-            bounds_check_mode="fatal",
-        )
+        except IndexError as err:
+            # with VBE the op's own error stands (it names the feature and its sample)
+            plain = None if batch_size_per_feature_per_rank is not None else self._lookup_error(err, indices, offsets)
+            if plain is None:
+                raise
+            raise plain from err

@@ -10,8 +10,8 @@ A rule is ``(like, kind)``: ``like`` the module's tensor (its shape, dtype and, 
 ``"layout"``, its value), ``kind`` one of ``"weights"`` (floating, finite once cast to
 ``like``'s dtype), ``"signed"`` (the same: a first moment, a momentum), ``"nonneg"`` (the
 same and ``>= 0``: a sum of squares, a second moment), ``"step"`` (integer, in ``[0,
-MAX_STEP]``) or ``"layout"`` (integer, equal to ``like``: the layout is the module's
-construction, not state).
+MAX_STEP]``), ``"layout"`` (integer, equal to ``like``: the layout is the module's
+construction, not state) or ``"bytes"`` (``like``'s dtype exactly, any value: packed quantized rows).
 """
 
 from __future__ import annotations
@@ -37,26 +37,33 @@ def check(state_dict, prefix: str, rules: dict) -> None:
     (entries absent are left to torch's strict/non-strict rule)."""
     for name, (like, kind) in rules.items():
         key = prefix + name
-        if key not in state_dict:
-            continue
-        x = state_dict[key]
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"state_dict[{key!r}] must be a torch.Tensor, got {type(x).__name__}")
-        shape = tuple(x.shape)
-        if like.dim() == 0 and shape == (1,):
-            shape = ()  # torch loads a [1] tensor into a 0-d one
-        if shape != tuple(like.shape):
-            raise StateDictError(
-                f"state_dict[{key!r}] has shape {list(x.shape)} but the module's {name} has {list(like.shape)}"
-            )
-        if kind in ("step", "layout"):
-            if not _integer(x.dtype):
-                raise TypeError(f"state_dict[{key!r}] must have an integer dtype, got {x.dtype}")
-            _integers(key, name, x.detach().cpu().reshape(-1), like, kind)
-            continue
-        if not x.dtype.is_floating_point:
-            raise TypeError(f"state_dict[{key!r}] must have a floating dtype, got {x.dtype}")
-        _values(key, x.detach().to(device="cpu", dtype=like.dtype).reshape(-1), kind)
+        if key in state_dict:
+            check_entry(key, name, state_dict[key], like, kind)
+
+
+def check_entry(key: str, name: str, x, like, kind: str) -> None:
+    """One entry ``x`` (``state_dict[key]``) against the rule ``(like, kind)`` of the module's ``name``."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"state_dict[{key!r}] must be a torch.Tensor, got {type(x).__name__}")
+    shape = tuple(x.shape)
+    if like.dim() == 0 and shape == (1,):
+        shape = ()  # torch loads a [1] tensor into a 0-d one
+    if shape != tuple(like.shape):
+        raise StateDictError(
+            f"state_dict[{key!r}] has shape {list(x.shape)} but the module's {name} has {list(like.shape)}"
+        )
+    if kind == "bytes":
+        if x.dtype != like.dtype:
+            raise TypeError(f"state_dict[{key!r}] must have dtype {like.dtype} (packed rows), got {x.dtype}")
+        return
+    if kind in ("step", "layout"):
+        if not _integer(x.dtype):
+            raise TypeError(f"state_dict[{key!r}] must have an integer dtype, got {x.dtype}")
+        _integers(key, name, x.detach().cpu().reshape(-1), like, kind)
+        return
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"state_dict[{key!r}] must have a floating dtype, got {x.dtype}")
+    _values(key, x.detach().to(device="cpu", dtype=like.dtype).reshape(-1), kind)
 
 
 def _integers(key, name, x, like, kind):

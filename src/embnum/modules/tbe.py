@@ -26,6 +26,39 @@ def _tensors(**named):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
+def first_out_of_range(indices, offsets, rows, feature_table_map):
+    """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
+    when ``indices``/``offsets`` are not integer tensors of the layout, which the op's own error
+    then describes). ``offsets``: ``len(feature_table_map) * B + 1`` bag boundaries, feature-major
+    (bag ``f * B + sample``); ``rows[t]``: table ``t``'s rows. The modules, the sharded collection
+    and the fbgemm stand-in name a bad id with it, each in its own user's terms."""
+    if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
+        return None
+    if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
+        return None
+    ids, off = indices.detach().cpu().long().reshape(-1), offsets.detach().cpu().long().reshape(-1)
+    n_features = len(feature_table_map)
+    if off.numel() < 1 or (off.numel() - 1) % n_features:
+        return None
+    if off[0] < 0 or off[-1] > ids.numel() or bool((off[1:] < off[:-1]).any()):
+        return None
+    B = (off.numel() - 1) // n_features
+    for f, t in enumerate(feature_table_map):
+        bags = off[f * B : (f + 1) * B + 1]
+        seg = ids[bags[0] : bags[-1]]
+        bad = ((seg < 0) | (seg >= rows[t])).nonzero()
+        if bad.numel():
+            pos = int(bags[0]) + int(bad[0, 0])
+            sample = int(torch.searchsorted(bags, pos, right=True)) - 1
+            return f, sample, int(ids[pos])
+    return None
+
+
+def out_of_range_text(feature, table, value, sample, rows) -> str:
+    """How the modules name an id outside its table: key, table, sample and range."""
+    return f"feature {feature!r} (table {table!r}): id {value} at sample {sample} is outside [0, {rows})"
+
+
 class _Tables(torch.nn.Module):
     """Shared set-up: the layout of ``rows``/``dims``/``feature_table_map`` and the flat weights."""
 
@@ -98,41 +131,14 @@ class _Tables(torch.nn.Module):
         table, the sample and the table's range (``features``, ``tables``: the caller's names for the
         feature positions and the tables, the positions themselves by default). ``None`` when no id
         is out of range (``err`` then stands as it is). The caller raises it ``from err``."""
-        where = self._first_out_of_range(indices, offsets)
+        where = first_out_of_range(indices, offsets, self.rows, self.feature_table_map)
         if where is None:
             return None
         f, sample, value = where
         t = self.feature_table_map[f]
         feature = f if features is None else features[f]
         table = t if tables is None else tables[t]
-        return IndexError(
-            f"feature {feature!r} (table {table!r}): id {value} at sample {sample} is outside [0, {self.rows[t]})"
-        )
-
-    def _first_out_of_range(self, indices, offsets):
-        """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
-        when ``indices``/``offsets`` are not integer tensors of the module's layout, which the op's
-        own error then describes)."""
-        if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
-            return None
-        if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
-            return None
-        ids, off = indices.detach().cpu().long().reshape(-1), offsets.detach().cpu().long().reshape(-1)
-        n_features = len(self.feature_table_map)
-        if off.numel() < 1 or (off.numel() - 1) % n_features:
-            return None
-        if off[0] < 0 or off[-1] > ids.numel() or bool((off[1:] < off[:-1]).any()):
-            return None
-        B = (off.numel() - 1) // n_features
-        for f, t in enumerate(self.feature_table_map):
-            bags = off[f * B : (f + 1) * B + 1]
-            seg = ids[bags[0] : bags[-1]]
-            bad = ((seg < 0) | (seg >= self.rows[t])).nonzero()
-            if bad.numel():
-                pos = int(bags[0]) + int(bad[0, 0])
-                sample = int(torch.searchsorted(bags, pos, right=True)) - 1
-                return f, sample, int(ids[pos])
-        return None
+        return IndexError(out_of_range_text(feature, table, value, sample, self.rows[t]))
 
     # -- checkpoints: checked before anything is copied (embnum.modules._state) ----------
     def _state_rules(self) -> dict:
@@ -243,7 +249,7 @@ class FusedTBE(_Tables):
         for name in ("momentum1", "momentum2"):
             self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
-        self._step_seen = (self.iter, self.iter._version, 0)  # (iter, its version, the count) or None
+        self._steps = StepCount(self.iter, 0)
 
     def _state_rules(self) -> dict:
         rules = super()._state_rules()
@@ -257,26 +263,15 @@ class FusedTBE(_Tables):
 
     @property
     def step(self) -> int:
-        """Optimizer steps taken so far (the ``iter`` buffer). The count lives on the buffer's
-        device; a host copy follows the module's own increments, so reading it costs no
-        device-to-host copy except the first time after ``iter`` was replaced or written from
-        elsewhere (``load_state_dict``, ``.to()``), which the buffer's version shows."""
-        seen = self._step_seen
-        if seen is None or seen[0] is not self.iter or seen[1] != self.iter._version:
-            seen = self._step_seen = (self.iter, self.iter._version, int(self.iter))
-        return seen[2]
+        """Optimizer steps taken so far (the ``iter`` buffer; see :class:`StepCount`)."""
+        return self._steps.read(self.iter)
 
     @step.setter
     def step(self, value: int):
-        self.iter.fill_(int(value))
-        self._step_seen = (self.iter, self.iter._version, int(value))
+        self._steps.write(self.iter, value)
 
     def _count_step(self) -> None:
-        """``iter += 1`` on its device (nothing read back); the host copy follows when it is current."""
-        seen = self._step_seen
-        current = seen is not None and seen[0] is self.iter and seen[1] == self.iter._version
-        self.iter.add_(1)
-        self._step_seen = (self.iter, self.iter._version, seen[2] + 1) if current else None
+        self._steps.advance(self.iter)
 
     def forward(self, indices, offsets, per_sample_weights=None):
         _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
@@ -316,12 +311,54 @@ class FusedTBE(_Tables):
         return f"{super().extra_repr()}\noptimizer={self.optimizer!r}, step={self.step}"
 
 
+class StepCount:
+    """The host copy of a one-element int64 step counter that lives on a device buffer, so that
+    reading the step costs no device-to-host copy: the copy follows the owner's own increments
+    (:meth:`advance`) and is read again from the buffer only the first time after the buffer
+    was replaced or written from elsewhere (``load_state_dict``, ``.to()``, an in-place write),
+    which the buffer's identity and version show."""
+
+    def __init__(self, buf: torch.Tensor, count: int):
+        self._seen: tuple | None = (buf, buf._version, count)
+
+    def read(self, buf: torch.Tensor) -> int:
+        seen = self._seen
+        if seen is None or seen[0] is not buf or seen[1] != buf._version:
+            seen = self._seen = (buf, buf._version, int(buf.reshape(())))
+        return seen[2]
+
+    def write(self, buf: torch.Tensor, value: int) -> None:
+        buf.fill_(int(value))
+        self._seen = (buf, buf._version, int(value))
+
+    def advance(self, buf: torch.Tensor) -> None:
+        """``buf += 1`` on its device (nothing read back)."""
+        seen = self._seen
+        current = seen is not None and seen[0] is buf and seen[1] == buf._version
+        buf.add_(1)
+        self._seen = (buf, buf._version, seen[2] + 1) if current and seen is not None else None
+
+
 def fused_update(
-    grad, weights, layout, indices, offsets, pooling, psw, want_psw_grad, optimizer, state, step, bounds, backend=None
+    grad,
+    weights,
+    layout,
+    indices,
+    offsets,
+    pooling,
+    psw,
+    want_psw_grad,
+    optimizer,
+    state,
+    step,
+    bounds,
+    backend=None,
+    batch_sizes=None,
 ):
     """One fused optimizer step of the lookups ``(indices, offsets, psw)`` from the output gradient
-    ``grad`` ``[B, total_D]``: clip to ``optimizer.max_gradient``, the gradient of ``psw`` when
-    ``want_psw_grad`` (from the clipped gradient, before the update, as fbgemm), then
+    ``grad`` ``[B, total_D]`` (flat with ``batch_sizes``, VBE's ``batch_size_per_feature_per_rank``):
+    clip to ``optimizer.max_gradient``, the gradient of ``psw`` when ``want_psw_grad`` (from the
+    clipped gradient, before the update, as fbgemm), then
     ``tbe_backward_update`` in place on ``weights`` and ``state = (momentum1, momentum2)`` at ``step``
     (the step being taken). Returns the ``psw`` gradient or ``None``. :class:`FusedTBE` and the
     fbgemm stand-in's training module share it; each keeps its own step counter."""
@@ -333,7 +370,14 @@ def fused_update(
     psw_grad = None
     if psw is not None and want_psw_grad:
         psw_grad = tbe_grad_per_sample_weights(
-            g, weights.detach(), *layout, indices, offsets, bounds_check_mode=bounds, backend=backend
+            g,
+            weights.detach(),
+            *layout,
+            indices,
+            offsets,
+            bounds_check_mode=bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
+            backend=backend,
         )
     with torch.no_grad():
         tbe_backward_update(
@@ -349,6 +393,7 @@ def fused_update(
             momentum2=state[1],
             step=step if optimizer.uses_step else None,
             bounds_check_mode=bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
             backend=backend,
         )
     return psw_grad

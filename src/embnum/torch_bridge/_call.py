@@ -209,7 +209,7 @@ def _eager_autograd(spec: Bridge, names: list[str], impl: Callable):
     a gradient. None for ops without a formula or with non-tensor results."""
     if spec.backward is None or spec.setup is None or "int" in spec.returns:
         return None
-    setup, formula, plain = spec.setup, spec.backward, torch.Tensor
+    setup, formula = spec.setup, spec.backward
     every = (*names, "backend")
     tensors = [i for i, n in enumerate(names) if spec.types[n] in _TENSOR_KINDS]
     lists = [i for i, n in enumerate(names) if spec.types[n] in _LIST_KINDS]
@@ -229,21 +229,9 @@ def _eager_autograd(spec: Bridge, names: list[str], impl: Callable):
 
     def backward(ctx, *grads):
         shape, where = ctx.embnum_out, ctx.embnum_where
-        if type(shape) is int:  # a Tensor[] result: the gradients as one list
-            grads = (list(grads),)
-        elif shape is not None:  # a tuple with optional results: None where one was not returned
-            it = iter(grads)
-            grads = tuple(next(it) if present else None for present in shape)
+        grads = (list(grads),) if type(shape) is int else _restore(grads, shape)
         flat_needs = ctx.needs_input_grad
-        needs = [False] * len(every)
-        for (i, j), need in zip(where, flat_needs[2:]):
-            if j is None:
-                needs[i] = need
-            else:
-                if needs[i] is False:
-                    needs[i] = [False] * ctx.embnum_lengths[i]
-                needs[i][j] = need
-        ctx.needs_input_grad = tuple(needs)
+        ctx.needs_input_grad = _needs_by_argument(where, flat_needs[2:], ctx.embnum_lengths, len(every))
         try:
             by_name = formula(ctx, *grads)
         finally:
@@ -266,27 +254,53 @@ def _eager_autograd(spec: Bridge, names: list[str], impl: Callable):
     def run(args):
         if _functorch_stack() is not None:
             return _SLOW
-        lengths = {i: len(args[i]) for i in lists if args[i] is not None}
-        found = [(i, None, args[i]) for i in tensors]
-        found += [(i, j, t) for i in lengths for j, t in enumerate(args[i])]
-        flat, where, needed = [], [], False
-        for i, j, t in found:
-            if t is not None:
-                if type(t) is not plain or not t.is_cpu:
-                    return _SLOW
-                flat.append(t)
-                where.append((i, j))
-                needed = needed or t.requires_grad
-        if not needed:
+        found = _plain_cpu_tensors(args, tensors, lists)
+        if found is None:
             return _SLOW
-        call = _EagerCall(where, lengths)
-        out = apply(args, call, *flat)
-        shape = call.out
-        if type(shape) is int:
-            return list(out)
-        if shape is not None:
-            it = iter(out)
-            return tuple(next(it) if present else None for present in shape)
-        return out
+        call = _EagerCall(found[1], found[2])
+        out = apply(args, call, *found[0])
+        return list(out) if type(call.out) is int else _restore(out, call.out)
 
     return run
+
+
+def _plain_cpu_tensors(args, tensors: list[int], lists: list[int]):
+    """``(flat, where, lengths)`` of the tensors among ``args`` (those at ``tensors``, and each item
+    of the lists at ``lists``): ``where[k] = (i, j)`` places ``flat[k]`` (``j`` None outside a list),
+    ``lengths`` the lists' lengths. None unless every tensor is a plain CPU tensor and one needs a
+    gradient."""
+    lengths = {i: len(args[i]) for i in lists if args[i] is not None}
+    found = [(i, None, args[i]) for i in tensors]
+    found += [(i, j, t) for i in lengths for j, t in enumerate(args[i])]
+    flat, where, needed = [], [], False
+    for i, j, t in found:
+        if t is not None:
+            if type(t) is not torch.Tensor or not t.is_cpu:
+                return None
+            flat.append(t)
+            where.append((i, j))
+            needed = needed or t.requires_grad
+    return (flat, where, lengths) if needed else None
+
+
+def _restore(values: tuple, shape):
+    """The op's result structure from the Function's flat tuple: ``shape`` None (as it is), or a
+    tuple of flags (None where an optional result was not returned)."""
+    if shape is None:
+        return values
+    it = iter(values)
+    return tuple(next(it) if present else None for present in shape)
+
+
+def _needs_by_argument(where, flat_needs, lengths: dict, count: int) -> tuple:
+    """``needs_input_grad`` by the op's arguments from the flat tensors' flags (a list of flags for a
+    list argument), as the family's formula reads it."""
+    needs: list = [False] * count
+    for (i, j), need in zip(where, flat_needs):
+        if j is None:
+            needs[i] = need
+        else:
+            if needs[i] is False:
+                needs[i] = [False] * lengths[i]
+            needs[i][j] = need
+    return tuple(needs)

@@ -62,9 +62,12 @@ def _first_cuda(values):
 
 def on_torch_stream(values):
     """A context in which CuPy's current stream is torch's current stream of the first CUDA
-    tensor's device (a null context without one). Every embnum launch and CuPy call of the op
-    then runs on that stream, in order with the caller's torch work before and after it (an
-    in-place op's writes included), and the DLPack exchanges need no cross-stream wait."""
+    tensor's device, and CuPy allocates from torch's caching allocator (a null context without
+    a CUDA tensor). Every embnum launch and CuPy call of the op then runs on that stream, in
+    order with the caller's torch work before and after it (an in-place op's writes included),
+    the DLPack exchanges need no cross-stream wait, and the op's outputs and scratch are torch
+    memory: ``torch.cuda.memory_allocated`` counts them and torch reuses them once freed (one
+    pool, not CuPy's beside torch's)."""
     first = _first_cuda(values)
     if first is None:
         return _NO_STREAM
@@ -74,7 +77,30 @@ def on_torch_stream(values):
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(device))
     stack.enter_context(cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device))
+    stack.enter_context(cupy.cuda.using_allocator(_torch_allocator(device)))
     return stack
+
+
+_ALLOCATORS: dict = {}
+
+
+def _torch_allocator(device: int):
+    """CuPy's allocator signature (``nbytes -> cupy.cuda.MemoryPointer``) over torch's caching
+    allocator on ``device``: a uint8 tensor owns the bytes (on torch's current stream, the op's
+    stream), and CuPy's memory object keeps it alive while any array uses it."""
+    alloc = _ALLOCATORS.get(device)
+    if alloc is None:
+        import cupy
+
+        where = torch.device("cuda", device)
+
+        def alloc(nbytes: int):
+            block = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=where)
+            memory = cupy.cuda.UnownedMemory(block.data_ptr(), block.numel(), block, device)
+            return cupy.cuda.MemoryPointer(memory, 0)
+
+        alloc = _ALLOCATORS[device] = alloc
+    return alloc
 
 
 def to_tensor(a) -> torch.Tensor:

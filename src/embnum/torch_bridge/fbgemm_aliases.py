@@ -90,6 +90,11 @@ _alias("permute_1D_sparse_data", _PERMUTE, "permute_1d_sparse_data")
 
 
 def _input1d(op, permute, lengths, values, stride, weights=None, permuted_lengths_sum=None):
+    """fbgemm's 1-D form: ``lengths`` ``[T * stride]`` (``stride``: the batch size, an int >= 1)."""
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1:
+        raise ValueError(f"lengths must be a 1-D tensor of T * stride entries, got {lengths!r:.80}")
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1 or lengths.numel() % stride:
+        raise ValueError(f"stride must be an int >= 1 dividing len(lengths) = {lengths.numel()}, got {stride!r}")
     l2, v, w = op(permute, lengths.view(-1, stride), values, weights, permuted_lengths_sum)
     return l2.view(-1), v, w
 

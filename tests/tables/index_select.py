@@ -1,16 +1,11 @@
-"""The index_select family (docs/families/index_select.md): every backend against the oracle on
-drawn inputs (repeated, dropped and empty selections, empty tables, zero-width rows, every value
-dtype, strided inputs), the page's worked examples, bad input, the torch bridge's gradients,
-and (optional tier) fbgemm_gpu's CPU operators."""
+"""The index_select family's test tables (no torch): see tests/tables/__init__.py."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import Peer, fbgemm, tensor
+from harness import Peer, tensor
 from strategies import FLOAT_DTYPES, index_dtypes, maybe_strided, value_dtypes
 
 I32, I64 = np.int32, np.int64
@@ -119,18 +114,18 @@ STRATEGIES = {
 
 
 # -- the page's worked examples, on every backend -------------------------------------------------
-def _a(*xs, dtype=I64):
+def arr(*xs, dtype=I64):
     return np.array(xs, dtype=dtype)
 
 
 A6 = np.arange(6.0).reshape(3, 2)
 X12 = np.arange(12.0)
-BS = dict(indices=_a(2, 0, 1, 0), input_num_indices=[2, 2], input_rows=[3, 2], input_columns=[2, 3])
+BS = dict(indices=arr(2, 0, 1, 0), input_num_indices=[2, 2], input_rows=[3, 2], input_columns=[2, 3])
 WORKED = [
     (
         "group_index_select_dim0",
-        dict(input_group=[A6, _a(7, 8, 9)], indices_group=[_a(2, 2, 0), _a(1)]),
-        [np.array([[4.0, 5.0], [4.0, 5.0], [0.0, 1.0]]), _a(8)],
+        dict(input_group=[A6, arr(7, 8, 9)], indices_group=[arr(2, 2, 0), arr(1)]),
+        [np.array([[4.0, 5.0], [4.0, 5.0], [0.0, 1.0]]), arr(8)],
     ),
     ("batch_index_select_dim0", dict(BS, inputs=X12), np.array([4.0, 5, 0, 1, 9, 10, 11, 6, 7, 8])),
     (
@@ -140,14 +135,14 @@ WORKED = [
     ),
     (
         "batch_index_select_dim0_backward",
-        dict(BS, indices=_a(2, 2, 1, 0), grad_output=np.arange(1.0, 11.0)),
+        dict(BS, indices=arr(2, 2, 1, 0), grad_output=np.arange(1.0, 11.0)),
         np.array([0.0, 0, 0, 0, 4, 6, 8, 9, 10, 5, 6, 7]),
     ),
     (  # float16 repeats: 2048 + 1 + 1 added in float32, rounded once (float16 steps would stay at 2048)
         "batch_index_select_dim0_backward",
         dict(
             grad_output=np.array([2048, 1, 1], np.float16),
-            indices=_a(0, 0, 0),
+            indices=arr(0, 0, 0),
             input_num_indices=[3],
             input_rows=[1],
             input_columns=[1],
@@ -157,28 +152,28 @@ WORKED = [
 ]
 
 EDGES = {
-    "group one empty selection": ("group_index_select_dim0", dict(input_group=[A6], indices_group=[_a()])),
+    "group one empty selection": ("group_index_select_dim0", dict(input_group=[A6], indices_group=[arr()])),
     "group no rows": (
         "group_index_select_dim0",
-        dict(input_group=[np.zeros((0, 3), np.float32)], indices_group=[_a(dtype=I32)]),
+        dict(input_group=[np.zeros((0, 3), np.float32)], indices_group=[arr(dtype=I32)]),
     ),
     "batch T=0": (
         "batch_index_select_dim0",
-        dict(inputs=X12[:0], indices=_a(), input_num_indices=[], input_rows=[], input_columns=[]),
+        dict(inputs=X12[:0], indices=arr(), input_num_indices=[], input_rows=[], input_columns=[]),
     ),
     "batch zero-width table": (
         "batch_index_select_dim0",
-        dict(inputs=X12[:6], indices=_a(1, 1, 0), input_num_indices=[1, 2], input_rows=[4, 3], input_columns=[0, 2]),
+        dict(inputs=X12[:6], indices=arr(1, 1, 0), input_num_indices=[1, 2], input_rows=[4, 3], input_columns=[0, 2]),
     ),
     "batch permuted B=0": (
         "batch_index_select_dim0",
-        dict(BS, inputs=X12, indices=_a(), input_num_indices=[0, 0], permute_output_dim_0_1=True),
+        dict(BS, inputs=X12, indices=arr(), input_num_indices=[0, 0], permute_output_dim_0_1=True),
     ),
     "backward every row repeated": (
         "batch_index_select_dim0_backward",
         dict(
             grad_output=np.full(8, 0.1, np.float32),
-            indices=_a(1, 1, 1, 1, 0, 0, 0, 0, dtype=I32),
+            indices=arr(1, 1, 1, 1, 0, 0, 0, 0, dtype=I32),
             input_num_indices=[8],
             input_rows=[3],
             input_columns=[1],
@@ -190,50 +185,50 @@ BAD = [
     ("group_index_select_dim0", dict(input_group=[], indices_group=[]), ValueError, ("input_group", "at least 1")),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6], indices_group=[_a(3)]),
+        dict(input_group=[A6], indices_group=[arr(3)]),
         IndexError,
         ("indices_group[0][0] = 3", "[0, 3)"),
     ),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6], indices_group=[_a(-1)]),
+        dict(input_group=[A6], indices_group=[arr(-1)]),
         IndexError,
         ("indices_group[0][0] = -1",),
     ),
-    ("group_index_select_dim0", dict(input_group=[A6, A6], indices_group=[_a(0)]), ValueError, ("indices_group", "2")),
+    ("group_index_select_dim0", dict(input_group=[A6, A6], indices_group=[arr(0)]), ValueError, ("indices_group", "2")),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6], indices_group=[_a(0, dtype=np.int16)]),
+        dict(input_group=[A6], indices_group=[arr(0, dtype=np.int16)]),
         TypeError,
         ("indices_group[0]", "int16"),
     ),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6.astype(np.uint8)], indices_group=[_a(0)]),
+        dict(input_group=[A6.astype(np.uint8)], indices_group=[arr(0)]),
         TypeError,
         ("input_group[0]", "uint8"),
     ),
     (
         "group_index_select_dim0",
-        dict(input_group=[np.float32(1.0)], indices_group=[_a(0)]),
+        dict(input_group=[np.float32(1.0)], indices_group=[arr(0)]),
         TypeError,
         ("input_group[0]",),
     ),
-    ("group_index_select_dim0", dict(input_group=A6, indices_group=[_a(0)]), TypeError, ("input_group", "list")),
+    ("group_index_select_dim0", dict(input_group=A6, indices_group=[arr(0)]), TypeError, ("input_group", "list")),
     ("batch_index_select_dim0", dict(BS, inputs=X12[:11]), ValueError, ("len(inputs) = 11", "12")),
     (
         "batch_index_select_dim0",
-        dict(BS, inputs=X12, indices=_a(0, 0, 2, 0)),
+        dict(BS, inputs=X12, indices=arr(0, 0, 2, 0)),
         IndexError,
         ("indices[2] = 2", "table 1", "input_rows[1]"),
     ),
     (
         "batch_index_select_dim0",
-        dict(BS, inputs=X12, indices=_a(0, -1, 0, 0)),
+        dict(BS, inputs=X12, indices=arr(0, -1, 0, 0)),
         IndexError,
         ("indices[1] = -1", "table 0"),
     ),
-    ("batch_index_select_dim0", dict(BS, inputs=X12, indices=_a(0, 0, 0)), ValueError, ("len(indices) = 3", "4")),
+    ("batch_index_select_dim0", dict(BS, inputs=X12, indices=arr(0, 0, 0)), ValueError, ("len(indices) = 3", "4")),
     ("batch_index_select_dim0", dict(BS, inputs=X12, input_rows=[3]), ValueError, ("input_rows", "2 entries")),
     ("batch_index_select_dim0", dict(BS, inputs=X12, input_columns=[2, -3]), ValueError, ("input_columns[1]",)),
     (
@@ -249,52 +244,11 @@ BAD = [
     ("batch_index_select_dim0_backward", dict(BS, grad_output=np.arange(10)), TypeError, ("grad_output", "int64")),
     (
         "batch_index_select_dim0_backward",
-        dict(BS, grad_output=X12[:10], indices=_a(0, 3, 0, 0)),
+        dict(BS, grad_output=X12[:10], indices=arr(0, 3, 0, 0)),
         IndexError,
         ("indices[1] = 3",),
     ),
 ]
-# test_matches_ref, test_edges, test_worked_examples, test_bad_input: tests/test_ops.py over these tables
-
-
-# -- torch bridge: gradients --------------------------------------------------------------------
-torch = pytest.importorskip("torch")
-tb = pytest.importorskip("embnum.torch_bridge")
-
-
-@settings(max_examples=15, deadline=None)
-@given(args=batch_args(small=True))
-def test_gradcheck_batch_index_select(args):
-    n = np.asarray(args["inputs"]).shape[0]
-    x = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
-    rest = [args[k] for k in ("input_num_indices", "input_rows", "input_columns", "permute_output_dim_0_1")]
-    idx = tensor(args["indices"])
-    assert torch.autograd.gradcheck(lambda x: tb.batch_index_select_dim0(x, idx, *rest), (x,))
-
-
-@settings(max_examples=15, deadline=None)
-@given(args=group_args(small=True))
-def test_gradcheck_group_index_select(args):
-    g = torch.Generator().manual_seed(1)
-    shapes = [np.asarray(a).shape for a in args["input_group"]]
-    xs = [torch.randn(s, dtype=torch.float64, generator=g).requires_grad_() for s in shapes]
-    idx = [tensor(i) for i in args["indices_group"]]
-    assert torch.autograd.gradcheck(lambda *xs: tuple(tb.group_index_select_dim0(list(xs), idx)), tuple(xs))
-
-
-@pytest.mark.parametrize("backend", ["ref", "cpu", "cuda"])
-def test_batch_gradient_adds_repeats_and_leaves_unselected_rows_zero(backend):
-    x = torch.arange(12.0, requires_grad=True)
-    out = tb.batch_index_select_dim0(x, tensor(_a(2, 2, 1, 1)), [2, 2], [3, 2], [2, 3], True, backend=backend)
-    out.backward(torch.arange(1.0, 11.0))
-    want = [0, 0, 0, 0, 1 + 6, 2 + 7, 0, 0, 0, 3 + 8, 4 + 9, 5 + 10]
-    np.testing.assert_array_equal(x.grad.numpy(), np.array(want, np.float32))
-
-
-def test_bridge_bfloat16_moves_bits():
-    a = torch.randn(5, 3).to(torch.bfloat16)
-    (r,) = tb.group_index_select_dim0([a], [torch.tensor([4, 0, 4])])
-    assert r.dtype == torch.bfloat16 and torch.equal(r.view(torch.int16), a[[4, 0, 4]].view(torch.int16))
 
 
 # -- optional differential tier: fbgemm_gpu's CPU operators -------------------------------------------
@@ -339,6 +293,8 @@ def _batch_backward_domain(args):
 
 
 def _batch_backward_call(fb, a):
+    import torch
+
     grad = tensor(a["grad_output"])
     x = torch.zeros(sum(r * c for r, c in zip(a["input_rows"], a["input_columns"])), dtype=grad.dtype)
     x.requires_grad_()
@@ -373,24 +329,3 @@ FBGEMM = [
         examples=40,
     ),
 ]
-
-
-@pytest.mark.fbgemm
-@settings(max_examples=15, deadline=None)
-@given(G=st.integers(1, 4), rows=st.integers(1, 6), D=st.integers(1, 5), n=st.integers(1, 8), seed=st.integers(0, 99))
-def test_fbgemm_group_gradient(G, rows, D, n, seed):
-    """fbgemm's group backward against embnum's in float64, on the inputs TorchRec gives it: ``G``
-    pooled-embedding arrays of one shape ``[rows, D]``, each with a non-empty selection (fbgemm
-    1.8.0's backward fails or returns wrongly shaped gradients when shapes differ or a selection
-    is empty; embnum's op takes those, tested against the oracle)."""
-    fbgemm()
-    rng = np.random.default_rng(seed)
-    idx = [torch.tensor(rng.integers(0, rows, n)) for _ in range(G)]
-    g = [torch.tensor(rng.standard_normal((n, D))) for _ in range(G)]
-    grads = []
-    for fn in (torch.ops.fbgemm.group_index_select_dim0, tb.group_index_select_dim0):
-        xs = [torch.zeros((rows, D), dtype=torch.float64, requires_grad=True) for _ in range(G)]
-        torch.autograd.backward(fn(xs, idx), g)
-        grads.append([x.grad.numpy() for x in xs])
-    for got, want in zip(grads[1], grads[0]):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

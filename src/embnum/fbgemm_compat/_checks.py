@@ -1,0 +1,114 @@
+"""Checks the stand-in modules share: their arguments named in fbgemm's terms (``embedding_specs[0]
+rows``, ``max_norm``, ``indices``), their checkpoints checked before anything is copied, and an id
+outside its table named by feature, table and bag."""
+
+from __future__ import annotations
+
+import torch
+
+from .._tbe import _finite
+from .._validate import integer
+from ..modules import _state
+from ..modules.tbe import first_out_of_range
+
+
+def enum(name, value, enum_cls):
+    """``value`` as a member of ``enum_cls`` (a member or its value), else ``ValueError`` naming ``name``."""
+    try:
+        return enum_cls(value)
+    except (ValueError, TypeError):
+        raise ValueError(f"{name} must be a {enum_cls.__name__}, got {value!r}") from None
+
+
+def specs(cls_name: str, embedding_specs, fields: tuple, min_rows: int = 1) -> list[tuple]:
+    """``embedding_specs`` as a list of tuples of ``len(fields)`` (the field names, fbgemm's order);
+    the ``"rows"`` entry an int ``>= min_rows``, the ``"dim"`` entry an int ``>= 1`` (as Python ints)."""
+    what = ", ".join(fields)
+    if not isinstance(embedding_specs, (list, tuple)) or not embedding_specs:
+        got = f"{embedding_specs!r:.80}"
+        raise TypeError(f"{cls_name}: embedding_specs must be a non-empty list of ({what}), got {got}")
+    out = []
+    for i, s in enumerate(embedding_specs):
+        if not isinstance(s, (list, tuple)) or len(s) != len(fields):
+            raise ValueError(f"{cls_name}: embedding_specs[{i}] must be ({what}), got {s!r:.80}")
+        s = list(s)
+        for field, low in (("rows", min_rows), ("dim", 1)):
+            if field in fields:
+                k = fields.index(field)
+                s[k] = integer(f"embedding_specs[{i}] {field}", s[k], min=low, max=2**40, what="an int")
+        out.append(tuple(s))
+    return out
+
+
+def number(name: str, x, *, minimum=None) -> float:
+    """A real number finite in float32 (the kernels' precision) and ``>= minimum``, as a float."""
+    _finite(name, x, minimum=minimum)
+    return float(x)
+
+
+def step(name: str, x) -> int:
+    return integer(name, x, min=0, max=_state.MAX_STEP, what="an int step")
+
+
+def device(name: str, value) -> torch.device:
+    try:
+        return torch.device(value)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a torch.device or a device name, got {value!r} ({e})") from None
+
+
+def table_map(feature_table_map, n_tables: int) -> list[int]:
+    """``feature_table_map`` (default: one feature per table) as ints in ``[0, n_tables)``."""
+    if feature_table_map is None:
+        return list(range(n_tables))
+    if isinstance(feature_table_map, torch.Tensor):
+        feature_table_map = feature_table_map.tolist()
+    if not isinstance(feature_table_map, (list, tuple)) or not feature_table_map:
+        raise TypeError(f"feature_table_map must be a non-empty list of table numbers, got {feature_table_map!r:.80}")
+    return [
+        integer(f"feature_table_map[{f}]", t, min=0, max=n_tables - 1, what=f"a table number in [0, {n_tables})")
+        for f, t in enumerate(feature_table_map)
+    ]
+
+
+def float_weights(name: str, x):
+    """``per_sample_weights``: ``None`` or a floating tensor (fbgemm's lookups read floats)."""
+    if x is None:
+        return None
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{name} must hold floats, got {x.dtype}")
+    return x
+
+
+def lookup_error(err, indices, offsets, rows, feature_table_map):
+    """The lookup's ``IndexError`` for an id outside its table in fbgemm's terms (``indices``, the
+    feature, its table, the bag: the bag's position in ``offsets``); ``None`` where no id is outside
+    (``err`` then stands). The caller raises it ``from err``."""
+    where = first_out_of_range(indices, offsets, rows, feature_table_map)
+    if where is None:
+        return None
+    f, sample, value = where
+    B = (offsets.numel() - 1) // len(feature_table_map)
+    t = feature_table_map[f]
+    return IndexError(
+        f"indices: id {value} of feature {f} (table {t}, {rows[t]} rows) at bag {f * B + sample} "
+        f"is outside [0, {rows[t]})"
+    )
+
+
+class CheckedState(torch.nn.Module):
+    """``load_state_dict`` checks every entry of ``_state_rules()`` (``embnum.modules._state``) before
+    torch copies any, and ``assign=True`` copies too (the lookups read the module's own tensors)."""
+
+    def _state_rules(self) -> dict:
+        raise NotImplementedError
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        _state.check(state_dict, prefix, self._state_rules())
+        _state.load_without_assign(CheckedState, self, state_dict, prefix, *args)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        _state.check_keys(self, state_dict, strict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)

@@ -1,0 +1,780 @@
+"""Surfaces of the fbgemm stand-in for the hostile tier (``hostile_surfaces.py``): the classes TorchRec
+builds (``embnum.fbgemm_compat.training`` / ``inference`` / ``permute``, imported directly: ``install()``
+refuses where a real fbgemm_gpu is installed) and the ``torch.ops.fbgemm`` aliases with no embnum op
+behind them.
+
+Each model checks in plain Python what the stand-in adds (fbgemm's argument types, enum names, the
+weight decay fbgemm's optimizers implement) and then asks the embnum op the class wraps (``ref``;
+fuzzed by the op tier) for the result, as ``hostile_modules.tbe_model`` does: a clean error of the op
+means the input is invalid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import hostile
+from hostile_models import (
+    BEYOND_FLOAT32,
+    INVALID,
+    NotExpressible,
+    host,
+    index_array,
+    int_list,
+    is_int,
+    on,
+    plain,
+    tensor,
+)
+from hostile_modules import _f32
+
+# -- SplitTableBatchedEmbeddingBagsCodegen: construction, forward, the fused update -----------------------
+_OPTIMIZERS = ["EXACT_SGD", "EXACT_ROWWISE_ADAGRAD", "ADAM", "LAMB", "EXACT_ADAGRAD"]
+_KIND = {
+    "EXACT_SGD": "sgd",
+    "EXACT_ADAGRAD": "adagrad",
+    "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad",
+    "ADAM": "adam",
+    "LAMB": "lamb",
+}
+
+
+def _enum_of(enum_cls, x):
+    """A member by its name (the base holds names: mutations make them anything), else ``x`` itself."""
+    if isinstance(x, str) and x in enum_cls.__members__:
+        return enum_cls[x]
+    return x
+
+
+def _lookup_input(seed, rows, features):
+    rng = np.random.default_rng(seed)
+    B = int(rng.integers(1, 4))
+    lengths = rng.integers(0, 3, len(features) * B)
+    idx = [rng.integers(0, rows[features[b // B]], lengths[b]) for b in range(len(features) * B)]
+    dt = (np.int32, np.int64)[seed % 2]
+    indices = np.concatenate(idx + [np.zeros(0, np.int64)]).astype(dt)
+    return {
+        "indices": indices,
+        "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(dt),
+        "per_sample_weights": rng.uniform(0, 2, indices.shape[0]).astype(np.float32) if seed % 3 else None,
+    }
+
+
+def split_base(seed):
+    rows, dims = [5, 4], [3, 2]
+    ftm = [0, 0, 1] if seed % 2 else None
+    return {
+        "rows": rows,
+        "dims": dims,
+        "feature_table_map": ftm,
+        "optimizer": _OPTIMIZERS[seed % len(_OPTIMIZERS)],
+        "pooling_mode": "SUM" if seed % 4 != 1 else "MEAN",
+        "learning_rate": 0.1,
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "max_norm": 0.0,
+        "beta1": 0.9,
+        "beta2": 0.999,
+        **_lookup_input(seed, [rows[t] for t in (ftm or [0, 1])], list(range(len(ftm or [0, 1])))),
+    }
+
+
+def _initial_weights(n):
+    return ((np.arange(n) % 7) * 0.25 - 0.5).astype(np.float32)
+
+
+def split_call(args, kind):
+    import torch
+
+    from embnum.fbgemm_compat import configs as C
+    from embnum.fbgemm_compat.training import SplitTableBatchedEmbeddingBagsCodegen
+
+    if kind != "torch":
+        raise NotExpressible("the stand-in modules take tensors")
+    specs = _specs(args["rows"], args["dims"], lambda r, d: (r, d, C.EmbeddingLocation.HOST, C.ComputeDevice.CPU))
+    m = SplitTableBatchedEmbeddingBagsCodegen(
+        specs,
+        args["feature_table_map"],
+        optimizer=_enum_of(C.EmbOptimType, args["optimizer"]),
+        pooling_mode=_enum_of(C.PoolingMode, args["pooling_mode"]),
+        bounds_check_mode=C.BoundsCheckMode.FATAL,
+        learning_rate=args["learning_rate"],
+        eps=args["eps"],
+        weight_decay=args["weight_decay"],
+        max_norm=args["max_norm"],
+        beta1=args["beta1"],
+        beta2=args["beta2"],
+    )
+    with torch.no_grad():
+        m.weights.copy_(torch.from_numpy(_initial_weights(m.weights.shape[0])))
+    a = {k: on(kind, args[k]) for k in ("indices", "offsets", "per_sample_weights")}
+    out = m(a["indices"], a["offsets"], a["per_sample_weights"])
+    out.backward(torch.ones_like(out))
+    states = [s for table in m.split_optimizer_states() for s in table]
+    return host({"out": out, "weights": m.weights, "states": [s.reshape(-1) for s in states]})
+
+
+def _specs(rows, dims, make):
+    """The spec tuples from the drawn lists (a mutated list that no longer pairs up: as it is)."""
+    if not (isinstance(rows, (list, tuple)) and isinstance(dims, (list, tuple))) or len(rows) != len(dims):
+        return rows
+    return [make(r, d) for r, d in zip(rows, dims)]
+
+
+def _table_ints(args, low=1):
+    rows, dims = int_list(args["rows"]), int_list(args["dims"])
+    if rows is None or dims is None or type(args["rows"]) is np.ndarray or type(args["dims"]) is np.ndarray:
+        return None
+    if (
+        not rows
+        or len(rows) != len(dims)
+        or any(not low <= r <= 2**40 for r in rows)
+        or any(not 1 <= d <= 2**40 for d in dims)
+    ):
+        return None
+    return rows, dims
+
+
+def _ftm(x, n):
+    if x is None:
+        return list(range(n))
+    v = int_list(x)
+    if v is None or type(x) is np.ndarray or not v or any(not 0 <= t < n for t in v):
+        return None
+    return v
+
+
+def split_model(args):
+    import embnum
+
+    if any(isinstance(a, np.ndarray) and not plain(a) for a in args.values()):
+        return None
+    tables = _table_ints(args)
+    if tables is None:
+        return INVALID
+    rows, dims = tables
+    ftm = _ftm(args["feature_table_map"], len(rows))
+    if ftm is None or ftm != sorted(ftm) or set(ftm) != set(range(len(rows))):
+        return INVALID
+    if args["optimizer"] not in _KIND or args["pooling_mode"] not in ("SUM", "MEAN", "NONE"):
+        return INVALID
+    kind = _KIND[args["optimizer"]]
+    norm = _f32(args["max_norm"], minimum=0.0)
+    decay = _f32(args["weight_decay"], minimum=0.0)
+    if norm is None or decay is None:
+        return INVALID
+    if norm == 0 and float(args["max_norm"]) > 0:
+        return INVALID  # > 0 in float64, 0 in the kernels' float32: TBEOptimizer refuses it
+    if decay > 0 and kind in ("sgd", "adagrad", "rowwise_adagrad"):
+        return INVALID  # weight_decay_mode NONE: these implement no decay under it
+    try:
+        opt = embnum.TBEOptimizer(
+            kind,
+            learning_rate=args["learning_rate"],
+            eps=args["eps"],
+            weight_decay=args["weight_decay"] if decay > 0 else 0.0,
+            weight_decay_mode="decoupled" if decay > 0 else "none",
+            beta1=args["beta1"],
+            beta2=args["beta2"],
+            eta=0.001,
+            momentum=0.9,
+            max_norm=args["max_norm"] if norm > 0 else None,
+        )
+    except hostile.CLEAN:
+        return INVALID
+    lay = embnum.tbe_layout(rows, dims, ftm)
+    if lay.num_weights > 2**20:
+        return None  # no model for tables this large (the call may still answer, cleanly)
+    psw = args["per_sample_weights"]
+    if psw is not None and not (type(psw) is np.ndarray and psw.dtype.kind == "f"):
+        return INVALID
+    w = _initial_weights(lay.num_weights)
+    pooling = args["pooling_mode"].lower()
+    lookup = (w, *lay.arrays(), args["indices"], args["offsets"], pooling)
+    psw32 = None if psw is None else psw.astype(np.float32)
+    try:
+        out = embnum.tbe_forward(*lookup, psw32, bounds_check_mode="fatal", backend="ref")
+    except hostile.CLEAN:
+        return INVALID
+    if psw32 is not None and (not np.all(np.isfinite(psw32)) or np.abs(psw32).max(initial=0) >= 2.0**60):
+        return BEYOND_FLOAT32
+    sizes = opt.state_sizes(lay.num_weights, int(lay.hash_size_cumsum[-1]))
+    states = {k: np.zeros(n, np.float32) for k, n in sizes.items()}
+    embnum.tbe_backward_update(
+        np.ones_like(out),
+        w,
+        *lay.arrays(),
+        args["indices"],
+        args["offsets"],
+        pooling,
+        psw32,
+        optimizer=opt,
+        step=1 if opt.uses_step else None,
+        backend="ref",
+        **states,
+    )
+    split = []
+    for t, (r, d) in enumerate(zip(rows, dims)):
+        for name, how in opt.state_layout.items():
+            start = sum(rows[:t]) if how == "row" else sum(a * b for a, b in zip(rows[:t], dims[:t]))
+            split.append((t, name, states[name][start : start + (r if how == "row" else r * d)]))
+    ordered = [s for _, _, s in sorted(split, key=lambda x: (x[0], list(opt.state_layout).index(x[1])))]
+    return ("ok", {"out": out, "weights": w, "states": ordered})
+
+
+# -- the training module's setters ----------------------------------------------------------------------
+def setters_base(seed):
+    return {"lr": 0.05 * (seed + 1), "eps": 1e-6, "beta1": 0.8, "beta2": 0.99, "weight_decay": 0.01, "step": seed}
+
+
+def setters_call(args, kind):
+    from embnum.fbgemm_compat import configs as C
+    from embnum.fbgemm_compat.training import SplitTableBatchedEmbeddingBagsCodegen
+
+    if kind != "torch":
+        raise NotExpressible("the stand-in modules take tensors")
+    m = SplitTableBatchedEmbeddingBagsCodegen(
+        [(4, 2, C.EmbeddingLocation.HOST, C.ComputeDevice.CPU)],
+        optimizer=C.EmbOptimType.ADAM,
+        weight_decay=0.001,
+        weight_decay_mode=C.WeightDecayMode.DECOUPLE,
+    )
+    before = (m.optimizer_args, int(m.iter[0]))
+    try:
+        m.set_learning_rate(args["lr"])
+        hyper = {k: args[k] for k in ("eps", "beta1", "beta2", "weight_decay")}
+        m.update_hyper_parameters(hyper)
+        m.set_optimizer_step(args["step"])
+    except BaseException:
+        if m.optimizer_args != before[0] and m.get_learning_rate() != args["lr"]:
+            raise AssertionError("a rejected setter changed the optimizer") from None
+        raise
+    o = m.optimizer_args
+    return {
+        "lr": o.learning_rate,
+        "eps": o.eps,
+        "beta1": o.beta1,
+        "beta2": o.beta2,
+        "wd": o.weight_decay,
+        "step": int(m.iter[0]),
+        "lr_tensor": float(m.learning_rate_tensor),
+    }
+
+
+def setters_model(args):
+    vals = {}
+    for k, f in (("lr", {}), ("eps", {"minimum": 0.0}), ("beta1", {"minimum": 0.0, "below_one": True})):
+        vals[k] = _f32(args[k], **f)
+    vals["beta2"] = _f32(args["beta2"], minimum=0.0, below_one=True)
+    vals["weight_decay"] = _f32(args["weight_decay"], minimum=0.0)
+    if any(v is None for v in vals.values()):
+        return INVALID
+    if vals["weight_decay"] == 0 and float(args["weight_decay"]) != 0:
+        return None  # decay 1e-50: as float32 0 (ADAM takes a decay of 0 under DECOUPLE)
+    step = args["step"]
+    if not is_int(step) or not 0 <= step <= 2**62:
+        return INVALID
+    lr = float(args["lr"])
+    got = {k: float(args[k]) for k in ("eps", "beta1", "beta2")}
+    return (
+        "ok",
+        {"lr": lr, **got, "wd": float(args["weight_decay"]), "step": int(step), "lr_tensor": float(np.float32(lr))},
+    )
+
+
+# -- the training module's checkpoint ------------------------------------------------------------------------
+def _split_for_ckpt(seed):
+    from embnum.fbgemm_compat import configs as C
+    from embnum.fbgemm_compat.training import SplitTableBatchedEmbeddingBagsCodegen
+
+    opt = (C.EmbOptimType.EXACT_ROWWISE_ADAGRAD, C.EmbOptimType.ADAM, C.EmbOptimType.EXACT_SGD)[seed % 3]
+    spec = [
+        (4, 2, C.EmbeddingLocation.HOST, C.ComputeDevice.CPU),
+        (3, 3, C.EmbeddingLocation.HOST, C.ComputeDevice.CPU),
+    ]
+    return SplitTableBatchedEmbeddingBagsCodegen(spec, optimizer=opt, bounds_check_mode=C.BoundsCheckMode.FATAL)
+
+
+def split_ckpt_base(seed):
+    m = _split_for_ckpt(seed)
+    rng = np.random.default_rng(seed)
+    args = {}
+    for k, v in m.state_dict().items():
+        a = v.detach().numpy().copy()
+        args[k] = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype) if a.dtype.kind == "f" else a + (k == "iter")
+    args["seed"] = seed
+    return args
+
+
+_CKPT_INPUT = (np.array([0, 3, 2, 1, 0], np.int64), np.array([0, 2, 2, 3, 5], np.int64))
+
+
+def split_ckpt_call(args, kind):
+    import torch
+
+    if kind != "torch":
+        raise NotExpressible("the stand-in modules take tensors")
+    seed = args["seed"] if is_int(args["seed"]) and 0 <= args["seed"] < 50 else 0
+    m = _split_for_ckpt(seed)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    try:
+        m.load_state_dict({k: on(kind, v) for k, v in args.items() if k != "seed"}, assign=bool(seed % 2))
+    except BaseException:
+        if any(not torch.equal(before[k], v) for k, v in m.state_dict().items()):
+            raise AssertionError("a rejected checkpoint changed the module") from None
+        raise
+    out = m(tensor(_CKPT_INPUT[0].copy()), tensor(_CKPT_INPUT[1].copy()))
+    return host({"state": dict(m.state_dict()), "out": out})
+
+
+def split_ckpt_model(args):
+    seed = args["seed"]
+    if not is_int(seed) or not 0 <= seed < 50:
+        return None
+    m = _split_for_ckpt(seed)
+    own = {k: v.detach().numpy() for k, v in m.state_dict().items()}
+    squares = seed % 3 == 0  # row-wise Adagrad's sum of squares
+    loaded = {}
+    for k, like in own.items():
+        x = args[k]
+        if isinstance(x, np.ndarray) and not plain(x):
+            return None
+        if not plain(x) or x.shape != like.shape:
+            return INVALID
+        if k in ("weights_offsets", "D_offsets", "hash_size_cumsum", "weights_placements"):
+            if x.dtype.kind not in "iu" or not np.array_equal(x.astype(np.int64), like.astype(np.int64)):
+                return INVALID
+            loaded[k] = like.copy()
+            continue
+        if k == "iter":
+            if x.dtype.kind not in "iu" or not 0 <= int(x[0]) <= 2**62:
+                return INVALID
+            loaded[k] = x.astype(np.int64)
+            continue
+        if x.dtype.kind != "f":
+            return INVALID
+        with np.errstate(all="ignore"):
+            y = x.astype(like.dtype)
+        if not np.all(np.isfinite(y)) or (squares and k == "momentum1_host" and np.any(y < 0)):
+            return INVALID
+        if k.startswith("momentum2") and np.any(y < 0):
+            return INVALID
+        loaded[k] = y
+    w = loaded["weights_host"].astype(np.float64)
+    tables = [w[:8].reshape(4, 2), w[8:].reshape(3, 3)]
+    ids, off = _CKPT_INPUT
+    out = np.zeros((2, 5))
+    for f, (t, lo) in enumerate(((tables[0], 0), (tables[1], 2))):
+        for b in range(2):
+            out[b, lo : lo + t.shape[1]] = t[ids[off[f * 2 + b] : off[f * 2 + b + 1]]].sum(0)
+    return ("ok", {"state": loaded, "out": out})
+
+
+# -- DenseTableBatchedEmbeddingBagsCodegen ----------------------------------------------------------------
+def dense_base(seed):
+    rows, dims = [5, 4], [3, 2]
+    return {"rows": rows, "dims": dims, "use_cpu": True, **_lookup_input(seed, rows, [0, 1])}
+
+
+def dense_call(args, kind):
+    import torch
+
+    from embnum.fbgemm_compat.training import DenseTableBatchedEmbeddingBagsCodegen
+
+    if kind != "torch":
+        raise NotExpressible("the stand-in modules take tensors")
+    m = DenseTableBatchedEmbeddingBagsCodegen(
+        _specs(args["rows"], args["dims"], lambda r, d: (r, d)), use_cpu=args["use_cpu"]
+    )
+    with torch.no_grad():
+        m.weights.copy_(torch.from_numpy(_initial_weights(m.weights.shape[0])))
+    a = {k: on(kind, args[k]) for k in ("indices", "offsets", "per_sample_weights")}
+    out = m(a["indices"], a["offsets"], a["per_sample_weights"])
+    out.sum().backward()
+    return host({"out": out, "grad": m.weights.grad})
+
+
+def dense_model(args):
+    if any(isinstance(a, np.ndarray) and not plain(a) for a in args.values()):
+        return None
+    tables = _table_ints(args)
+    if tables is None or not isinstance(args["use_cpu"], (bool, np.bool_)):
+        return INVALID
+    rows, dims = tables
+    if sum(r * d for r, d in zip(rows, dims)) > 2**20:
+        return None
+    idx, off, psw = args["indices"], args["offsets"], args["per_sample_weights"]
+    if not (index_array(idx) and index_array(off)) or idx.dtype != off.dtype:
+        return INVALID
+    if psw is not None and not (type(psw) is np.ndarray and psw.dtype.kind == "f" and psw.shape == idx.shape):
+        return INVALID
+    T = len(rows)
+    o = [int(x) for x in off.tolist()]
+    if not o or (len(o) - 1) % T or o[0] != 0 or o[-1] != idx.shape[0] or any(a > b for a, b in zip(o, o[1:])):
+        return INVALID
+    B = (len(o) - 1) // T
+    w = _initial_weights(sum(r * d for r, d in zip(rows, dims))).astype(np.float64)
+    starts = np.concatenate([[0], np.cumsum([r * d for r, d in zip(rows, dims)])])
+    out, grad = np.zeros((B, sum(dims))), np.zeros(w.shape)
+    if psw is not None and (not np.all(np.isfinite(psw.astype(np.float32))) or np.abs(psw).max(initial=0) > 2.0**60):
+        return None
+    for t in range(T):
+        table = w[starts[t] : starts[t + 1]].reshape(rows[t], dims[t])
+        col = sum(dims[:t])
+        for b in range(B):
+            for p in range(o[t * B + b], o[t * B + b + 1]):
+                i = int(idx[p])
+                if not 0 <= i < rows[t]:
+                    return INVALID
+                s = 1.0 if psw is None else float(np.float32(psw[p]))
+                out[b, col : col + dims[t]] += s * table[i]
+                grad[starts[t] + i * dims[t] : starts[t] + (i + 1) * dims[t]] += s
+    return ("ok", {"out": out, "grad": grad})
+
+
+# -- IntNBitTableBatchedEmbeddingBagsCodegen ----------------------------------------------------------------
+_TYS = ["INT8", "FP16", "FP32", "INT4"]
+
+
+def nbit_base(seed):
+    rows, dims = [5, 4], [4, 8]
+    return {
+        "rows": rows,
+        "dims": dims,
+        "weight_tys": [_TYS[seed % 4], _TYS[(seed + 1) % 4]],
+        "row_alignment": (None, 1, 16, 8)[seed % 4],
+        **_lookup_input(seed, rows, [0, 1]),
+    }
+
+
+def _values(rows, dim):
+    """The float table the quantized rows encode (exactly, at every type drawn: multiples of 0.5 in [-2, 5.5])."""
+    return ((np.arange(rows * dim).reshape(rows, dim) * 5) % 16) * 0.5 - 2.0
+
+
+def _encode(table, ty):
+    """``(codes, scale_bias or None)`` of ``table`` as fbgemm's rows of ``ty`` (scale 0.5, bias -2)."""
+    if ty in ("FP32", "FP16"):
+        return table.astype(np.float32 if ty == "FP32" else np.float16).view(np.uint8), None
+    q = ((table + 2.0) / 0.5).astype(np.uint8)
+    if ty == "INT4":
+        q = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+    sb = np.concatenate(
+        [np.full((table.shape[0], 1), 0.5, np.float16), np.full((table.shape[0], 1), -2.0, np.float16)], 1
+    )
+    return q, sb.view(np.uint8)
+
+
+def nbit_call(args, kind):
+    import torch
+
+    from embnum.fbgemm_compat import configs as C
+    from embnum.fbgemm_compat.inference import IntNBitTableBatchedEmbeddingBagsCodegen
+
+    if kind != "torch":
+        raise NotExpressible("the stand-in modules take tensors")
+    tys = args["weight_tys"]
+    specs = args["rows"]
+    if (
+        isinstance(tys, (list, tuple))
+        and isinstance(args["rows"], (list, tuple))
+        and isinstance(args["dims"], (list, tuple))
+    ):
+        if len(tys) == len(args["rows"]) == len(args["dims"]):
+            specs = [
+                (f"t{i}", r, d, _enum_of(C.SparseType, ty), C.EmbeddingLocation.HOST)
+                for i, (r, d, ty) in enumerate(zip(args["rows"], args["dims"], tys))
+            ]
+    m = IntNBitTableBatchedEmbeddingBagsCodegen(
+        specs,
+        bounds_check_mode=C.BoundsCheckMode.FATAL,
+        output_dtype=C.SparseType.FP32,
+        row_alignment=args["row_alignment"],
+    )
+    m.initialize_weights()
+    weights = []
+    for _, r, d, ty, _ in m.embedding_specs:
+        codes, sb = _encode(_values(r, d), ty.name)
+        weights.append((torch.from_numpy(codes), None if sb is None else torch.from_numpy(sb)))
+    m.assign_embedding_weights(weights)
+    a = {k: on(kind, args[k]) for k in ("indices", "offsets", "per_sample_weights")}
+    return host({"out": m(a["indices"], a["offsets"], a["per_sample_weights"])})
+
+
+def nbit_model(args):
+    if any(isinstance(a, np.ndarray) and not plain(a) for a in args.values()):
+        return None
+    tables = _table_ints(args, low=0)
+    tys = args["weight_tys"]
+    if tables is None or not isinstance(tys, (list, tuple)) or len(tys) != len(tables[0]):
+        return INVALID
+    if any(t not in _TYS for t in tys):
+        return INVALID
+    rows, dims = tables
+    if any(d * {"INT8": 8, "INT4": 4, "FP16": 16, "FP32": 32}[ty] % 8 for d, ty in zip(dims, tys)):
+        return INVALID
+    ra = args["row_alignment"]
+    if ra is not None and (not is_int(ra) or ra < 1):
+        return INVALID
+    if sum(r * d for r, d in zip(rows, dims)) > 2**20 or (ra is not None and ra > 2**20):
+        return None
+    idx, off, psw = args["indices"], args["offsets"], args["per_sample_weights"]
+    if not (index_array(idx) and index_array(off)):
+        return INVALID
+    if psw is not None:
+        return None  # per-id weights of the quantized lookup: the op tier's (tbe_forward_quantized)
+    T = len(rows)
+    o = [int(x) for x in off.tolist()]
+    if not o or (len(o) - 1) % T or o[0] != 0 or o[-1] != idx.shape[0] or any(a > b for a, b in zip(o, o[1:])):
+        return None  # the op's own rules on offsets (the op tier's)
+    B = (len(o) - 1) // T
+    out = np.zeros((B, sum(dims)))
+    for t in range(T):
+        table = _values(rows[t], dims[t])
+        col = sum(dims[:t])
+        for b in range(B):
+            for p in range(o[t * B + b], o[t * B + b + 1]):
+                i = int(idx[p])
+                if not 0 <= i < rows[t]:
+                    return INVALID
+                out[b, col : col + dims[t]] += table[i]
+    return ("ok", {"out": out})
+
+
+# -- PermutePooledEmbeddings / PermutePooledEmbeddingsSplit ------------------------------------------------
+def ppe_base(seed):
+    rng = np.random.default_rng(seed)
+    dims = [int(d) for d in rng.integers(0, 4, 3 + seed % 2)]
+    perm = [int(p) for p in rng.permutation(len(dims))]
+    B = int(rng.integers(1, 4))
+    return {
+        "embs_dims": dims,
+        "permute": perm,
+        "pooled_embs": rng.standard_normal((B, sum(dims))).astype((np.float32, np.float64)[seed % 2]),
+    }
+
+
+def ppe_call(split):
+    def call(args, kind):
+        from embnum.fbgemm_compat import permute
+
+        if kind != "torch":
+            raise NotExpressible("the stand-in modules take tensors")
+        cls = permute.PermutePooledEmbeddingsSplit if split else permute.PermutePooledEmbeddings
+        return host(cls(args["embs_dims"], args["permute"])(on(kind, args["pooled_embs"])))
+
+    return call
+
+
+def ppe_model(args):
+    dims, perm, x = int_list(args["embs_dims"]), int_list(args["permute"]), args["pooled_embs"]
+    if type(args["embs_dims"]) is np.ndarray or type(args["permute"]) is np.ndarray:
+        return None  # the stand-in takes tensors or lists
+    if dims is None or perm is None or any(d < 0 for d in dims) or sorted(perm) != list(range(len(dims))):
+        return INVALID
+    if isinstance(x, np.ndarray) and not plain(x):
+        return None
+    if not plain(x) or x.ndim != 2 or x.shape[1] != sum(dims):
+        return INVALID
+    if x.dtype not in (np.float32, np.float64, np.float16):
+        return None  # the op's dtypes (the op tier's)
+    starts = np.concatenate([[0], np.cumsum(dims)]).astype(int)
+    return ("ok", np.concatenate([x[:, starts[p] : starts[p + 1]] for p in perm] + [x[:, :0]], axis=1))
+
+
+# -- the torch.ops.fbgemm aliases with no embnum op behind them -------------------------------------------------
+def _fbgemm_op(name):
+    import sys
+
+    import torch
+
+    from embnum.torch_bridge import register_fbgemm_aliases
+
+    if "fbgemm_gpu" in sys.modules:
+        raise NotExpressible("fbgemm_gpu is loaded in this process: its own ops hold the names")
+    register_fbgemm_aliases()
+    return getattr(torch.ops.fbgemm, name)
+
+
+def _alias_call(name, *args):
+    try:
+        return _fbgemm_op(name)(*args)
+    except RuntimeError as e:  # the schema parser's refusal of a Python value: fbgemm's schema, not embnum
+        if any(w in str(e) for w in ("Expected a value of type", f"fbgemm::{name}()", "device string")):
+            raise NotExpressible(f"fbgemm's schema refuses it: {str(e)[:200]}") from None
+        raise
+
+
+def _tensors(xs):
+    if not isinstance(xs, (list, tuple)):
+        return xs
+    return [tensor(x) if isinstance(x, np.ndarray) else x for x in xs]
+
+
+def _float_arrays(xs, shapes_agree):
+    """``xs``: a non-empty list of plain 2-D float arrays of one dtype (``None``: a list the model leaves)."""
+    if not isinstance(xs, list) or not xs:
+        return INVALID
+    if any(isinstance(x, np.ndarray) and not plain(x) for x in xs):
+        return None
+    if any(not plain(x) for x in xs) or len({x.dtype for x in xs}) != 1:
+        return INVALID
+    if shapes_agree and len({x.shape for x in xs}) != 1:
+        return INVALID
+    return xs
+
+
+def merge_base(seed):
+    rng = np.random.default_rng(seed)
+    B = int(rng.integers(1, 4))
+    dt = (np.float32, np.float64, np.float16)[seed % 3]
+    xs = [rng.standard_normal((B, int(d))).astype(dt) for d in rng.integers(0, 4, 2 + seed % 2)]
+    return {"pooled_embeddings": xs, "uncat_dim_size": B, "target_device": "cpu", "cat_dim": 1}
+
+
+def merge_call(args, kind):
+    if kind != "torch":
+        raise NotExpressible("an alias takes tensors")
+    a = args
+    return host(
+        _alias_call(
+            "merge_pooled_embeddings",
+            _tensors(a["pooled_embeddings"]),
+            a["uncat_dim_size"],
+            a["target_device"],
+            a["cat_dim"],
+        )
+    )
+
+
+def merge_model(args):
+    xs = _float_arrays(args["pooled_embeddings"], False)
+    if xs in (None, INVALID):
+        return xs
+    n, dim, dev = args["uncat_dim_size"], args["cat_dim"], args["target_device"]
+    if dev != "cpu" or not is_int(n) or not is_int(dim):
+        return None  # the schema's coercions (a device, an int): fbgemm's, not embnum's
+    if dim not in (0, 1, -1, -2) or any(x.ndim != 2 for x in xs):
+        return INVALID
+    dim %= 2
+    if any(x.shape[1 - dim] != n for x in xs):
+        return INVALID
+    return ("ok", np.concatenate(xs, axis=dim))
+
+
+def reduce_base(seed):
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(s) for s in rng.integers(0, 4, 1 + seed % 2))
+    dt = (np.float32, np.float64)[seed % 2]
+    return {
+        "input_tensors": [rng.standard_normal(shape).astype(dt) for _ in range(1 + seed % 3)],
+        "target_device": "cpu",
+    }
+
+
+def reduce_call(name):
+    def call(args, kind):
+        if kind != "torch":
+            raise NotExpressible("an alias takes tensors")
+        return host(_alias_call(name, _tensors(args["input_tensors"]), args["target_device"]))
+
+    return call
+
+
+def reduce_model(summed):
+    def model(args):
+        xs = args["input_tensors"]
+        if args["target_device"] != "cpu":
+            return None
+        if not isinstance(xs, list) or not xs or any(not isinstance(x, np.ndarray) for x in xs):
+            return None if isinstance(xs, list) and xs else INVALID
+        if any(not plain(x) for x in xs) or any(x.dtype.kind not in "fiub" for x in xs):
+            return None
+        if not summed:
+            return ("ok", [x.copy() for x in xs])
+        if len({x.shape for x in xs}) != 1:
+            return INVALID
+        if len({x.dtype for x in xs}) != 1:
+            return None  # torch's type promotion
+        out = xs[0].copy()
+        with np.errstate(all="ignore"):
+            for x in xs[1:]:
+                out = out + x
+        return ("ok", out)
+
+    return model
+
+
+def uvm_base(seed):
+    return {"t": np.arange(3 + seed, dtype=(np.float32, np.int64)[seed % 2])}
+
+
+def uvm_call(args, kind):
+    if kind != "torch":
+        raise NotExpressible("an alias takes tensors")
+    return _alias_call("is_uvm_tensor", on(kind, args["t"]))
+
+
+def uvm_model(args):
+    return ("ok", False) if plain(args["t"]) else None
+
+
+def p2d1_base(seed):
+    rng = np.random.default_rng(seed)
+    T, B = 2 + seed % 2, int(rng.integers(1, 4))
+    lengths = rng.integers(0, 3, T * B).astype((np.int32, np.int64)[seed % 2])
+    n = int(lengths.sum())
+    return {
+        "permute": rng.permutation(T).astype(np.int32),
+        "lengths": lengths,
+        "values": rng.integers(0, 100, n).astype(np.int64),
+        "stride": B,
+        "weights": rng.uniform(0, 1, n).astype(np.float32) if seed % 3 else None,
+    }
+
+
+def p2d1_call(args, kind):
+    if kind != "torch":
+        raise NotExpressible("an alias takes tensors")
+    a = {k: on(kind, v) for k, v in args.items()}
+    return host(
+        list(
+            _alias_call(
+                "permute_2D_sparse_data_input1D", a["permute"], a["lengths"], a["values"], a["stride"], a["weights"]
+            )
+        )
+    )
+
+
+def p2d1_model(args):
+    perm, lengths, values, stride, weights = (args[k] for k in ("permute", "lengths", "values", "stride", "weights"))
+    if any(isinstance(a, np.ndarray) and not plain(a) for a in args.values()):
+        return None
+    if not is_int(stride):
+        return None  # the schema's SymInt coercion
+    if not (index_array(perm) and index_array(lengths)) or not plain(values) or values.ndim != 1:
+        return INVALID
+    if weights is not None and (not plain(weights) or weights.shape != values.shape):
+        return INVALID
+    if stride < 1 or lengths.shape[0] % stride:
+        return INVALID if lengths.shape[0] or stride < 0 else None
+    T = lengths.shape[0] // stride
+    ls = [int(x) for x in lengths.tolist()]
+    if any(x < 0 for x in ls) or sum(ls) != values.shape[0]:
+        return INVALID
+    p = [int(x) for x in perm.tolist()]
+    if any(not 0 <= x < T for x in p):
+        return INVALID
+    starts = np.concatenate([[0], np.cumsum(ls)]).astype(int)
+    out_l, out_v, out_w = [], [], []
+    for f in p:
+        for b in range(stride):
+            i = f * stride + b
+            out_l.append(ls[i])
+            out_v.append(values[starts[i] : starts[i + 1]])
+            if weights is not None:
+                out_w.append(weights[starts[i] : starts[i + 1]])
+    ol = np.array(out_l, lengths.dtype)
+    ov = np.concatenate(out_v + [values[:0]])
+    ow = None if weights is None else np.concatenate(out_w + [weights[:0]])
+    return ("ok", [ol, ov, ow])

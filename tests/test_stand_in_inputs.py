@@ -1,0 +1,299 @@
+"""Bad input to the fbgemm stand-in's classes and to the sharded collection: a clean error naming the
+argument in the user's terms (fbgemm's argument names; the collection's keys and tables), inputs and
+module unchanged. The stand-in modules are imported directly (``install()`` refuses where a real
+fbgemm_gpu is installed, as in this environment); the sharded collection runs on a one-process gloo group.
+The drawn cases are the hostile tier's (``tests/test_hostile_surfaces.py``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import embnum  # noqa: E402
+import embnum.torch_bridge  # noqa: E402
+from embnum.fbgemm_compat import configs as C  # noqa: E402
+from embnum.fbgemm_compat import inference, permute, training  # noqa: E402
+
+HOST, CPU = C.EmbeddingLocation.HOST, C.ComputeDevice.CPU
+Split = training.SplitTableBatchedEmbeddingBagsCodegen
+Dense = training.DenseTableBatchedEmbeddingBagsCodegen
+IntN = inference.IntNBitTableBatchedEmbeddingBagsCodegen
+
+
+def _split(**kw):
+    kw.setdefault("optimizer", C.EmbOptimType.EXACT_ROWWISE_ADAGRAD)
+    return Split([(3, 2, HOST, CPU), (4, 2, HOST, CPU)], **kw)
+
+
+def _state(m):
+    return {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def _same_state(m, before):
+    now = m.state_dict()
+    return now.keys() == before.keys() and all(torch.equal(now[k], before[k]) for k in now)
+
+
+# -- constructors ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "make, exc, words",
+    [
+        (lambda: Split([(2.5, 3, HOST, CPU)]), TypeError, "embedding_specs[0] rows"),
+        (lambda: Split([(True, 3, HOST, CPU)]), TypeError, "embedding_specs[0] rows"),
+        (lambda: Split([("3", 3, HOST, CPU)]), TypeError, "embedding_specs[0] rows"),
+        (lambda: Split([(3, 2**63, HOST, CPU)]), ValueError, "embedding_specs[0] dim"),
+        (lambda: Split(None), TypeError, "embedding_specs"),
+        (lambda: _split(max_norm=math.nan), ValueError, "max_norm"),
+        (lambda: _split(max_norm="x"), ValueError, "max_norm"),
+        (lambda: _split(optimizer=C.EmbOptimType.ADAM, weight_decay=-1.0), ValueError, "weight_decay"),
+        (lambda: _split(optimizer=C.EmbOptimType.ADAM, weight_decay=math.nan), ValueError, "weight_decay"),
+        (lambda: _split(learning_rate=None), ValueError, "learning_rate"),
+        (lambda: _split(gradient_clipping="yes"), TypeError, "gradient_clipping"),
+        (lambda: _split(stochastic_rounding=1), TypeError, "stochastic_rounding"),
+        (lambda: _split(weights_precision="x"), TypeError, "weights_precision"),
+        (lambda: _split(table_names=["a"]), TypeError, "table_names"),
+        (lambda: _split(device="no such device"), ValueError, "device"),
+        (lambda: _split(feature_table_map=[0, 1.5]), TypeError, "feature_table_map[1]"),
+        (lambda: Dense([(2.5, 3)], use_cpu=True), TypeError, "embedding_specs[0] rows"),
+        (lambda: Dense([(2, 3)], use_cpu="no"), TypeError, "use_cpu"),
+        (lambda: IntN([("a", 3, 4, "int8", HOST)]), TypeError, "embedding_specs[0] weight_ty"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], row_alignment=0), ValueError, "row_alignment"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], row_alignment=-4), ValueError, "row_alignment"),
+        (lambda: IntN([("a", 2.5, 4, C.SparseType.INT8, HOST)]), TypeError, "embedding_specs[0] rows"),
+        (lambda: IntN([("a", -1, 4, C.SparseType.INT8, HOST)]), ValueError, "embedding_specs[0] rows"),
+        (lambda: IntN([("a", 3, 3, C.SparseType.INT4, HOST)]), ValueError, "embedding_specs[0] dim"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, "x")]), ValueError, "embedding_specs[0] location"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], feature_table_map=[0.5]), TypeError, "feature_table_map"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], pooling_mode=7), ValueError, "pooling_mode"),
+        (lambda: permute.PermutePooledEmbeddings([2.5, 3], [1, 0]), TypeError, "embs_dims[0]"),
+        (lambda: permute.PermutePooledEmbeddings([2, 3], [True, 0]), TypeError, "permute[0]"),
+        (lambda: permute.PermutePooledEmbeddings([2, "3"], [1, 0]), TypeError, "embs_dims[1]"),
+        (lambda: permute.PermutePooledEmbeddingsSplit([2**63, 3], [1, 0]), ValueError, "embs_dims[0]"),
+        (lambda: permute.PermutePooledEmbeddings([2**47, 2**47, 2**47], [1, 0, 2]), ValueError, "embs_dims"),
+    ],
+)
+def test_constructors_name_the_bad_argument(make, exc, words):
+    """Each was accepted (a float row count truncated, max_norm NaN or a negative weight decay silently
+    off, a row alignment of -4) or failed inside Python or torch without naming the argument."""
+    with pytest.raises(exc) as info:
+        make()
+    assert words in str(info.value)
+
+
+# -- the training module's setters: checked first, a rejected call changes nothing ----------------------
+@pytest.mark.parametrize(
+    "call, exc, word",
+    [
+        (lambda m: m.set_optimizer_step(-1), ValueError, "step"),
+        (lambda m: m.set_optimizer_step(2.5), TypeError, "step"),
+        (lambda m: m.set_optimizer_step(2**70), ValueError, "step"),
+        (lambda m: m.set_learning_rate(math.nan), ValueError, "lr"),
+        (lambda m: m.set_learning_rate("x"), ValueError, "lr"),
+        (lambda m: m.update_hyper_parameters({"lr": 0.5, "beta1": 1.0}), ValueError, "beta1"),
+        (lambda m: m.update_hyper_parameters({"weight_decay": -1}), ValueError, "weight_decay"),
+        (lambda m: m.update_hyper_parameters([("lr", 1.0)]), TypeError, "params_dict"),
+    ],
+)
+def test_setters_name_the_value_and_leave_the_module(call, exc, word):
+    m = _split(optimizer=C.EmbOptimType.ADAM, weight_decay=0.01, weight_decay_mode=C.WeightDecayMode.DECOUPLE)
+    before, opt = _state(m), m.optimizer_args
+    with pytest.raises(exc, match=word):
+        call(m)
+    assert _same_state(m, before) and m.optimizer_args == opt and m.get_learning_rate() == opt.learning_rate
+    m.set_learning_rate(0.25)  # a later good call works (a rejected NaN used to stay in the module)
+    assert m.get_learning_rate() == 0.25
+
+
+# -- forward: fbgemm's argument names, an id outside its table by feature, table and bag --------------------
+def _fatal_modules():
+    fatal = C.BoundsCheckMode.FATAL
+    q = IntN(
+        [("a", 3, 4, C.SparseType.INT8, HOST), ("b", 4, 4, C.SparseType.INT8, HOST)],
+        bounds_check_mode=fatal,
+        output_dtype=C.SparseType.FP32,
+    )
+    q.initialize_weights()
+    return {
+        "split": _split(bounds_check_mode=fatal),
+        "dense": Dense([(3, 2), (4, 2)], use_cpu=True),
+        "intn": q,
+    }
+
+
+@pytest.mark.parametrize("kind", ["split", "dense", "intn"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_an_id_outside_its_table_is_named_in_fbgemm_terms(kind, dtype):
+    m = _fatal_modules()[kind]
+    # two features (tables of 3 and 4 rows), batch 2: bags 0, 1 of feature 0, bags 2, 3 of feature 1
+    indices = torch.tensor([0, 2, 1, 3, 99, 0], dtype=dtype)
+    offsets = torch.tensor([0, 1, 3, 4, 6], dtype=dtype)
+    before = indices.clone(), offsets.clone()
+    with pytest.raises(IndexError) as info:
+        m(indices, offsets)
+    assert str(info.value) == "indices: id 99 of feature 1 (table 1, 4 rows) at bag 3 is outside [0, 4)"
+    assert isinstance(info.value.__cause__, IndexError)  # the op's own error, kept as the cause
+    assert torch.equal(indices, before[0]) and torch.equal(offsets, before[1])
+
+
+@pytest.mark.parametrize(
+    "kw, exc, word",
+    [
+        (dict(per_sample_weights=torch.tensor([1, 2, 1])), TypeError, "per_sample_weights"),
+        (dict(feature_requires_grad=torch.tensor([1, 1, 1])), ValueError, "feature_requires_grad"),
+    ],
+)
+def test_forward_arguments_are_named(kw, exc, word):
+    m = _split()
+    with pytest.raises(exc, match=word):
+        m(torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2, 2, 3]), **kw)
+
+
+def test_permute_names_pooled_embs_and_embs_dims():
+    with pytest.raises(ValueError, match=r"pooled_embs must be \[B, 5\] \(the embs_dims summed\)"):
+        permute.PermutePooledEmbeddings([2, 3], [1, 0])(torch.ones(2, 4))
+
+
+def test_nbit_assign_and_split_arguments_are_checked():
+    q = _fatal_modules()["intn"]
+    before = q.weights.clone()
+    codes = torch.zeros(3, 4, dtype=torch.uint8)
+    for bad in (
+        [(torch.full((3, 4), 300.5), torch.zeros(3, 4, dtype=torch.uint8)), (codes, codes)],  # cast to uint8 before
+        [(codes, torch.zeros(3, 4)), (torch.zeros(4, 4, dtype=torch.uint8), torch.zeros(4, 4, dtype=torch.uint8))],
+        [(codes, codes)],
+    ):
+        with pytest.raises((TypeError, ValueError), match="weight_lists"):
+            q.assign_embedding_weights(bad)
+    assert torch.equal(q.weights, before)
+    with pytest.raises(TypeError, match="split_scale_bias_mode"):
+        q.split_embedding_weights_with_scale_bias(True)
+
+
+@pytest.mark.parametrize("stride", [-1, 0, 4, 2.0, True])
+def test_permute_2d_input1d_names_stride(stride):
+    """``lengths.view(-1, stride)`` raised torch's RuntimeError ("only one dimension can be inferred")."""
+    from embnum.torch_bridge.fbgemm_aliases import ALIASES
+
+    alias = ALIASES["permute_2D_sparse_data_input1D"][2]
+    lengths = torch.tensor([1, 0, 2, 1, 1, 0])
+    with pytest.raises(ValueError, match="stride"):
+        alias(embnum.torch_bridge.permute_2d_sparse_data, torch.tensor([1, 0]), lengths, torch.arange(5), stride)
+
+
+# -- checkpoints ------------------------------------------------------------------------------------------
+def _bad_entries(sd, held):
+    out = {
+        "nan weights": (held, torch.full_like(sd[held], math.nan)),
+        "changed layout": ("weights_offsets", sd["weights_offsets"] + 7),
+        "wrong shape": (held, torch.ones(5)),
+        "integer weights": (held, sd[held].to(torch.int32)),
+    }
+    if "momentum1_host" in sd:
+        out["negative Adagrad state"] = ("momentum1_host", -torch.ones_like(sd["momentum1_host"]))
+        out["negative step"] = ("iter", torch.tensor([-5]))
+        out["float step"] = ("iter", torch.tensor([1.0]))
+    return out
+
+
+@pytest.mark.parametrize("kind, held", [("split", "weights_host"), ("dense", "weights")])
+def test_stand_in_checkpoints_are_checked_before_any_copy(kind, held):
+    """torch's own load took NaN weights, a negative sum of squares, a negative step and a changed layout."""
+    m = _fatal_modules()[kind]
+    sd = _state(m)
+    for label, (key, value) in _bad_entries(sd, held).items():
+        with pytest.raises((TypeError, ValueError)) as info:
+            m.load_state_dict({**sd, key: value})
+        assert repr(key) in str(info.value), label
+        assert _same_state(m, sd), label
+
+
+@pytest.mark.parametrize("kind", ["split", "dense"])
+def test_stand_in_load_with_assign_is_what_forward_reads(kind):
+    """``assign=True`` copies into the module's own tensors (the lookups read them): forward sees the loaded values."""
+    m = _fatal_modules()[kind]
+    sd = {k: (torch.full_like(v, 0.5) if v.dtype.is_floating_point and v.numel() else v) for k, v in _state(m).items()}
+    m.load_state_dict(sd, assign=True)
+    out = m(torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2, 2, 3]))
+    assert torch.equal(out.detach(), torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.5, 0.5]]))
+
+
+def test_nbit_checkpoint_needs_its_bytes_and_layout():
+    q = _fatal_modules()["intn"]
+    sd = _state(q)
+    before = _state(q)
+    for key, value in (
+        ("weights_host", sd["weights_host"].float()),
+        ("weights_host", sd["weights_host"][:-1]),
+        ("rows_per_table", sd["rows_per_table"] + 1),
+    ):
+        with pytest.raises((TypeError, ValueError), match=key):
+            q.load_state_dict({**sd, key: value})
+    assert _same_state(q, before)
+
+
+# -- the sharded collection (one process) ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def group():
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _sharded(kind="rowwise_adagrad"):
+    from embnum.distributed import ROW_WISE, TABLE_WISE, ParameterSharding, ShardedEmbeddingBagCollection
+    from embnum.modules import EmbeddingBagConfig
+
+    tables = [
+        EmbeddingBagConfig(5, 3, "t0", feature_names=["a", "b"]),
+        EmbeddingBagConfig(4, 2, "t1", feature_names=["c"], pooling="mean"),
+    ]
+    plan = {"t0": ParameterSharding(TABLE_WISE, (0,)), "t1": ParameterSharding(ROW_WISE, None)}
+    return ShardedEmbeddingBagCollection(tables, plan, optimizer=embnum.TBEOptimizer(kind, 0.1))
+
+
+def test_sharded_names_feature_table_and_sample(group):
+    m = _sharded()
+    kjt = embnum.KeyedJaggedTensor(
+        ["a", "b", "c"], torch.tensor([0, 4, 1, 99, 2]), lengths=torch.tensor([1, 1, 1, 1, 1, 0])
+    )
+    with pytest.raises(IndexError) as info:
+        m(kjt)
+    assert str(info.value).endswith("feature 'b' (table 't0'): id 99 at sample 1 is outside [0, 5)")
+
+
+def test_sharded_checkpoint_is_checked_before_any_copy(group):
+    from embnum.distributed import TableShards
+
+    m = _sharded()
+    sd = m.state_dict()
+    shards = m.state_dict(gather=False)
+    piece = shards["embedding_bags.t1.momentum1"].pieces[0]
+    bad = {
+        "embedding_bags.t0.momentum1": -torch.ones(5),  # a negative row-wise Adagrad sum of squares
+        "embedding_bags.t1.weight": torch.full((4, 2), math.nan),
+        "embedding_bags.t0.step": torch.tensor(-1),
+        "embedding_bags.t1.step": torch.tensor(2.0),
+    }
+    before = {k: v.clone() for k, v in sd.items()}
+    for key, value in bad.items():
+        changed = {k: (v + 1 if v.dtype.is_floating_point else v + 3) for k, v in sd.items()}
+        changed[key] = value
+        with pytest.raises((TypeError, ValueError), match=key.replace(".", r"\.")):
+            m.load_state_dict(changed)
+        now = m.state_dict()
+        assert all(torch.equal(now[k], before[k]) for k in before), key
+    shards["embedding_bags.t1.momentum1"] = TableShards((4,), [((0, 9), (0, 1), torch.ones(9))])
+    with pytest.raises(ValueError, match=r"pieces\[0\] rows stop"):
+        m.load_state_dict({**sd, "embedding_bags.t1.momentum1": shards["embedding_bags.t1.momentum1"]})
+    assert piece[0] == (0, 4)
+    loaded = {k: (v + 1 if v.dtype.is_floating_point else v + 3) for k, v in sd.items()}
+    m.load_state_dict(loaded, assign=True)  # accepted (it copies: the shards are views of the flat buffers)
+    now = m.state_dict()
+    assert all(torch.equal(now[k], loaded[k]) for k in loaded)
