@@ -212,12 +212,18 @@ def run(args) -> None:
             Path(args.out).write_text(json.dumps(results, indent=1), encoding="utf-8")
 
 
+# a test reported more than once (unittest subTest) takes its worst status
+_RANK = {"skipped": 0, "xfailed": 1, "passed": 1, "xpassed": 2, "failed": 3, "error": 4, "collect-error": 5}
+
+
 def statuses(path: str) -> tuple[dict, dict]:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    tests = {}
+    tests: dict = {}
     for module, entry in data["modules"].items():
         for row in entry["tests"]:
-            tests[row["test"]] = (row["status"], row["reason"])
+            seen = tests.get(row["test"])
+            if seen is None or _RANK[row["status"]] > _RANK[seen[0]]:
+                tests[row["test"]] = (row["status"], row["reason"])
         if entry["state"] == "timeout":
             tests.setdefault(f"{module}/ (tests not reached)", ("timeout", ""))
     return tests, data["modules"]
@@ -237,14 +243,33 @@ def diff(args) -> None:
             reason = (sb[1] or sa[1]).replace("|", "/").replace("\n", " ")[:160]
             print(f"| `{test}` | {sa[0]} | {sb[0]} | {reason} |")
     print()
-    for name, mods in zip(args.names, (a_modules, b_modules)):
+    for name, tests, mods in zip(args.names, (a, b), (a_modules, b_modules)):
         total: dict[str, int] = {}
-        for entry in mods.values():
-            for row in entry["tests"]:
-                total[row["status"]] = total.get(row["status"], 0) + 1
+        for status, _ in tests.values():
+            total[status] = total.get(status, 0) + 1
         seconds = sum(entry["seconds"] for entry in mods.values())
         print(f"{name}: {len(mods)} modules, {seconds:.0f} s, {dict(sorted(total.items()))}")
     print(f"differences: {differing}")
+
+
+def merge(args) -> None:
+    """One result file from several: a later file's results replace an earlier one's for each test module
+    it ran (for example a module rerun after a fix)."""
+    merged: dict = {"merged_from": args.inputs, "modules": {}}
+    for path in args.inputs:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        for entry in data["modules"].values():
+            for module in entry.get("modules", []):
+                rows = [r for r in entry["tests"] if r["test"].split("::")[0] == module]
+                if entry["state"] == "timeout" and not rows:
+                    continue  # not reached: keep what an earlier file has
+                merged["modules"][module] = {
+                    "seconds": 0.0,
+                    "state": "group timed out after it" if entry["state"] == "timeout" else entry["state"],
+                    "modules": [module],
+                    "tests": rows,
+                }
+    Path(args.out).write_text(json.dumps(merged, indent=1), encoding="utf-8")
 
 
 def main(argv=None) -> None:
@@ -261,8 +286,11 @@ def main(argv=None) -> None:
     d.add_argument("first")
     d.add_argument("second")
     d.add_argument("--names", nargs=2, default=["with fbgemm", "stand-in"])
+    m = sub.add_parser("merge", help="combine result files (later ones replace earlier ones per module)")
+    m.add_argument("out")
+    m.add_argument("inputs", nargs="+")
     args = parser.parse_args(argv)
-    run(args) if args.command == "run" else diff(args)
+    {"run": run, "diff": diff, "merge": merge}[args.command](args)
 
 
 if __name__ == "__main__":

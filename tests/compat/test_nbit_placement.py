@@ -118,3 +118,33 @@ def test_feature_names_per_table_is_reported(tables, data):
         IntNBitTableBatchedEmbeddingBagsCodegen(tables, feature_names_per_table=[*names, ["extra"]])
     with pytest.raises(ValueError, match="feature_names_per_table"):
         IntNBitTableBatchedEmbeddingBagsCodegen(tables, feature_names_per_table=[[0]] * len(tables))
+
+
+@settings(max_examples=10, deadline=None)
+@given(specs(), st.data())
+def test_torchrecs_lengths_subclass_looks_up_like_offsets(tables, data):
+    """TorchRec's ``IntNBitTableBatchedEmbeddingBagsCodegenWithLength`` (its forward takes lengths and
+    calls fbgemm's ``_forward_impl`` with their offsets) gives the stand-in's forward on those offsets."""
+    from torchrec.distributed.quant_embedding_kernel import IntNBitTableBatchedEmbeddingBagsCodegenWithLength
+
+    with_lengths = IntNBitTableBatchedEmbeddingBagsCodegenWithLength(tables, output_dtype=SparseType.FP32)
+    plain = IntNBitTableBatchedEmbeddingBagsCodegen(tables, output_dtype=SparseType.FP32)
+    for tbe in (with_lengths, plain):
+        tbe.initialize_weights()
+        for codes, scale_bias in tbe.split_embedding_weights():
+            codes.copy_(
+                torch.randint(0, 256, codes.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+            )
+            if scale_bias is not None:
+                scale_bias.copy_(torch.tensor([0.25, 1.0], dtype=torch.float16).view(torch.uint8).expand_as(scale_bias))
+    batch = data.draw(st.integers(1, 3))
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=batch * len(tables), max_size=batch * len(tables)))
+    indices = torch.tensor(
+        [data.draw(st.integers(0, tables[f // batch][1] - 1)) for f, n in enumerate(lengths) for _ in range(n)],
+        dtype=torch.int32,
+    )
+    lengths_t = torch.tensor(lengths, dtype=torch.int32)
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    torch.testing.assert_close(
+        with_lengths(indices, lengths_t), plain(indices, offsets), rtol=0, atol=0, equal_nan=True
+    )

@@ -267,6 +267,10 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
                 s.copy_(qs)
 
     def forward(self, indices, offsets, per_sample_weights=None):
+        return self._forward_impl(indices, offsets, per_sample_weights)
+
+    def _forward_impl(self, indices, offsets, per_sample_weights=None):
+        """The lookup (fbgemm's name: TorchRec's lengths-taking subclass calls it from its own forward)."""
         from ..torch_bridge import tbe_forward_quantized
 
         if not self.weight_initialized:
