@@ -68,6 +68,8 @@ def _same_state(m, before):
         (lambda: IntN([("a", 3, 4, C.SparseType.INT8, "x")]), ValueError, "embedding_specs[0] location"),
         (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], feature_table_map=[0.5]), TypeError, "feature_table_map"),
         (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], pooling_mode=7), ValueError, "pooling_mode"),
+        (lambda: _split(embedding_table_index_type=torch.tensor([1, 2])), ValueError, "embedding_table_index_type"),
+        (lambda: _split(prefetch_pipeline=__import__("numpy").ones(2)), ValueError, "prefetch_pipeline"),
         (lambda: permute.PermutePooledEmbeddings([2.5, 3], [1, 0]), TypeError, "embs_dims[0]"),
         (lambda: permute.PermutePooledEmbeddings([2, 3], [True, 0]), TypeError, "permute[0]"),
         (lambda: permute.PermutePooledEmbeddings([2, "3"], [1, 0]), TypeError, "embs_dims[1]"),

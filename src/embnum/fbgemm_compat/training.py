@@ -109,6 +109,14 @@ _DEFAULT_ONLY = {
 }
 
 
+def _equal(value, default) -> bool:
+    """``value == default`` as one bool (a tensor or an array compared with a default is not its default)."""
+    try:
+        return bool(value == default)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
 def check_defaults(cls_name: str, given: dict, defaults: dict, ignored=()) -> None:
     """``ValueError`` naming the first fbgemm argument in ``given`` that is not at its default;
     ``TypeError`` for a name fbgemm's constructor does not have."""
@@ -118,7 +126,7 @@ def check_defaults(cls_name: str, given: dict, defaults: dict, ignored=()) -> No
         if name not in defaults:
             raise TypeError(f"{cls_name}() got an unexpected keyword argument {name!r}")
         default = defaults[name]
-        if value is not default and value != default:
+        if value is not default and not _equal(value, default):
             raise ValueError(
                 f"{cls_name}: {name}={value!r} is not supported by embnum's fbgemm stand-in "
                 f"(only fbgemm's default {default!r}; docs/torchrec-without-fbgemm.md)"
