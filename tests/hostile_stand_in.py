@@ -16,6 +16,8 @@ import numpy as np
 import hostile
 from hostile_models import (
     BEYOND_FLOAT32,
+    I32,
+    I64,
     INVALID,
     NotExpressible,
     host,
@@ -165,6 +167,7 @@ def split_model(args):
         return INVALID
     if norm == 0 and float(args["max_norm"]) > 0:
         return INVALID  # > 0 in float64, 0 in the kernels' float32: TBEOptimizer refuses it
+    decay = float(args["weight_decay"])  # > 0 in float64 is a decay (TBEOptimizer's rule), even 0 in float32
     if decay > 0 and kind in ("sgd", "adagrad", "rowwise_adagrad"):
         return INVALID  # weight_decay_mode NONE: these implement no decay under it
     try:
@@ -219,6 +222,8 @@ def split_model(args):
             start = sum(rows[:t]) if how == "row" else sum(a * b for a, b in zip(rows[:t], dims[:t]))
             split.append((t, name, states[name][start : start + (r if how == "row" else r * d)]))
     ordered = [s for _, _, s in sorted(split, key=lambda x: (x[0], list(opt.state_layout).index(x[1])))]
+    if any(not np.all(np.isfinite(a)) or np.abs(a).max(initial=0) > 1e30 for a in [w, *ordered]):
+        return BEYOND_FLOAT32  # an update at float32's edge (lr 3.4e38): ref and the kernels may round apart
     return ("ok", {"out": out, "weights": w, "states": ordered})
 
 
@@ -404,7 +409,7 @@ def dense_model(args):
     if sum(r * d for r, d in zip(rows, dims)) > 2**20:
         return None
     idx, off, psw = args["indices"], args["offsets"], args["per_sample_weights"]
-    if not (index_array(idx) and index_array(off)) or idx.dtype != off.dtype:
+    if not (index_array(idx) and index_array(off)):
         return INVALID
     if psw is not None and not (type(psw) is np.ndarray and psw.dtype.kind == "f" and psw.shape == idx.shape):
         return INVALID
@@ -535,6 +540,8 @@ def nbit_model(args):
         for b in range(B):
             for p in range(o[t * B + b], o[t * B + b + 1]):
                 i = int(idx[p])
+                if i == -1:
+                    continue  # a pruned row: the quantized lookup's rule (it adds nothing)
                 if not 0 <= i < rows[t]:
                     return INVALID
                 out[b, col : col + dims[t]] += table[i]
@@ -754,7 +761,11 @@ def p2d1_model(args):
         return None  # the schema's SymInt coercion
     if not (index_array(perm) and index_array(lengths)) or not plain(values) or values.ndim != 1:
         return INVALID
-    if weights is not None and (not plain(weights) or weights.shape != values.shape):
+    if values.dtype not in (np.float16, np.float32, np.float64, I32, I64):
+        return INVALID  # the op's value dtypes
+    if weights is not None and (
+        not plain(weights) or weights.shape != values.shape or weights.dtype not in (np.float16, np.float32, np.float64)
+    ):
         return INVALID
     if stride < 1 or lengths.shape[0] % stride:
         return INVALID if lengths.shape[0] or stride < 0 else None

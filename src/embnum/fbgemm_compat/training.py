@@ -331,7 +331,10 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             if placement == EmbeddingLocation.DEVICE
             else ("weights_host", "weights_dev")
         )
-        self.register_parameter(held, torch.nn.Parameter(torch.zeros(self.num_weights, dtype=dtype, device=device)))
+        flat = _checks.allocate(
+            "weights", lambda: torch.zeros(self.num_weights, dtype=dtype, device=device), self.num_weights
+        )
+        self.register_parameter(held, torch.nn.Parameter(flat))
         self.register_buffer(empty, torch.zeros(0, dtype=dtype, device=device))
         self.register_buffer("weights_uvm", torch.zeros(0, dtype=dtype, device=device))
         self._held = held
@@ -342,7 +345,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         sizes = self._tbe_optimizer.state_sizes(self.num_weights, int(sum(rows)))
         for state in ("momentum1", "momentum2"):
             if state in sizes:
-                self.register_buffer(f"{state}_{held[8:]}", torch.zeros(sizes[state], device=device))
+                n = sizes[state]
+                buf = _checks.allocate(f"optimizer state {state}", lambda n=n: torch.zeros(n, device=device), n)
+                self.register_buffer(f"{state}_{held[8:]}", buf)
         self.register_buffer("iter", torch.zeros(1, dtype=torch.int64, device=device))
         self._steps = StepCount(self.iter, 0)
         # the parameter that makes autograd call backward (the fused update) even where no input needs a gradient
@@ -417,6 +422,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
     def _state_rules(self) -> dict:
         rules = super()._state_rules()
         rules[self._held] = rules.pop("weights")
+        for empty in ("weights_dev", "weights_host", "weights_uvm", "placeholder_autograd_tensor"):
+            rules.setdefault(empty, (getattr(self, empty), "weights"))  # size 0: a shape and dtype check
         rules["weights_placements"] = (self.weights_placements, "layout")
         for state in self._tbe_optimizer.states:
             squares = state == "momentum2" or self._kind in ("adagrad", "rowwise_adagrad")
@@ -575,7 +582,10 @@ class DenseTableBatchedEmbeddingBagsCodegen(_Layout):
         self._set_layout(rows, dims, feature_table_map, pooling_mode, output_dtype, device)
         self.weights_precision = weights_precision
         dtype = _float_type(name, "weights_precision", weights_precision)
-        self.weights = torch.nn.Parameter(torch.randn(self.num_weights, device=device).to(dtype))
+        n = self.num_weights
+        self.weights = torch.nn.Parameter(
+            _checks.allocate("weights", lambda: torch.randn(n, device=device).to(dtype), n)
+        )
         self.weights_physical_offsets = _table_starts(rows, dims)
 
     def split_embedding_weights(self) -> list[torch.Tensor]:
