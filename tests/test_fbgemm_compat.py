@@ -5,7 +5,9 @@
 * The training TBE: fbgemm's ``SplitTableBatchedEmbeddingBagsCodegen`` and embnum's stand-in,
   each in its own subprocess (``tests/compat/tbe_side.py``), on drawn tables, batches and
   hyper-parameters: a forward pass and three training steps for each optimizer fbgemm's CPU build
-  trains; outputs, split weights and optimizer states (names and layouts) compared.
+  trains; outputs, split weights and optimizer states (names and layouts) compared; and the same
+  with a variable batch per feature (VBE: ``batch_size_per_feature_per_rank``), which fbgemm's CPU
+  build runs for SGD and row-wise Adagrad.
 
 The tier without fbgemm_gpu (TorchRec on the stand-in) is ``tests/compat/``.
 """
@@ -178,6 +180,40 @@ def _side(side, cases, tmp, script="tbe_side.py"):
     return torch.load(out)
 
 
+@st.composite
+def vbe_case(draw, optimizer):
+    """A :func:`tbe_case` whose batches give each feature its own batch size on each of 1-3 ranks
+    (zeros included): offsets over ``sum_t B_t`` bags, the output flat and rank-major."""
+    case = draw(tbe_case(optimizer))
+    assume(case["pooling"] != "NONE")  # fbgemm has no VBE for sequence lookups
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    T, R = len(case["feature_table_map"]), draw(st.integers(1, 3))
+    dims = [case["dims"][t] for t in case["feature_table_map"]]
+    weighted = case["batches"][0]["psw"] is not None
+    for batch in case["batches"]:
+        sizes = rng.integers(0, 4, (T, R))
+        lengths = rng.integers(0, 4, int(sizes.sum()))
+        per_bag = np.repeat(np.arange(T), sizes.sum(axis=1))  # feature-major bags
+        ids = [rng.integers(0, case["rows"][case["feature_table_map"][t]], n) for t, n in zip(per_bag, lengths)]
+        n = int(lengths.sum())
+        batch.update(
+            indices=np.concatenate(ids + [np.zeros(0, np.int64)]).astype(np.int64).tolist(),
+            offsets=np.concatenate([[0], np.cumsum(lengths)]).tolist(),
+            psw=rng.uniform(0.5, 2, n).round(3).tolist() if weighted else None,
+            grad_scale=rng.uniform(-1, 1, int((sizes * np.array(dims)[:, None]).sum())).round(3).tolist(),
+            vbe=sizes.tolist(),
+        )
+    return case
+
+
+@settings(max_examples=2)
+@given(st.tuples(*(vbe_case(o) for o in ("EXACT_SGD", "EXACT_ROWWISE_ADAGRAD") for _ in range(3))))
+def test_training_tbe_with_variable_batch_matches_fbgemm(tmp_path_factory, cases):
+    """VBE (``batch_size_per_feature_per_rank``) for the optimizers fbgemm's CPU build runs it with."""
+    tmp = tmp_path_factory.mktemp("vbe")
+    _assert_same_training(cases, _side("real", list(cases), tmp), _side("embnum", list(cases), tmp))
+
+
 def _without_decay(case):
     hyper = {k: v for k, v in case["hyper"].items() if k not in ("weight_decay", "weight_decay_mode")}
     return {**case, "hyper": hyper}
@@ -202,7 +238,12 @@ def test_training_tbe_matches_fbgemm(tmp_path_factory, cases, alone):
     assert any(
         not torch.allclose(g, w, rtol=1e-5, atol=1e-6) for w, g in zip(real[-1]["weights"], ours[-1]["weights"])
     ), "fbgemm's CPU build now applies row-wise Adagrad's weight decay to unshared tables: update the docs"
-    for case, want, got in zip([*cases, alone], real, ours):
+    _assert_same_training([*cases, alone], real, ours)
+
+
+def _assert_same_training(cases, real, ours):
+    """Outputs, split weights and optimizer states (names and values) of each case alike."""
+    for case, want, got in zip(cases, real, ours):
         where = f"{case['optimizer']} {case['pooling']} rows={case['rows']} dims={case['dims']}"
         for step, (w, g) in enumerate(zip(want["outputs"], got["outputs"])):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"{where} step {step}: {m}")

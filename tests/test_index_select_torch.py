@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import fbgemm, tensor
-from tables.index_select import _a, batch_args, group_args
+from tables.index_select import arr, batch_args, group_args
 
 torch = pytest.importorskip("torch")
 tb = pytest.importorskip("embnum.torch_bridge")
@@ -41,7 +41,7 @@ def test_gradcheck_group_index_select(args):
 @pytest.mark.parametrize("backend", ["ref", "cpu", "cuda"])
 def test_batch_gradient_adds_repeats_and_leaves_unselected_rows_zero(backend):
     x = torch.arange(12.0, requires_grad=True)
-    out = tb.batch_index_select_dim0(x, tensor(_a(2, 2, 1, 1)), [2, 2], [3, 2], [2, 3], True, backend=backend)
+    out = tb.batch_index_select_dim0(x, tensor(arr(2, 2, 1, 1)), [2, 2], [3, 2], [2, 3], True, backend=backend)
     out.backward(torch.arange(1.0, 11.0))
     want = [0, 0, 0, 0, 1 + 6, 2 + 7, 0, 0, 0, 3 + 8, 4 + 9, 5 + 10]
     np.testing.assert_array_equal(x.grad.numpy(), np.array(want, np.float32))

@@ -13,7 +13,7 @@ from strategies import (
     index_dtypes,
     maybe_strided,
 )
-from tables.jagged import _offs
+from tables.jagged import offsets_array
 
 
 @settings(max_examples=30)
@@ -30,7 +30,7 @@ def test_compiled_min_max_is_numpys(data, dtype, shape):
 
 def test_bad_out():
     x = np.arange(1, 7.0)
-    args = dict(batch_size=2, csr_seg=_offs(0, 1, 1, 3), values=x)
+    args = dict(batch_size=2, csr_seg=offsets_array(0, 1, 1, 3), values=x)
     with pytest.raises(ValueError, match="out must have shape"):
         embnum.segment_sum_csr(**args, out=np.empty(4))
     with pytest.raises(TypeError, match="out must have dtype float64"):

@@ -15,12 +15,21 @@ from hypothesis import strategies as st
 import embnum
 from harness import check_matches_ref, pme_args
 from strategies import float_dtypes, index_dtypes, value_arrays
-from tables.keyed_tensor import EDGES, FAMILY, STRATEGIES, _classic, _kt, handwritten_args, pooled_args, regroupings
+from tables.keyed_tensor import (
+    EDGES,
+    FAMILY,
+    STRATEGIES,
+    classic_regroup,
+    handwritten_args,
+    pooled_args,
+    regroup_case,
+    regroupings,
+)
 
 NEXT_WORKED = [
-    (_kt([["a"]], [[2]], [["a"], ["a"], ["a"], ["a"]]), [1, -2, -3, -4]),
-    (_kt([["a", "b"]], [[2, 3]], [["a", "b"], ["b", "a"], ["a", "b"]]), [3, 2, -5, -4, -6, -6]),
-    (_kt([["a", "b"]], [[2, 3]], [["a", "a", "b"]]), [1, -3, 0]),
+    (regroup_case([["a"]], [[2]], [["a"], ["a"], ["a"], ["a"]]), [1, -2, -3, -4]),
+    (regroup_case([["a", "b"]], [[2, 3]], [["a", "b"], ["b", "a"], ["a", "b"]]), [3, 2, -5, -4, -6, -6]),
+    (regroup_case([["a", "b"]], [[2, 3]], [["a", "a", "b"]]), [1, -3, 0]),
 ]
 
 
@@ -48,7 +57,7 @@ def test_float16_backward_rounding_is_per_addition():
 
 
 def test_classic_case_production_widths():
-    embs, keys, lengths, groups = _classic(64, small=False)
+    embs, keys, lengths, groups = classic_regroup(64, small=False)
     outs = embnum.regroup_keyed_tensor(embs, keys, lengths, groups)
     assert [o.shape for o in outs] == [(64, 608), (64, 256), (64, 1248), (64, 864)]
     f1 = embs[0][:, :96]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import embnum
 from harness import fbgemm, tensor
 from strategies import float_dtypes
-from tables.keyed_tensor import _POOLED_FBGEMM, POOLED_LISTS, _pooled_domain, regroupings
+from tables.keyed_tensor import POOLED_FBGEMM, POOLED_LISTS, pooled_fbgemm_domain, regroupings
 
 torch = pytest.importorskip("torch")
 tb = pytest.importorskip("embnum.torch_bridge")
@@ -160,11 +160,11 @@ def test_module_on_cuda_keeps_arguments_on_the_device():
 
 @pytest.mark.fbgemm
 @settings(max_examples=40)
-@given(args=_POOLED_FBGEMM)
+@given(args=POOLED_FBGEMM)
 def test_fbgemm_permute_pooled_embs_gradient(args):
     """The bridge's gradient of permute_pooled_embs is fbgemm's (the forward is in FBGEMM)."""
     fbgemm()
-    args = _pooled_domain(args)
+    args = pooled_fbgemm_domain(args)
     assume(args is not None and args["pooled_embs"].size)
     x = args["pooled_embs"]
     lists = [tensor(args[k].astype(np.int64)) for k in POOLED_LISTS]

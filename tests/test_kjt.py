@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embnum
-from tables.kjt import BB, BI, I32, I64, _a, permute_1d_args, permute_2d_args
+from tables.kjt import BB, BI, I32, I64, arr, permute_1d_args, permute_2d_args
 
 
 def test_bad_out():
@@ -33,10 +33,10 @@ def test_bad_out():
 
 def test_outputs_never_alias_inputs():
     for backend in ("ref", "cpu"):
-        lengths, ids = _a(1, 2), _a(3, 4, 5)
-        r = embnum.block_bucketize_sparse_features(lengths, ids, False, False, _a(10), 1, backend=backend)
+        lengths, ids = arr(1, 2), arr(3, 4, 5)
+        r = embnum.block_bucketize_sparse_features(lengths, ids, False, False, arr(10), 1, backend=backend)
         assert not np.shares_memory(r[0], lengths) and not np.shares_memory(r[1], ids)
-        p = embnum.permute_1d_sparse_data(_a(0, 1), lengths, ids, backend=backend)
+        p = embnum.permute_1d_sparse_data(arr(0, 1), lengths, ids, backend=backend)
         assert not np.shares_memory(p[0], lengths) and not np.shares_memory(p[1], ids)
 
 
@@ -45,16 +45,16 @@ def test_outputs_never_alias_inputs():
 def test_bucketize_reads_read_only_inputs(weighted, flags):
     """Read-only lengths, ids and weights (a frozen buffer, a memory-mapped file) give the result
     of writable ones on every backend: the kernels never write through an input."""
-    lengths, ids = _a(2, 1, 0, 3), _a(3, 12, 7, 0, 9, 31)
+    lengths, ids = arr(2, 1, 0, 3), arr(3, 12, 7, 0, 9, 31)
     w = np.linspace(0, 1, 6, dtype=np.float32) if weighted else None
-    want = embnum.block_bucketize_sparse_features(lengths, ids, *flags, _a(5, 8), 3, w, backend="ref")
+    want = embnum.block_bucketize_sparse_features(lengths, ids, *flags, arr(5, 8), 3, w, backend="ref")
     frozen = [None if a is None else a.copy() for a in (lengths, ids, w)]
     for a in frozen:
         if a is not None:
             a.flags.writeable = False
     for backend in ("ref", "cpu"):
         got = embnum.block_bucketize_sparse_features(
-            frozen[0], frozen[1], *flags, _a(5, 8), 3, frozen[2], backend=backend
+            frozen[0], frozen[1], *flags, arr(5, 8), 3, frozen[2], backend=backend
         )
         for g, x in zip(got, want):
             assert (g is None and x is None) or np.array_equal(g, x), backend
@@ -64,7 +64,7 @@ def test_unbucketize_permute_restores_order():
     rng = np.random.default_rng(0)
     lengths = rng.poisson(3, 40)
     ids = rng.integers(-5, 200, int(lengths.sum()))
-    r = embnum.block_bucketize_sparse_features(lengths, ids, False, True, _a(10, 20, 30, 40), 4, keep_orig_idx=True)
+    r = embnum.block_bucketize_sparse_features(lengths, ids, False, True, arr(10, 20, 30, 40), 4, keep_orig_idx=True)
     np.testing.assert_array_equal(r[1][r[4]], ids)
 
 
@@ -74,7 +74,7 @@ def test_cpu_bucketize_does_not_depend_on_the_thread_count():
     lengths = rng.poisson(4, 3000)
     ids = rng.integers(-10, 5000, int(lengths.sum()))
     w = rng.random(ids.shape[0], dtype=np.float32)
-    args = (lengths, ids, True, True, _a(100, 200, 300), 7, w)
+    args = (lengths, ids, True, True, arr(100, 200, 300), 7, w)
     most = numba.config.NUMBA_NUM_THREADS
     if most < 2:
         pytest.skip("Numba has one thread here (NUMBA_NUM_THREADS=1): nothing to compare")

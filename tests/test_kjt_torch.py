@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import embnum
 from harness import fbgemm, tensor
-from tables.kjt import BI, BL, I32, L2D, STRATEGIES, _a, index_select_args, permute_2d_args
+from tables.kjt import BI, BL, I32, L2D, STRATEGIES, arr, index_select_args, permute_2d_args
 
 torch = pytest.importorskip("torch")
 tb = pytest.importorskip("embnum.torch_bridge")
@@ -59,9 +59,9 @@ def test_permute_gradient_sums_repeated_keys(backend):
 
 def test_bridge_bfloat16_moves_bits_and_keeps_none_slots():
     w = torch.randn(9).to(torch.bfloat16)
-    r = tb.block_bucketize_sparse_features(tensor(BL), tensor(BI), False, True, tensor(_a(4, 5)), 3, w)
+    r = tb.block_bucketize_sparse_features(tensor(BL), tensor(BI), False, True, tensor(arr(4, 5)), 3, w)
     assert r[3] is None and r[2].dtype == torch.bfloat16
-    want = embnum.block_bucketize_sparse_features(BL, BI, False, True, _a(4, 5), 3, w.float().numpy())
+    want = embnum.block_bucketize_sparse_features(BL, BI, False, True, arr(4, 5), 3, w.float().numpy())
     np.testing.assert_array_equal(r[2].float().numpy(), want[2])
     np.testing.assert_array_equal(r[4].numpy(), want[4])
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import embnum
 from embnum import TBEOptimizer, tbe_layout
 from harness import check_matches_ref, check_rejects
-from tables.tbe import DIMS, GRAD, IND, LAY, OFF, OPTIMIZERS, W12, _uargs, state_for, tbe_args
+from tables.tbe import DIMS, GRAD, IND, LAY, OFF, OPTIMIZERS, W12, _uargs, state_for, tbe_args, vbe_batch
 
 
 @pytest.mark.parametrize("D", DIMS)
@@ -123,6 +123,69 @@ def _element_kernel(D):
     if D not in _ELEMENT_KERNELS:
         _ELEMENT_KERNELS[D] = tbe._make_forward_pooled(D, vector=False)
     return _ELEMENT_KERNELS[D]
+
+
+def _feature_alone(args, t, first, n):
+    """Feature ``t``'s samples ``first .. first+n-1`` of a VBE call as a one-feature fixed-batch call."""
+    lay = tbe_layout
+    woff, doff = args["weights_offsets"].astype(np.int64), args["D_offsets"].astype(np.int64)
+    hcs = args["hash_size_cumsum"].astype(np.int64)
+    rows = embnum._tbe_bounds.rows_per_feature(hcs)[t]
+    D = int(doff[t + 1] - doff[t])
+    weights = args["weights"][int(woff[t]) : int(woff[t]) + int(rows) * D]
+    sizes = np.asarray(args["batch_size_per_feature_per_rank"], dtype=np.int64)
+    b0 = int(sizes[:t].sum()) + first
+    o = args["offsets"].astype(np.int64)[b0 : b0 + n + 1]
+    pos = np.arange(int(o[0]), int(o[-1]))
+    one = tbe_args(lay([int(rows)], [D]), weights, args["indices"][pos], o - o[0], pooling_mode=args["pooling_mode"])
+    if "per_sample_weights" in args:
+        one["per_sample_weights"] = args["per_sample_weights"][pos]
+    return one
+
+
+@given(args=vbe_batch(), backend=st.sampled_from(["ref", "cpu"]))
+@settings(max_examples=60, deadline=None)
+def test_vbe_output_is_each_rank_and_feature_looked_up_alone(args, backend):
+    """The layout of the flat VBE output, from the fixed-batch op alone: rank-major, then
+    feature, then sample; block (r, t) is feature t's rank-r samples looked up as one feature."""
+    got = embnum.tbe_forward(**args, bounds_check_mode="ignore", backend=backend)
+    sizes = np.asarray(args["batch_size_per_feature_per_rank"], dtype=np.int64)
+    T, R = sizes.shape
+    at = 0
+    for r in range(R):
+        for t in range(T):
+            n = int(sizes[t, r])
+            want = embnum.tbe_forward(
+                **_feature_alone(args, t, int(sizes[t, :r].sum()), n), bounds_check_mode="ignore", backend="ref"
+            )
+            assert want.shape[0] == n
+            np.testing.assert_allclose(got[at : at + want.size], want.ravel(), rtol=1e-6, atol=1e-6)
+            at += want.size
+    assert at == got.size
+
+
+@given(args=vbe_batch(pooling="sum"))
+@settings(max_examples=40, deadline=None)
+def test_vbe_backward_is_the_sum_of_each_block_alone(args):
+    """The dense VBE gradient equals the sum, over blocks (r, t), of the one-feature gradient
+    of that block's slice of ``grad_output`` (placed at the table's place in ``weights``)."""
+    fwd = embnum.tbe_forward(**args, bounds_check_mode="ignore", backend="ref")
+    g = np.linspace(-1, 1, fwd.size).astype(np.float32)
+    got = embnum.tbe_backward(g, **args, bounds_check_mode="ignore", backend="cpu")
+    want = np.zeros(args["weights"].shape[0], np.float64)
+    sizes = np.asarray(args["batch_size_per_feature_per_rank"], dtype=np.int64)
+    T, R = sizes.shape
+    woff = args["weights_offsets"].astype(np.int64)
+    at = 0
+    for r in range(R):
+        for t in range(T):
+            one = _feature_alone(args, t, int(sizes[t, :r].sum()), int(sizes[t, r]))
+            D = int(one["D_offsets"][-1])
+            block = g[at : at + int(sizes[t, r]) * D].reshape(-1, D)
+            part = embnum.tbe_backward(block, **one, bounds_check_mode="ignore", backend="ref")
+            want[int(woff[t]) : int(woff[t]) + part.size] += part
+            at += block.size
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_batch_zero_and_one_feature(fast_backend):

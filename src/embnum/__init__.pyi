@@ -261,33 +261,33 @@ def hfp8_to_float(input: Any, ebits: Any, exponent_bias: Any, *, out: np.ndarray
     Full text: ``help(embnum.hfp8_to_float)`` (declared in ``embnum.ops.quant``).
     """
 
-def tbe_forward(weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, output_dtype: Any = ..., bounds_check_mode: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+def tbe_forward(weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, output_dtype: Any = ..., bounds_check_mode: Any = ..., batch_size_per_feature_per_rank: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Look up and pool ``T`` features at once from the flat ``weights`` buffer.
 
     Full text: ``help(embnum.tbe_forward)`` (declared in ``embnum.ops.tbe``).
     """
 
-def tbe_backward(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+def tbe_backward(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., batch_size_per_feature_per_rank: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Dense gradient of ``sum(grad_output * tbe_forward(...))`` with respect to ``weights``.
 
     Full text: ``help(embnum.tbe_backward)`` (declared in ``embnum.ops.tbe``).
     """
 
-def tbe_backward_sparse(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., max_rows: Any = ..., backend: str | None = None) -> Any:
+def tbe_backward_sparse(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, bounds_check_mode: Any = ..., max_rows: Any = ..., batch_size_per_feature_per_rank: Any = ..., backend: str | None = None) -> Any:
     """Row-wise gradient of the touched rows: ``TBESparseGrad(linear_ids int64 [U] strictly
     increasing, values float32 [value_offsets[U]], value_offsets int64 [U+1])``.
 
     Full text: ``help(embnum.tbe_backward_sparse)`` (declared in ``embnum.ops.tbe``).
     """
 
-def tbe_grad_per_sample_weights(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, *, bounds_check_mode: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+def tbe_grad_per_sample_weights(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, *, bounds_check_mode: Any = ..., batch_size_per_feature_per_rank: Any = ..., out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Gradient of the ``"sum"``-pooled forward w.r.t. ``per_sample_weights``: float32 ``[N]``,
     ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag.
 
     Full text: ``help(embnum.tbe_grad_per_sample_weights)`` (declared in ``embnum.ops.tbe``).
     """
 
-def tbe_backward_update(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, optimizer: Any, momentum1: Any = ..., momentum2: Any = ..., step: Any = ..., bounds_check_mode: Any = ..., backend: str | None = None) -> None:
+def tbe_backward_update(grad_output: Any, weights: Any, weights_offsets: Any, D_offsets: Any, hash_size_cumsum: Any, indices: Any, offsets: Any, pooling_mode: Any = ..., per_sample_weights: Any = ..., *, optimizer: Any, momentum1: Any = ..., momentum2: Any = ..., step: Any = ..., bounds_check_mode: Any = ..., batch_size_per_feature_per_rank: Any = ..., backend: str | None = None) -> None:
     """Fused backward + optimizer step: update ``weights`` (and the state) in place; returns None.
 
     Full text: ``help(embnum.tbe_backward_update)`` (declared in ``embnum.ops.tbe``).

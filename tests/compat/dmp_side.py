@@ -2,7 +2,7 @@
 (``ebc``: EmbeddingBagCollection, ``ec``: EmbeddingCollection, ``pipeline``: the
 EmbeddingBagCollection trained through TorchRec's ``TrainPipelineSparseDist``) and one sharding
 type, three training steps (fused EXACT_SGD for sharded tables; torch SGD over DDP for
-data-parallel).
+data-parallel). Row-wise and table-row-wise come from an explicit plan (``explicit_plan``).
 
 ``python dmp_side.py ebc|ec|pipeline SHARDING OUT_DIR PORT``: every rank starts its tables from ``start_weights()``,
 trains on ``batch(step, rank)`` and saves ``OUT_DIR/rank{r}.pt``: its outputs and its pieces of
@@ -113,12 +113,15 @@ def worker(rank, kind, sharding, out_dir, port):
     )
     ebc = module_cls(tables=tables(kind), device=torch.device("meta"))
     sharder = sharder_cls(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": LR})
-    constraints = {t.name: ParameterConstraints(sharding_types=[sharding]) for t in tables(kind)}
-    planner = EmbeddingShardingPlanner(
-        topology=Topology(world_size=WORLD, compute_device="cpu"), constraints=constraints
-    )
     root = _WithLoss(ebc) if pipelined else ebc
-    plan = planner.collective_plan(root, [sharder], dist.GroupMember.WORLD)
+    if sharding in EXPLICIT:  # TorchRec's planner offers neither for a CPU topology: an explicit plan
+        plan = explicit_plan(ebc, sharder, sharding)
+    else:
+        constraints = {t.name: ParameterConstraints(sharding_types=[sharding]) for t in tables(kind)}
+        planner = EmbeddingShardingPlanner(
+            topology=Topology(world_size=WORLD, compute_device="cpu"), constraints=constraints
+        )
+        plan = planner.collective_plan(root, [sharder], dist.GroupMember.WORLD)
     model = DistributedModelParallel(root, device=torch.device("cpu"), plan=plan, sharders=[sharder])
     full = dict(zip([f"{prefix(kind)}.t{i}.weight" for i in range(len(ROWS))], start_weights(kind)))
     with torch.no_grad():
@@ -157,8 +160,29 @@ def worker(rank, kind, sharding, out_dir, port):
         ]
         for key, value in model.state_dict().items()
     }
-    torch.save({"outputs": outputs, "pieces": pieces}, os.path.join(out_dir, f"rank{rank}.pt"))
+    kinds = sorted({ps.sharding_type for module_plan in model.plan.plan.values() for ps in module_plan.values()})
+    torch.save({"outputs": outputs, "pieces": pieces, "sharding_types": kinds}, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
+
+
+EXPLICIT = ("row_wise", "table_row_wise")
+
+
+def explicit_plan(module, sharder, sharding):
+    """A ShardingPlan putting every table of ``module`` (the root) ``row_wise`` or ``table_row_wise``
+    (on host 0: both ranks are one host's local ranks)."""
+    from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise, table_row_wise
+    from torchrec.distributed.types import ShardingPlan
+
+    generator = row_wise() if sharding == "row_wise" else table_row_wise(host_index=0)
+    per_table = {f"t{i}": generator for i in range(len(ROWS))}
+    module_plan = construct_module_sharding_plan(
+        module, per_table, sharder=sharder, local_size=WORLD, world_size=WORLD, device_type="cpu"
+    )
+    for parameter_sharding in module_plan.values():  # fused, as the planner picks for the other types
+        parameter_sharding.compute_kernel = EmbeddingComputeKernel.FUSED.value
+    return ShardingPlan({"": module_plan})
 
 
 def _pieces(value):

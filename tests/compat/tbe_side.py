@@ -64,7 +64,12 @@ def run(side, config):
         indices = torch.tensor(batch["indices"], dtype=torch.int64)
         offsets = torch.tensor(batch["offsets"], dtype=torch.int64)
         psw = None if batch["psw"] is None else torch.tensor(batch["psw"], dtype=torch.float32)
-        y = tbe(indices, offsets, psw)
+        vbe = batch.get("vbe")  # batch_size_per_feature_per_rank (TorchRec's VBE), if the case has one
+        y = (
+            tbe(indices, offsets, psw)
+            if vbe is None
+            else tbe(indices, offsets, psw, batch_size_per_feature_per_rank=vbe)
+        )
         out["outputs"].append(y.detach().clone())
         (y * torch.tensor(batch["grad_scale"], dtype=torch.float32).view(y.shape)).sum().backward()
     out["weights"] = [w.clone() for w in tbe.split_embedding_weights()]

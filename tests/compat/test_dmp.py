@@ -4,8 +4,10 @@ EXACT_SGD in the stand-in's training TBE) and data-parallel tables (the stand-in
 under DDP), and the EmbeddingBagCollection through TorchRec's ``TrainPipelineSparseDist``; three
 steps each, equal to the unsharded module trained on both ranks' batches.
 
-Row-wise and table-row-wise sharding are not offered by TorchRec's planner for a CPU topology,
-so they are not run here.
+Row-wise and table-row-wise tables (EmbeddingBagCollection; row-wise for the EmbeddingCollection)
+run from an explicit plan: TorchRec's sharders offer them to the planner only for CUDA and TPU
+(``EmbeddingBagCollectionSharder.sharding_types``), though TorchRec's CPU path trains them. TorchRec's
+EmbeddingCollection has no table-row-wise sharding on any device (the last test pins both facts).
 """
 
 from __future__ import annotations
@@ -59,12 +61,13 @@ def _reference(kind):
     return outputs, [bag.weight.detach() for bag in bags]
 
 
-SHARDINGS = ["table_wise", "column_wise", "data_parallel"]
+SHARDINGS = ["table_wise", "column_wise", "data_parallel", "row_wise", "table_row_wise"]
 
 
 @pytest.mark.parametrize(
     "kind, sharding",
-    [(k, s) for k in ("ebc", "ec") for s in SHARDINGS] + [("pipeline", "table_wise"), ("pipeline", "data_parallel")],
+    [(k, s) for k in ("ebc", "ec") for s in SHARDINGS if (k, s) != ("ec", "table_row_wise")]
+    + [("pipeline", "table_wise"), ("pipeline", "data_parallel")],
 )
 def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
     port = 29600 + 10 * SHARDINGS.index(sharding) + ["ebc", "ec", "pipeline"].index(kind) + 3 * (os.getpid() % 100)
@@ -77,6 +80,7 @@ def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
     )
     assert res.returncode == 0, res.stderr[-4000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(dmp_side.WORLD)]
+    assert all(r["sharding_types"] == [sharding] for r in ranks), [r["sharding_types"] for r in ranks]
     outputs, tables = _reference("ebc" if kind == "pipeline" else kind)
     for step in range(dmp_side.STEPS):
         for rank in range(dmp_side.WORLD):
@@ -89,3 +93,15 @@ def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
             for r0, c0, piece in r["pieces"][f"{dmp_side.prefix('ebc' if kind == 'pipeline' else kind)}.t{t}.weight"]:
                 got[r0 : r0 + piece.shape[0], c0 : c0 + piece.shape[1]] = piece
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"table {t}")
+
+
+def test_torchrec_sharding_types_on_cpu():
+    """Why row-wise and table-row-wise need an explicit plan on CPU, and why the EmbeddingCollection
+    has no table-row-wise case: TorchRec's own declarations (a TorchRec that changes them fails here,
+    and docs/torchrec-without-fbgemm.md then needs updating)."""
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    bag_cpu, bag_cuda = (EmbeddingBagCollectionSharder().sharding_types(d) for d in ("cpu", "cuda"))
+    assert {"row_wise", "table_row_wise"} <= set(bag_cuda) - set(bag_cpu)
+    assert all("table_row_wise" not in EmbeddingCollectionSharder().sharding_types(d) for d in ("cpu", "cuda"))

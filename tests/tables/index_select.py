@@ -114,18 +114,18 @@ STRATEGIES = {
 
 
 # -- the page's worked examples, on every backend -------------------------------------------------
-def _a(*xs, dtype=I64):
+def arr(*xs, dtype=I64):
     return np.array(xs, dtype=dtype)
 
 
 A6 = np.arange(6.0).reshape(3, 2)
 X12 = np.arange(12.0)
-BS = dict(indices=_a(2, 0, 1, 0), input_num_indices=[2, 2], input_rows=[3, 2], input_columns=[2, 3])
+BS = dict(indices=arr(2, 0, 1, 0), input_num_indices=[2, 2], input_rows=[3, 2], input_columns=[2, 3])
 WORKED = [
     (
         "group_index_select_dim0",
-        dict(input_group=[A6, _a(7, 8, 9)], indices_group=[_a(2, 2, 0), _a(1)]),
-        [np.array([[4.0, 5.0], [4.0, 5.0], [0.0, 1.0]]), _a(8)],
+        dict(input_group=[A6, arr(7, 8, 9)], indices_group=[arr(2, 2, 0), arr(1)]),
+        [np.array([[4.0, 5.0], [4.0, 5.0], [0.0, 1.0]]), arr(8)],
     ),
     ("batch_index_select_dim0", dict(BS, inputs=X12), np.array([4.0, 5, 0, 1, 9, 10, 11, 6, 7, 8])),
     (
@@ -135,14 +135,14 @@ WORKED = [
     ),
     (
         "batch_index_select_dim0_backward",
-        dict(BS, indices=_a(2, 2, 1, 0), grad_output=np.arange(1.0, 11.0)),
+        dict(BS, indices=arr(2, 2, 1, 0), grad_output=np.arange(1.0, 11.0)),
         np.array([0.0, 0, 0, 0, 4, 6, 8, 9, 10, 5, 6, 7]),
     ),
     (  # float16 repeats: 2048 + 1 + 1 added in float32, rounded once (float16 steps would stay at 2048)
         "batch_index_select_dim0_backward",
         dict(
             grad_output=np.array([2048, 1, 1], np.float16),
-            indices=_a(0, 0, 0),
+            indices=arr(0, 0, 0),
             input_num_indices=[3],
             input_rows=[1],
             input_columns=[1],
@@ -152,28 +152,28 @@ WORKED = [
 ]
 
 EDGES = {
-    "group one empty selection": ("group_index_select_dim0", dict(input_group=[A6], indices_group=[_a()])),
+    "group one empty selection": ("group_index_select_dim0", dict(input_group=[A6], indices_group=[arr()])),
     "group no rows": (
         "group_index_select_dim0",
-        dict(input_group=[np.zeros((0, 3), np.float32)], indices_group=[_a(dtype=I32)]),
+        dict(input_group=[np.zeros((0, 3), np.float32)], indices_group=[arr(dtype=I32)]),
     ),
     "batch T=0": (
         "batch_index_select_dim0",
-        dict(inputs=X12[:0], indices=_a(), input_num_indices=[], input_rows=[], input_columns=[]),
+        dict(inputs=X12[:0], indices=arr(), input_num_indices=[], input_rows=[], input_columns=[]),
     ),
     "batch zero-width table": (
         "batch_index_select_dim0",
-        dict(inputs=X12[:6], indices=_a(1, 1, 0), input_num_indices=[1, 2], input_rows=[4, 3], input_columns=[0, 2]),
+        dict(inputs=X12[:6], indices=arr(1, 1, 0), input_num_indices=[1, 2], input_rows=[4, 3], input_columns=[0, 2]),
     ),
     "batch permuted B=0": (
         "batch_index_select_dim0",
-        dict(BS, inputs=X12, indices=_a(), input_num_indices=[0, 0], permute_output_dim_0_1=True),
+        dict(BS, inputs=X12, indices=arr(), input_num_indices=[0, 0], permute_output_dim_0_1=True),
     ),
     "backward every row repeated": (
         "batch_index_select_dim0_backward",
         dict(
             grad_output=np.full(8, 0.1, np.float32),
-            indices=_a(1, 1, 1, 1, 0, 0, 0, 0, dtype=I32),
+            indices=arr(1, 1, 1, 1, 0, 0, 0, 0, dtype=I32),
             input_num_indices=[8],
             input_rows=[3],
             input_columns=[1],
@@ -185,50 +185,50 @@ BAD = [
     ("group_index_select_dim0", dict(input_group=[], indices_group=[]), ValueError, ("input_group", "at least 1")),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6], indices_group=[_a(3)]),
+        dict(input_group=[A6], indices_group=[arr(3)]),
         IndexError,
         ("indices_group[0][0] = 3", "[0, 3)"),
     ),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6], indices_group=[_a(-1)]),
+        dict(input_group=[A6], indices_group=[arr(-1)]),
         IndexError,
         ("indices_group[0][0] = -1",),
     ),
-    ("group_index_select_dim0", dict(input_group=[A6, A6], indices_group=[_a(0)]), ValueError, ("indices_group", "2")),
+    ("group_index_select_dim0", dict(input_group=[A6, A6], indices_group=[arr(0)]), ValueError, ("indices_group", "2")),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6], indices_group=[_a(0, dtype=np.int16)]),
+        dict(input_group=[A6], indices_group=[arr(0, dtype=np.int16)]),
         TypeError,
         ("indices_group[0]", "int16"),
     ),
     (
         "group_index_select_dim0",
-        dict(input_group=[A6.astype(np.uint8)], indices_group=[_a(0)]),
+        dict(input_group=[A6.astype(np.uint8)], indices_group=[arr(0)]),
         TypeError,
         ("input_group[0]", "uint8"),
     ),
     (
         "group_index_select_dim0",
-        dict(input_group=[np.float32(1.0)], indices_group=[_a(0)]),
+        dict(input_group=[np.float32(1.0)], indices_group=[arr(0)]),
         TypeError,
         ("input_group[0]",),
     ),
-    ("group_index_select_dim0", dict(input_group=A6, indices_group=[_a(0)]), TypeError, ("input_group", "list")),
+    ("group_index_select_dim0", dict(input_group=A6, indices_group=[arr(0)]), TypeError, ("input_group", "list")),
     ("batch_index_select_dim0", dict(BS, inputs=X12[:11]), ValueError, ("len(inputs) = 11", "12")),
     (
         "batch_index_select_dim0",
-        dict(BS, inputs=X12, indices=_a(0, 0, 2, 0)),
+        dict(BS, inputs=X12, indices=arr(0, 0, 2, 0)),
         IndexError,
         ("indices[2] = 2", "table 1", "input_rows[1]"),
     ),
     (
         "batch_index_select_dim0",
-        dict(BS, inputs=X12, indices=_a(0, -1, 0, 0)),
+        dict(BS, inputs=X12, indices=arr(0, -1, 0, 0)),
         IndexError,
         ("indices[1] = -1", "table 0"),
     ),
-    ("batch_index_select_dim0", dict(BS, inputs=X12, indices=_a(0, 0, 0)), ValueError, ("len(indices) = 3", "4")),
+    ("batch_index_select_dim0", dict(BS, inputs=X12, indices=arr(0, 0, 0)), ValueError, ("len(indices) = 3", "4")),
     ("batch_index_select_dim0", dict(BS, inputs=X12, input_rows=[3]), ValueError, ("input_rows", "2 entries")),
     ("batch_index_select_dim0", dict(BS, inputs=X12, input_columns=[2, -3]), ValueError, ("input_columns[1]",)),
     (
@@ -244,7 +244,7 @@ BAD = [
     ("batch_index_select_dim0_backward", dict(BS, grad_output=np.arange(10)), TypeError, ("grad_output", "int64")),
     (
         "batch_index_select_dim0_backward",
-        dict(BS, grad_output=X12[:10], indices=_a(0, 3, 0, 0)),
+        dict(BS, grad_output=X12[:10], indices=arr(0, 3, 0, 0)),
         IndexError,
         ("indices[1] = 3",),
     ),

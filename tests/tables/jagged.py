@@ -132,18 +132,36 @@ STRATEGIES = {
 
 
 # -- edges named by the spec, on every backend -----------------------------------
-def _offs(*xs, dtype=np.int64):
+def offsets_array(*xs, dtype=np.int64):
     return np.array(xs, dtype=dtype)
 
 
+_MR = np.random.default_rng(11)
+_ML = _MR.integers(0, 4, 300)
+_ML[[5, 200]] = [9, 12]  # rows past the dense length
+MANY_O = np.concatenate([[0], np.cumsum(_ML)]).astype(np.int64)  # 300 jagged rows
+MANY_V = _MR.standard_normal((int(MANY_O[-1]), 3)).astype(np.float32)
+MANY_TOP = np.concatenate([[0], np.cumsum(np.tile([2, 1, 3, 0], 38))[:149], [300]]).astype(np.int64)  # 150 rows
 EDGES = {
-    "B=0": ("jagged_to_padded_dense", dict(values=np.zeros((0, 3), np.float32), offsets=[_offs(0)], max_lengths=[4])),
-    "all bags empty": ("dense_to_jagged", dict(dense=np.ones((3, 2, 2), np.float16), offsets=[_offs(0, 0, 0, 0)])),
+    "B=0": (
+        "jagged_to_padded_dense",
+        dict(values=np.zeros((0, 3), np.float32), offsets=[offsets_array(0)], max_lengths=[4]),
+    ),
+    "all bags empty": (
+        "dense_to_jagged",
+        dict(dense=np.ones((3, 2, 2), np.float16), offsets=[offsets_array(0, 0, 0, 0)]),
+    ),
     "five jagged dims": (
         "jagged_to_padded_dense",
         dict(
             values=np.arange(8.0),
-            offsets=[_offs(0, 2), _offs(0, 1, 3), _offs(0, 2, 3, 4), _offs(0, 1, 2, 3, 5), _offs(0, 1, 3, 4, 6, 8)],
+            offsets=[
+                offsets_array(0, 2),
+                offsets_array(0, 1, 3),
+                offsets_array(0, 2, 3, 4),
+                offsets_array(0, 1, 2, 3, 5),
+                offsets_array(0, 1, 3, 4, 6, 8),
+            ],
             max_lengths=[2, 2, 2, 2, 2],
             padding_value=-1.0,
         ),
@@ -152,24 +170,50 @@ EDGES = {
         "dense_to_jagged",
         dict(
             dense=np.arange(32.0).reshape(1, 2, 2, 2, 2, 2, 1),
-            offsets=[_offs(0, 2), _offs(0, 1, 3), _offs(0, 2, 3, 4), _offs(0, 1, 2, 3, 5), _offs(0, 1, 3, 4, 6, 8)],
+            offsets=[
+                offsets_array(0, 2),
+                offsets_array(0, 1, 3),
+                offsets_array(0, 2, 3, 4),
+                offsets_array(0, 1, 2, 3, 5),
+                offsets_array(0, 1, 3, 4, 6, 8),
+            ],
         ),
     ),
     "3000 float16 ones": (
         "segment_sum_csr",
-        dict(batch_size=1, csr_seg=_offs(0, 3000), values=np.ones(3000, np.float16)),
+        dict(batch_size=1, csr_seg=offsets_array(0, 3000), values=np.ones(3000, np.float16)),
     ),
     "int32 wraps": (
         "segment_sum_csr",
-        dict(batch_size=1, csr_seg=_offs(0, 2), values=np.array([2**31 - 1, 1], np.int32)),
+        dict(batch_size=1, csr_seg=offsets_array(0, 2), values=np.array([2**31 - 1, 1], np.int32)),
     ),
     "int64 sums past 2**53, exact and wrapping": (
         "segment_sum_csr",
         dict(
             batch_size=1,
-            csr_seg=_offs(0, 1, 1, 40, 41, 100),
+            csr_seg=offsets_array(0, 1, 1, 40, 41, 100),
             values=np.concatenate([2**53 + 2 * np.arange(1, 97) + 1, [2**62, 2**62, 2**62, -3]]).astype(np.int64),
         ),
+    ),
+    "many padded rows, short and long (more than one pass of the grid)": (
+        "jagged_to_padded_dense",
+        dict(values=MANY_V, offsets=[MANY_O], max_lengths=[10], padding_value=-2.5),
+    ),
+    "many rows of one element (more than one pass of the grid)": (
+        "jagged_1d_to_dense",
+        dict(values=MANY_V[:, 0].astype(np.int32), offsets=MANY_O, max_sequence_length=1, padding_value=-1),
+    ),
+    "many rows over two jagged levels": (
+        "jagged_to_padded_dense",
+        dict(values=MANY_V[:, :2].astype(np.float16), offsets=[MANY_TOP, MANY_O], max_lengths=[2, 5]),
+    ),
+    "many jagged rows back (more than one pass of the grid)": (
+        "dense_to_jagged",
+        dict(dense=np.arange(300 * 4 * 3, dtype=np.float64).reshape(300, 4, 3), offsets=[MANY_O]),
+    ),
+    "many jagged rows back over two levels, rows wider than a lane group": (
+        "dense_to_jagged",
+        dict(dense=np.arange(150 * 2 * 3 * 11.0).reshape(150, 2, 3, 11), offsets=[MANY_TOP, MANY_O]),
     ),
     "many short runs (more than one pass of the grid)": (
         "segment_sum_csr",
@@ -178,26 +222,26 @@ EDGES = {
     "exclusive int32 at the limit": ("exclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5], np.int32))),
     "float16 padding overflows to inf": (
         "jagged_1d_to_dense",
-        dict(values=np.ones(3, np.float16), offsets=_offs(0, 1, 3), max_sequence_length=3, padding_value=1e6),
+        dict(values=np.ones(3, np.float16), offsets=offsets_array(0, 1, 3), max_sequence_length=3, padding_value=1e6),
     ),
     "scan over three levels of blocks": ("inclusive_cumsum", dict(lengths=np.arange(100, dtype=np.int64) % 7)),
-    "empty offsets_range": ("offsets_range", dict(offsets=_offs(), range_size=0)),
-    "batch_size 0": ("segment_sum_csr", dict(batch_size=0, csr_seg=_offs(0, 2, 5), values=np.ones(4))),
+    "empty offsets_range": ("offsets_range", dict(offsets=offsets_array(), range_size=0)),
+    "batch_size 0": ("segment_sum_csr", dict(batch_size=0, csr_seg=offsets_array(0, 2, 5), values=np.ones(4))),
 }
 
 
 # -- the spec's worked examples (fbgemm's numbers), on every backend ------------
 V = np.array([[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12]], np.float32)
-O = _offs(0, 2, 3, 3, 6)
+O = offsets_array(0, 2, 3, 3, 6)
 WORKED = [
-    ("complete_cumsum", dict(lengths=_offs(2, 0, 3, 1, dtype=np.int32)), [0, 2, 2, 5, 6]),
-    ("exclusive_cumsum", dict(lengths=_offs(2, 0, 3, 1, dtype=np.int32)), [0, 2, 2, 5]),
-    ("inclusive_cumsum", dict(lengths=_offs(2, 0, 3, 1, dtype=np.int32)), [2, 2, 5, 6]),
+    ("complete_cumsum", dict(lengths=offsets_array(2, 0, 3, 1, dtype=np.int32)), [0, 2, 2, 5, 6]),
+    ("exclusive_cumsum", dict(lengths=offsets_array(2, 0, 3, 1, dtype=np.int32)), [0, 2, 2, 5]),
+    ("inclusive_cumsum", dict(lengths=offsets_array(2, 0, 3, 1, dtype=np.int32)), [2, 2, 5, 6]),
     ("complete_cumsum", dict(lengths=np.array([[1, 2, 0], [3, 0, 4]])), [[0, 1, 3, 3], [0, 3, 3, 7]]),
-    ("offsets_range", dict(offsets=_offs(0, 2, 2, 5), range_size=6), [0, 1, 0, 1, 2, 0]),
-    ("offsets_range", dict(offsets=_offs(0, 2, 2, 5, 6), range_size=6), [0, 1, 0, 1, 2, 0]),
-    ("segment_sum_csr", dict(batch_size=2, csr_seg=_offs(0, 1, 1, 3), values=np.arange(1, 7.0)), [3, 0, 18]),
-    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(1, 3), values=np.arange(1, 7.0)), [5]),
+    ("offsets_range", dict(offsets=offsets_array(0, 2, 2, 5), range_size=6), [0, 1, 0, 1, 2, 0]),
+    ("offsets_range", dict(offsets=offsets_array(0, 2, 2, 5, 6), range_size=6), [0, 1, 0, 1, 2, 0]),
+    ("segment_sum_csr", dict(batch_size=2, csr_seg=offsets_array(0, 1, 1, 3), values=np.arange(1, 7.0)), [3, 0, 18]),
+    ("segment_sum_csr", dict(batch_size=1, csr_seg=offsets_array(1, 3), values=np.arange(1, 7.0)), [5]),
     (
         "jagged_to_padded_dense",
         dict(values=V, offsets=[O], max_lengths=[2], padding_value=-1.0),
@@ -210,14 +254,14 @@ WORKED = [
     ),
     (
         "jagged_to_padded_dense",
-        dict(values=np.arange(1, 7.0), offsets=[_offs(0, 2, 3), _offs(0, 1, 3, 6)], max_lengths=[2, 3]),
+        dict(values=np.arange(1, 7.0), offsets=[offsets_array(0, 2, 3), offsets_array(0, 1, 3, 6)], max_lengths=[2, 3]),
         [[[1, 0, 0], [2, 3, 0]], [[4, 5, 6], [0, 0, 0]]],
     ),
     (
         "jagged_to_padded_dense",
         dict(
             values=np.arange(1, 7.0)[:, None],
-            offsets=[_offs(0, 2, 3), _offs(0, 1, 3, 6)],
+            offsets=[offsets_array(0, 2, 3), offsets_array(0, 1, 3, 6)],
             max_lengths=[2, 2],
             padding_value=9.0,
         ),
@@ -254,11 +298,11 @@ NOT_WORKED = {
 
 # -- bad input ----------------------------------------------------------------------
 I32 = np.int32
-SSB = dict(batch_size=2, csr_seg=_offs(0, 1, 3), grad_output=np.ones(2), num_values=6)
+SSB = dict(batch_size=2, csr_seg=offsets_array(0, 1, 3), grad_output=np.ones(2), num_values=6)
 BAD = [
     ("segment_sum_csr_backward", dict(SSB, grad_output=np.ones(3)), ValueError, ("grad_output", "2 entries", "3")),
     ("segment_sum_csr_backward", dict(SSB, num_values=5), ValueError, ("csr_seg[-1] * batch_size", "5")),
-    ("segment_sum_csr_backward", dict(SSB, csr_seg=_offs(0, 2, 1)), ValueError, ("csr_seg", "non-decreasing")),
+    ("segment_sum_csr_backward", dict(SSB, csr_seg=offsets_array(0, 2, 1)), ValueError, ("csr_seg", "non-decreasing")),
     ("complete_cumsum", dict(lengths=np.array(3)), ValueError, ("lengths", "1-D or 2-D")),
     ("complete_cumsum", dict(lengths=np.zeros((2, 2, 2), np.int64)), ValueError, ("lengths",)),
     ("complete_cumsum", dict(lengths=np.ones(3, np.float32)), TypeError, ("lengths", "float32")),
@@ -267,53 +311,63 @@ BAD = [
     ("inclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5], I32)), ValueError, ("overflows int32",)),
     ("exclusive_cumsum", dict(lengths=np.array([2**31 - 1, 5, 1], I32)), ValueError, ("overflows int32",)),
     ("exclusive_cumsum", dict(lengths=np.ones((2, 2), np.int64)), ValueError, ("lengths", "1-D")),
-    ("offsets_range", dict(offsets=_offs(0, 7), range_size=5), ValueError, ("offsets[-1] = 7",)),
+    ("offsets_range", dict(offsets=offsets_array(0, 7), range_size=5), ValueError, ("offsets[-1] = 7",)),
     (
         "offsets_range",
-        dict(offsets=_offs(0, 3, 2), range_size=5),
+        dict(offsets=offsets_array(0, 3, 2), range_size=5),
         ValueError,
         ("offsets", "non-decreasing", "offsets[2] = 2"),
     ),
-    ("offsets_range", dict(offsets=_offs(1, 2), range_size=5), ValueError, ("offsets[0]",)),
-    ("offsets_range", dict(offsets=_offs(), range_size=3), ValueError, ("offsets", "range_size = 3")),
-    ("offsets_range", dict(offsets=_offs(0), range_size=-1), ValueError, ("range_size",)),
-    ("offsets_range", dict(offsets=_offs(0), range_size=2.0), TypeError, ("range_size",)),
-    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(), values=np.ones(3)), ValueError, ("csr_seg",)),
-    ("segment_sum_csr", dict(batch_size=1, csr_seg=_offs(0, 2), values=np.ones((2, 2))), ValueError, ("values", "1-D")),
+    ("offsets_range", dict(offsets=offsets_array(1, 2), range_size=5), ValueError, ("offsets[0]",)),
+    ("offsets_range", dict(offsets=offsets_array(), range_size=3), ValueError, ("offsets", "range_size = 3")),
+    ("offsets_range", dict(offsets=offsets_array(0), range_size=-1), ValueError, ("range_size",)),
+    ("offsets_range", dict(offsets=offsets_array(0), range_size=2.0), TypeError, ("range_size",)),
+    ("segment_sum_csr", dict(batch_size=1, csr_seg=offsets_array(), values=np.ones(3)), ValueError, ("csr_seg",)),
     (
         "segment_sum_csr",
-        dict(batch_size=2, csr_seg=_offs(0, 2), values=np.ones(3)),
+        dict(batch_size=1, csr_seg=offsets_array(0, 2), values=np.ones((2, 2))),
+        ValueError,
+        ("values", "1-D"),
+    ),
+    (
+        "segment_sum_csr",
+        dict(batch_size=2, csr_seg=offsets_array(0, 2), values=np.ones(3)),
         ValueError,
         ("csr_seg[-1] * batch_size", "len(values) = 3"),
     ),
     (
         "segment_sum_csr",
-        dict(batch_size=1, csr_seg=_offs(0, 1), values=np.ones(1, bool)),
+        dict(batch_size=1, csr_seg=offsets_array(0, 1), values=np.ones(1, bool)),
         TypeError,
         ("values", "bool"),
     ),
-    ("segment_sum_csr", dict(batch_size=-1, csr_seg=_offs(0, 1), values=np.ones(1)), ValueError, ("batch_size",)),
     (
         "segment_sum_csr",
-        dict(batch_size=1, csr_seg=_offs(0, 2, 1), values=np.ones(3)),
+        dict(batch_size=-1, csr_seg=offsets_array(0, 1), values=np.ones(1)),
+        ValueError,
+        ("batch_size",),
+    ),
+    (
+        "segment_sum_csr",
+        dict(batch_size=1, csr_seg=offsets_array(0, 2, 1), values=np.ones(3)),
         ValueError,
         ("csr_seg", "non-decreasing"),
     ),
     (
         "jagged_to_padded_dense",
-        dict(values=V, offsets=[_offs(0, 7)], max_lengths=[2]),
+        dict(values=V, offsets=[offsets_array(0, 7)], max_lengths=[2]),
         ValueError,
         ("offsets[0][-1] = 7", "6"),
     ),
     (
         "jagged_to_padded_dense",
-        dict(values=V, offsets=[_offs(0, 3, 2)], max_lengths=[2]),
+        dict(values=V, offsets=[offsets_array(0, 3, 2)], max_lengths=[2]),
         ValueError,
         ("offsets[0]", "non-decreasing"),
     ),
     (
         "jagged_to_padded_dense",
-        dict(values=V, offsets=[_offs(0, 2), _offs(0, 1)], max_lengths=[2, 2]),
+        dict(values=V, offsets=[offsets_array(0, 2), offsets_array(0, 1)], max_lengths=[2, 2]),
         ValueError,
         ("offsets[1]", "3 entries"),
     ),
@@ -323,7 +377,7 @@ BAD = [
     ("jagged_to_padded_dense", dict(values=V, offsets=[], max_lengths=[]), ValueError, ("offsets",)),
     (
         "jagged_to_padded_dense",
-        dict(values=V, offsets=[_offs(0)] * 6, max_lengths=[0] * 6),
+        dict(values=V, offsets=[offsets_array(0)] * 6, max_lengths=[0] * 6),
         ValueError,
         ("offsets", "6"),
     ),

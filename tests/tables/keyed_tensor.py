@@ -153,32 +153,32 @@ STRATEGIES = {
 
 
 # -- the spec's worked examples (fbgemm's numbers), on every backend ---------------
-def _kt(keys, lengths, groups):
+def regroup_case(keys, lengths, groups):
     return dict(embs=None, keys=keys, lengths=lengths, groups=groups)
 
 
 KT_WORKED = [
     (
-        _kt([["a", "b"], ["c"]], [[2, 1], [2]], [["a", "c"], ["b", "a"], ["a"]]),
+        regroup_case([["a", "b"], ["c"]], [[2, 1], [2]], [["a", "c"], ["b", "a"], ["a"]]),
         [[0, 0, 0, 0, 2, 3], [1, 0, 0, 2, 2, 0], [0, 1, 2, 0, 1, 0], [0, 1, 0, 1, 2, -4], [0, 2, 0, 0, 2, -5]],
         [3, 2],
         [4, 3, 2],
     ),
     (
-        _kt([["a", "b"]], [[2, 3]], [["a"], ["b", "a"]]),
+        regroup_case([["a", "b"]], [[2, 3]], [["a"], ["b", "a"]]),
         [[0, 0, 0, 0, 2, 2], [0, 1, 2, 0, 3, 0], [0, 1, 0, 3, 2, -3]],
         [5],
         [2, 5],
     ),
-    (_kt([["a", "b", "c"]], [[2, 3, 4]], [["c", "a"]]), [[0, 0, 5, 0, 4, 0], [0, 0, 0, 4, 2, 0]], [9], [6]),
+    (regroup_case([["a", "b", "c"]], [[2, 3, 4]], [["c", "a"]]), [[0, 0, 5, 0, 4, 0], [0, 0, 0, 4, 2, 0]], [9], [6]),
     (
-        _kt([["a", "b"]], [[0, 3]], [["a", "b", "a"]]),
+        regroup_case([["a", "b"]], [[0, 3]], [["a", "b", "a"]]),
         [[0, 0, 0, 0, 0, 2], [0, 0, 0, 0, 3, 0], [0, 0, 0, 3, 0, -3]],
         [3],
         [3],
     ),
     (
-        _kt(
+        regroup_case(
             [["f1", "f2"], ["f3", "f4", "f5"], ["f6"]],
             [[3, 4], [5, 6, 7], [8]],
             [["f1", "f3"], ["f2"], ["f4", "f1", "f6"], ["f1", "f5"]],
@@ -265,7 +265,7 @@ WORKED = [
 
 
 # -- edges --------------------------------------------------------------------------
-def _classic(B, dtype=np.float32, small=True):
+def classic_regroup(B, dtype=np.float32, small=True):
     from embnum.examples.keyed_tensor import classic_case
 
     return classic_case(np.random.default_rng(B), B, small=small, dtype=dtype)
@@ -277,7 +277,10 @@ def _permute_edge(embs, keys, lengths, groups, perm_dtype=np.int32):
 
 
 EDGES = {
-    "B=0 classic": ("regroup_keyed_tensor", dict(zip(("pooled_embs", "keys", "lengths", "groups"), _classic(0)))),
+    "B=0 classic": (
+        "regroup_keyed_tensor",
+        dict(zip(("pooled_embs", "keys", "lengths", "groups"), classic_regroup(0))),
+    ),
     "no groups": ("regroup_keyed_tensor", dict(pooled_embs=[np.ones((2, 3))], keys=[["a"]], lengths=[[3]], groups=[])),
     "empty group": (
         "regroup_keyed_tensor",
@@ -509,7 +512,7 @@ def _pme_backward_peer(fb, a):
     return result
 
 
-def _pooled_domain(args):
+def pooled_fbgemm_domain(args):
     """float16/float32 (fbgemm: no float64, no integers), B >= 1."""
     x = np.ascontiguousarray(args["pooled_embs"])
     return dict(args, pooled_embs=x) if x.dtype.kind == "f" and x.dtype != np.float64 and x.shape[0] else None
@@ -517,7 +520,7 @@ def _pooled_domain(args):
 
 # permute_pooled_embs' arguments drawn inside fbgemm's domain (filtering the general strategy
 # into it rejected so many draws that Hypothesis' filter health check failed now and then)
-_POOLED_FBGEMM = pooled_args(dtypes=st.sampled_from([np.dtype(np.float16), np.dtype(np.float32)]), min_batch=1)
+POOLED_FBGEMM = pooled_args(dtypes=st.sampled_from([np.dtype(np.float16), np.dtype(np.float32)]), min_batch=1)
 
 
 FBGEMM = [
@@ -552,7 +555,7 @@ FBGEMM = [
         lambda fb, a: fb.permute_pooled_embs_auto_grad(
             tensor(a["pooled_embs"]), *(tensor(a[k].astype(np.int64)) for k in POOLED_LISTS)
         ),
-        _pooled_domain,
-        strategy=_POOLED_FBGEMM,
+        pooled_fbgemm_domain,
+        strategy=POOLED_FBGEMM,
     ),
 ]

@@ -252,20 +252,20 @@ STRATEGIES = {
 
 
 # -- the spec's worked examples (fbgemm's numbers), on every backend -----------------
-def _a(*xs, dtype=I64):
+def arr(*xs, dtype=I64):
     return np.array(xs, dtype=dtype)
 
 
 W9 = (np.arange(9) + 0.5).astype(np.float32)
 W10 = (np.arange(10) + 0.5).astype(np.float32)
 L2D = np.array([[2, 0, 1], [1, 3, 0], [0, 1, 2]], I32)
-V10 = _a(10, 11, 12, 20, 21, 22, 23, 30, 31, 32)
-BL, BI = _a(2, 0, 3, 1, 2, 1, dtype=I32), _a(5, 1, 9, 4, 13, 7, 20, 3, 6)
-BB = dict(lengths=BL, indices=BI, bucketize_pos=False, sequence=False, block_sizes=_a(4, 5), my_size=3)
+V10 = arr(10, 11, 12, 20, 21, 22, 23, 30, 31, 32)
+BL, BI = arr(2, 0, 3, 1, 2, 1, dtype=I32), arr(5, 1, 9, 4, 13, 7, 20, 3, 6)
+BB = dict(lengths=BL, indices=BI, bucketize_pos=False, sequence=False, block_sizes=arr(4, 5), my_size=3)
 WORKED = [
     (
         "permute_2d_sparse_data",
-        dict(permute=_a(2, 0, 1, dtype=I32), lengths=L2D, values=V10, weights=W10),
+        dict(permute=arr(2, 0, 1, dtype=I32), lengths=L2D, values=V10, weights=W10),
         (
             [[0, 1, 2], [2, 0, 1], [1, 3, 0]],
             [30, 31, 32, 10, 11, 12, 20, 21, 22, 23],
@@ -274,12 +274,12 @@ WORKED = [
     ),
     (
         "permute_2d_sparse_data",
-        dict(permute=_a(1, 1), lengths=L2D, values=V10, weights=W10),
+        dict(permute=arr(1, 1), lengths=L2D, values=V10, weights=W10),
         ([[1, 3, 0], [1, 3, 0]], [20, 21, 22, 23, 20, 21, 22, 23], [3.5, 4.5, 5.5, 6.5, 3.5, 4.5, 5.5, 6.5]),
     ),
     (
         "permute_1d_sparse_data",
-        dict(permute=_a(8, 0, 4, 4), lengths=_a(2, 0, 1, 1, 3, 0, 0, 1, 2), values=V10, weights=W10),
+        dict(permute=arr(8, 0, 4, 4), lengths=arr(2, 0, 1, 1, 3, 0, 0, 1, 2), values=V10, weights=W10),
         ([2, 2, 3, 3], [31, 32, 10, 11, 21, 22, 23, 21, 22, 23], [8.5, 9.5, 0.5, 1.5, 4.5, 5.5, 6.5, 4.5, 5.5, 6.5]),
     ),
     (
@@ -333,23 +333,23 @@ WORKED = [
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, block_sizes=_a(0, 0)),
+        dict(BB, block_sizes=arr(0, 0)),
         ([0, 0, 1, 0, 1, 1, 1, 0, 2, 1, 0, 0, 1, 0, 0, 0, 1, 0], [3, 1, 2, 0, 1, 4, 2, 1, 6], None, None, None),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(3), indices=_a(-1, -8, 2), block_sizes=_a(4)),
+        dict(BB, lengths=arr(3), indices=arr(-1, -8, 2), block_sizes=arr(4)),
         ([2, 0, 1], [6148914691236517205, 2, 6148914691236517202], None, None, None),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(3), indices=_a(-1, -8, 2, dtype=I32), block_sizes=_a(4)),
+        dict(BB, lengths=arr(3), indices=arr(-1, -8, 2, dtype=I32), block_sizes=arr(4)),
         ([2, 0, 1], [1431655765, 2, 1431655762], None, None, None),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(2, 1, 1, 2, 0, 2), indices=_a(1, 8, 5, 6, 7, 8, 8, 4), block_sizes=_a(5, 10, 8))
-        | dict(bucketize_pos=True, sequence=True, my_size=2, batch_size_per_feature=_a(3, 1, 2)),
+        dict(BB, lengths=arr(2, 1, 1, 2, 0, 2), indices=arr(1, 8, 5, 6, 7, 8, 8, 4), block_sizes=arr(5, 10, 8))
+        | dict(bucketize_pos=True, sequence=True, my_size=2, batch_size_per_feature=arr(3, 1, 2)),
         (
             [1, 0, 0, 2, 0, 1, 1, 1, 1, 0, 0, 1],
             [1, 7, 8, 4, 3, 0, 1, 0],
@@ -360,61 +360,68 @@ WORKED = [
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(0, 3, 2, 0, 1, 5), indices=_a(1, 2, 10, 4, 16, 6, 7, 18, 19, 10, 0))
-        | dict(block_sizes=_a(2, 3, 4), total_num_blocks=_a(6, 6, 6)),
+        dict(BB, lengths=arr(0, 3, 2, 0, 1, 5), indices=arr(1, 2, 10, 4, 16, 6, 7, 18, 19, 10, 0))
+        | dict(block_sizes=arr(2, 3, 4), total_num_blocks=arr(6, 6, 6)),
         ([0, 2, 1, 0, 1, 2, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 2], [1, 2, 4, 6, 7, 0, 2, 2, 4, 2, 3], None, None, None),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(2, 1, 1), indices=_a(1, 9, 20, 3), sequence=True, block_sizes=_a(5), my_size=2)
-        | dict(block_bucketize_pos=[_a(0, 2, 8)]),
+        dict(BB, lengths=arr(2, 1, 1), indices=arr(1, 9, 20, 3), sequence=True, block_sizes=arr(5), my_size=2)
+        | dict(block_bucketize_pos=[arr(0, 2, 8)]),
         ([1, 1, 0, 1, 0, 1], [1, 10, 4, 1], None, None, [0, 2, 1, 3]),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(4), indices=_a(1, 3, 4, 9), block_sizes=_a(0), my_size=2)
-        | dict(block_bucketize_pos=[_a(0, 2, 8)], total_num_blocks=_a(4)),
+        dict(BB, lengths=arr(4), indices=arr(1, 3, 4, 9), block_sizes=arr(0), my_size=2)
+        | dict(block_bucketize_pos=[arr(0, 2, 8)], total_num_blocks=arr(4)),
         ([1, 3], [1, 0, 0, 2], None, None, None),
     ),
     (
         "keyed_jagged_index_select_dim1",
         dict(
             values=np.arange(0, 100, 10),
-            lengths=_a(1, 2, 0, 3, 2, 0, 1, 1),
-            offsets=_a(0, 1, 3, 3, 6, 8, 8, 9, 10),
-            indices=_a(3, 0, 3),
+            lengths=arr(1, 2, 0, 3, 2, 0, 1, 1),
+            offsets=arr(0, 1, 3, 3, 6, 8, 8, 9, 10),
+            indices=arr(3, 0, 3),
             batch_size=4,
         ),
         [[30, 40, 50, 0, 30, 40, 50, 90, 60, 70, 90], [3, 1, 3, 1, 2, 1]],
     ),
     (
         "expand_into_jagged_permute",
-        dict(permute=_a(2, 0, 1), input_offset=_a(0, 3, 5, 9), output_offset=_a(0, 4, 7, 9), output_size=9),
+        dict(permute=arr(2, 0, 1), input_offset=arr(0, 3, 5, 9), output_offset=arr(0, 4, 7, 9), output_size=9),
         [5, 6, 7, 8, 0, 1, 2, 3, 4],
     ),
-    ("invert_permute", dict(permute=_a(2, 0, 3, 1)), [1, 3, 0, 2]),
+    ("invert_permute", dict(permute=arr(2, 0, 3, 1)), [1, 3, 0, 2]),
     (
         "jagged_unique_indices",
         dict(
-            hash_size_cumsum=_a(0, 0, 10, 15),
-            hash_size_offsets=_a(0, 2, 2, 3),
-            offsets=_a(0, 2, 3, 5, 6, 8, 9),
-            indices=_a(3, 7, 7, 1, 3, 9, 0, 4, 0),
+            hash_size_cumsum=arr(0, 0, 10, 15),
+            hash_size_offsets=arr(0, 2, 2, 3),
+            offsets=arr(0, 2, 3, 5, 6, 8, 9),
+            indices=arr(3, 7, 7, 1, 3, 9, 0, 4, 0),
         ),
         ([1, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5, 6], [1, 3, 7, 9, 0, 4], [1, 2, 2, 0, 1, 3, 4, 5, 4]),
     ),
 ]
 
 
+_WR = np.random.default_rng(7)
+_WL = _WR.integers(0, 4, 300)
+_WL[[3, 150, 299]] = [40, 70, 33]  # bags longer than several passes of a lane group
+WIDE_N = int(_WL.sum())
+WIDE = dict(lengths=_WL.astype(I32), indices=_WR.integers(-3, 60, WIDE_N), block_sizes=arr(4, 9, 2), my_size=5)
+WIDE |= dict(bucketize_pos=False, sequence=False)
+WIDE_ROWS = _WR.standard_normal((WIDE_N, 2)).astype(np.float64)
 EDGES = {
     "bucketize T=0": (
         "block_bucketize_sparse_features",
-        dict(BB, lengths=_a(), indices=_a(), block_sizes=_a(), sequence=True),
+        dict(BB, lengths=arr(), indices=arr(), block_sizes=arr(), sequence=True),
     ),
-    "bucketize B=0": ("block_bucketize_sparse_features", dict(BB, lengths=_a(), indices=_a(), bucketize_pos=True)),
+    "bucketize B=0": ("block_bucketize_sparse_features", dict(BB, lengths=arr(), indices=arr(), bucketize_pos=True)),
     "bucketize 2d weights B=0": (
         "block_bucketize_sparse_features_2d_weights",
-        dict(BB, lengths=_a(), indices=_a(), weights=np.zeros((0, 3), np.float32), weights_dim=3),
+        dict(BB, lengths=arr(), indices=arr(), weights=np.zeros((0, 3), np.float32), weights_dim=3),
     ),
     "bucketize 2d weights of width 0": (
         "block_bucketize_sparse_features_2d_weights",
@@ -422,85 +429,100 @@ EDGES = {
     ),
     "bucketize mapping B=0": (
         "block_bucketize_sparse_features_inference",
-        dict(BB, lengths=_a(), indices=_a(), return_bucket_mapping=True),
+        dict(BB, lengths=arr(), indices=arr(), return_bucket_mapping=True),
     ),
     "bucketize mapping no ids": (
         "block_bucketize_sparse_features_inference",
-        dict(BB, lengths=_a(0, 0, 0, 0, 0, 0), indices=_a(), return_bucket_mapping=True),
+        dict(BB, lengths=arr(0, 0, 0, 0, 0, 0), indices=arr(), return_bucket_mapping=True),
     ),
     "bucketize my_size=1": (
         "block_bucketize_sparse_features",
-        dict(BB, my_size=1, indices=_a(5, -1, 9, 2**62, -(2**63), 3, 20, 3, 6)),
+        dict(BB, my_size=1, indices=arr(5, -1, 9, 2**62, -(2**63), 3, 20, 3, 6)),
     ),
     "bucketize my_size=1 int32 extremes": (
         "block_bucketize_sparse_features",
         dict(
-            BB, my_size=1, indices=_a(5, -1, 9, 2**31 - 1, -(2**31), 3, 20, 3, 6, dtype=I32), total_num_blocks=_a(1, 1)
+            BB,
+            my_size=1,
+            indices=arr(5, -1, 9, 2**31 - 1, -(2**31), 3, 20, 3, 6, dtype=I32),
+            total_num_blocks=arr(1, 1),
         ),
     ),
     "bucketize largest block size": (
         "block_bucketize_sparse_features",
-        dict(BB, block_sizes=_a((2**31 - 1) // 3, 1), indices=BI.astype(I32)),
+        dict(BB, block_sizes=arr((2**31 - 1) // 3, 1), indices=BI.astype(I32)),
     ),
     "bucketize boundaries wrap at 64 bits": (
         "block_bucketize_sparse_features",
         dict(
             BB,
-            lengths=_a(4),
-            indices=_a(-1, -5, 7, 2**62),
-            block_sizes=_a(0),
-            block_bucketize_pos=[_a(0, 2**40, 2**41, 2**62)],
+            lengths=arr(4),
+            indices=arr(-1, -5, 7, 2**62),
+            block_sizes=arr(0),
+            block_bucketize_pos=[arr(0, 2**40, 2**41, 2**62)],
         ),
     ),
-    "permute_2d T=0": ("permute_2d_sparse_data", dict(permute=_a(), lengths=np.zeros((0, 3), I64), values=_a())),
+    "bucketize many bags, long and short (more than one pass of the grid)": (
+        "block_bucketize_sparse_features",
+        dict(WIDE, bucketize_pos=True, sequence=True, weights=np.linspace(-1, 1, WIDE_N).astype(np.float16)),
+    ),
+    "bucketize many bags with boundaries and rows of weights": (
+        "block_bucketize_sparse_features_2d_weights",
+        dict(WIDE, block_bucketize_pos=[arr(0, 3, 9, 20, 41, 60)] * 3, weights=WIDE_ROWS, weights_dim=2),
+    ),
+    "bucketize my_size above 256 (a wide bucket index)": (
+        "block_bucketize_sparse_features_inference",
+        dict(WIDE, indices=WIDE["indices"] * 97, my_size=300, sequence=True, return_bucket_mapping=True),
+    ),
+    "permute_2d T=0": ("permute_2d_sparse_data", dict(permute=arr(), lengths=np.zeros((0, 3), I64), values=arr())),
     "permute_2d B=0": (
         "permute_2d_sparse_data",
-        dict(permute=_a(1, 0, 1), lengths=np.zeros((2, 0), I32), values=np.zeros(0, np.float16)),
+        dict(permute=arr(1, 0, 1), lengths=np.zeros((2, 0), I32), values=np.zeros(0, np.float16)),
     ),
     "select n=0": (
         "keyed_jagged_index_select_dim1",
-        dict(values=_a(1, 2), lengths=_a(1, 1), offsets=_a(0, 1, 2), indices=_a(), batch_size=2),
+        dict(values=arr(1, 2), lengths=arr(1, 1), offsets=arr(0, 1, 2), indices=arr(), batch_size=2),
     ),
     "expand T=0": (
         "expand_into_jagged_permute",
-        dict(permute=_a(), input_offset=_a(0), output_offset=_a(0), output_size=0),
+        dict(permute=arr(), input_offset=arr(0), output_offset=arr(0), output_size=0),
     ),
-    "invert n=0": ("invert_permute", dict(permute=_a(dtype=I32))),
+    "invert n=0": ("invert_permute", dict(permute=arr(dtype=I32))),
     "unique B=0": (
         "jagged_unique_indices",
-        dict(hash_size_cumsum=_a(0, 4), hash_size_offsets=_a(0, 1), offsets=_a(0), indices=_a()),
+        dict(hash_size_cumsum=arr(0, 4), hash_size_offsets=arr(0, 1), offsets=arr(0), indices=arr()),
     ),
 }
 
 
 # -- bad input -----------------------------------------------------------------------
-P2 = dict(permute=_a(2, 0, 1), lengths=L2D, values=V10)
-P1 = dict(permute=_a(1, 0), lengths=_a(2, 3), values=_a(1, 2, 3, 4, 5))
-KS = dict(values=_a(1, 2, 3), lengths=_a(1, 2), offsets=_a(0, 1, 3), indices=_a(1, 0), batch_size=2)
-EX = dict(permute=_a(1, 0), input_offset=_a(0, 2, 3), output_offset=_a(0, 1, 3), output_size=3)
+P2 = dict(permute=arr(2, 0, 1), lengths=L2D, values=V10)
+P1 = dict(permute=arr(1, 0), lengths=arr(2, 3), values=arr(1, 2, 3, 4, 5))
+KS = dict(values=arr(1, 2, 3), lengths=arr(1, 2), offsets=arr(0, 1, 3), indices=arr(1, 0), batch_size=2)
+EX = dict(permute=arr(1, 0), input_offset=arr(0, 2, 3), output_offset=arr(0, 1, 3), output_size=3)
 UQ = dict(
-    hash_size_cumsum=_a(0, 0, 10, 15),
-    hash_size_offsets=_a(0, 2, 2, 3),
-    offsets=_a(0, 2, 3, 5, 6, 8, 9),
-    indices=_a(3, 7, 7, 1, 3, 9, 0, 4, 0),
+    hash_size_cumsum=arr(0, 0, 10, 15),
+    hash_size_offsets=arr(0, 2, 2, 3),
+    offsets=arr(0, 2, 3, 5, 6, 8, 9),
+    indices=arr(3, 7, 7, 1, 3, 9, 0, 4, 0),
 )
 BAD = [
-    ("permute_2d_sparse_data", dict(P2, permute=_a(0, 3)), IndexError, ("permute[1] = 3",)),
-    ("permute_2d_sparse_data", dict(P2, permute=_a(-1)), IndexError, ("permute[0] = -1",)),
+    ("permute_2d_sparse_data", dict(P2, permute=arr(0, 3)), IndexError, ("permute[1] = 3",)),
+    ("permute_2d_sparse_data", dict(P2, permute=arr(-1)), IndexError, ("permute[0] = -1",)),
     ("permute_2d_sparse_data", dict(P2, lengths=L2D.reshape(-1)), ValueError, ("lengths", "2-D")),
     ("permute_2d_sparse_data", dict(P2, values=V10[:-1]), ValueError, ("values", "10")),
     ("permute_2d_sparse_data", dict(P2, lengths=-L2D), ValueError, ("lengths", ">= 0")),
     ("permute_2d_sparse_data", dict(P2, weights=W9), ValueError, ("weights",)),
     ("permute_2d_sparse_data", dict(P2, weights=V10), TypeError, ("weights", "int64")),
     ("permute_2d_sparse_data", dict(P2, values=V10.astype(np.uint8)), TypeError, ("values", "uint8")),
-    ("permute_2d_sparse_data", dict(P2, permute=_a(0, dtype=np.int16)), TypeError, ("permute", "int16")),
+    ("permute_2d_sparse_data", dict(P2, permute=arr(0, dtype=np.int16)), TypeError, ("permute", "int16")),
     ("permute_2d_sparse_data", dict(P2, permuted_lengths_sum=9), ValueError, ("permuted_lengths_sum = 9", "10")),
     ("permute_2d_sparse_data", dict(P2, permuted_lengths_sum=-1), ValueError, ("permuted_lengths_sum",)),
     ("permute_2d_sparse_data", dict(P2, values=V10.reshape(2, 5)), ValueError, ("values", "1-D")),
-    ("permute_1d_sparse_data", dict(P1, lengths=_a(2, -1)), ValueError, ("lengths", "entry 1 is -1")),
-    ("permute_1d_sparse_data", dict(P1, permute=_a(2)), IndexError, ("permute[0] = 2",)),
-    ("permute_1d_sparse_data", dict(P1, lengths=_a(2, 3).reshape(1, 2)), ValueError, ("lengths", "1-D")),
-    ("permute_1d_sparse_data", dict(P1, values=_a(1, 2, 3, 4, 5, 6)), ValueError, ("values", "6", "5")),
+    ("permute_1d_sparse_data", dict(P1, lengths=arr(2, -1)), ValueError, ("lengths", "entry 1 is -1")),
+    ("permute_1d_sparse_data", dict(P1, permute=arr(2)), IndexError, ("permute[0] = 2",)),
+    ("permute_1d_sparse_data", dict(P1, lengths=arr(2, 3).reshape(1, 2)), ValueError, ("lengths", "1-D")),
+    ("permute_1d_sparse_data", dict(P1, values=arr(1, 2, 3, 4, 5, 6)), ValueError, ("values", "6", "5")),
     ("block_bucketize_sparse_features", dict(BB, indices=BI[:-1]), ValueError, ("indices", "8", "9")),
     (
         "block_bucketize_sparse_features_2d_weights",
@@ -539,12 +561,12 @@ BAD = [
         TypeError,
         ("return_bucket_mapping",),
     ),
-    ("block_bucketize_sparse_features_inference", dict(BB, block_sizes=_a(4, -5)), ValueError, ("block_sizes", "-5")),
+    ("block_bucketize_sparse_features_inference", dict(BB, block_sizes=arr(4, -5)), ValueError, ("block_sizes", "-5")),
     ("block_bucketize_sparse_features_inference", dict(BB, indices=BI[:-1]), ValueError, ("indices", "8", "9")),
-    ("block_bucketize_sparse_features", dict(BB, lengths=_a(2, 0, 3, 1, 2, -1, 2)), ValueError, ("lengths", "-1")),
-    ("block_bucketize_sparse_features", dict(BB, block_sizes=_a(4, 5, 6, 7)), ValueError, ("len(lengths) = 6", "4")),
-    ("block_bucketize_sparse_features", dict(BB, block_sizes=_a(4, -5)), ValueError, ("block_sizes", "-5")),
-    ("block_bucketize_sparse_features", dict(BB, block_sizes=_a(2**62, 5)), ValueError, ("block_sizes[0]",)),
+    ("block_bucketize_sparse_features", dict(BB, lengths=arr(2, 0, 3, 1, 2, -1, 2)), ValueError, ("lengths", "-1")),
+    ("block_bucketize_sparse_features", dict(BB, block_sizes=arr(4, 5, 6, 7)), ValueError, ("len(lengths) = 6", "4")),
+    ("block_bucketize_sparse_features", dict(BB, block_sizes=arr(4, -5)), ValueError, ("block_sizes", "-5")),
+    ("block_bucketize_sparse_features", dict(BB, block_sizes=arr(2**62, 5)), ValueError, ("block_sizes[0]",)),
     ("block_bucketize_sparse_features", dict(BB, my_size=0), ValueError, ("my_size",)),
     ("block_bucketize_sparse_features", dict(BB, my_size=2.0), TypeError, ("my_size",)),
     ("block_bucketize_sparse_features", dict(BB, max_B=None), TypeError, ("max_B",)),
@@ -553,68 +575,68 @@ BAD = [
     ("block_bucketize_sparse_features", dict(BB, indices=BI.astype(np.uint32)), TypeError, ("indices", "uint32")),
     (
         "block_bucketize_sparse_features",
-        dict(BB, batch_size_per_feature=_a(3, 4)),
+        dict(BB, batch_size_per_feature=arr(3, 4)),
         ValueError,
         ("batch_size_per_feature", "7"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, batch_size_per_feature=_a(7, -1)),
+        dict(BB, batch_size_per_feature=arr(7, -1)),
         ValueError,
         ("batch_size_per_feature", "-1"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, batch_size_per_feature=_a(6)),
+        dict(BB, batch_size_per_feature=arr(6)),
         ValueError,
         ("batch_size_per_feature", "2"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, total_num_blocks=_a(3, 4)),
+        dict(BB, total_num_blocks=arr(3, 4)),
         ValueError,
         ("total_num_blocks[1] = 4", "multiple"),
     ),
-    ("block_bucketize_sparse_features", dict(BB, total_num_blocks=_a(3, 0)), ValueError, ("total_num_blocks[1] = 0",)),
+    ("block_bucketize_sparse_features", dict(BB, total_num_blocks=arr(3, 0)), ValueError, ("total_num_blocks[1] = 0",)),
     (
         "block_bucketize_sparse_features",
-        dict(BB, total_num_blocks=_a(3)),
+        dict(BB, total_num_blocks=arr(3)),
         ValueError,
         ("total_num_blocks", "2 entries"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, block_bucketize_pos=[_a(0, 1, 2, 3)]),
+        dict(BB, block_bucketize_pos=[arr(0, 1, 2, 3)]),
         ValueError,
         ("block_bucketize_pos", "2 arrays"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, block_bucketize_pos=[_a(0, 1, 2, 3), _a(0, 1, 2)]),
+        dict(BB, block_bucketize_pos=[arr(0, 1, 2, 3), arr(0, 1, 2)]),
         ValueError,
         ("block_bucketize_pos[1]", "4 entries"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, block_bucketize_pos=[_a(1, 2, 3, 4)] * 2),
+        dict(BB, block_bucketize_pos=[arr(1, 2, 3, 4)] * 2),
         ValueError,
         ("block_bucketize_pos[0][0]",),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, block_bucketize_pos=[_a(0, 3, 2, 4)] * 2),
+        dict(BB, block_bucketize_pos=[arr(0, 3, 2, 4)] * 2),
         ValueError,
         ("block_bucketize_pos[0]", "non-decreasing"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, block_bucketize_pos=_a(0, 1, 2, 3)),
+        dict(BB, block_bucketize_pos=arr(0, 1, 2, 3)),
         ValueError,
         ("block_bucketize_pos", "list"),
     ),
     (
         "block_bucketize_sparse_features",
-        dict(BB, keep_orig_idx_per_feature=_a(1, 0)),
+        dict(BB, keep_orig_idx_per_feature=arr(1, 0)),
         TypeError,
         ("keep_orig_idx_per_feature", "bool"),
     ),
@@ -624,40 +646,40 @@ BAD = [
         ValueError,
         ("keep_orig_idx_per_feature",),
     ),
-    ("block_bucketize_sparse_features", dict(BB, block_sizes=_a()), ValueError, ("block_sizes", "T = 0")),
-    ("keyed_jagged_index_select_dim1", dict(KS, indices=_a(2)), IndexError, ("indices[0] = 2",)),
-    ("keyed_jagged_index_select_dim1", dict(KS, offsets=_a(0, 2, 3)), ValueError, ("offsets",)),
-    ("keyed_jagged_index_select_dim1", dict(KS, offsets=_a(0, 1)), ValueError, ("offsets", "3 entries")),
+    ("block_bucketize_sparse_features", dict(BB, block_sizes=arr()), ValueError, ("block_sizes", "T = 0")),
+    ("keyed_jagged_index_select_dim1", dict(KS, indices=arr(2)), IndexError, ("indices[0] = 2",)),
+    ("keyed_jagged_index_select_dim1", dict(KS, offsets=arr(0, 2, 3)), ValueError, ("offsets",)),
+    ("keyed_jagged_index_select_dim1", dict(KS, offsets=arr(0, 1)), ValueError, ("offsets", "3 entries")),
     ("keyed_jagged_index_select_dim1", dict(KS, batch_size=0), ValueError, ("batch_size",)),
     ("keyed_jagged_index_select_dim1", dict(KS, batch_size=3), ValueError, ("batch_size = 3",)),
-    ("keyed_jagged_index_select_dim1", dict(KS, values=_a(1, 2)), ValueError, ("values",)),
+    ("keyed_jagged_index_select_dim1", dict(KS, values=arr(1, 2)), ValueError, ("values",)),
     ("keyed_jagged_index_select_dim1", dict(KS, selected_lengths_sum=2), ValueError, ("selected_lengths_sum = 2",)),
-    ("keyed_jagged_index_select_dim1", dict(KS, lengths=_a(-1, 4), offsets=_a(0, -1, 3)), ValueError, ("lengths",)),
+    ("keyed_jagged_index_select_dim1", dict(KS, lengths=arr(-1, 4), offsets=arr(0, -1, 3)), ValueError, ("lengths",)),
     ("expand_into_jagged_permute", dict(EX, output_size=4), ValueError, ("output_size = 4",)),
-    ("expand_into_jagged_permute", dict(EX, permute=_a(1, 2)), IndexError, ("permute[1] = 2",)),
+    ("expand_into_jagged_permute", dict(EX, permute=arr(1, 2)), IndexError, ("permute[1] = 2",)),
     (
         "expand_into_jagged_permute",
-        dict(EX, output_offset=_a(0, 2, 3)),
+        dict(EX, output_offset=arr(0, 2, 3)),
         ValueError,
         ("output_offset segment 0", "size 2"),
     ),
-    ("expand_into_jagged_permute", dict(EX, input_offset=_a(1, 2, 3)), ValueError, ("input_offset[0]",)),
-    ("expand_into_jagged_permute", dict(EX, input_offset=_a(0, 3)), ValueError, ("input_offset", "3 entries")),
-    ("invert_permute", dict(permute=_a(0, 0, 1)), ValueError, ("permute", "0 appears 2 times")),
-    ("invert_permute", dict(permute=_a(0, 3, 1)), IndexError, ("permute[1] = 3",)),
-    ("invert_permute", dict(permute=_a(0, 1).reshape(1, 2)), ValueError, ("permute", "1-D")),
-    ("jagged_unique_indices", dict(UQ, indices=_a(3, 7, 7, 1, 3, 10, 0, 4, 0)), IndexError, ("indices", "10")),
-    ("jagged_unique_indices", dict(UQ, indices=_a(3, 7, -7, 1, 3, 9, 0, 4, 0)), IndexError, ("indices[2] = -7",)),
+    ("expand_into_jagged_permute", dict(EX, input_offset=arr(1, 2, 3)), ValueError, ("input_offset[0]",)),
+    ("expand_into_jagged_permute", dict(EX, input_offset=arr(0, 3)), ValueError, ("input_offset", "3 entries")),
+    ("invert_permute", dict(permute=arr(0, 0, 1)), ValueError, ("permute", "0 appears 2 times")),
+    ("invert_permute", dict(permute=arr(0, 3, 1)), IndexError, ("permute[1] = 3",)),
+    ("invert_permute", dict(permute=arr(0, 1).reshape(1, 2)), ValueError, ("permute", "1-D")),
+    ("jagged_unique_indices", dict(UQ, indices=arr(3, 7, 7, 1, 3, 10, 0, 4, 0)), IndexError, ("indices", "10")),
+    ("jagged_unique_indices", dict(UQ, indices=arr(3, 7, -7, 1, 3, 9, 0, 4, 0)), IndexError, ("indices[2] = -7",)),
     (
         "jagged_unique_indices",
-        dict(UQ, hash_size_cumsum=_a(0, 2, 10, 15)),
+        dict(UQ, hash_size_cumsum=arr(0, 2, 10, 15)),
         ValueError,
         ("hash_size_cumsum", "one table"),
     ),
-    ("jagged_unique_indices", dict(UQ, hash_size_offsets=_a(0, 2, 2, 2)), ValueError, ("hash_size_offsets[-1]",)),
-    ("jagged_unique_indices", dict(UQ, offsets=_a(0, 2, 3, 5, 6, 9)), ValueError, ("len(offsets) - 1 = 5",)),
-    ("jagged_unique_indices", dict(UQ, offsets=_a(0, 2, 3, 5, 6, 8, 8)), ValueError, ("offsets[-1] = 8",)),
-    ("jagged_unique_indices", dict(UQ, hash_size_cumsum=_a(0)), ValueError, ("hash_size_cumsum",)),
+    ("jagged_unique_indices", dict(UQ, hash_size_offsets=arr(0, 2, 2, 2)), ValueError, ("hash_size_offsets[-1]",)),
+    ("jagged_unique_indices", dict(UQ, offsets=arr(0, 2, 3, 5, 6, 9)), ValueError, ("len(offsets) - 1 = 5",)),
+    ("jagged_unique_indices", dict(UQ, offsets=arr(0, 2, 3, 5, 6, 8, 8)), ValueError, ("offsets[-1] = 8",)),
+    ("jagged_unique_indices", dict(UQ, hash_size_cumsum=arr(0)), ValueError, ("hash_size_cumsum",)),
 ]
 
 

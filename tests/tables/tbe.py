@@ -81,6 +81,37 @@ def tbe_batch(draw, *, pooling=None, psw=None, bad_ids=False, max_B=4, dims=DIMS
     return args
 
 
+@st.composite
+def vbe_batch(draw, pooling=None, **kw):
+    """A VBE call (``batch_size_per_feature_per_rank``): a drawn fixed-batch call whose feature
+    ``t`` keeps its first ``B_t`` bags (0..B, drawn apart), split over 1-3 ranks at drawn cuts
+    (ranks with no samples included)."""
+    pooling = draw(st.sampled_from(["sum", "mean"])) if pooling is None else pooling
+    args = draw(tbe_batch(pooling=pooling, **kw))
+    T = args["weights_offsets"].shape[0]
+    offs = args["offsets"].astype(np.int64)
+    B = (offs.shape[0] - 1) // T
+    R = draw(st.integers(1, 3))
+    sizes, keep = [], []
+    for t in range(T):
+        Bt = draw(st.integers(0, B))
+        cuts = sorted(draw(st.lists(st.integers(0, Bt), min_size=R - 1, max_size=R - 1)))
+        sizes.append([b - a for a, b in zip([0, *cuts], [*cuts, Bt])])
+        keep += [(int(offs[t * B + b]), int(offs[t * B + b + 1])) for b in range(Bt)]
+    lead = int(offs[0])
+    pos = np.concatenate([np.arange(lead)] + [np.arange(a, e) for a, e in keep]).astype(np.int64)
+    lengths = [e - a for a, e in keep]
+    new_offs = lead + np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    args["indices"] = args["indices"][pos]
+    args["offsets"] = new_offs.astype(args["offsets"].dtype)
+    if "per_sample_weights" in args:
+        args["per_sample_weights"] = args["per_sample_weights"][pos]
+    args["batch_size_per_feature_per_rank"] = draw(
+        st.sampled_from([sizes, np.array(sizes, dtype=np.int64), np.array(sizes, dtype=np.int32)])
+    )
+    return args
+
+
 def _grad_for(draw, args):
     fwd = embnum.tbe_forward(**args, bounds_check_mode="ignore", backend="ref")
     return _arr(draw, fwd.size, draw(st.sampled_from([np.float32, np.float16]))).reshape(fwd.shape)
@@ -89,7 +120,7 @@ def _grad_for(draw, args):
 @st.composite
 def forward_args(draw):
     bad = draw(st.booleans())
-    args = draw(tbe_batch(bad_ids=bad))
+    args = draw(st.one_of(tbe_batch(bad_ids=bad), vbe_batch(bad_ids=bad)))
     args["output_dtype"] = draw(st.sampled_from(["float32", "float16", np.float32]))
     args["bounds_check_mode"] = (
         draw(st.sampled_from(["warning", "ignore", 2])) if bad else draw(st.sampled_from(["fatal", "none", 1]))
@@ -99,7 +130,9 @@ def forward_args(draw):
 
 @st.composite
 def backward_args(draw, pooling=None):
-    args = draw(tbe_batch(pooling=pooling, bad_ids=draw(st.booleans())))
+    bad = draw(st.booleans())
+    fixed = tbe_batch(pooling=pooling, bad_ids=bad)
+    args = draw(fixed if pooling == "none" else st.one_of(fixed, vbe_batch(pooling=pooling, bad_ids=bad)))
     args["grad_output"] = _grad_for(draw, args)
     args["bounds_check_mode"] = "ignore"
     return args
@@ -245,6 +278,34 @@ WORKED = [
         _STEP,
     ),
 ]
+# variable batch per feature (docs/families/tbe.md): FW's bags with feature 0's two samples on
+# ranks 0 and 1 and feature 1's both on rank 0; the flat output is rank 0's [f0 s0, f1 s0, f1 s1]
+# then rank 1's [f0 s1]
+VBE_SIZES = [[1, 1], [2, 0]]
+VBE_FW = dict(FW, batch_size_per_feature_per_rank=VBE_SIZES)
+VBE_GRAD = np.array([1, 2, 1, 0, -1, 3, 4, 5, 6, 7], np.float32)
+VBE_BWD = dict(VBE_FW, grad_output=VBE_GRAD)
+WORKED += [
+    ("tbe_forward", VBE_FW, [8, 11, 9, 10, 11, 21, 24, 27, 0, 0]),
+    ("tbe_forward", dict(VBE_FW, pooling_mode="mean"), [8 / 3, 11 / 3, 9, 10, 11, 7, 8, 9, 0, 0]),
+    ("tbe_backward", VBE_BWD, [1, 2, 0, 0, 2, 4, 6, 8, 10, 4, 4, 4]),
+    (
+        "tbe_backward_sparse",
+        VBE_BWD,
+        (
+            np.array([0, 2, 3, 4], np.int64),
+            np.array([1, 2, 2, 4, 6, 8, 10, 4, 4, 4], np.float32),
+            np.array([0, 2, 4, 7, 10], np.int64),
+        ),
+    ),
+    ("tbe_grad_per_sample_weights", VBE_BWD, [14, 2, 14, -2, 86, 86, 122]),
+    (
+        "tbe_backward_update",
+        dict(VBE_BWD, weights=W12.copy(), optimizer=TBEOptimizer("sgd", 0.1)),
+        [[-0.1, 0.8, 2, 3, 3.8, 4.6, 5.4, 6.2, 7, 8.6, 9.6, 10.6]],
+        _STEP,
+    ),
+]
 WORKED_TOL = dict(rtol=1e-6)  # float results: the spec's printed digits
 
 
@@ -253,6 +314,43 @@ def _vargs(**kw):
     return dict(FW, **kw)
 
 
+VBE_BAD = [
+    (
+        dict(batch_size_per_feature_per_rank=[[1, -1], [2, 0]]),
+        ValueError,
+        ("batch_size_per_feature_per_rank[0][1] = -1",),
+    ),
+    (dict(batch_size_per_feature_per_rank=[[1, 1], [1, 0]]), ValueError, ("sums to 3", "len(offsets) - 1 = 4")),
+    (dict(batch_size_per_feature_per_rank=[[2, 2]]), ValueError, ("batch_size_per_feature_per_rank", "T = 2")),
+    (dict(batch_size_per_feature_per_rank=[[1, 1], [2]]), ValueError, ("batch_size_per_feature_per_rank", "ranks")),
+    (dict(batch_size_per_feature_per_rank=[[], []]), ValueError, ("batch_size_per_feature_per_rank", "R >= 1")),
+    (dict(batch_size_per_feature_per_rank=[2, 2]), TypeError, ("batch_size_per_feature_per_rank",)),
+    (dict(batch_size_per_feature_per_rank=[[1.0, 1], [2, 0]]), TypeError, ("batch_size_per_feature_per_rank", "ints")),
+    (dict(batch_size_per_feature_per_rank=[[True, 1], [2, 0]]), TypeError, ("batch_size_per_feature_per_rank",)),
+    (dict(batch_size_per_feature_per_rank=np.ones((2, 2))), TypeError, ("batch_size_per_feature_per_rank", "float64")),
+    (
+        dict(batch_size_per_feature_per_rank=[[2**64, 1], [2, 0]]),
+        ValueError,
+        ("batch_size_per_feature_per_rank", "int64"),
+    ),
+    # int64 entries whose int64 sum wraps to the 4 bags: the sums are exact
+    (
+        dict(batch_size_per_feature_per_rank=np.array([[2**62, 2**62], [2**62, 2**62 + 4]], np.int64)),
+        ValueError,
+        ("sums to 18446744073709551620",),
+    ),
+    (
+        dict(batch_size_per_feature_per_rank=VBE_SIZES, pooling_mode="none"),
+        ValueError,
+        ("batch_size_per_feature_per_rank", "'sum' or 'mean'"),
+    ),
+    (dict(batch_size_per_feature_per_rank=VBE_SIZES, offsets=OFF[:-1]), ValueError, ("sums to 4", "= 3")),
+    (
+        dict(batch_size_per_feature_per_rank=VBE_SIZES, offsets=np.array([0, 3, 5, 4, 7])),
+        ValueError,
+        ("offsets[3] = 4 < offsets[2] = 5",),
+    ),
+]
 FORWARD_BAD = [
     (dict(pooling_mode="mean", per_sample_weights=PSW), ValueError, ("mean", "per_sample_weights")),
     (dict(pooling_mode="none"), ValueError, ("one embedding dim",)),
@@ -317,6 +415,16 @@ UPDATE_BAD = [
 # the bad-input table tests/test_ops.py runs on every backend (a rejected update writes nothing)
 BAD = [
     *(("tbe_forward", _vargs(**kw), exc, words) for kw, exc, words in FORWARD_BAD),
+    *(("tbe_forward", _vargs(**kw), exc, words) for kw, exc, words in VBE_BAD),
+    ("tbe_backward", dict(VBE_FW, grad_output=GRAD), ValueError, ("grad_output", "1-D")),
+    ("tbe_backward", dict(VBE_FW, grad_output=VBE_GRAD[:9]), ValueError, ("grad_output", "(10,)")),
+    ("tbe_grad_per_sample_weights", dict(VBE_FW, grad_output=VBE_GRAD[:9]), ValueError, ("(10,)",)),
+    (
+        "tbe_backward_update",
+        dict(VBE_BWD, weights=W12.copy(), optimizer=TBEOptimizer("sgd", 0.1), batch_size_per_feature_per_rank=[[1, 1]]),
+        ValueError,
+        ("batch_size_per_feature_per_rank", "T = 2"),
+    ),
     ("tbe_backward", _vargs(grad_output=np.ones((2, 4), np.float32)), ValueError, ("grad_output", "(2, 5)")),
     ("tbe_backward", _vargs(grad_output=np.ones((2, 5))), TypeError, ("grad_output", "float64")),
     ("tbe_backward_sparse", _vargs(grad_output=np.ones((2, 4), np.float32)), ValueError, ("grad_output", "(2, 5)")),
@@ -331,7 +439,8 @@ BAD = [
 # fbgemm's TBE operators are code-generated internal entry points: the comparisons are with its module.
 NO_FBGEMM_PEER = {
     "tbe_forward": "compared through SplitTableBatchedEmbeddingBagsCodegen "
-    "(test_fbgemm_module_forward_and_training_steps)",
+    "(test_fbgemm_module_forward_and_training_steps; with batch_size_per_feature_per_rank: "
+    "tests/test_fbgemm_compat.py, test_training_tbe_with_variable_batch_matches_fbgemm)",
     "tbe_backward": "fbgemm has no operator with this contract (its module's backward is fused into the update)",
     "tbe_backward_sparse": "fbgemm has no operator with this contract (its module's backward is fused into the update)",
     "tbe_grad_per_sample_weights": "compared with split_embedding_codegen_grad_indice_weights_cpu on the spec's "

@@ -51,6 +51,7 @@ from .._tbe import (
     uses_row_rule,
 )
 from . import _common
+from . import _tbe_vbe as vbe
 from ._common import float32_result, half_table, round_once
 
 BAGS_PER_JOB = 64
@@ -545,6 +546,7 @@ def _forward_none(w, lut, woff, doff, indices, offsets, B, out):
                 out[p, d] = _copy_of(w, lut, base + d)
 
 
+@vbe.forward
 @_one_thread_when_small
 def tbe_forward(weights, output_dtype, out, **lookup):
     a = LookupArgs(**lookup)
@@ -1047,6 +1049,7 @@ def _value_offsets(row_start, tables):
     return out
 
 
+@vbe.backward
 @_one_thread_when_small
 def tbe_backward(grad_output, weights, out, **lookup):
     lk = _prepare(grad_output, lookup)
@@ -1061,6 +1064,7 @@ def _zero(a):
         a[i] = 0.0
 
 
+@vbe.backward
 @_one_thread_when_small
 def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     lk = _prepare(grad_output, lookup)
@@ -1091,6 +1095,7 @@ def _grad_psw(w, lut, woff, doff, indices, offsets, B, g, out):
             out[p] = acc
 
 
+@vbe.backward
 @_one_thread_when_small
 def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
     a = LookupArgs(**lookup)
@@ -1100,6 +1105,7 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
     _GRAD_PSW(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, g, out)
 
 
+@vbe.backward
 @_one_thread_when_small
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
     if uses_row_rule(optimizer):

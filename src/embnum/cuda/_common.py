@@ -95,6 +95,23 @@ if SIMULATED:
         return buf[tid ^ off]
 
     @cuda.jit(device=True)
+    def peers(key):
+        """The bit mask of the lanes of this lane group whose int64 ``key`` equals this lane's
+        (``match.any.sync`` on a GPU; the simulator has none, so the keys go through shared
+        memory); every thread of the block must call it."""
+        buf = cuda.shared.array(TPB, np.int64)
+        tid = cuda.threadIdx.x
+        first = tid - tid % LANES
+        cuda.syncthreads()
+        buf[tid] = key
+        cuda.syncthreads()
+        mask = np.int64(0)
+        for j in range(LANES):
+            if buf[first + j] == key:
+                mask |= np.int64(1) << j
+        return mask
+
+    @cuda.jit(device=True)
     def sync_lanes():
         """Wait for every lane of this lane group (the simulator has no warp barrier: a block
         barrier, so every thread of the block must call it, as every lane of the warp must on a GPU)."""
@@ -107,6 +124,12 @@ else:
         """The value ``v`` of lane ``lane ^ off`` of this warp (``shfl.sync.bfly``); every lane of
         the warp must call it."""
         return cuda.shfl_xor_sync(FULL_MASK, v, off)
+
+    @cuda.jit(device=True)
+    def peers(key):
+        """The bit mask of the lanes of this warp whose int64 ``key`` equals this lane's
+        (``match.any.sync``); every lane of the warp must call it."""
+        return np.int64(cuda.match_any_sync(FULL_MASK, key))
 
     @cuda.jit(device=True)
     def sync_lanes():

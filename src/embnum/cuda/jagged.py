@@ -3,11 +3,14 @@
 Same contract as ``embnum.cpu.jagged``: validated arguments plus ``out``,
 filled completely. All loops are grid-stride loops with 64-bit indices, and
 every reduction has a fixed shape, so results are the same on every run.
-Element-wise kernels (offsets_range, the segment-sum backward, jagged <-> dense)
-run a grid over output elements: a thread finds its segment by a binary search
-of the offsets (``embnum._offsets_walk``), so consecutive lanes write
-consecutive elements and no lane idles on a short segment. The segment sum is
-one lane group (a warp) per run with a fixed butterfly reduction. Nothing here reads device data back.
+Element-wise kernels (offsets_range, the segment-sum backward) run a grid over
+output elements: a thread finds its segment by a binary search of the offsets
+(``embnum._offsets_walk``), so consecutive lanes write consecutive elements and
+no lane idles on a short segment. Jagged <-> dense give a group of lanes (a
+warp, or fewer for short rows) to each dense slab or jagged row: the row's
+segment is found once, then the lanes copy its contiguous elements with no
+division per element. The segment sum is one lane group (a warp) per run with
+a fixed butterfly reduction. Nothing here reads device data back.
 """
 
 from __future__ import annotations
@@ -174,23 +177,49 @@ def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values, out):
 
 
 # -- jagged <-> dense --------------------------------------------------------
+def _group(width):
+    """Lanes per row of ``width`` elements: the smallest power of two covering it, at most ``LANES``
+    (short rows share a warp, so consecutive lanes still touch consecutive elements)."""
+    g = 1
+    while g < min(width, LANES):
+        g *= 2
+    return g
+
+
 @cuda_kernel
-def _to_dense(values, offs, starts, lens, pad, out, M, D):
-    """values ``[N*D]``, out ``[n_slabs*M*D]``: a grid over ``out``; element ``e`` is column
-    ``e % D`` of row ``(e // D) % M`` of slab ``e // (M*D)``, which walks to its leaf segment."""
+def _to_dense(values, offs, starts, lens, pad, out, M, D, G):
+    """values ``[N*D]``, out ``[n_slabs*M*D]``: ``G`` lanes per slab (grid-stride over slabs). The
+    slab's leaf segment and its length are found once (:func:`leaf_segment`); then the lanes copy
+    the ``M*D`` contiguous elements of the slab, the first ``min(length, M) * D`` from the segment's
+    contiguous values and the rest ``pad``: no division per element."""
     J = lens.shape[0]
     leaf = starts[J - 1]
     MD = M * D
-    for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        slab = e // MD
-        w = e - slab * MD
+    n_slabs = out.shape[0] // MD
+    lane = cuda.grid(1) % G
+    for slab in range(cuda.grid(1) // G, n_slabs, cuda.gridsize(1) // G):
         seg = leaf_segment(offs, starts, lens, slab)
-        v = pad
+        src = np.int64(0)
+        filled = np.int64(0)
         if seg >= 0:
             start = offs[leaf + seg]
-            if w // D < offs[leaf + seg + 1] - start:
-                v = values[start * D + w]
-        out[e] = v
+            src = start * D
+            filled = min(offs[leaf + seg + 1] - start, M) * D
+        base = slab * MD
+        w = lane
+        while w + 3 * G < filled:  # four independent loads in flight before the first store
+            a = values[src + w]
+            b = values[src + w + G]
+            c = values[src + w + 2 * G]
+            d = values[src + w + 3 * G]
+            out[base + w] = a
+            out[base + w + G] = b
+            out[base + w + 2 * G] = c
+            out[base + w + 3 * G] = d
+            w += 4 * G
+        while w < MD:
+            out[base + w] = values[src + w] if w < filled else pad
+            w += G
 
 
 def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
@@ -202,20 +231,25 @@ def jagged_to_padded_dense(values, offsets, max_lengths, padding_value, out):
     flat, starts = pack_offsets(offsets)
     lens = constant(np.asarray(max_lengths, dtype=np.int64))
     pad = src.dtype.type(scalar_bits(padding_value, values.dtype))
-    launch(_to_dense, blocks(out.size, TPB), TPB, src, flat, starts, lens, pad, out.view(src.dtype).reshape(-1), M, D)
+    G = _group(M * D)
+    n_slabs = out.size // (M * D)
+    dst = out.view(src.dtype).reshape(-1)
+    launch(_to_dense, blocks(n_slabs, TPB // G), TPB, src, flat, starts, lens, pad, dst, M, D, G)
 
 
 @cuda_kernel
-def _to_jagged(dense, offs, starts, lens, out, M, D):
-    """dense ``[n_slabs*M*D]``, out ``[total_L*D]``: a grid over ``out``; row ``e // D`` finds its
-    leaf segment (binary search), that segment its slab; 0 where no dense position reaches."""
+def _to_jagged(dense, offs, starts, lens, out, M, D, G):
+    """dense ``[n_slabs*M*D]``, out ``[total_L*D]``: ``G`` lanes per jagged row (grid-stride over
+    rows). The row's leaf segment (binary search), its position ``i`` in it and the segment's slab
+    are found once; then the lanes copy the row's ``D`` contiguous elements from dense row
+    ``slab*M + i``, or write 0 where no dense position reaches."""
     J = lens.shape[0]
     leaf = starts[J - 1]
     n_seg = starts[J] - 1 - leaf
     lo = offs[leaf]
     hi = offs[leaf + n_seg]
-    for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        row = e // D
+    lane = cuda.grid(1) % G
+    for row in range(cuda.grid(1) // G, out.shape[0] // D, cuda.gridsize(1) // G):
         src = np.int64(-1)
         if row >= lo and row < hi:
             seg = segment_of(offs, leaf, leaf + n_seg - 1, row) - leaf
@@ -223,15 +257,20 @@ def _to_jagged(dense, offs, starts, lens, out, M, D):
             if i < M:
                 slab = slab_of_segment(offs, starts, lens, seg)
                 if slab >= 0:
-                    src = (slab * M + i) * D + e - row * D
+                    src = (slab * M + i) * D
+        base = row * D
         if src >= 0:
-            out[e] = dense[src]
+            for d in range(lane, D, G):
+                out[base + d] = dense[src + d]
         else:
-            out[e] = 0
+            for d in range(lane, D, G):
+                out[base + d] = 0
 
 
 def dense_to_jagged(dense, offsets, total_L, out):
     if out.size == 0:
         return
     src, flat, starts, lens, M, D = _offsets_walk.packed_dense(dense, offsets, bits, pack_offsets, constant)
-    launch(_to_jagged, blocks(out.size, TPB), TPB, src, flat, starts, lens, out.view(src.dtype).reshape(-1), M, D)
+    G = _group(D)
+    dst = out.view(src.dtype).reshape(-1)
+    launch(_to_jagged, blocks(out.size // D, TPB // G), TPB, src, flat, starts, lens, dst, M, D, G)

@@ -1,17 +1,19 @@
 """Numba-CUDA kernels of the KeyedJaggedTensor family.
 
-Same contract as ``embnum.cpu.kjt``. Every grid is sized by the work (output
-elements), never by the number of keys or bags: output offsets come from one
+Same contract as ``embnum.cpu.kjt``. The gathers' grids are sized by the work
+(output elements), never by the number of keys or bags: output offsets come from one
 library scan, then each thread takes output elements in a grid-stride loop and
 finds its segment by a binary search of those offsets
 (``embnum._offsets_walk.segment_of``), so consecutive lanes write consecutive
 elements (coalesced) and read consecutive ones inside a segment, with no idle
-lanes on short segments. Block bucketize computes every id's (bucket, bag) key
-on a grid over ids, then one stable library sort by that key gives the
-bucket-major order with the input order kept inside every (bucket, bag) group,
-so results are identical on every run (fbgemm's CUDA kernel gives up that order
-when ``sequence=False``). Index bounds were checked by the declaration, so no
-kernel reads out of range. No op here reads device data back to the host.
+lanes on short segments. Block bucketize is count -> scan -> scatter, with no
+sort: a warp owns runs of consecutive bags and walks their ids ``LANES`` at a
+time; lanes holding the same (bucket, bag) find each other by a lane match, so
+pass 1 counts every group without atomics and pass 2 gives every id the slot
+``first slot of its group + earlier ids of the group``, the input order kept
+inside every (bucket, bag) group, identical on every run (fbgemm's CUDA kernel
+gives up that order when ``sequence=False``). Index bounds were checked by
+the declaration, so no kernel reads out of range. No op here reads device data back to the host.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from numba import cuda
 from .. import _bucketize
 from .._jit import cuda_kernel
 from ._common import (
+    LANES,
+    SIMULATED,
     TPB,
     bits,
     blocks,
@@ -30,12 +34,15 @@ from ._common import (
     inclusive_scan,
     int64s,
     launch,
+    peers,
     segment_of,
     stable_argsort,
+    sync_lanes,
     xp,
 )
 
 bucket_of = cuda.jit(device=True)(_bucketize.bucket_of)
+uniform_new_id = cuda.jit(device=True)(_bucketize.uniform_new_id)
 
 
 def _complete(sizes):
@@ -96,22 +103,99 @@ def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size
 
 
 # -- block bucketize -------------------------------------------------------------------
+def _bags_per_warp(N, n_bags):
+    """Consecutive bags one warp owns: about four passes of ``LANES`` ids at the mean bag length
+    (host shapes only), so short bags share a warp and a long one has it alone."""
+    mean = max(1, -(-N // n_bags))
+    return max(1, min(4 * LANES, 4 * LANES // mean))
+
+
+@cuda.jit(device=True)
+def _key_of(offs, key_offs, k0, k1, i):
+    """``(bag k, its key t)`` of id ``i`` among bags ``[k0, k1)`` (binary searches)."""
+    k = segment_of(offs, k0, k1 - 1, i)
+    return k, segment_of(key_offs, 0, key_offs.shape[0] - 2, k)
+
+
 @cuda_kernel
-def _bucket_keys(offs, uidx, key_offs, kc, mu, pos, has_pos, mask, keep, key, new_id, in_bag):
-    """For every id ``i`` (a grid over ids): its bag ``k`` and that bag's key ``t`` (binary
-    searches), then ``key[i] = bucket * n_bags + k``, its new id and its position in the bag."""
+def _bucket_count(offs, uidx, key_offs, kc, mu, pos, has_pos, mask, per_warp, bucket, counts):
+    """Pass 1, a warp per ``per_warp`` consecutive bags (which no other warp touches), ``LANES``
+    consecutive ids at a time: ``bucket[i]`` of every id, and ``counts[b * n_bags + k]`` (zeroed)
+    += the lanes holding bag ``k``'s ids of bucket ``b``, added by the last of those lanes (a lane
+    match, no atomics: one writer per entry, and the warp's passes in order)."""
     n_bags = offs.shape[0] - 1
-    last_key = key_offs.shape[0] - 2
-    for i in range(cuda.grid(1), uidx.shape[0], cuda.gridsize(1)):
-        k = segment_of(offs, 0, n_bags - 1, i)
-        t = segment_of(key_offs, 0, last_key, k)
-        u = np.uint64(uidx[i])
-        b, nw = bucket_of(
-            u, kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4], t, mu, pos, has_pos, mask
-        )
-        key[i] = b * n_bags + k
-        new_id[i] = u if keep[t] else nw
-        in_bag[i] = i - offs[k]
+    lane = cuda.threadIdx.x % LANES
+    n_groups = (n_bags + per_warp - 1) // per_warp
+    for g in range(cuda.grid(1) // LANES, n_groups, cuda.gridsize(1) // LANES):
+        k0 = g * per_warp
+        k1 = min(k0 + per_warp, n_bags)
+        end = offs[k1]
+        for c in range(offs[k0], end, LANES):
+            i = c + lane
+            key = np.int64(-1)
+            if i < end:
+                k, t = _key_of(offs, key_offs, k0, k1, i)
+                kt = 5 * t
+                u = np.uint64(uidx[i])
+                b, _ = bucket_of(u, kc[kt], kc[kt + 1], kc[kt + 2], kc[kt + 3], kc[kt + 4], t, mu, pos, has_pos, mask)
+                bucket[i] = b
+                key = b * n_bags + k
+            same = peers(key)
+            if i < end and (same >> (lane + 1)) == 0:
+                counts[key] += cuda.popc(same)
+            sync_lanes()
+
+
+@cuda_kernel
+def _bucket_scatter(
+    offs, uidx, key_offs, kc, mu, pos, has_pos, mask, keep, per_warp, bucket, cursor, new_idx, want_pos, new_pos,
+    want_dst, dst, want_w, w, new_w,
+):  # fmt: skip
+    """Pass 2, the warps and passes of pass 1: ``cursor[b * n_bags + k]`` starts at the first
+    output slot of bag ``k``'s ids of bucket ``b`` (bucket-major exclusive scan of the counts); an
+    id's slot is that cursor plus the lower lanes of its pass with the same (bucket, bag), so ids
+    keep their input order inside every group; the last such lane moves the cursor on. The id's
+    new id, position in its bag, slot (``dst``) and weight go out in the same pass."""
+    n_bags = offs.shape[0] - 1
+    lane = cuda.threadIdx.x % LANES
+    below = (np.int64(1) << lane) - 1
+    n_groups = (n_bags + per_warp - 1) // per_warp
+    for g in range(cuda.grid(1) // LANES, n_groups, cuda.gridsize(1) // LANES):
+        k0 = g * per_warp
+        k1 = min(k0 + per_warp, n_bags)
+        end = offs[k1]
+        for c in range(offs[k0], end, LANES):
+            i = c + lane
+            key = np.int64(-1)
+            k = t = b = slot = np.int64(0)
+            if i < end:
+                k, t = _key_of(offs, key_offs, k0, k1, i)
+                b = np.int64(bucket[i])
+                key = b * n_bags + k
+            same = peers(key)
+            if i < end:
+                slot = cursor[key] + cuda.popc(same & below)
+            sync_lanes()  # every lane has read its cursor before one moves it
+            if i < end:
+                if (same >> (lane + 1)) == 0:
+                    cursor[key] = slot + 1
+                u = np.uint64(uidx[i])
+                kt = 5 * t
+                if keep[t]:
+                    new_idx[slot] = u
+                elif has_pos:
+                    new_idx[slot] = bucket_of(
+                        u, kc[kt], kc[kt + 1], kc[kt + 2], kc[kt + 3], kc[kt + 4], t, mu, pos, has_pos, mask
+                    )[1]
+                else:
+                    new_idx[slot] = uniform_new_id(u, b, kc[kt + 1], kc[kt + 3], kc[kt + 4])
+                if want_pos:
+                    new_pos[slot] = i - offs[k]
+                if want_dst:
+                    dst[i] = slot
+                if want_w:
+                    new_w[slot] = w[i]
+            sync_lanes()
 
 
 def block_bucketize_sparse_features(
@@ -139,41 +223,41 @@ def block_bucketize_sparse_features(
         new_lengths[...] = 0
         return
     offs = _complete(lengths)
-    key_offs = constant(np.concatenate([[0], np.cumsum(batch)]).astype(np.int64))
     uidx = bits(indices)
-    key = m.empty(N, np.int64)
-    new_id = m.empty(N, uidx.dtype)
-    in_bag = m.empty(N, np.int64)
-    launch(
-        _bucket_keys,
-        blocks(N, TPB),
-        TPB,
-        offs,
-        uidx,
-        key_offs,
+    params = (
+        constant(np.concatenate([[0], np.cumsum(batch)]).astype(np.int64)),
         constant(_bucketize.key_constants(block_sizes, total_num_blocks, my_size).reshape(-1)),
         np.uint64(my_size),
         constant(np.zeros(1, np.uint64) if pos is None else pos.reshape(-1).astype(np.uint64)),
         pos is not None,
         np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
-        constant(keep.astype(np.uint8)),
-        key,
-        new_id,
-        in_bag,
     )
-    new_lengths[...] = m.bincount(key, minlength=my_size * n_bags)  # integer counts: exact, no float atomics
-    order = stable_argsort(key)  # bucket-major, bag-minor, input order inside a group
-    m.take(new_id, order, out=new_indices.view(uidx.dtype))
-    if bucketize_pos:
-        new_pos[...] = m.take(in_bag, order)
-    if weights is not None and weights.ndim == 2:  # a row of weights per id
-        new_weights[...] = m.take(weights, order, axis=0)
-    elif weights is not None:
-        m.take(bits(weights), order, out=new_weights.view(bits(new_weights).dtype))
+    per_warp = _bags_per_warp(N, n_bags)
+    tpb = LANES if SIMULATED else TPB  # simulated lane syncs are block barriers: a block is one warp there
+    grid = blocks(-(-n_bags // per_warp), tpb // LANES)
+    bucket = m.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
+    counts = m.zeros(my_size * n_bags, np.int64)
+    launch(_bucket_count, grid, tpb, offs, uidx, *params, per_warp, bucket, counts)
+    new_lengths[...] = counts  # integer counts: exact, no float atomics
     if mapping is not None:
-        mapping[...] = key // n_bags
+        mapping[...] = bucket
+    cursor = inclusive_scan(counts)
+    cursor -= counts  # bucket-major exclusive scan: each (bucket, bag) group's first slot
+    rows = weights is not None and weights.ndim == 2  # rows of weights: moved after the pass, by the slots
     if sequence:
-        unbucketize[order] = m.arange(N, dtype=unbucketize.dtype)
+        dst = unbucketize
+    else:
+        dst = m.empty(N if rows else 0, indices.dtype)
+    want_w = weights is not None and not rows
+    none = m.empty(0, uidx.dtype)
+    w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (none, none)
+    pos_out = new_pos if bucketize_pos else m.empty(0, indices.dtype)
+    keep_t = constant(keep.astype(np.uint8))
+    args = (offs, uidx, *params, keep_t, per_warp, bucket, cursor, new_indices.view(uidx.dtype))
+    args += (bucketize_pos, pos_out, sequence or rows, dst, want_w, w, new_w)
+    launch(_bucket_scatter, grid, tpb, *args)
+    if rows:
+        new_weights[dst] = weights
 
 
 # -- small permutation ops ---------------------------------------------------------------

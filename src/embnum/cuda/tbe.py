@@ -56,6 +56,7 @@ from .._tbe import (
     LookupArgs,
     TBESparseGrad,
 )
+from . import _tbe_vbe as vbe
 from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, to_host, xp
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
@@ -199,6 +200,7 @@ def _forward_none(w, woff, doff, rows, indices, offsets, B, out):
                 out[p, d] = np.float32(w[row + d])
 
 
+@vbe.forward
 def tbe_forward(weights, output_dtype, out, **lookup):
     a = LookupArgs(**lookup)
     if out.size == 0:
@@ -374,6 +376,7 @@ def _psw(per_sample_weights):
     return (contiguous(per_sample_weights) if has else _NO_FLOATS()), has
 
 
+@vbe.backward
 def tbe_backward(grad_output, weights, out, **lookup):
     a = LookupArgs(**lookup)
     out[...] = 0
@@ -425,6 +428,7 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=
     return TBESparseGrad(ids.astype(np.int64, copy=False), values, voff.astype(np.int64, copy=False))
 
 
+@vbe.backward
 def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     a = LookupArgs(**lookup)
     lk = _prepare(a)
@@ -465,6 +469,7 @@ def _grad_psw(w, woff, doff, rows, indices, offsets, B, bag, g, out):
         cuda.syncthreads()
 
 
+@vbe.backward
 def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
     a = LookupArgs(**lookup)
     N = int(a.indices.shape[0])
@@ -597,6 +602,7 @@ def _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, m
     return x
 
 
+@vbe.backward
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
     a = LookupArgs(**lookup)
     lk = _prepare(a)

@@ -195,23 +195,27 @@ class _FusedLookup(torch.autograd.Function):
     """Forward: the pooled lookup; backward: the module's fused optimizer step (no weight gradient)."""
 
     @staticmethod
-    def forward(ctx, placeholder, per_sample_weights, module, indices, offsets, feature_requires_grad):
-        ctx.module, ctx.feature_requires_grad = module, feature_requires_grad
+    def forward(ctx, placeholder, per_sample_weights, module, indices, offsets, feature_requires_grad, batch_sizes):
+        ctx.module, ctx.feature_requires_grad, ctx.batch_sizes = module, feature_requires_grad, batch_sizes
         ctx.save_for_backward(indices, offsets, per_sample_weights)
-        return module._lookup(indices, offsets, per_sample_weights)
+        return module._lookup(indices, offsets, per_sample_weights, batch_sizes)
 
     @staticmethod
     def backward(ctx, grad):
         indices, offsets, psw = ctx.saved_tensors
         want = psw is not None and ctx.needs_input_grad[1]
-        psw_grad = ctx.module._apply_gradient(grad, indices, offsets, psw, want, ctx.feature_requires_grad)
-        return None, psw_grad, None, None, None, None
+        psw_grad = ctx.module._apply_gradient(
+            grad, indices, offsets, psw, want, ctx.feature_requires_grad, ctx.batch_sizes
+        )
+        return None, psw_grad, None, None, None, None, None
 
 
 class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
     """fbgemm's training TBE: ``forward(indices, offsets, per_sample_weights=None,
     feature_requires_grad=None, batch_size_per_feature_per_rank=None)`` returns float32 (or float16:
-    ``output_dtype``) ``[B, total_D]`` (``[N, D]`` for ``PoolingMode.NONE``); backward applies the
+    ``output_dtype``) ``[B, total_D]`` (``[N, D]`` for ``PoolingMode.NONE``; with
+    ``batch_size_per_feature_per_rank``, TorchRec's VBE, the flat rank-major output of
+    :func:`embnum.tbe_forward`); backward applies the
     fused optimizer (EXACT_SGD, EXACT_ADAGRAD, EXACT_ROWWISE_ADAGRAD, ADAM, LAMB, PARTIAL_ROWWISE_ADAM,
     PARTIAL_ROWWISE_LAMB, LARS_SGD) to the rows the batch touched.
 
@@ -475,11 +479,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
                 "vbe_output_offsets": None,
             },
         )
-        if batch_size_per_feature_per_rank is not None:
-            raise NotImplementedError(
-                "variable batch size per feature (batch_size_per_feature_per_rank, TorchRec's VBE) is not yet "
-                "available in embnum's fbgemm stand-in"
-            )
+        batch_sizes = _batch_sizes(batch_size_per_feature_per_rank)
         per_sample_weights = _checks.float_weights("per_sample_weights", per_sample_weights)
         if feature_requires_grad is not None and (
             not isinstance(feature_requires_grad, torch.Tensor)
@@ -491,15 +491,22 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             )
         try:
             return _FusedLookup.apply(
-                self.placeholder_autograd_tensor, per_sample_weights, self, indices, offsets, feature_requires_grad
+                self.placeholder_autograd_tensor,
+                per_sample_weights,
+                self,
+                indices,
+                offsets,
+                feature_requires_grad,
+                batch_sizes,
             )
         except IndexError as err:
-            plain = self._lookup_error(err, indices, offsets)
+            # with VBE the op's own error stands (it names the feature and its sample)
+            plain = None if batch_sizes is not None else self._lookup_error(err, indices, offsets)
             if plain is None:
                 raise
             raise plain from err
 
-    def _lookup(self, indices, offsets, per_sample_weights):
+    def _lookup(self, indices, offsets, per_sample_weights, batch_sizes=None):
         from ..torch_bridge import tbe_forward
 
         return tbe_forward(
@@ -511,9 +518,10 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             None if per_sample_weights is None else per_sample_weights.detach().float(),
             output_dtype=self._output,
             bounds_check_mode=self._bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
         )
 
-    def _apply_gradient(self, grad, indices, offsets, psw, want_psw_grad, feature_requires_grad):
+    def _apply_gradient(self, grad, indices, offsets, psw, want_psw_grad, feature_requires_grad, batch_sizes=None):
         opt = self._tbe_optimizer
         step = self._steps.read(self.iter) + 1  # fbgemm counts the step before the update
         self._steps.advance(self.iter)
@@ -531,9 +539,11 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             (states.get("momentum1"), states.get("momentum2")),
             step if opt.uses_step else None,
             self._bounds,
+            batch_sizes=batch_sizes,
         )
         if psw_grad is not None and feature_requires_grad is not None:
-            psw_grad = psw_grad * _per_index(feature_requires_grad, offsets, indices.shape[0]).to(psw_grad.dtype)
+            per_index = _per_index(feature_requires_grad, offsets, indices.shape[0], batch_sizes)
+            psw_grad = psw_grad * per_index.to(psw_grad.dtype)
         return psw_grad
 
 
@@ -545,12 +555,27 @@ def _table_starts(rows, dims):
     return starts
 
 
-def _per_index(feature_values, offsets, n_indices):
-    """``feature_values[t]`` of the feature each index belongs to (bags are feature-major: ``T*B+1`` offsets)."""
+def _batch_sizes(value):
+    """``batch_size_per_feature_per_rank`` as the ops' text form (checked there; None passes):
+    encoded once per call, so the forward and the backward read the same sizes."""
+    from .._tbe_vbe import encode
+
+    return encode(value)
+
+
+def _per_index(feature_values, offsets, n_indices, batch_sizes=None):
+    """``feature_values[t]`` of the feature each index belongs to (bags are feature-major: ``T*B+1``
+    offsets, or ``sum_t B_t + 1`` with VBE's ``batch_sizes``)."""
     T = feature_values.shape[0]
-    B = (offsets.shape[0] - 1) // T
     lengths = (offsets[1:] - offsets[:-1]).clamp(min=0)
-    feature_of_bag = torch.arange(T * B, device=offsets.device) // max(B, 1)
+    if batch_sizes is not None:
+        from .._tbe_vbe import int_rows
+
+        per_feature = torch.from_numpy(int_rows(batch_sizes).sum(axis=1)).to(offsets.device)
+        feature_of_bag = torch.repeat_interleave(torch.arange(T, device=offsets.device), per_feature)
+    else:
+        B = (offsets.shape[0] - 1) // T
+        feature_of_bag = torch.arange(T * B, device=offsets.device) // max(B, 1)
     out = torch.repeat_interleave(feature_values.to(offsets.device)[feature_of_bag], lengths)
     return out[:n_indices] if out.shape[0] >= n_indices else torch.nn.functional.pad(out, (0, n_indices - out.shape[0]))
 
@@ -601,11 +626,6 @@ class DenseTableBatchedEmbeddingBagsCodegen(_Layout):
     ):
         from ..torch_bridge import tbe_forward
 
-        if batch_size_per_feature_per_rank is not None:
-            raise NotImplementedError(
-                "variable batch size per feature (batch_size_per_feature_per_rank, TorchRec's VBE) is not yet "
-                "available in embnum's fbgemm stand-in"
-            )
         try:
             return tbe_forward(
                 self.weights,
@@ -616,9 +636,11 @@ class DenseTableBatchedEmbeddingBagsCodegen(_Layout):
                 _checks.float_weights("per_sample_weights", per_sample_weights),
                 output_dtype=self._output,
                 bounds_check_mode="fatal",
+                batch_size_per_feature_per_rank=batch_size_per_feature_per_rank,
             )
         except IndexError as err:
-            plain = self._lookup_error(err, indices, offsets)
+            # with VBE the op's own error stands (it names the feature and its sample)
+            plain = None if batch_size_per_feature_per_rank is not None else self._lookup_error(err, indices, offsets)
             if plain is None:
                 raise
             raise plain from err

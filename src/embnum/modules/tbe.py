@@ -340,11 +340,25 @@ class StepCount:
 
 
 def fused_update(
-    grad, weights, layout, indices, offsets, pooling, psw, want_psw_grad, optimizer, state, step, bounds, backend=None
+    grad,
+    weights,
+    layout,
+    indices,
+    offsets,
+    pooling,
+    psw,
+    want_psw_grad,
+    optimizer,
+    state,
+    step,
+    bounds,
+    backend=None,
+    batch_sizes=None,
 ):
     """One fused optimizer step of the lookups ``(indices, offsets, psw)`` from the output gradient
-    ``grad`` ``[B, total_D]``: clip to ``optimizer.max_gradient``, the gradient of ``psw`` when
-    ``want_psw_grad`` (from the clipped gradient, before the update, as fbgemm), then
+    ``grad`` ``[B, total_D]`` (flat with ``batch_sizes``, VBE's ``batch_size_per_feature_per_rank``):
+    clip to ``optimizer.max_gradient``, the gradient of ``psw`` when ``want_psw_grad`` (from the
+    clipped gradient, before the update, as fbgemm), then
     ``tbe_backward_update`` in place on ``weights`` and ``state = (momentum1, momentum2)`` at ``step``
     (the step being taken). Returns the ``psw`` gradient or ``None``. :class:`FusedTBE` and the
     fbgemm stand-in's training module share it; each keeps its own step counter."""
@@ -356,7 +370,14 @@ def fused_update(
     psw_grad = None
     if psw is not None and want_psw_grad:
         psw_grad = tbe_grad_per_sample_weights(
-            g, weights.detach(), *layout, indices, offsets, bounds_check_mode=bounds, backend=backend
+            g,
+            weights.detach(),
+            *layout,
+            indices,
+            offsets,
+            bounds_check_mode=bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
+            backend=backend,
         )
     with torch.no_grad():
         tbe_backward_update(
@@ -372,6 +393,7 @@ def fused_update(
             momentum2=state[1],
             step=step if optimizer.uses_step else None,
             bounds_check_mode=bounds,
+            batch_size_per_feature_per_rank=batch_sizes,
             backend=backend,
         )
     return psw_grad

@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from .. import _tbe_bounds as bounds
+from .. import _tbe_vbe as vbe_map
 from .. import _validate as v
 from .._cache import BoundedCache
 from .._compare import within
@@ -189,17 +190,33 @@ def _layout_rules(weights, weights_offsets, D_offsets, hash_size_cumsum, T):
     return woff, doff, hcs, rows
 
 
-def lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode):
+def lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode, batch_sizes=None):
     """Validate ``indices``/``offsets``/``per_sample_weights`` and the pooling rules; check (or
-    repair a copy of) the offsets and the indices. Returns ``(indices, offsets, B, mode)``."""
+    repair a copy of) the offsets and the indices. Returns ``(indices, offsets, B, mode, vbe)``:
+    with ``batch_sizes`` (``batch_size_per_feature_per_rank``) the offsets come back padded to
+    ``B = B_max`` bags per feature and ``vbe`` is their :class:`embnum._tbe_vbe.VBELayout`, else None."""
     T = rows.shape[0]
     v.index_array("indices", indices)
     v.index_array("offsets", offsets)
     mode = bounds.bounds_mode(bounds_check_mode)
     n_bags = offsets.shape[0] - 1
-    if offsets.shape[0] < 1 or n_bags % T:
-        raise ValueError(f"len(offsets) - 1 = {n_bags} must be a non-negative multiple of T = {T}")
-    B = n_bags // T
+    vbe = None
+    if batch_sizes is None:
+        if offsets.shape[0] < 1 or n_bags % T:
+            raise ValueError(f"len(offsets) - 1 = {n_bags} must be a non-negative multiple of T = {T}")
+        B = n_bags // T
+    else:
+        if offsets.shape[0] < 1:
+            raise ValueError("offsets must have at least 1 entry")
+        if pooling == NONE:
+            raise ValueError(f"{vbe_map.NAME} needs pooling_mode 'sum' or 'mean' (fbgemm has no VBE for 'none')")
+        vbe = vbe_map.vbe_layout(batch_sizes, T, n_bags, doff)
+        B = vbe.B_max
+        if T * B > v.INT32_MAX:
+            raise ValueError(
+                f"{vbe_map.NAME}: the kernels pad every feature to the largest batch B_max = {B}, and "
+                f"T * B_max = {T * B} must be at most 2**31 - 1"
+            )
     N = indices.shape[0]
     if N > v.INT32_MAX or n_bags > v.INT32_MAX:  # the fast paths count positions and bags in int32
         raise ValueError(f"len(indices) = {N} and len(offsets) - 1 = {n_bags} must be at most 2**31 - 1")
@@ -219,12 +236,28 @@ def lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_ch
         raise ValueError(
             f"pooling_mode 'none' needs one embedding dim for every feature, got dims {np.diff(doff).tolist()}"
         )
+    if vbe is not None:
+        offsets = _pad_offsets(offsets, vbe, N, mode)
     indices, offsets = bounds.check(indices, offsets, B, rows, mode)
-    return indices, offsets, B, mode
+    return indices, offsets, B, mode, vbe
 
 
-def _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, psw):
-    return dict(
+def _pad_offsets(offsets, vbe, N, mode):
+    """The VBE offsets padded to ``B_max`` bags per feature (a new array of the offsets' module
+    and dtype). Where a bad offset raises, the caller's own offsets are checked first, so the
+    error names their positions; the repair modes repair the padded copy, which equals padding
+    the repaired offsets (every entry is kept, only repeats are added)."""
+    if mode == "fatal" or (mode == "none" and type(offsets) is np.ndarray):
+        bounds.check_offsets(offsets, N, "fatal")
+    index = vbe_map.pad_index(vbe)
+    if type(offsets) is not np.ndarray:
+        index = v.xp_of(offsets).asarray(index)
+    return offsets[index]
+
+
+def _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, psw, vbe=None):
+    """The implementations' arguments; ``vbe`` (a ``VBELayout``) only where the call has one."""
+    args = dict(
         weights=weights,
         weights_offsets=woff,
         D_offsets=doff,
@@ -236,9 +269,20 @@ def _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, psw
         pooling=pooling,
         per_sample_weights=psw,
     )
+    if vbe is not None:
+        args["vbe"] = vbe
+    return args
 
 
-def _grad_output(grad_output, pooling, B, N, doff):
+def _grad_output(grad_output, pooling, B, N, doff, vbe=None):
+    if vbe is not None:
+        v.array("grad_output", grad_output, ndim=1, dtypes=WEIGHT_DTYPES)
+        if grad_output.shape[0] != vbe.output_size:
+            raise ValueError(
+                f"grad_output must have shape ({vbe.output_size},) (the flat VBE output), "
+                f"got {tuple(grad_output.shape)}"
+            )
+        return
     v.array("grad_output", grad_output, ndim=2, dtypes=WEIGHT_DTYPES)
     want = (N, int(doff[1])) if pooling == NONE else (B, int(doff[-1]))
     if tuple(grad_output.shape) != want:
@@ -259,6 +303,7 @@ def tbe_forward(
     *,
     output_dtype="float32",
     bounds_check_mode="fatal",
+    batch_size_per_feature_per_rank=None,
 ):
     """Look up and pool ``T`` features at once from the flat ``weights`` buffer.
 
@@ -270,6 +315,12 @@ def tbe_forward(
     0) or ``[N, D]`` (``"none"``; positions outside every bag give 0), in
     ``output_dtype`` (float32 or float16), accumulated in float32.
 
+    batch_size_per_feature_per_rank: variable batch per feature (TorchRec's VBE; ``"sum"`` and
+    ``"mean"``): ints ``[T][R]`` >= 0, feature ``t``'s batch on rank ``r``. Feature ``t`` then has
+    ``B_t = sum_r B[t][r]`` bags (offsets ``[sum_t B_t + 1]``, feature-major, rank 0's samples
+    first) and the output is flat ``[sum_{r,t} B[t][r] * D_t]``: for each rank, for each feature,
+    its ``B[t][r] x D_t`` rows (fbgemm's layout).
+
     Examples
     --------
     >>> lay = embnum.tbe_layout(rows=[3, 2], dims=[2, 3])
@@ -278,13 +329,22 @@ def tbe_forward(
     >>> embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, 'sum')
     array([[ 4.,  6.,  9., 10., 11.],
            [ 0.,  0.,  9., 10., 11.]], dtype=float32)
+    >>> # the same bags as VBE on 2 ranks: feature 0 has 1 sample on each, feature 1 both on rank 1
+    >>> vbe = [[1, 1], [0, 2]]
+    >>> embnum.tbe_forward(weights, *lay.arrays(), indices, offsets, 'sum', batch_size_per_feature_per_rank=vbe)
+    array([ 4.,  6.,  0.,  0.,  9., 10., 11.,  9., 10., 11.], dtype=float32)
     """
     woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
     pooling = pooling_code(pooling_mode)
-    indices, offsets, B, mode = lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode)
+    indices, offsets, B, mode, vbe = lookups(
+        indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode, batch_size_per_feature_per_rank
+    )
     dt = output_dtype_of(output_dtype)
-    shape = (indices.shape[0], int(doff[1])) if pooling == NONE else (B, int(doff[-1]))
-    args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights)
+    if vbe is not None:
+        shape = (vbe.output_size,)
+    else:
+        shape = (indices.shape[0], int(doff[1])) if pooling == NONE else (B, int(doff[-1]))
+    args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights, vbe)
     args["output_dtype"] = dt
     return (args, (shape, dt))
 
@@ -301,6 +361,7 @@ def _backward_plan(
     pooling_mode="sum",
     per_sample_weights=None,
     bounds_check_mode="fatal",
+    batch_size_per_feature_per_rank=None,
     **_,
 ):
     """The plan arguments of every backward op, from the declaration's arguments by name:
@@ -308,9 +369,13 @@ def _backward_plan(
     locals then); the ones it does not name (an optimizer's) are left to the caller."""
     woff, doff, hcs, rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
     pooling = pooling_code(pooling_mode)
-    indices, offsets, B, mode = lookups(indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode)
-    _grad_output(grad_output, pooling, B, indices.shape[0], doff)  # after the bounds check: B may come from offsets
-    args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights)
+    indices, offsets, B, mode, vbe = lookups(
+        indices, offsets, per_sample_weights, rows, pooling, doff, bounds_check_mode, batch_size_per_feature_per_rank
+    )
+    _grad_output(
+        grad_output, pooling, B, indices.shape[0], doff, vbe
+    )  # after the bounds check: B may come from offsets
+    args = _plan_args(weights, woff, doff, hcs, rows, indices, offsets, B, pooling, per_sample_weights, vbe)
     args["grad_output"] = grad_output
     return args
 
@@ -328,10 +393,13 @@ def tbe_backward(
     per_sample_weights=None,
     *,
     bounds_check_mode="fatal",
+    batch_size_per_feature_per_rank=None,
 ):
     """Dense gradient of ``sum(grad_output * tbe_forward(...))`` with respect to ``weights``.
 
-    grad_output: float32/float16 ``[B, total_D]`` (pooled) or ``[N, D]`` (``"none"``).
+    grad_output: float32/float16 ``[B, total_D]`` (pooled) or ``[N, D]`` (``"none"``); with
+    ``batch_size_per_feature_per_rank`` (as in :func:`embnum.tbe_forward`, every backward op takes
+    it) the flat VBE output's ``[sum_{r,t} B[t][r] * D_t]``.
     Output float32 ``[W]``, zero outside looked-up rows; every contribution to a
     physical row is summed (duplicates, bags, features sharing the table).
 
@@ -361,6 +429,7 @@ def tbe_backward_sparse(
     *,
     bounds_check_mode="fatal",
     max_rows=None,
+    batch_size_per_feature_per_rank=None,
 ):
     """Row-wise gradient of the touched rows: ``TBESparseGrad(linear_ids int64 [U] strictly
     increasing, values float32 [value_offsets[U]], value_offsets int64 [U+1])``.
@@ -394,7 +463,16 @@ def tbe_backward_sparse(
 
 @op("tbe")
 def tbe_grad_per_sample_weights(
-    grad_output, weights, weights_offsets, D_offsets, hash_size_cumsum, indices, offsets, *, bounds_check_mode="fatal"
+    grad_output,
+    weights,
+    weights_offsets,
+    D_offsets,
+    hash_size_cumsum,
+    indices,
+    offsets,
+    *,
+    bounds_check_mode="fatal",
+    batch_size_per_feature_per_rank=None,
 ):
     """Gradient of the ``"sum"``-pooled forward w.r.t. ``per_sample_weights``: float32 ``[N]``,
     ``grad[p] = dot(grad_output[b, cols of t], row(t, indices[p]))``; 0 outside every bag.
@@ -451,6 +529,7 @@ def tbe_backward_update(
     momentum2=None,
     step=None,
     bounds_check_mode="fatal",
+    batch_size_per_feature_per_rank=None,
 ):
     """Fused backward + optimizer step: update ``weights`` (and the state) in place; returns None.
 

@@ -6,6 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 from .._tbe import MEAN, NONE, TBESparseGrad, pad_sparse
+from .._tbe_vbe import flat_positions
+
+
+def _vbe_grad(grad_output, vbe, D_offsets, B):
+    """The flat VBE gradient placed in the padded ``[B_max, total_D]`` form the pooled code reads
+    (padded bags are empty: their rows are never read)."""
+    if vbe is None:
+        return grad_output
+    g = np.zeros((B, int(D_offsets[-1])), dtype=grad_output.dtype)
+    rows, cols = flat_positions(vbe, D_offsets)
+    g[rows, cols] = grad_output
+    return g
 
 
 def _features(weights, weights_offsets, D_offsets, rows, indices, offsets, B):
@@ -22,7 +34,18 @@ def _features(weights, weights_offsets, D_offsets, rows, indices, offsets, B):
 
 
 def tbe_forward(
-    weights, weights_offsets, D_offsets, rows, indices, offsets, B, pooling, per_sample_weights, output_dtype, **_
+    weights,
+    weights_offsets,
+    D_offsets,
+    rows,
+    indices,
+    offsets,
+    B,
+    pooling,
+    per_sample_weights,
+    output_dtype,
+    vbe=None,
+    **_,
 ):
     idx = indices.astype(np.int64)
     N = indices.shape[0]
@@ -44,6 +67,8 @@ def tbe_forward(
             nz = lengths > 0
             acc[nz] /= lengths[nz, None]
         out[:, cols] = acc
+    if vbe is not None:
+        out = out[flat_positions(vbe, D_offsets)]
     with np.errstate(over="ignore"):
         return out.astype(np.float32).astype(output_dtype) if output_dtype == np.float16 else out.astype(output_dtype)
 
@@ -60,10 +85,11 @@ def _row_grads(
     B,
     pooling,
     per_sample_weights,
+    vbe=None,
 ):
     """Dense float64 gradient ``[W]`` and the sorted touched linear ids."""
     idx = indices.astype(np.int64)
-    g = grad_output.astype(np.float64)
+    g = _vbe_grad(grad_output, vbe, D_offsets, B).astype(np.float64)
     grad = np.zeros(weights.shape[0])
     touched = []
     for t, table, cols, a, e, bag, lengths in _features(grad, weights_offsets, D_offsets, rows, idx, offsets, B):
@@ -116,9 +142,11 @@ def tbe_backward_sparse(grad_output, max_rows=None, **kw):
     return out if max_rows is None else pad_sparse(out, max_rows, int(np.diff(kw["D_offsets"]).max()))
 
 
-def tbe_grad_per_sample_weights(grad_output, weights, weights_offsets, D_offsets, rows, indices, offsets, B, **_):
+def tbe_grad_per_sample_weights(
+    grad_output, weights, weights_offsets, D_offsets, rows, indices, offsets, B, vbe=None, **_
+):
     idx = indices.astype(np.int64)
-    g = grad_output.astype(np.float64)
+    g = _vbe_grad(grad_output, vbe, D_offsets, B).astype(np.float64)
     out = np.zeros(indices.shape[0])
     for t, table, cols, a, e, bag, lengths in _features(
         weights.astype(np.float64), weights_offsets, D_offsets, rows, idx, offsets, B

@@ -19,10 +19,18 @@ import torch
 
 from .._tbe import TBEOptimizer
 from .._tbe_bounds import bounds_mode
+from .._tbe_vbe import encode as encode_vbe
 from ..ops.tbe import output_dtype_of, pooling_code
 from ._library import bridge, same
 
-_MODES = {"pooling_mode": "str", "per_sample_weights": "Tensor?", "bounds_check_mode": "str"}  # the rest: Tensor
+# batch_size_per_feature_per_rank travels as text ("TxR:b00,b01,..."): a schema has no int[][]
+_VBE = {"batch_size_per_feature_per_rank": "str?"}
+_MODES = {
+    "pooling_mode": "str",
+    "per_sample_weights": "Tensor?",
+    "bounds_check_mode": "str",
+    **_VBE,
+}  # the rest: Tensor
 _POOLING_NAMES = ("sum", "mean", "none")
 # output_dtype_of's two results by name (``str(dtype)`` costs ~5 us, a dict lookup 0.1)
 _DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
@@ -30,6 +38,7 @@ MODE_CODECS = {  # the NumPy API's rules and errors (tbe_quantized's bridge uses
     "pooling_mode": (lambda x: _POOLING_NAMES[pooling_code(x)], same),
     "output_dtype": (lambda x: _DTYPE_NAMES[output_dtype_of(x)], same),
     "bounds_check_mode": (bounds_mode, same),  # the NumPy API's rule and errors
+    "batch_size_per_feature_per_rank": (encode_vbe, same),  # the NumPy op reads the text form too
 }
 
 
@@ -56,8 +65,12 @@ def _batch(offsets, weights_offsets):
 
 
 # -- forward -----------------------------------------------------------------
-def _forward_fake(weights, weights_offsets, indices, offsets, pooling_mode, output_dtype, **_):
+def _forward_fake(
+    weights, weights_offsets, indices, offsets, pooling_mode, output_dtype, batch_size_per_feature_per_rank, **_
+):
     dtype = torch.float16 if output_dtype == "float16" else torch.float32
+    if batch_size_per_feature_per_rank is not None:  # the flat VBE output
+        return weights.new_empty((_dyn(),), dtype=dtype)
     if pooling_mode == "none":
         return weights.new_empty((indices.shape[0], _dyn()), dtype=dtype)
     return weights.new_empty((_batch(offsets, weights_offsets), _dyn()), dtype=dtype)
@@ -75,6 +88,7 @@ def _forward_setup(ctx, args, output):
         psw,
     )
     ctx.pooling, ctx.mode, ctx.backend = args["pooling_mode"], args["bounds_check_mode"], args["backend"]
+    ctx.vbe = args["batch_size_per_feature_per_rank"]
     ctx.weights_dtype = args["weights"].dtype
 
 
@@ -85,11 +99,11 @@ def _forward_backward(ctx, grad):
     if g.dtype not in (torch.float32, torch.float16):
         g = g.float()
     if ctx.needs_input_grad[0]:
-        dense = _op("tbe_backward")(g, w, woff, doff, hcs, idx, offs, ctx.pooling, psw, ctx.mode, ctx.backend)
+        dense = _op("tbe_backward")(g, w, woff, doff, hcs, idx, offs, ctx.pooling, psw, ctx.mode, ctx.vbe, ctx.backend)
         grads["weights"] = dense.to(ctx.weights_dtype)
     if psw is not None and ctx.needs_input_grad[7]:
         grads["per_sample_weights"] = _op("tbe_grad_per_sample_weights")(
-            g, w, woff, doff, hcs, idx, offs, ctx.mode, ctx.backend
+            g, w, woff, doff, hcs, idx, offs, ctx.mode, ctx.vbe, ctx.backend
         )
     return grads
 
@@ -124,7 +138,7 @@ bridge(
 )
 bridge(
     "tbe_grad_per_sample_weights",
-    types={"bounds_check_mode": "str"},
+    types={"bounds_check_mode": "str", **_VBE},
     fake=lambda weights, indices, **_: weights.new_empty(indices.shape, dtype=torch.float32),
     codecs=MODE_CODECS,
 )
