@@ -364,7 +364,7 @@ def ckpt_base(seed):
         if a.dtype.kind == "f":
             a = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype)  # a new state, inside every domain
         else:
-            a = a + 3
+            a = np.asarray(a + 3)  # a 0-d step stays an array (a + 3 alone is a NumPy scalar)
         args[k] = a
     args["seed"] = seed
     return args

@@ -48,11 +48,15 @@ def _enum_of(enum_cls, x):
     return x
 
 
-def _lookup_input(seed, rows, features):
+def _lookup_input(seed, rows, features, vbe=None):
+    """Indices, offsets and per-id weights of a batch over ``features`` (their tables' ``rows``):
+    ``B`` bags per feature, or ``sum(vbe[f])`` (a variable batch per feature and rank)."""
     rng = np.random.default_rng(seed)
     B = int(rng.integers(1, 4))
-    lengths = rng.integers(0, 3, len(features) * B)
-    idx = [rng.integers(0, rows[features[b // B]], lengths[b]) for b in range(len(features) * B)]
+    per = [B] * len(features) if vbe is None else [sum(r) for r in vbe]
+    table_of = [rows[f] for f, n in zip(features, per) for _ in range(n)]
+    lengths = rng.integers(0, 3, len(table_of))
+    idx = [rng.integers(0, table_of[b], lengths[b]) for b in range(len(table_of))]
     dt = (np.int32, np.int64)[seed % 2]
     indices = np.concatenate(idx + [np.zeros(0, np.int64)]).astype(dt)
     return {
@@ -65,7 +69,9 @@ def _lookup_input(seed, rows, features):
 def split_base(seed):
     rows, dims = [5, 4], [3, 2]
     ftm = [0, 0, 1] if seed % 2 else None
-    return {
+    # TorchRec's VBE on 2 ranks: feature t's batch per rank (pooled SUM/MEAN only, as the op)
+    vbe = [[1 + (seed + t) % 2, (seed * t) % 3] for t in range(len(ftm or [0, 1]))] if seed % 3 == 2 else None
+    base = {
         "rows": rows,
         "dims": dims,
         "feature_table_map": ftm,
@@ -77,8 +83,12 @@ def split_base(seed):
         "max_norm": 0.0,
         "beta1": 0.9,
         "beta2": 0.999,
-        **_lookup_input(seed, [rows[t] for t in (ftm or [0, 1])], list(range(len(ftm or [0, 1])))),
+        "batch_size_per_feature_per_rank": vbe,
+        **_lookup_input(seed, [rows[t] for t in (ftm or [0, 1])], list(range(len(ftm or [0, 1]))), vbe),
     }
+    if base["pooling_mode"] == "MEAN":
+        base["per_sample_weights"] = None  # no weighted mean (the op refuses it)
+    return base
 
 
 def _initial_weights(n):
@@ -110,7 +120,8 @@ def split_call(args, kind):
     with torch.no_grad():
         m.weights.copy_(torch.from_numpy(_initial_weights(m.weights.shape[0])))
     a = {k: on(kind, args[k]) for k in ("indices", "offsets", "per_sample_weights")}
-    out = m(a["indices"], a["offsets"], a["per_sample_weights"])
+    vbe = args["batch_size_per_feature_per_rank"]
+    out = m(a["indices"], a["offsets"], a["per_sample_weights"], batch_size_per_feature_per_rank=vbe)
     out.backward(torch.ones_like(out))
     states = [s for table in m.split_optimizer_states() for s in table]
     return host({"out": out, "weights": m.weights, "states": [s.reshape(-1) for s in states]})
@@ -195,8 +206,13 @@ def split_model(args):
     pooling = args["pooling_mode"].lower()
     lookup = (w, *lay.arrays(), args["indices"], args["offsets"], pooling)
     psw32 = None if psw is None else psw.astype(np.float32)
+    vbe = args["batch_size_per_feature_per_rank"]
+    if isinstance(vbe, np.ndarray) and not plain(vbe):
+        return None
     try:
-        out = embnum.tbe_forward(*lookup, psw32, bounds_check_mode="fatal", backend="ref")
+        out = embnum.tbe_forward(
+            *lookup, psw32, bounds_check_mode="fatal", batch_size_per_feature_per_rank=vbe, backend="ref"
+        )
     except hostile.CLEAN:
         return INVALID
     if psw32 is not None and (not np.all(np.isfinite(psw32)) or np.abs(psw32).max(initial=0) >= 2.0**60):
@@ -213,6 +229,7 @@ def split_model(args):
         psw32,
         optimizer=opt,
         step=1 if opt.uses_step else None,
+        batch_size_per_feature_per_rank=vbe,
         backend="ref",
         **states,
     )
