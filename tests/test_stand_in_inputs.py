@@ -315,3 +315,15 @@ def test_sharded_checkpoint_is_checked_before_any_copy(group):
     m.load_state_dict(loaded, assign=True)  # accepted (it copies: the shards are views of the flat buffers)
     now = m.state_dict()
     assert all(torch.equal(now[k], loaded[k]) for k in loaded)
+
+
+@pytest.mark.parametrize("kind", ["split", "dense"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_per_sample_weights_of_any_float_dtype_are_read_as_float32(kind, dtype):
+    """The dense module passed them on as they were (float16/float64 a TypeError of the op; the
+    training module cast them): both read them as float32, as fbgemm's lookups do."""
+    m = _fatal_modules()[kind]
+    args = torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2, 2, 3])
+    psw = torch.tensor([0.5, 2.0, -1.5])
+    want = m(*args, psw).detach()
+    assert torch.equal(m(*args, psw.to(dtype)).detach(), want)

@@ -83,14 +83,15 @@ def table_map(feature_table_map, n_tables: int) -> list[int]:
 
 
 def float_weights(name: str, x):
-    """``per_sample_weights``: ``None`` or a floating tensor (fbgemm's lookups read floats)."""
+    """``per_sample_weights``: ``None`` or a floating tensor, as float32 (what fbgemm's lookups read;
+    the cast is differentiable)."""
     if x is None:
         return None
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
     if not x.dtype.is_floating_point:
         raise TypeError(f"{name} must hold floats, got {x.dtype}")
-    return x
+    return x.float()
 
 
 def lookup_error(err, indices, offsets, rows, feature_table_map):
