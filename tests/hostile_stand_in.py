@@ -710,6 +710,8 @@ def reduce_model(summed):
         xs = args["input_tensors"]
         if args["target_device"] != "cpu":
             return None
+        if xs == [] and not summed:
+            return ("ok", [])  # nothing to move (fbgemm's loop over no tensors)
         if not isinstance(xs, list) or not xs or any(not isinstance(x, np.ndarray) for x in xs):
             return None if isinstance(xs, list) and xs else INVALID
         if any(not plain(x) for x in xs) or any(x.dtype.kind not in "fiub" for x in xs):
