@@ -710,7 +710,7 @@ def reduce_model(summed):
         xs = args["input_tensors"]
         if args["target_device"] != "cpu":
             return None
-        if xs == [] and not summed:
+        if isinstance(xs, list) and not xs and not summed:
             return ("ok", [])  # nothing to move (fbgemm's loop over no tensors)
         if not isinstance(xs, list) or not xs or any(not isinstance(x, np.ndarray) for x in xs):
             return None if isinstance(xs, list) and xs else INVALID
