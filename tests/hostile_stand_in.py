@@ -196,6 +196,8 @@ def split_model(args):
         )
     except hostile.CLEAN:
         return INVALID
+    if max(abs(opt.learning_rate), opt.weight_decay, opt.eps) >= 1e30:
+        return BEYOND_FLOAT32  # an update past float32's range (as the TBEOptimizer surface)
     lay = embnum.tbe_layout(rows, dims, ftm)
     if lay.num_weights > 2**20:
         return None  # no model for tables this large (the call may still answer, cleanly)
