@@ -205,7 +205,8 @@ def tbe_torch_step(torch, t):
             dim=1,
         )
         out.backward(grad.to(out.dtype))
-        opt.step()
+        with torch.sparse.check_sparse_tensor_invariants(enable=False):  # opted out: as fast as before, no warning
+            opt.step()
         opt.zero_grad()
 
     return run

@@ -4,7 +4,8 @@ A family test module gives, per op, a Hypothesis strategy that draws the
 op's keyword arguments on the host (NumPy); :func:`matches_ref` runs the op
 on the oracle and on one fast backend and compares them with the op's own
 check (``embnum.get_op(name).check_fn``), also through ``out=``, and checks
-that no input changed.
+that no input changed and that the fast backend warns as the oracle warns (the TBE bounds
+check's repair warning, by design in its ``warning`` mode).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -141,36 +143,67 @@ def run_op(name: str, args: dict, flavor: Flavor, **extra):
     return to_host(op.public(**flavor.to_device(args), backend=flavor.backend, **extra))
 
 
+REPAIRED = "TBE bounds check repaired"  # the start of the bounds check's warning (mode "warning")
+
+
+def _warned(call):
+    """``(call(), the messages of the TBE bounds-repair warnings it emitted)``; any other warning is
+    passed on to the test's filters (a green run has none)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    repaired = []
+    for w in caught:
+        if issubclass(w.category, RuntimeWarning) and str(w.message).startswith(REPAIRED):
+            repaired.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result, repaired
+
+
+def _same_warnings(name, flavor, got, want):
+    """The fast backend repairs (and says so) where the oracle does; on device arrays the repair
+    is counted on the device instead, without a host warning."""
+    assert got == ([] if flavor.device_arrays else want), f"{name} on {flavor.name} warned {got}, ref {want}"
+
+
 def check_matches_ref(name: str, args: dict, flavor: Flavor):
-    """One drawn input: oracle vs fast backend (plain and ``out=``), inputs unchanged."""
+    """One drawn input: oracle vs fast backend (plain and ``out=``), inputs unchanged, the same
+    repair warnings."""
     op = embnum.get_op(name)
     if op.returns == "none":  # in place: compare what it wrote
         return _check_in_place_matches_ref(op, args, flavor)
     before = snapshot(args)
-    want = op.public(**args, backend="ref")
+    want, ref_warned = _warned(lambda: op.public(**args, backend="ref"))
     assert_unchanged(before, args)
     dev_args = flavor.to_device(args)
-    got = to_host(op.public(**dev_args, backend=flavor.backend))
+    got, warned = _warned(lambda: to_host(op.public(**dev_args, backend=flavor.backend)))
     err, ok = op.check_fn(got, want, args)
     assert ok, f"{name} on {flavor.name} differs from ref (max abs error {err})\ngot  {got}\nwant {want}"
+    _same_warnings(name, flavor, warned, ref_warned)
     assert_unchanged(before, dev_args)
     if op.takes_out:
         out = _garbage_like(want, flavor)
-        returned = op.public(**dev_args, backend=flavor.backend, out=out)
+        returned, warned = _warned(lambda: op.public(**dev_args, backend=flavor.backend, out=out))
         assert returned is out
         err, ok = op.check_fn(to_host(out), want, args)
         assert ok, f"{name} on {flavor.name} with out= differs from ref (max abs error {err})"
+        _same_warnings(name, flavor, warned, ref_warned)
     return want
 
 
 def _check_in_place_matches_ref(op, args: dict, flavor: Flavor):
     """An in-place op (``op.mutates``): ref and the fast backend each run on their own
-    copy of the arrays; compare what they wrote; every other input is unchanged."""
+    copy of the arrays; compare what they wrote (and the repair warnings); every other input is
+    unchanged."""
     before = snapshot(args)
     ref_args = snapshot(args)
-    assert op.public(**ref_args, backend="ref") is None
+    result, ref_warned = _warned(lambda: op.public(**ref_args, backend="ref"))
+    assert result is None
     dev_args = flavor.to_device(snapshot(args))
-    assert op.public(**dev_args, backend=flavor.backend) is None
+    result, warned = _warned(lambda: op.public(**dev_args, backend=flavor.backend))
+    assert result is None
+    _same_warnings(op.name, flavor, warned, ref_warned)
     written = [k for k in op.mutates if args.get(k) is not None]
     want = [ref_args[k] for k in written]
     got = [to_host(dev_args[k]) for k in written]

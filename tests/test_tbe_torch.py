@@ -18,7 +18,7 @@ tb = pytest.importorskip("embnum.torch_bridge")
 # -- torch bridge: gradcheck, the two modules ------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore:Input #0 requires gradient and is not a double")
+@pytest.mark.filterwarnings("ignore:Input #[01] requires gradient and is not a double")  # float32 on purpose
 def test_bridge_gradcheck_weights_and_per_sample_weights():
     """gradcheck in float32: TBE weights are float32/float16 (float64 is not a TBE dtype), and the
     op is linear in weights and in per_sample_weights, so a large step is exact."""

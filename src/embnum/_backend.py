@@ -212,7 +212,12 @@ class CpuBackend(Backend):
     def device(self) -> str:
         import numba
 
-        return f"cpu ({numba.config.NUMBA_NUM_THREADS} threads)"  # type: ignore[attr-defined]  # set at import
+        threads = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
+        importlib.import_module("embnum.cpu._common")  # starts Numba's threads (the layer is chosen then)
+        try:
+            return f"cpu ({threads} threads, {numba.threading_layer()})"
+        except ValueError:  # no parallel kernel has run yet
+            return f"cpu ({threads} threads)"
 
 
 class CudaBackend(Backend):

@@ -7,7 +7,9 @@ steps each, equal to the unsharded module trained on both ranks' batches.
 Row-wise and table-row-wise tables (EmbeddingBagCollection; row-wise for the EmbeddingCollection)
 run from an explicit plan: TorchRec's sharders offer them to the planner only for CUDA and TPU
 (``EmbeddingBagCollectionSharder.sharding_types``), though TorchRec's CPU path trains them. TorchRec's
-EmbeddingCollection has no table-row-wise sharding on any device (the last test pins both facts).
+EmbeddingCollection has no table-row-wise sharding on any device (``test_torchrec_sharding_types_on_cpu``
+pins both facts). A DMP checkpoint (``dmp_checkpoint_side.py``), through ``torch.distributed.checkpoint``
+and through ``load_state_dict``, resumes training bit for bit.
 """
 
 from __future__ import annotations
@@ -105,3 +107,34 @@ def test_torchrec_sharding_types_on_cpu():
     bag_cpu, bag_cuda = (EmbeddingBagCollectionSharder().sharding_types(d) for d in ("cpu", "cuda"))
     assert {"row_wise", "table_row_wise"} <= set(bag_cuda) - set(bag_cpu)
     assert all("table_row_wise" not in EmbeddingCollectionSharder().sharding_types(d) for d in ("cpu", "cuda"))
+
+
+@pytest.mark.parametrize("sharding", ["row_wise", "table_wise"])
+def test_dmp_checkpoint_resumes_training_exactly(sharding, tmp_path):
+    """``dmp_checkpoint_side.py``: a DMP saved after two steps (fused row-wise Adagrad: weights and
+    optimizer state) and restored into fresh all-zero models, through ``torch.distributed.checkpoint``
+    and through ``load_state_dict``, gives the saved model's output and, after one more step, its
+    tables and optimizer state bit for bit."""
+    port = 29900 + ["row_wise", "table_wise"].index(sharding) + 3 * (os.getpid() % 100)
+    res = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "dmp_checkpoint_side.py"), sharding, str(tmp_path), str(port)],
+        capture_output=True,
+        text=True,
+        env=_ENV,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    for rank in range(dmp_side.WORLD):
+        record = torch.load(tmp_path / f"rank{rank}.pt")
+        saved = record["saved"]
+        assert saved["output"].abs().sum() > 0  # the restored models start from zeros: loading shows
+        momenta = [p for name, pieces in saved["state"].items() if "momentum1" in name for _, p in pieces]
+        assert len(momenta) == len(dmp_side.ROWS) and sum(float(m.abs().sum()) for m in momenta) > 0
+        for name in ("dcp", "state_dict"):
+            assert torch.equal(record["restored_before"][name], saved["output"]), f"rank {rank} {name}"
+            assert torch.equal(record[name]["output"], saved["output"]), f"rank {rank} {name}"
+            assert sorted(record[name]["state"]) == sorted(saved["state"])
+            for key, pieces in saved["state"].items():
+                got = record[name]["state"][key]
+                assert [o for o, _ in got] == [o for o, _ in pieces], f"rank {rank} {name} {key}"
+                assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, pieces)), f"rank {rank} {name} {key}"

@@ -5,8 +5,8 @@
 holds, with the strategies and constants they are built from:
 
 - ``STRATEGIES``: op name -> Hypothesis strategy of keyword arguments (host NumPy arrays), or a
-  function ``small -> strategy`` (smaller inputs for the CUDA simulator); ``EXPECTED_WARNINGS``
-  where ops warn by design;
+  function ``small -> strategy`` (smaller inputs for the CUDA simulator; the TBE bounds check's
+  repair warning is compared with the oracle's, :func:`harness.check_matches_ref`);
 - ``EDGES``: case -> (op, args), the spec's edge cases;
 - ``BAD``: [(op, args, exception, words)], the error and the words its message names;
 - ``WORKED``: [(op, args, want) or (op, args, want, tolerance)], the family page's worked examples

@@ -128,7 +128,18 @@ def _row(*xs, dtype=F32):
 _SIGNED_ZEROS = np.ones((2, 40), F32)
 _SIGNED_ZEROS[0, 5], _SIGNED_ZEROS[0, 38], _SIGNED_ZEROS[1, 5], _SIGNED_ZEROS[1, 38] = 0.0, -0.0, -0.0, 0.0
 
+_WIDE_Q = np.random.default_rng(5).standard_normal((20, 152)).astype(F32)  # more rows than a grid pass
+_WIDE_Q[3, [40, 41]] = -50.0  # equal minima: the first is the bias
+_WIDE_Q[4] = np.abs(_WIDE_Q[4]) + 1
+_WIDE_Q[4, [2, 130]] = -0.0, 0.0  # signed zeros tie as the minimum: the first, -0.0, is the bias
+_WIDE_Q[5, 140] = np.nan
+_WIDE_Q[6, [7, 39, 71, 103]] = 9.0, 9.0, -9.0, -9.0  # ties inside one lane's four loads (32 lanes)
+_WIDE_Q[7, [1, 9, 17, 25]] = -0.0, 0.0, 0.0, -0.0  # the same with 8 lanes, as the simulator runs
+_WIDE_Q[7] = np.where(_WIDE_Q[7] == 0, _WIDE_Q[7], np.abs(_WIDE_Q[7]) + 1)
 EDGES = {
+    "wide rows, many of them, 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_WIDE_Q)),
+    "wide rows, many of them, 4-bit": ("float_to_fused_nbit_rowwise", dict(input=_WIDE_Q, bit_rate=4)),
+    "wide rows, many of them, 2-bit": ("float_to_fused_nbit_rowwise", dict(input=_WIDE_Q[:, :148], bit_rate=2)),
     "constant rows 8-bit": (
         "float_to_fused_8bit_rowwise",
         dict(input=np.array([[3.3] * 4, [0.0] * 4, [-7.0] * 4], F32)),

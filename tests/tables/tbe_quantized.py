@@ -84,7 +84,6 @@ def lookup_args(draw):
 
 # every fast backend against the oracle: tests/test_ops.py runs this table
 STRATEGIES = {"tbe_forward_quantized": lookup_args()}
-EXPECTED_WARNINGS = (RuntimeWarning,)  # the 'warning' bounds mode warns by design
 
 
 # -- the spec's worked example (fbgemm's numbers) ------------------------------------

@@ -12,7 +12,11 @@ accumulation, one rounding to float16).
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+import site
+import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -145,6 +149,31 @@ SERIAL_BYTES_OF: Mapping[str, int] = MappingProxyType(
     }
 )
 SERIAL_OVERRIDE: int | None = None
+
+
+def _load_tbb() -> str | None:
+    """Load the TBB runtime of the ``tbb`` wheel (a dependency of embnum on x86-64), so that Numba's
+    default threading layer is TBB: a late or descheduled worker's share of a parallel loop is
+    taken by the threads that are running (work stealing), where OpenMP's fixed shares make the
+    whole call wait for it (measured: docs/using.md, "A busy machine"). The wheel puts the library in
+    ``<prefix>/lib``, which the dynamic loader does not search, and Numba opens it by name: loaded
+    here once, by path, the loader finds it by that name. Returns the path loaded, or None (no
+    wheel: Numba then picks OpenMP or its own workqueue as before)."""
+    name = {"linux": "libtbb.so.12", "darwin": "libtbb.12.dylib"}.get(sys.platform)
+    if name is None:
+        return None
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, site.USER_BASE or "")):
+        path = os.path.join(prefix, "lib", name)
+        if prefix and os.path.exists(path):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            return path
+    return None
+
+
+TBB_LOADED = _load_tbb()
 
 
 def _thread_control():

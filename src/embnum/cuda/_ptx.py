@@ -39,7 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODULES = ("_common", "index_select", "jagged", "keyed_tensor", "kjt", "quant", "tbe", "tbe_quantized")
+MODULES = ("_common", "_tbe_vbe", "index_select", "jagged", "keyed_tensor", "kjt", "quant", "tbe", "tbe_quantized")
 CCS = ((9, 0), (8, 0))
 CACHE = Path(os.environ.get("EMBNUM_PTX_CACHE", Path.home() / ".cache" / "embnum-ptx"))
 

@@ -37,8 +37,9 @@ def _accumulate_plan(slots: np.ndarray, srcs: np.ndarray, grads, outs) -> None:
     value dtype, rounded after every addition, in row order (the CUDA C kernel's sum)."""
     for i, x0, n, k0, k1 in slots.tolist():
         acc = np.zeros((outs[i].shape[0], n), outs[i].dtype)
-        for g, col in srcs[k0:k1].tolist():
-            acc = acc + grads[g][:, col : col + n]
+        with np.errstate(invalid="ignore", over="ignore"):  # IEEE sums, as the GPU's: inf + -inf is NaN
+            for g, col in srcs[k0:k1].tolist():
+                acc = acc + grads[g][:, col : col + n]
         outs[i][:, x0 : x0 + n] = acc
 
 

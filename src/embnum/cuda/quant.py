@@ -9,7 +9,8 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
   over the columns (loads of ``x`` coalesced across the group); each lane keeps the
   first minimum and maximum of its columns, and the group combines them with
   ``shfl_xor`` butterflies (min/max are exact, and ties go to the lower column, so the
-  result is the oracle's "first minimal / maximal element" whatever the lane count);
+  result is the oracle's "first minimal / maximal element" whatever the lane count; a lane
+  loads four of its columns before comparing the first, so four loads are in flight);
   then every lane encodes its own columns (n-bit: its own output bytes) and stores
   them coalesced, and lane 0 stores the row's scale and bias. The loop over rows is
   block-uniform (every thread takes the same number of trips), as the shuffles need.
@@ -67,9 +68,25 @@ def _float32_rows(a, D):
 
 
 @cuda.jit(device=True)
+def _take(v, c, D, bad, mn, imn, mx, imx):
+    """The lane's running ``(bad, min, its column, max, its column)`` after column ``c`` (value ``v``;
+    columns taken in increasing order, so a tie keeps the first)."""
+    if v != v:
+        bad = 1
+    if imn == D or v < mn:
+        mn = v
+        imn = c
+    if imx == D or v > mx:
+        mx = v
+        imx = c
+    return bad, mn, imn, mx, imx
+
+
+@cuda.jit(device=True)
 def _min_max(x, r, active, lane):
     """(min, max) of row ``r`` of ``x`` over the lane group, every lane gets them; NaN for both
-    if the row holds a NaN. Every thread of the block calls it (``active`` False: no reads)."""
+    if the row holds a NaN. Every thread of the block calls it (``active`` False: no reads).
+    A lane loads four of its columns before comparing the first (four loads in flight)."""
     D = x.shape[1]
     mn = np.float32(0.0)
     mx = np.float32(0.0)
@@ -77,16 +94,20 @@ def _min_max(x, r, active, lane):
     imx = D
     bad = 0
     if active:
-        for c in range(lane, D, LANES):
-            v = np.float32(x[r, c])
-            if v != v:
-                bad = 1
-            if imn == D or v < mn:
-                mn = v
-                imn = c
-            if imx == D or v > mx:
-                mx = v
-                imx = c
+        c = lane
+        while c + 3 * LANES < D:
+            v0 = np.float32(x[r, c])
+            v1 = np.float32(x[r, c + LANES])
+            v2 = np.float32(x[r, c + 2 * LANES])
+            v3 = np.float32(x[r, c + 3 * LANES])
+            bad, mn, imn, mx, imx = _take(v0, c, D, bad, mn, imn, mx, imx)
+            bad, mn, imn, mx, imx = _take(v1, c + LANES, D, bad, mn, imn, mx, imx)
+            bad, mn, imn, mx, imx = _take(v2, c + 2 * LANES, D, bad, mn, imn, mx, imx)
+            bad, mn, imn, mx, imx = _take(v3, c + 3 * LANES, D, bad, mn, imn, mx, imx)
+            c += 4 * LANES
+        while c < D:
+            bad, mn, imn, mx, imx = _take(np.float32(x[r, c]), c, D, bad, mn, imn, mx, imx)
+            c += LANES
     off = LANES // 2
     while off > 0:
         omn = np.float32(shfl_xor(mn, off))

@@ -458,6 +458,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
     def flush(self) -> None:
         """Nothing to write back: embnum keeps no embedding cache."""
 
+    def reset_cache_states(self) -> None:
+        """Nothing to reset: embnum keeps no embedding cache (TorchRec calls it before loading a state dict)."""
+
     # -- lookup ------------------------------------------------------------------
     def forward(
         self,

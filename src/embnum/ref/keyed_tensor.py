@@ -55,8 +55,9 @@ def permute_multi_embedding(pooled_embs, permutes, in_shapes, out_shapes, out_le
 def permute_multi_embedding_backward(grad_outputs, permutes, in_shapes, out_shapes, in_lengths):
     B, dtype = grad_outputs[0].shape[0], grad_outputs[0].dtype
     grads = [np.zeros((B, w), dtype=dtype) for w in in_lengths]
-    for i, j, a, c, n, _next in np.asarray(permutes).tolist():
-        grads[i][:, a : a + n] += grad_outputs[j][:, c : c + n]  # rounds to dtype after every addition
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE sums: inf + -inf is NaN, overflow is inf
+        for i, j, a, c, n, _next in np.asarray(permutes).tolist():
+            grads[i][:, a : a + n] += grad_outputs[j][:, c : c + n]  # rounds to dtype after every addition
     return grads
 
 
