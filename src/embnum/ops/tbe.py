@@ -13,6 +13,7 @@ rows of each feature's table (``rows``), the batch size ``B`` and ``pooling``
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -129,12 +130,25 @@ def trust_device_layout(weights, weights_offsets, D_offsets, hash_size_cumsum) -
     _TRUSTED.put(key, (*kept, (weights_offsets, D_offsets, hash_size_cumsum)))
 
 
+@functools.cache
+def _load_checks():
+    from . import _checks_tbe
+
+    return _checks_tbe
+
+
+def _checks():
+    """This family's compiled verdict (``ops/_checks_tbe.py``, loaded on first use), or None where
+    the shared compiled checks are not (Numba missing, or ``v.compiled`` stubbed by a test)."""
+    return _load_checks() if v.compiled() is not None else None
+
+
 def _layout_rules(weights, weights_offsets, D_offsets, hash_size_cumsum, T):
     """The layout's rules on host int64 copies; returns ``(woff, doff, hcs, rows)``."""
     woff, doff, hcs = _host(weights_offsets), _host(D_offsets), _host(hash_size_cumsum)
-    compiled = v.compiled()
-    if compiled is not None:  # every rule below in one compiled pass; the exact code names a failure
-        rows = compiled.tbe_layout_rows(woff, doff, hcs, weights.shape[0])
+    checks = _checks()
+    if checks is not None:  # every rule below in one compiled pass; the exact code names a failure
+        rows = checks.tbe_layout_rows(woff, doff, hcs, weights.shape[0])
         if rows.shape[0] == T:
             return woff, doff, hcs, rows
     # comparisons only (a difference of two int64 entries may wrap); sizes below as Python ints
@@ -625,7 +639,8 @@ def _update_close(got, want, args):
         w64 = np.asarray(w).astype(np.float64)
         tol = 2e-5 * np.abs(w64) + 1e-6 * max(1.0, np.abs(w64).max(initial=0.0))
         if np.asarray(w).dtype == np.float16:
-            tol = tol + np.spacing(np.abs(w)).astype(np.float64)
+            with np.errstate(invalid="ignore"):  # no ulp at inf (NaN tolerance): inf and NaN must match exactly
+                tol = tol + np.spacing(np.abs(w)).astype(np.float64)
         e, o = within(g, w, tol)
         err, ok = max(err, e), ok and o
     return err, ok
