@@ -303,7 +303,7 @@ def _grad_output(grad_output, pooling, B, N, doff, vbe=None):
         raise ValueError(f"grad_output must have shape {want}, got {tuple(grad_output.shape)}")
 
 
-# -- 3.1 forward -----------------------------------------------------------
+# -- forward ---------------------------------------------------------------
 @op("tbe", differentiable=("weights", "per_sample_weights"))
 def tbe_forward(
     weights,
@@ -363,7 +363,7 @@ def tbe_forward(
     return (args, (shape, dt))
 
 
-# -- 3.2 / 3.3 backward ----------------------------------------------------
+# -- backward --------------------------------------------------------------
 def _backward_plan(
     grad_output,
     weights,
@@ -503,7 +503,7 @@ def tbe_grad_per_sample_weights(
     return (args, ((indices.shape[0],), np.float32))
 
 
-# -- 3.5 fused optimizers ----------------------------------------------------
+# -- fused optimizers --------------------------------------------------------
 def _state(name, a, kind_uses, weights, numel):
     if not kind_uses:
         if a is not None:
