@@ -243,8 +243,10 @@ def test_nbit_checkpoint_needs_its_bytes_and_layout():
 
 
 # -- the sharded collection (one process) ------------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture
 def group():
+    """A one-process gloo group for one test, destroyed after it (a module-wide group outlived the
+    module under pytest-xdist and met the README's own init_process_group in test_docs)."""
     import torch.distributed as dist
 
     if dist.is_initialized():
