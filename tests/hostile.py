@@ -244,6 +244,8 @@ def _ndim(a, how):
             raise NotApplicable("empty")
         return np.asarray(a.reshape(-1)[0])
     if how == "empty":
+        if a.ndim == 0:
+            raise NotApplicable("0-d")
         return a[:0]
     raise AssertionError(how)
 
@@ -280,6 +282,8 @@ def apply(args: dict, mutation) -> dict:
         flat[i], flat[j], flat[k] = top, top, rest  # the sum grows by 2 * (top + 1): it wraps back
         b = flat.reshape(a.shape).astype(a.dtype)
     elif kind == "decrease":
+        if a.ndim == 0:
+            raise NotApplicable("0-d")
         if mutation[2]:
             b = a[::-1].copy()
         else:

@@ -334,6 +334,11 @@ def opt_model(args):
         return INVALID
     if modes and (mode not in ("none",) + modes or (decay and mode == "none")):
         return INVALID
+    if max(abs(c) for c in checks[:5]) >= 1e30:
+        # a step (lr * g, lr * weight_decay * w, ...) past float32's range: the kernels' float32 and the
+        # oracle's float64 overflow at different places (lr 3.4e38: ref 5.2e37 where cpu gives inf):
+        # every kind must answer, not agree
+        return BEYOND_FLOAT32
     return None  # valid: ref, cpu and the fused module must agree (the update's arithmetic is the op tier's)
 
 
@@ -364,7 +369,7 @@ def ckpt_base(seed):
         if a.dtype.kind == "f":
             a = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype)  # a new state, inside every domain
         else:
-            a = a + 3
+            a = np.asarray(a + 3)  # a 0-d step stays an array (a + 3 alone is a NumPy scalar)
         args[k] = a
     args["seed"] = seed
     return args

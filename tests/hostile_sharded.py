@@ -90,7 +90,7 @@ def ckpt_base(seed):
     args = {}
     for k, v in m.state_dict().items():
         a = v.detach().numpy().copy()
-        args[k] = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype) if a.dtype.kind == "f" else a + 3
+        args[k] = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype) if a.dtype.kind == "f" else np.asarray(a + 3)
     args["seed"] = seed
     return args
 

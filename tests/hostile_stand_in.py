@@ -16,6 +16,8 @@ import numpy as np
 import hostile
 from hostile_models import (
     BEYOND_FLOAT32,
+    I32,
+    I64,
     INVALID,
     NotExpressible,
     host,
@@ -46,11 +48,15 @@ def _enum_of(enum_cls, x):
     return x
 
 
-def _lookup_input(seed, rows, features):
+def _lookup_input(seed, rows, features, vbe=None):
+    """Indices, offsets and per-id weights of a batch over ``features`` (their tables' ``rows``):
+    ``B`` bags per feature, or ``sum(vbe[f])`` (a variable batch per feature and rank)."""
     rng = np.random.default_rng(seed)
     B = int(rng.integers(1, 4))
-    lengths = rng.integers(0, 3, len(features) * B)
-    idx = [rng.integers(0, rows[features[b // B]], lengths[b]) for b in range(len(features) * B)]
+    per = [B] * len(features) if vbe is None else [sum(r) for r in vbe]
+    table_of = [rows[f] for f, n in zip(features, per) for _ in range(n)]
+    lengths = rng.integers(0, 3, len(table_of))
+    idx = [rng.integers(0, table_of[b], lengths[b]) for b in range(len(table_of))]
     dt = (np.int32, np.int64)[seed % 2]
     indices = np.concatenate(idx + [np.zeros(0, np.int64)]).astype(dt)
     return {
@@ -63,7 +69,9 @@ def _lookup_input(seed, rows, features):
 def split_base(seed):
     rows, dims = [5, 4], [3, 2]
     ftm = [0, 0, 1] if seed % 2 else None
-    return {
+    # TorchRec's VBE on 2 ranks: feature t's batch per rank (pooled SUM/MEAN only, as the op)
+    vbe = [[1 + (seed + t) % 2, (seed * t) % 3] for t in range(len(ftm or [0, 1]))] if seed % 3 == 2 else None
+    base = {
         "rows": rows,
         "dims": dims,
         "feature_table_map": ftm,
@@ -75,8 +83,12 @@ def split_base(seed):
         "max_norm": 0.0,
         "beta1": 0.9,
         "beta2": 0.999,
-        **_lookup_input(seed, [rows[t] for t in (ftm or [0, 1])], list(range(len(ftm or [0, 1])))),
+        "batch_size_per_feature_per_rank": vbe,
+        **_lookup_input(seed, [rows[t] for t in (ftm or [0, 1])], list(range(len(ftm or [0, 1]))), vbe),
     }
+    if base["pooling_mode"] == "MEAN":
+        base["per_sample_weights"] = None  # no weighted mean (the op refuses it)
+    return base
 
 
 def _initial_weights(n):
@@ -108,7 +120,8 @@ def split_call(args, kind):
     with torch.no_grad():
         m.weights.copy_(torch.from_numpy(_initial_weights(m.weights.shape[0])))
     a = {k: on(kind, args[k]) for k in ("indices", "offsets", "per_sample_weights")}
-    out = m(a["indices"], a["offsets"], a["per_sample_weights"])
+    vbe = args["batch_size_per_feature_per_rank"]
+    out = m(a["indices"], a["offsets"], a["per_sample_weights"], batch_size_per_feature_per_rank=vbe)
     out.backward(torch.ones_like(out))
     states = [s for table in m.split_optimizer_states() for s in table]
     return host({"out": out, "weights": m.weights, "states": [s.reshape(-1) for s in states]})
@@ -165,6 +178,7 @@ def split_model(args):
         return INVALID
     if norm == 0 and float(args["max_norm"]) > 0:
         return INVALID  # > 0 in float64, 0 in the kernels' float32: TBEOptimizer refuses it
+    decay = float(args["weight_decay"])  # > 0 in float64 is a decay (TBEOptimizer's rule), even 0 in float32
     if decay > 0 and kind in ("sgd", "adagrad", "rowwise_adagrad"):
         return INVALID  # weight_decay_mode NONE: these implement no decay under it
     try:
@@ -182,6 +196,8 @@ def split_model(args):
         )
     except hostile.CLEAN:
         return INVALID
+    if max(abs(opt.learning_rate), opt.weight_decay, opt.eps) >= 1e30:
+        return BEYOND_FLOAT32  # an update past float32's range (as the TBEOptimizer surface)
     lay = embnum.tbe_layout(rows, dims, ftm)
     if lay.num_weights > 2**20:
         return None  # no model for tables this large (the call may still answer, cleanly)
@@ -192,8 +208,13 @@ def split_model(args):
     pooling = args["pooling_mode"].lower()
     lookup = (w, *lay.arrays(), args["indices"], args["offsets"], pooling)
     psw32 = None if psw is None else psw.astype(np.float32)
+    vbe = args["batch_size_per_feature_per_rank"]
+    if isinstance(vbe, np.ndarray) and not plain(vbe):
+        return None
     try:
-        out = embnum.tbe_forward(*lookup, psw32, bounds_check_mode="fatal", backend="ref")
+        out = embnum.tbe_forward(
+            *lookup, psw32, bounds_check_mode="fatal", batch_size_per_feature_per_rank=vbe, backend="ref"
+        )
     except hostile.CLEAN:
         return INVALID
     if psw32 is not None and (not np.all(np.isfinite(psw32)) or np.abs(psw32).max(initial=0) >= 2.0**60):
@@ -210,6 +231,7 @@ def split_model(args):
         psw32,
         optimizer=opt,
         step=1 if opt.uses_step else None,
+        batch_size_per_feature_per_rank=vbe,
         backend="ref",
         **states,
     )
@@ -219,6 +241,8 @@ def split_model(args):
             start = sum(rows[:t]) if how == "row" else sum(a * b for a, b in zip(rows[:t], dims[:t]))
             split.append((t, name, states[name][start : start + (r if how == "row" else r * d)]))
     ordered = [s for _, _, s in sorted(split, key=lambda x: (x[0], list(opt.state_layout).index(x[1])))]
+    if any(not np.all(np.isfinite(a)) or np.abs(a).max(initial=0) > 1e30 for a in [w, *ordered]):
+        return BEYOND_FLOAT32  # an update at float32's edge (lr 3.4e38): ref and the kernels may round apart
     return ("ok", {"out": out, "weights": w, "states": ordered})
 
 
@@ -404,7 +428,7 @@ def dense_model(args):
     if sum(r * d for r, d in zip(rows, dims)) > 2**20:
         return None
     idx, off, psw = args["indices"], args["offsets"], args["per_sample_weights"]
-    if not (index_array(idx) and index_array(off)) or idx.dtype != off.dtype:
+    if not (index_array(idx) and index_array(off)):
         return INVALID
     if psw is not None and not (type(psw) is np.ndarray and psw.dtype.kind == "f" and psw.shape == idx.shape):
         return INVALID
@@ -535,6 +559,8 @@ def nbit_model(args):
         for b in range(B):
             for p in range(o[t * B + b], o[t * B + b + 1]):
                 i = int(idx[p])
+                if i == -1:
+                    continue  # a pruned row: the quantized lookup's rule (it adds nothing)
                 if not 0 <= i < rows[t]:
                     return INVALID
                 out[b, col : col + dims[t]] += table[i]
@@ -686,6 +712,8 @@ def reduce_model(summed):
         xs = args["input_tensors"]
         if args["target_device"] != "cpu":
             return None
+        if isinstance(xs, list) and not xs and not summed:
+            return ("ok", [])  # nothing to move (fbgemm's loop over no tensors)
         if not isinstance(xs, list) or not xs or any(not isinstance(x, np.ndarray) for x in xs):
             return None if isinstance(xs, list) and xs else INVALID
         if any(not plain(x) for x in xs) or any(x.dtype.kind not in "fiub" for x in xs):
@@ -754,7 +782,11 @@ def p2d1_model(args):
         return None  # the schema's SymInt coercion
     if not (index_array(perm) and index_array(lengths)) or not plain(values) or values.ndim != 1:
         return INVALID
-    if weights is not None and (not plain(weights) or weights.shape != values.shape):
+    if values.dtype not in (np.float16, np.float32, np.float64, I32, I64):
+        return INVALID  # the op's value dtypes
+    if weights is not None and (
+        not plain(weights) or weights.shape != values.shape or weights.dtype not in (np.float16, np.float32, np.float64)
+    ):
         return INVALID
     if stride < 1 or lengths.shape[0] % stride:
         return INVALID if lengths.shape[0] or stride < 0 else None

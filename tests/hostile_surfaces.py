@@ -185,6 +185,8 @@ PARAMS = {  # words an error may name besides the input's keys
         "per_sample_weights",
         "optimizer",
         "pooling_mode",
+        "weight_decay_mode",
+        "batch_size_per_feature_per_rank",
     ],
     "SplitTableBatchedEmbeddingBagsCodegen setters": ["params_dict"],
     "SplitTableBatchedEmbeddingBagsCodegen.load_state_dict": ["state_dict"],

@@ -113,11 +113,12 @@ def _schema_takes(ty, x) -> bool:
 
     import numpy as np
 
+    optional = ty.endswith("?") or ty.startswith("Optional[")
     ty = ty.rstrip("?")
     if ty.startswith("Optional[") and ty.endswith("]"):
         ty = ty[9:-1]
-    if x is None:
-        return True
+    if x is None:  # the schema parser reads None for a defaulted non-optional argument as its default
+        return optional or not any(ty == t for t in ("bool", "int", "SymInt", "float"))
     if ty.endswith("[]") or ty.startswith("List["):  # "SymInt[]" in a schema string, "List[int]" from torch
         inner = ty[:-2] if ty.endswith("[]") else ty[5:-1]
         return not isinstance(x, (list, tuple)) or all(_schema_takes(inner, v) for v in x)

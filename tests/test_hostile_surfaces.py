@@ -67,7 +67,10 @@ def _draw(strategy_of, base_of, name, n):
 def test_hostile_surface(name, worker, surface_counts, hostile_examples):
     base_fn, _, _, kinds = S.SURFACES[name]
     drawn = _draw(S.mutations, base_fn, name, max(2, hostile_examples // 3))
-    cases = [(name, s, ("none", None), kinds) for s in range(2)] + [(name, s, m, kinds) for s, m in drawn]
+    for seed in range(2):  # the unmutated input is valid: a result on every kind (else mutations test nothing)
+        verdict = worker.run((name, seed, ("none", None), kinds))
+        assert all(o[0] in ("ok", "na") for o in verdict["outcomes"].values()), (seed, verdict)
+    cases = [(name, s, m, kinds) for s, m in drawn]
     failures = hostile.run_cases(worker, surface_counts, cases)
     assert not failures, "\n".join(failures[:60])
 

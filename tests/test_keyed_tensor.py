@@ -1,6 +1,7 @@
 """The keyed_tensor family beyond its tables (tests/tables/keyed_tensor.py, run by tests/test_ops.py):
 kt_regroup_arguments' chains, float16 rounding, ``out=`` checks, the CUDA C kernels' logic run on
-the host through g++, the one-pass verdicts, the caches and the small kernels."""
+the host through g++, the caches and the small kernels (the one-pass verdicts:
+tests/test_check_agreement.py)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,13 @@ from hypothesis import strategies as st
 
 import embnum
 from harness import check_matches_ref, pme_args
-from strategies import float_dtypes, index_dtypes, value_arrays
+from strategies import float_dtypes, value_arrays
 from tables.keyed_tensor import (
     EDGES,
     FAMILY,
     STRATEGIES,
     classic_regroup,
     handwritten_args,
-    pooled_args,
     regroup_case,
     regroupings,
 )
@@ -272,60 +272,7 @@ def test_cuda_c_kernels_on_the_host_handwritten_rows(cu_on_host, args, data):
     assert embnum.get_op("permute_multi_embedding_backward").check_fn(got_b, want_b, {})[1]
 
 
-# -- the one-pass verdicts, the caches and the small kernels ------------
-_ENTRY = st.one_of(st.integers(-3, 12), st.sampled_from([-(2**63), -(2**31), 2**31 - 1, 2**62, 2**63 - 1]))
-
-
-@st.composite
-def pooled_lists(draw):
-    """Valid ``permute_pooled_embs`` lists, then maybe broken: an entry of one list replaced by a
-    drawn value (int64 extremes included), or one list shortened or lengthened; int32 or int64."""
-    args = draw(pooled_args())
-    lists = [np.asarray(args[k], np.int64).copy() for k in _POOLED]
-    if draw(st.booleans()):
-        k = draw(st.integers(0, 3))
-        if draw(st.booleans()) and lists[k].size:
-            lists[k][draw(st.integers(0, lists[k].size - 1))] = draw(_ENTRY)
-        else:
-            extra = np.array(draw(st.lists(_ENTRY, max_size=2)), np.int64)
-            lists[k] = np.concatenate([lists[k][: draw(st.integers(0, lists[k].size))], extra])
-    fits = all(np.abs(a).max(initial=0) < 2**31 for a in lists)
-    lists = [a.astype(draw(index_dtypes)) if fits else a for a in lists]
-    return args["pooled_embs"], lists
-
-
-_POOLED = ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
-
-
-@given(case=pooled_lists())
-def test_pooled_lists_verdict_matches_the_exact_rules(case):
-    """``_validate_numba.pooled_lists_ok`` (the compiled verdict of permute_pooled_embs's checks)
-    accepts exactly what the Python rules accept; a rejection reruns them, so the message is theirs."""
-    from embnum import _validate, _validate_numba
-    from embnum.ops import keyed_tensor as ops_kt
-
-    x, lists = case
-    try:
-        ops_kt._pooled_rules(x.shape[1], lists)
-        exact = None
-    except ValueError as e:
-        exact = str(e)
-    assert bool(_validate_numba.pooled_lists_ok(*lists, x.shape[1])) == (exact is None)
-    try:
-        embnum.permute_pooled_embs(x, *lists)
-        fast = None
-    except ValueError as e:
-        fast = str(e)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_validate, "compiled", lambda: None)
-        try:
-            embnum.permute_pooled_embs(x, *lists)
-            slow = None
-        except ValueError as e:
-            slow = str(e)
-    assert fast == slow == exact
-
-
+# -- the caches and the small kernels (the one-pass verdicts: tests/test_check_agreement.py) --
 @pytest.mark.parametrize("name", FAMILY)
 @given(data=st.data())
 def test_small_kernels_match_the_parallel_plan(name, data):

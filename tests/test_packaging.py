@@ -68,7 +68,7 @@ def _pinned(name: str) -> dict:
     """``{package: version}`` pinned by ``requirements/<name>``, following its ``-r`` includes."""
     pins = {}
     for line in (ROOT / "requirements" / name).read_text().splitlines():
-        line = line.split("#")[0].strip()
+        line = line.split("#")[0].split(";")[0].strip()  # an environment marker does not change the pin
         if line.startswith("-r "):
             pins.update(_pinned(line[3:].strip()))
         elif line:

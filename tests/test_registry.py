@@ -328,3 +328,14 @@ def test_the_package_imports_every_op_and_helper_by_name():
     assert exported == set(embnum.__all__), sorted(set(embnum.__all__) - exported)
     assert {o.name for o in embnum.ops()} | helpers <= exported
     assert all(vars(embnum)[o.name] is o for o in embnum.ops())
+
+
+def test_public_function_keeps_signature():
+    """The public op keeps its signature, docstring, name and identity across its first call."""
+    x = np.arange(4, dtype=np.int32)
+    fn = embnum.complete_cumsum
+    before = (inspect.signature(fn), fn.__doc__, fn.__name__)
+    fn(x)  # loads the cpu kernel
+    assert embnum.complete_cumsum is fn
+    assert (inspect.signature(fn), fn.__doc__, fn.__name__) == before
+    np.testing.assert_array_equal(fn(x), [0, 0, 1, 3, 6])

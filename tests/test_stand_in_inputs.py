@@ -68,6 +68,11 @@ def _same_state(m, before):
         (lambda: IntN([("a", 3, 4, C.SparseType.INT8, "x")]), ValueError, "embedding_specs[0] location"),
         (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], feature_table_map=[0.5]), TypeError, "feature_table_map"),
         (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], pooling_mode=7), ValueError, "pooling_mode"),
+        (lambda: _split(embedding_table_index_type=torch.tensor([1, 2])), ValueError, "embedding_table_index_type"),
+        (lambda: _split(prefetch_pipeline=__import__("numpy").ones(2)), ValueError, "prefetch_pipeline"),
+        (lambda: Split([(2**31, 2**10, HOST, CPU)]), ValueError, "embedding_specs"),  # torch's RuntimeError before
+        (lambda: Dense([(2**31, 2**10)], use_cpu=True), ValueError, "embedding_specs"),
+        (lambda: IntN([("a", 3, 2**31 - 8, C.SparseType.INT8, HOST)], feature_table_map=[0, 0]), ValueError, "dims"),
         (lambda: permute.PermutePooledEmbeddings([2.5, 3], [1, 0]), TypeError, "embs_dims[0]"),
         (lambda: permute.PermutePooledEmbeddings([2, 3], [True, 0]), TypeError, "permute[0]"),
         (lambda: permute.PermutePooledEmbeddings([2, "3"], [1, 0]), TypeError, "embs_dims[1]"),
@@ -191,6 +196,9 @@ def _bad_entries(sd, held):
         "wrong shape": (held, torch.ones(5)),
         "integer weights": (held, sd[held].to(torch.int32)),
     }
+    if "weights_uvm" in sd:  # the empty placements: torch copied the rest before refusing one of these
+        out["empty buffer with a row"] = ("weights_uvm", torch.zeros(1, 0))
+        out["empty buffer as bools"] = ("weights_dev", torch.zeros(0, dtype=torch.bool))
     if "momentum1_host" in sd:
         out["negative Adagrad state"] = ("momentum1_host", -torch.ones_like(sd["momentum1_host"]))
         out["negative step"] = ("iter", torch.tensor([-5]))
@@ -235,8 +243,10 @@ def test_nbit_checkpoint_needs_its_bytes_and_layout():
 
 
 # -- the sharded collection (one process) ------------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture
 def group():
+    """A one-process gloo group for one test, destroyed after it (a module-wide group outlived the
+    module under pytest-xdist and met the README's own init_process_group in test_docs)."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -268,6 +278,16 @@ def test_sharded_names_feature_table_and_sample(group):
     assert str(info.value).endswith("feature 'b' (table 't0'): id 99 at sample 1 is outside [0, 5)")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.uint8])
+def test_sharded_refuses_ids_that_are_not_int32_or_int64(group, dtype):
+    """Float ids were cast to int64 (1.7 read as id 1)."""
+    m = _sharded("sgd")
+    values = torch.tensor([0, 4, 1.7, 3, 2]).to(dtype)
+    kjt = embnum.KeyedJaggedTensor(["a", "b", "c"], values, lengths=torch.tensor([1, 1, 1, 1, 1, 0]))
+    with pytest.raises(TypeError, match=r"features.values\(\) must hold int32 or int64 ids"):
+        m(kjt)
+
+
 def test_sharded_checkpoint_is_checked_before_any_copy(group):
     from embnum.distributed import TableShards
 
@@ -297,3 +317,15 @@ def test_sharded_checkpoint_is_checked_before_any_copy(group):
     m.load_state_dict(loaded, assign=True)  # accepted (it copies: the shards are views of the flat buffers)
     now = m.state_dict()
     assert all(torch.equal(now[k], loaded[k]) for k in loaded)
+
+
+@pytest.mark.parametrize("kind", ["split", "dense"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_per_sample_weights_of_any_float_dtype_are_read_as_float32(kind, dtype):
+    """The dense module passed them on as they were (float16/float64 a TypeError of the op; the
+    training module cast them): both read them as float32, as fbgemm's lookups do."""
+    m = _fatal_modules()[kind]
+    args = torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2, 2, 3])
+    psw = torch.tensor([0.5, 2.0, -1.5])
+    want = m(*args, psw).detach()
+    assert torch.equal(m(*args, psw.to(dtype)).detach(), want)

@@ -363,3 +363,14 @@ def test_modes_and_fake_tensors_see_the_torch_op():
         fake = mode.from_tensor(lengths)
         out = tb.complete_cumsum(fake)
     assert out.shape == (4,) and type(out).__name__ == "FakeTensor"
+
+
+def test_plain_list_checks_return_new_lists():
+    """The schema check of a list argument gives back a new list (nested ones too), never the caller's."""
+    from embnum.torch_bridge import _values
+
+    ints = (1, 2, 3)
+    assert _values.check_value("arg", "int[]", ints) == [1, 2, 3]
+    nested = [["a"], ["b", "c"]]
+    got = _values.check_value("arg", "str[][]", nested)
+    assert got == nested and got is not nested and got[0] is not nested[0]

@@ -33,6 +33,7 @@ maximum of the clamped offsets); an index outside ``[0, E_t)`` other than
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -68,6 +69,19 @@ def rows_per_feature(hash_size_cumsum: np.ndarray) -> np.ndarray:
             nxt = h[t + 1]
         rows[t] = nxt - h[t]
     return rows
+
+
+@functools.cache
+def _load_checks():
+    from . import _tbe_bounds_numba
+
+    return _tbe_bounds_numba
+
+
+def _checks():
+    """The compiled checks of these rules (``_tbe_bounds_numba.py``, loaded on first use), or None
+    where the shared compiled checks are not (Numba missing, or ``_validate.compiled`` stubbed)."""
+    return _load_checks() if _validate.compiled() is not None else None
 
 
 def check_offsets(offsets, n_indices: int, mode: str):
@@ -116,10 +130,11 @@ def check_indices(indices, offsets, B: int, rows: np.ndarray, mode: str, *, prun
     Repair modes: a copy with bad indices replaced by 0. ``-1`` is an ``IndexError`` in every
     mode unless ``pruned_ok``.
     """
-    fast = _validate._fast(indices)
     fits = indices.ndim == 1 and offsets.ndim == 1 and offsets.shape[0] > rows.shape[0] * B
-    if fast is not None and fits and _validate._fast(offsets) is not None:  # one compiled pass over every bag
-        if fast.first_bad_feature(indices, offsets, B, np.ascontiguousarray(rows, dtype=np.int64)) < 0:
+    host = _validate._fast(indices) is not None and _validate._fast(offsets) is not None
+    checks = _checks() if fits and host else None
+    if checks is not None:  # one compiled pass over every bag
+        if checks.first_bad_feature(indices, offsets, B, np.ascontiguousarray(rows, dtype=np.int64)) < 0:
             return indices, False
     xp = xp_of(indices)
     T = rows.shape[0]
@@ -250,8 +265,8 @@ def check(indices, offsets, B: int, rows: np.ndarray, mode: str, *, pruned_ok: b
         and indices.dtype in _validate.INDEX_DTYPES
         and offsets.dtype in _validate.INDEX_DTYPES
     ):  # the per-call case: one compiled verdict of both checks; anything it rejects takes them below
-        compiled = _validate.compiled()
-        if compiled is not None and compiled.tbe_lookups_ok(
+        checks = _checks()
+        if checks is not None and checks.tbe_lookups_ok(
             indices, offsets, B, np.ascontiguousarray(rows, dtype=np.int64), pruned_ok
         ):
             return indices, offsets

@@ -15,6 +15,7 @@ element moved once, no atomics). Shared by every backend; NumPy only.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -191,3 +192,42 @@ def flat_positions(vbe: VBELayout, D_offsets: np.ndarray) -> tuple[np.ndarray, n
     if not rows:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(rows), np.concatenate(cols)
+
+
+def entry_points(move, xp):
+    """``(forward, backward)``: decorators that give a backend's TBE entry points a ``vbe=``
+    (a :class:`VBELayout`, or None for a fixed batch). The entry points run on the padded
+    ``[B_max, total_D]`` form; ``move(padded, flat, vbe, D_offsets, to_flat)`` is the backend's
+    row move between it and the flat rank-major output, ``xp()`` its array module.
+
+    - forward ``(weights, output_dtype, out, vbe=None, **lookup)``: the entry point fills a padded
+      scratch, then one move to ``out``;
+    - backward ``(grad_output, *args, vbe=None, **kw)``: the flat gradient moved into a zeroed
+      padded array first."""
+
+    def forward(entry):
+        @functools.wraps(entry)
+        def run(weights, output_dtype, out, vbe=None, **lookup):
+            if vbe is None:
+                return entry(weights, output_dtype, out, **lookup)
+            doff = lookup["D_offsets"]
+            padded = xp().empty((lookup["B"], int(doff[-1])), out.dtype)
+            entry(weights, output_dtype, padded, **lookup)
+            move(padded, out, vbe, doff, True)
+            return None
+
+        return run
+
+    def backward(entry):
+        @functools.wraps(entry)
+        def run(grad_output, *args, vbe=None, **kw):
+            if vbe is not None:
+                doff = kw["D_offsets"]
+                padded = xp().zeros((kw["B"], int(doff[-1])), grad_output.dtype)
+                move(padded, grad_output, vbe, doff, False)
+                grad_output = padded
+            return entry(grad_output, *args, **kw)
+
+        return run
+
+    return forward, backward

@@ -249,8 +249,9 @@ def offsets_parts(offs) -> list:
 
 @functools.cache
 def compiled():
-    """The Numba-compiled one-pass checks (:mod:`embnum._validate_numba`), or None where
-    Numba is missing (loaded on first use: ``import embnum`` loads no Numba)."""
+    """The Numba-compiled generic reductions (:mod:`embnum._validate_numba`), or None where
+    Numba is missing (loaded on first use: ``import embnum`` loads no Numba). Each family's
+    compiled verdicts load only where this is not None (tests stub it to run the exact rules)."""
     try:
         from . import _validate_numba
     except ImportError:
@@ -273,24 +274,6 @@ def min_max(a) -> tuple[int, int]:
         lo, hi = fast.min_max(a)
         return int(lo), int(hi)
     return int(a.min()), int(a.max())
-
-
-def host_int32_prefix_fits(a, drop_last: bool) -> bool:
-    """Whether every running sum along the last axis of a plain NumPy int32 array ``a`` (1-D or
-    2-D; a row's last entry left out when ``drop_last``) stays in int32: the compiled verdict
-    (``_validate_numba.int32_prefix_fits``). Without Numba, True only where the min/max bound
-    proves it (the caller then runs its exact rule, which names the error)."""
-    fast = compiled()
-    return fast.int32_prefix_fits(a, drop_last) if fast is not None else _int32_bound_fits(a, drop_last)
-
-
-def _int32_bound_fits(a, drop_last: bool) -> bool:
-    """:func:`host_int32_prefix_fits` without Numba: the min/max bound only (Python ints)."""
-    n = a.shape[-1]
-    if a.size == 0 or n == 0 or (drop_last and n < 2):
-        return True
-    lo, hi = int(a.min()), int(a.max())
-    return hi * n <= INT32_MAX and lo * n >= -INT32_MAX
 
 
 def _offsets_summary(offs) -> tuple[int, int, int]:

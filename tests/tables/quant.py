@@ -139,7 +139,7 @@ _WIDE_Q[7] = np.where(_WIDE_Q[7] == 0, _WIDE_Q[7], np.abs(_WIDE_Q[7]) + 1)
 EDGES = {
     "wide rows, many of them, 8-bit": ("float_to_fused_8bit_rowwise", dict(input=_WIDE_Q)),
     "wide rows, many of them, 4-bit": ("float_to_fused_nbit_rowwise", dict(input=_WIDE_Q, bit_rate=4)),
-    "wide rows, many of them, 2-bit": ("float_to_fused_nbit_rowwise", dict(input=_WIDE_Q[:, :148], bit_rate=2)),
+    "wide rows, many of them, 2-bit": ("float_to_fused_nbit_rowwise", dict(input=_WIDE_Q[:, :144], bit_rate=2)),
     "constant rows 8-bit": (
         "float_to_fused_8bit_rowwise",
         dict(input=np.array([[3.3] * 4, [0.0] * 4, [-7.0] * 4], F32)),

@@ -4,12 +4,11 @@ rank-major VBE output (forward: gather; backward: scatter of the gradient into z
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from numba import prange
 
 from .._jit import njit
+from .._tbe_vbe import entry_points
 
 _BITS = {2: np.uint16, 4: np.uint32}  # rows are copied as bits: float16 and float32 alike
 
@@ -41,43 +40,11 @@ def _bits(a):
     return a.view(_BITS[a.dtype.itemsize])
 
 
-def gather(padded, out, vbe, D_offsets):
-    """``out`` (flat ``[output_size]``) <- the padded ``[B_max, total_D]`` result (same dtype)."""
-    _move(_bits(padded), _bits(out), vbe.rank_offsets, vbe.output_offsets, D_offsets, True)
+def _run(padded, flat, vbe, D_offsets, to_flat):
+    """Rows between the padded ``[B_max, total_D]`` array and the flat ``[output_size]`` one (same
+    dtype): to ``flat`` when ``to_flat``, else into ``padded``."""
+    flat = flat if to_flat else np.ascontiguousarray(flat)
+    _move(_bits(padded), _bits(flat), vbe.rank_offsets, vbe.output_offsets, D_offsets, to_flat)
 
 
-def scatter(grad_output, vbe, D_offsets, B):
-    """The flat VBE gradient placed in a zeroed padded ``[B, total_D]`` array of its dtype."""
-    padded = np.zeros((B, int(D_offsets[-1])), grad_output.dtype)
-    _move(
-        _bits(padded), _bits(np.ascontiguousarray(grad_output)), vbe.rank_offsets, vbe.output_offsets, D_offsets, False
-    )
-    return padded
-
-
-def forward(entry):
-    """``tbe_forward`` with VBE: the entry point fills a padded scratch, then one gather."""
-
-    @functools.wraps(entry)
-    def run(weights, output_dtype, out, vbe=None, **lookup):
-        if vbe is None:
-            return entry(weights, output_dtype, out, **lookup)
-        doff = lookup["D_offsets"]
-        padded = np.empty((lookup["B"], int(doff[-1])), out.dtype)
-        entry(weights, output_dtype, padded, **lookup)
-        gather(padded, out, vbe, doff)
-        return None
-
-    return run
-
-
-def backward(entry):
-    """A TBE backward entry point with VBE: the flat gradient scattered to the padded form first."""
-
-    @functools.wraps(entry)
-    def run(grad_output, *args, vbe=None, **kw):
-        if vbe is not None:
-            grad_output = scatter(grad_output, vbe, kw["D_offsets"], kw["B"])
-        return entry(grad_output, *args, **kw)
-
-    return run
+forward, backward = entry_points(_run, lambda: np)

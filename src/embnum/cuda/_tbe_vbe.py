@@ -8,11 +8,10 @@ the map is small host metadata uploaded once per content (``constant``), nothing
 
 from __future__ import annotations
 
-import functools
-
 from numba import cuda
 
 from .._jit import cuda_kernel
+from .._tbe_vbe import entry_points
 from ._common import TPB, bits, blocks, constant, launch, xp
 
 
@@ -55,32 +54,4 @@ def _run(padded, flat, vbe, D_offsets, to_flat):
     launch(_move, blocks(vbe.output_size, TPB), TPB, bits(padded), bits(flat), *args)
 
 
-def forward(entry):
-    """``tbe_forward`` with VBE: the entry point fills a padded scratch, then one gather."""
-
-    @functools.wraps(entry)
-    def run(weights, output_dtype, out, vbe=None, **lookup):
-        if vbe is None:
-            return entry(weights, output_dtype, out, **lookup)
-        doff = lookup["D_offsets"]
-        padded = xp().empty((lookup["B"], int(doff[-1])), out.dtype)
-        entry(weights, output_dtype, padded, **lookup)
-        _run(padded, out, vbe, doff, True)
-        return None
-
-    return run
-
-
-def backward(entry):
-    """A TBE backward entry point with VBE: the flat gradient scattered to a zeroed padded form first."""
-
-    @functools.wraps(entry)
-    def run(grad_output, *args, vbe=None, **kw):
-        if vbe is not None:
-            doff = kw["D_offsets"]
-            padded = xp().zeros((kw["B"], int(doff[-1])), grad_output.dtype)
-            _run(padded, grad_output, vbe, doff, False)
-            grad_output = padded
-        return entry(grad_output, *args, **kw)
-
-    return run
+forward, backward = entry_points(_run, xp)

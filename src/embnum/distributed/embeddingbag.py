@@ -97,7 +97,12 @@ def _unpack(kjt):
     if lengths.numel() != T * B:
         raise ValueError(f"features: {lengths.numel()} lengths for {T} keys x stride {B}")
     w = kjt.weights_or_none() if callable(getattr(kjt, "weights_or_none", None)) else None
-    return keys, lengths.reshape(T, B), kjt.values().to(torch.int64), None if w is None else w.float(), B
+    values = kjt.values()
+    if values.dtype not in (torch.int32, torch.int64):  # a cast would read 1.7 as id 1
+        raise TypeError(f"features.values() must hold int32 or int64 ids, got {values.dtype}")
+    if w is not None and not w.dtype.is_floating_point:
+        raise TypeError(f"features.weights() must hold floats, got {w.dtype}")
+    return keys, lengths.reshape(T, B), values.to(torch.int64), None if w is None else w.float(), B
 
 
 def _cumsum0(x):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .._tbe import _finite
-from .._validate import integer
+from .._validate import AllocationError, integer
 from ..modules import _state
 from ..modules.tbe import first_out_of_range
 
@@ -38,6 +38,17 @@ def specs(cls_name: str, embedding_specs, fields: tuple, min_rows: int = 1) -> l
                 s[k] = integer(f"embedding_specs[{i}] {field}", s[k], min=low, max=2**40, what="an int")
         out.append(tuple(s))
     return out
+
+
+def allocate(what: str, make, n: int):
+    """``make()`` (a tensor of ``n`` elements for the tables of ``embedding_specs``); torch's
+    allocation failure as an :class:`~embnum._validate.AllocationError` naming ``what``."""
+    try:
+        return make()
+    except (RuntimeError, MemoryError) as e:
+        if isinstance(e, RuntimeError) and "allocate" not in str(e):
+            raise
+        raise AllocationError(f"embedding_specs: the {what} ({n} elements) do not fit in memory") from None
 
 
 def number(name: str, x, *, minimum=None) -> float:
@@ -72,14 +83,15 @@ def table_map(feature_table_map, n_tables: int) -> list[int]:
 
 
 def float_weights(name: str, x):
-    """``per_sample_weights``: ``None`` or a floating tensor (fbgemm's lookups read floats)."""
+    """``per_sample_weights``: ``None`` or a floating tensor, as float32 (what fbgemm's lookups read;
+    the cast is differentiable)."""
     if x is None:
         return None
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
     if not x.dtype.is_floating_point:
         raise TypeError(f"{name} must hold floats, got {x.dtype}")
-    return x
+    return x.float()
 
 
 def lookup_error(err, indices, offsets, rows, feature_table_map):

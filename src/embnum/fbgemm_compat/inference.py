@@ -169,6 +169,11 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         def buffer(values, dtype):
             return torch.tensor(values, dtype=dtype, device=self.current_device)
 
+        if sum(s[2] for s in specs) > 2**31 - 1:  # fbgemm's D_offsets are int32
+            raise ValueError(
+                f"{name}: embedding_specs dims sum to {sum(s[2] for s in specs)} over the features, "
+                "more than the int32 D_offsets hold (2**31 - 1)"
+            )
         self.register_buffer("weights_offsets", buffer([self.weights_physical_offsets[t] for t in ftm], torch.int64))
         self.register_buffer("weights_tys", buffer([s[3].as_int() for s in specs], torch.uint8))
         self.register_buffer("D_offsets", buffer([0, *itertools.accumulate(s[2] for s in specs)], torch.int32))
@@ -200,7 +205,9 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
     def initialize_weights(self) -> None:
         """Allocate the weight buffer (zeros), once."""
         if not self.weight_initialized:
-            setattr(self, self._held, torch.zeros(self._size, dtype=torch.uint8, device=self.current_device))
+            n, device = self._size, self.current_device
+            flat = _checks.allocate("weight bytes", lambda: torch.zeros(n, dtype=torch.uint8, device=device), n)
+            setattr(self, self._held, flat)
             self.weight_initialized = True
 
     def split_embedding_weights_with_scale_bias(self, split_scale_bias_mode: int = 1):

@@ -109,6 +109,14 @@ _DEFAULT_ONLY = {
 }
 
 
+def _equal(value, default) -> bool:
+    """``value == default`` as one bool (a tensor or an array compared with a default is not its default)."""
+    try:
+        return bool(value == default)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
 def check_defaults(cls_name: str, given: dict, defaults: dict, ignored=()) -> None:
     """``ValueError`` naming the first fbgemm argument in ``given`` that is not at its default;
     ``TypeError`` for a name fbgemm's constructor does not have."""
@@ -118,7 +126,7 @@ def check_defaults(cls_name: str, given: dict, defaults: dict, ignored=()) -> No
         if name not in defaults:
             raise TypeError(f"{cls_name}() got an unexpected keyword argument {name!r}")
         default = defaults[name]
-        if value is not default and value != default:
+        if value is not default and not _equal(value, default):
             raise ValueError(
                 f"{cls_name}: {name}={value!r} is not supported by embnum's fbgemm stand-in "
                 f"(only fbgemm's default {default!r}; docs/torchrec-without-fbgemm.md)"
@@ -327,7 +335,10 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             if placement == EmbeddingLocation.DEVICE
             else ("weights_host", "weights_dev")
         )
-        self.register_parameter(held, torch.nn.Parameter(torch.zeros(self.num_weights, dtype=dtype, device=device)))
+        flat = _checks.allocate(
+            "weights", lambda: torch.zeros(self.num_weights, dtype=dtype, device=device), self.num_weights
+        )
+        self.register_parameter(held, torch.nn.Parameter(flat))
         self.register_buffer(empty, torch.zeros(0, dtype=dtype, device=device))
         self.register_buffer("weights_uvm", torch.zeros(0, dtype=dtype, device=device))
         self._held = held
@@ -338,7 +349,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         sizes = self._tbe_optimizer.state_sizes(self.num_weights, int(sum(rows)))
         for state in ("momentum1", "momentum2"):
             if state in sizes:
-                self.register_buffer(f"{state}_{held[8:]}", torch.zeros(sizes[state], device=device))
+                n = sizes[state]
+                buf = _checks.allocate(f"optimizer state {state}", lambda n=n: torch.zeros(n, device=device), n)
+                self.register_buffer(f"{state}_{held[8:]}", buf)
         self.register_buffer("iter", torch.zeros(1, dtype=torch.int64, device=device))
         self._steps = StepCount(self.iter, 0)
         # the parameter that makes autograd call backward (the fused update) even where no input needs a gradient
@@ -413,6 +426,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
     def _state_rules(self) -> dict:
         rules = super()._state_rules()
         rules[self._held] = rules.pop("weights")
+        for empty in ("weights_dev", "weights_host", "weights_uvm", "placeholder_autograd_tensor"):
+            rules.setdefault(empty, (getattr(self, empty), "weights"))  # size 0: a shape and dtype check
         rules["weights_placements"] = (self.weights_placements, "layout")
         for state in self._tbe_optimizer.states:
             squares = state == "momentum2" or self._kind in ("adagrad", "rowwise_adagrad")
@@ -595,7 +610,10 @@ class DenseTableBatchedEmbeddingBagsCodegen(_Layout):
         self._set_layout(rows, dims, feature_table_map, pooling_mode, output_dtype, device)
         self.weights_precision = weights_precision
         dtype = _float_type(name, "weights_precision", weights_precision)
-        self.weights = torch.nn.Parameter(torch.randn(self.num_weights, device=device).to(dtype))
+        n = self.num_weights
+        self.weights = torch.nn.Parameter(
+            _checks.allocate("weights", lambda: torch.randn(n, device=device).to(dtype), n)
+        )
         self.weights_physical_offsets = _table_starts(rows, dims)
 
     def split_embedding_weights(self) -> list[torch.Tensor]:

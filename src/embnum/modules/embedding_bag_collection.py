@@ -355,8 +355,9 @@ class EmbeddingBagCollection(torch.nn.Module):
                 if p + "step" in state_dict:
                     steps[t.name] = int(state_dict[p + "step"].reshape(-1)[0])
             if len(set(steps.values())) > 1:
+                keys = [f"state_dict[{prefix + f'embedding_bags.{t}.step'!r}]" for t in sorted(steps)]
                 raise ValueError(
-                    f"the steps of tables {sorted(steps)} differ ({steps}), but they share one TBE call and one step"
+                    f"{' and '.join(keys)} differ ({steps}), but tables {sorted(steps)} share one TBE call and one step"
                 )
         super()._load_from_state_dict(state_dict, prefix, *args)
 

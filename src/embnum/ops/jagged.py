@@ -7,6 +7,8 @@ implementations in ``embnum.{ref,cpu,cuda}.jagged``.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import _validate as v
@@ -21,12 +23,41 @@ _INT32 = np.dtype(np.int32)  # a dtype, not the type: comparing with the type co
 _INT32_MAX = v.INT32_MAX
 
 
+@functools.cache
+def _load_checks():
+    from . import _checks_jagged
+
+    return _checks_jagged
+
+
+def _checks():
+    """This family's compiled verdicts (``ops/_checks_jagged.py``, loaded on first use), or None
+    where the shared compiled checks are not (Numba missing, or ``v.compiled`` stubbed by a test)."""
+    return _load_checks() if v.compiled() is not None else None
+
+
+def _int32_bound_fits(a, drop_last: bool) -> bool:
+    """The compiled int32 prefix verdict's first step without Numba: True only where the min/max
+    bound proves every running sum of a host int32 array fits (Python ints)."""
+    n = a.shape[-1]
+    if a.size == 0 or n == 0 or (drop_last and n < 2):
+        return True
+    lo, hi = int(a.min()), int(a.max())
+    return hi * n <= _INT32_MAX and lo * n >= -_INT32_MAX
+
+
 def _cumsum_fits_int32(name, lengths, *, drop_last):
     """ValueError when an int32 prefix sum (the output) would leave int32."""
     if lengths.dtype != _INT32:
         return
-    if type(lengths) is np.ndarray and v.host_int32_prefix_fits(lengths, drop_last):
-        return  # host data: one compiled verdict; a failing one runs the exact rule below, which names the error
+    if type(lengths) is np.ndarray:  # host data: one verdict; a failing one runs the exact rule below
+        checks = _checks()
+        if (
+            checks.int32_prefix_fits(lengths, drop_last)
+            if checks is not None
+            else _int32_bound_fits(lengths, drop_last)
+        ):
+            return
     n = lengths.shape[-1]
     if n == 0 or lengths.size == 0 or (drop_last and n < 2):
         return
@@ -63,8 +94,8 @@ def _value_array(name, a, ndim):
 
 
 # -- the per-call path --------------------------------------------------------
-# On plain NumPy arrays and Python ints a declaration first asks ONE compiled pass of
-# ``embnum._validate_numba`` (``v.compiled()``) per offsets array for its verdict; when every rule
+# On plain NumPy arrays and Python ints a declaration first asks ONE compiled pass (a generic
+# reduction of ``v.compiled()``, or this family's verdict of ``_checks()``) per array for its verdict; when every rule
 # holds the plan is built from that. A failing verdict, other argument types or a missing Numba take
 # the exact rules, which raise the error (same types and messages whatever the path).
 _ND = np.ndarray
@@ -241,11 +272,11 @@ def segment_sum_csr(batch_size, csr_seg, values):
     >>> embnum.segment_sum_csr(2, np.array([0, 1, 1, 3]), np.arange(1.0, 7.0))
     array([ 3.,  0., 18.])
     """
-    compiled = v.compiled()
+    checks = _checks()
     if (
-        compiled is None
+        checks is None
         or not (_host_values(values, (1,)) and _host_size(batch_size) and _host_index(csr_seg))
-        or not compiled.csr_ok(csr_seg, batch_size, values.shape[0])
+        or not checks.csr_ok(csr_seg, batch_size, values.shape[0])
     ):  # the exact rules (they raise)
         _value_array("values", values, 1)
         batch_size = _csr_runs(batch_size, csr_seg, values.shape[0], "values")
@@ -268,12 +299,12 @@ def segment_sum_csr_backward(batch_size, csr_seg, grad_output, num_values):
     >>> embnum.segment_sum_csr_backward(2, np.array([0, 1, 1, 3]), np.array([1.0, 2.0, 3.0]), 7)
     array([1., 1., 3., 3., 3., 3., 0.])
     """
-    compiled = v.compiled()
+    checks = _checks()
     if (
-        compiled is None
+        checks is None
         or not (_host_values(grad_output, (1,)) and _host_size(num_values) and _host_size(batch_size))
         or not (_host_index(csr_seg) and grad_output.shape[0] == csr_seg.shape[0] - 1)
-        or not compiled.csr_ok(csr_seg, batch_size, num_values)
+        or not checks.csr_ok(csr_seg, batch_size, num_values)
     ):  # the exact rules (they raise)
         _value_array("grad_output", grad_output, 1)
         num_values = v.size("num_values", num_values)

@@ -10,6 +10,8 @@ before any kernel runs.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import _permute_plan as plan
@@ -161,12 +163,25 @@ def _cumsum_list(name, offs, D=None, o=None):
     return o
 
 
+@functools.cache
+def _load_checks():
+    from . import _checks_keyed_tensor
+
+    return _checks_keyed_tensor
+
+
+def _checks():
+    """This family's compiled verdict (``ops/_checks_keyed_tensor.py``, loaded on first use), or None where
+    the shared compiled checks are not (Numba missing, or ``v.compiled`` stubbed by a test)."""
+    return _load_checks() if v.compiled() is not None else None
+
+
 _POOLED_NAMES = ("offset_dim_list", "permute_list", "inv_offset_dim_list", "inv_permute_list")
 
 
 def _pooled_rules(D, lists):
     """Every rule on the four lists of ``permute_pooled_embs``, in order, raising on the first
-    broken one (on host copies read in one device-to-host copy; ``_validate_numba.pooled_lists_ok``
+    broken one (on host copies read in one device-to-host copy; ``_checks_keyed_tensor.pooled_lists_ok``
     is the same rules as one verdict)."""
     offset_dim_list, _, inv_offset_dim_list, _ = lists
     offs_h, perm, inv_offs_h, inv = _read_together(lists)  # one read for the four lists
@@ -221,14 +236,14 @@ def permute_pooled_embs(pooled_embs, offset_dim_list, permute_list, inv_offset_d
     lists = (offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list)
     for name, a in zip(_POOLED_NAMES, lists):
         v.index_array(name, a)
-    compiled = v.compiled()
+    checks = _checks()
     if not (
-        compiled is not None
+        checks is not None
         and type(offset_dim_list) is np.ndarray
         and type(permute_list) is np.ndarray
         and type(inv_offset_dim_list) is np.ndarray
         and type(inv_permute_list) is np.ndarray
-        and compiled.pooled_lists_ok(*lists, D)
+        and checks.pooled_lists_ok(*lists, D)
     ):
         _pooled_rules(D, lists)  # device arrays, or a rule broken: the exact checks, which name it
     return (

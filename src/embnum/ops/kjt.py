@@ -9,6 +9,8 @@ requested are ``None`` slots of the result tuple.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import _validate as v
@@ -22,10 +24,23 @@ _ND = np.ndarray
 
 
 # -- the per-call path --------------------------------------------------------
-# On plain NumPy arrays each declaration first asks ONE compiled pass of ``embnum._validate_numba``
-# (``v.compiled()``) for its verdict and the sizes its plan needs; when every rule holds the plan is
-# built from that. Any failing verdict, other array types or a missing Numba take the exact rules
-# below, which raise the error (same types and messages whatever the path).
+# On plain NumPy arrays each declaration first asks ONE compiled pass (this family's verdicts,
+# ``ops/_checks_kjt.py``, through ``_checks()``) for its verdict and the sizes its plan needs; when
+# every rule holds the plan is built from that. Any failing verdict, other array types or a missing
+# Numba take the exact rules below, which raise the error (same types and messages whatever the path).
+@functools.cache
+def _load_checks():
+    from . import _checks_kjt
+
+    return _checks_kjt
+
+
+def _checks():
+    """This family's compiled verdicts (loaded on first use), or None where the shared compiled
+    checks are not (Numba missing, or ``v.compiled`` stubbed by a test)."""
+    return _load_checks() if v.compiled() is not None else None
+
+
 def _host_index(a, ndim=1) -> bool:
     """``a`` is a plain NumPy int32/int64 array of ``ndim`` dims."""
     return type(a) is _ND and a.ndim == ndim and a.dtype in _INDEX
@@ -123,10 +138,10 @@ def _totals_read_once(lengths, index, n, selected):
 
 def _permute_fast(permute, lengths, values, weights, permuted_lengths_sum, ndim):
     """The plan of a permute from one compiled pass when every rule holds on host data, else None."""
-    compiled = v.compiled()
-    if compiled is None or not (_host_index(permute) and _host_index(lengths, ndim)):
+    checks = _checks()
+    if checks is None or not (_host_index(permute) and _host_index(lengths, ndim)):
         return None
-    totals = compiled.permute_totals_2d if ndim == 2 else compiled.permute_totals_1d
+    totals = checks.permute_totals_2d if ndim == 2 else checks.permute_totals_1d
     N, M = totals(permute, lengths, _MAX)
     if N < 0 or not _host_data(values, weights, N) or not _hint_ok(permuted_lengths_sum, M):
         return None
@@ -435,8 +450,8 @@ def _bucketize_fast(
 ):
     """The plan of a ``plain`` block bucketize (no per-key batch sizes, block counts, boundaries or
     keep flags) from one compiled pass when every rule holds on host data, else None."""
-    compiled = v.compiled()
-    if not (compiled is not None and plain and _host_index(lengths) and _host_index(block_sizes)):
+    checks = _checks()
+    if not (checks is not None and plain and _host_index(lengths) and _host_index(block_sizes)):
         return None
     if not (_host_index(indices) and type(my_size) is int and 1 <= my_size and type(max_B) is int):
         return None
@@ -444,7 +459,7 @@ def _bucketize_fast(
         return None
     if my_size * max(lengths.shape[0], 1) > _MAX or not -v.INT64_MAX - 1 <= max_B <= v.INT64_MAX:
         return None
-    N, bs, batch, G, flags = compiled.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype])
+    N, bs, batch, G, flags = checks.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype])
     if N < 0 or indices.shape[0] != N:
         return None
     if weights is not None and not (
@@ -619,9 +634,9 @@ def keyed_jagged_index_select_dim1(
     >>> embnum.keyed_jagged_index_select_dim1(values, lengths, embnum.complete_cumsum(lengths), np.array([1, 1, 0]), 2)
     [array([11, 12, 11, 12, 10, 20, 20]), array([2, 2, 1, 1, 1, 0])]
     """
-    compiled = v.compiled()
+    checks = _checks()
     if (
-        compiled is not None
+        checks is not None
         and type(batch_size) is int
         and 1 <= batch_size <= _MAX
         and _host_index(lengths)
@@ -630,7 +645,7 @@ def keyed_jagged_index_select_dim1(
         and lengths.shape[0] % batch_size == 0
         and offsets.shape[0] == lengths.shape[0] + 1
     ):
-        N, M = compiled.index_select_totals(lengths, offsets, indices, batch_size, _MAX)
+        N, M = checks.index_select_totals(lengths, offsets, indices, batch_size, _MAX)
         if N >= 0 and _host_data(values, weights, N) and _hint_ok(selected_lengths_sum, M):
             return _index_select_plan(values, lengths, offsets, indices, batch_size, weights, M)
     batch_size = v.size("batch_size", batch_size)
@@ -703,16 +718,16 @@ def expand_into_jagged_permute(permute, input_offset, output_offset, output_size
     >>> embnum.expand_into_jagged_permute(np.array([1, 0]), np.array([0, 2, 5]), np.array([0, 3, 5]), 5)
     array([2, 3, 4, 0, 1])
     """
-    compiled = v.compiled()
+    checks = _checks()
     if (
-        compiled is not None
+        checks is not None
         and _host_index(permute)
         and _host_index(input_offset)
         and _host_index(output_offset)
         and input_offset.shape[0] == permute.shape[0] + 1 == output_offset.shape[0]
         and type(output_size) is int
         and 0 <= output_size <= _MAX
-        and compiled.expand_permute_ok(permute, input_offset, output_offset, output_size)
+        and checks.expand_permute_ok(permute, input_offset, output_offset, output_size)
     ):
         return (
             dict(permute=permute, input_offset=input_offset, output_offset=output_offset),
@@ -820,9 +835,9 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     # device data: one read for every rule and the output size; host data: reads are free, and the
     # table-by-table rules need no (table, id) sort
     on_device = _on_device(hash_size_cumsum, hash_size_offsets, offsets, indices)
-    compiled = v.compiled()
-    if compiled is not None and not on_device:  # host data: one compiled pass checks every rule and counts K
-        K = compiled.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T)
+    checks = _checks()
+    if checks is not None and not on_device:  # host data: one compiled pass checks every rule and counts K
+        K = checks.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T)
         if K >= 0:
             h = hash_size_offsets.tolist()
             return _unique_plan([(a, b) for a, b in zip(h[:-1], h[1:]) if a < b], nb // T, offsets, indices, K)

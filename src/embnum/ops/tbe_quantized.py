@@ -80,7 +80,7 @@ def _check_dim(name, code, D):
         raise ValueError(f"{name}: int2 rows need D % 4 == 0, got {D}")
 
 
-# -- 5.2 the packing helper -------------------------------------------------------
+# -- the packing helper -----------------------------------------------------------
 def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=1):
     """Pack float tables into a quantized TBE buffer (fbgemm's inference layout, CPU).
 
@@ -146,7 +146,7 @@ def _encode_rows(t, code):
     return np.concatenate([q[:, -4:], q[:, :-4]], axis=1)
 
 
-# -- 5.3 the lookup ----------------------------------------------------------------
+# -- the lookup --------------------------------------------------------------------
 def _int_array(name, a, ndim=1):
     return v.index_array(name, a, ndim=ndim)
 

@@ -1,0 +1,180 @@
+"""The kjt declarations' compiled verdicts on host data (``embnum.ops.kjt`` loads this module on
+first use, where Numba is importable). Each returns a verdict (and the sizes the plan needs) and
+never raises: on a failing verdict the declaration reruns its exact rules, which name the error.
+Overflow-safe: sums are bounded before adding (``y > limit - total``), products by division,
+differences only of ordered values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import njit
+from .._validate_numba import bounded_add, offsets_last, row_total
+
+_jit = njit(cache=True, nogil=True)
+
+
+@_jit
+def permute_totals_2d(permute, lengths, limit):
+    """``(N, M)`` of a 2-D permute (``permute_2d_sparse_data``): ``N`` the exact total of the
+    ``[T, B]`` lengths, ``M`` the exact total of the rows ``permute`` selects; ``(-1, -1)`` when a
+    length is negative, a total passes ``limit`` or an entry of ``permute`` is outside ``[0, T)``."""
+    T = lengths.shape[0]
+    sizes = np.empty(T, np.int64)
+    N = np.int64(0)
+    for t in range(T):
+        row = row_total(lengths[t], limit)
+        sizes[t] = row
+        N = bounded_add(N, row, limit)  # -1 when row is -1
+        if N < 0:
+            return np.int64(-1), np.int64(-1)
+    M = _selected_total(permute, sizes, limit)
+    return (N, M) if M >= 0 else (np.int64(-1), np.int64(-1))
+
+
+@_jit
+def permute_totals_1d(permute, lengths, limit):
+    """:func:`permute_totals_2d` for a flat list of segments (``lengths`` 1-D ``[S]``)."""
+    N = row_total(lengths, limit)
+    M = _selected_total(permute, lengths, limit) if N >= 0 else np.int64(-1)
+    return (N, M) if M >= 0 else (np.int64(-1), np.int64(-1))
+
+
+@_jit
+def _selected_total(permute, sizes, limit):
+    """The exact total of ``sizes[permute[i]]`` (``sizes`` entries ``>= 0``) when every entry of
+    ``permute`` lies in ``[0, len(sizes))`` and the total is at most ``limit``, else -1."""
+    M = np.int64(0)
+    for i in range(permute.shape[0]):
+        p = np.int64(permute[i])
+        if p < 0 or p >= sizes.shape[0]:
+            return np.int64(-1)
+        M = bounded_add(M, np.int64(sizes[p]), limit)
+        if M < 0:
+            return np.int64(-1)
+    return M
+
+
+@_jit
+def index_select_totals(lengths, offsets, indices, batch_size, limit):
+    """``(N, M)`` of ``keyed_jagged_index_select_dim1`` (``batch_size >= 1`` divides ``len(lengths)``,
+    ``len(offsets) == len(lengths) + 1``): ``N`` the exact total of the lengths, ``M`` that of the
+    bags ``indices`` selects from every key; ``(-1, -1)`` when a length is negative, a total passes
+    ``limit``, ``offsets`` is not the complete cumsum of ``lengths`` or an index is outside
+    ``[0, batch_size)``."""
+    bad = (np.int64(-1), np.int64(-1))
+    if offsets[0] != 0:
+        return bad
+    N = np.int64(0)
+    for k in range(lengths.shape[0]):
+        N = bounded_add(N, np.int64(lengths[k]), limit)
+        if N < 0 or np.int64(offsets[k + 1]) != N:
+            return bad
+    for j in range(indices.shape[0]):
+        x = np.int64(indices[j])
+        if x < 0 or x >= batch_size:
+            return bad
+    M = np.int64(0)
+    for t in range(lengths.shape[0] // batch_size):
+        for j in range(indices.shape[0]):
+            M = bounded_add(M, np.int64(lengths[t * batch_size + indices[j]]), limit)
+            if M < 0:
+                return bad
+    return N, M
+
+
+@_jit
+def expand_permute_ok(permute, input_offset, output_offset, output_size):
+    """1 when the arguments of ``expand_into_jagged_permute`` (``len(permute) = T``, both offsets
+    ``T + 1`` entries) pass every rule: both offsets start at 0 and never decrease,
+    ``output_offset[-1] == output_size``, ``permute`` in ``[0, T)`` and output segment ``t`` as long
+    as input segment ``permute[t]``; else 0."""
+    T = permute.shape[0]
+    if offsets_last(input_offset, True, -1) < 0 or offsets_last(output_offset, True, -1) < 0:
+        return 0
+    if np.int64(output_offset[T]) != output_size:
+        return 0
+    for t in range(T):
+        p = np.int64(permute[t])
+        if p < 0 or p >= T:
+            return 0
+    for t in range(T):
+        p = permute[t]
+        # both arrays are non-decreasing from 0: the differences are >= 0 and cannot wrap
+        if np.int64(output_offset[t + 1]) - np.int64(output_offset[t]) != np.int64(input_offset[p + 1]) - np.int64(
+            input_offset[p]
+        ):
+            return 0
+    return 1
+
+
+@_jit
+def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max):
+    """The host arrays ``block_bucketize_sparse_features`` hands its kernel in the plain case (no
+    per-key batch sizes, block counts, boundaries or keep flags): ``(N, block_sizes as int64,
+    batch [T], total_num_blocks [T], keep [T])``, ``N`` the exact total of the lengths; ``N = -1``
+    when a length or a block size is negative, the total passes ``limit``, ``len(lengths)`` is not a
+    multiple of ``T = len(block_sizes)`` (or not 0 when ``T = 0``) or a block size times ``my_size``
+    (``>= 1``) passes ``id_max`` (tested as ``block_size > id_max // my_size``)."""
+    T = block_sizes.shape[0]
+    n_bags = lengths.shape[0]
+    bs = np.empty(T, np.int64)
+    batch = np.empty(T, np.int64)
+    blocks = np.empty(T, np.int64)
+    flags = np.empty(T, np.bool_)
+    N = np.int64(0)
+    if (T == 0 and n_bags != 0) or (T > 0 and n_bags % T != 0):
+        N = np.int64(-1)
+    for t in range(T):
+        x = np.int64(block_sizes[t])
+        if x < 0 or x > id_max // my_size:
+            N = np.int64(-1)
+        bs[t] = x
+        batch[t] = n_bags // T
+        blocks[t] = my_size
+        flags[t] = keep
+    if N == 0:
+        N = row_total(lengths, limit)
+    return N, bs, batch, blocks, flags
+
+
+@_jit
+def unique_count(hsc, hso, offsets, indices, B):
+    """The output size ``K`` of ``jagged_unique_indices`` (``T = len(hsc) - 1 >= 1``,
+    ``len(hso) = T + 1``, ``len(offsets) = T * B + 1``) when every rule holds: the three offsets
+    arrays start at 0 and never decrease, ``hso[-1] = T``, ``offsets[-1] = len(indices)``, the
+    features of a table share one ``hsc`` entry, ids are ``>= 0`` and below their table's hash size
+    (the last table's: at most ``2**63 - 1 - hsc[a]``); else -1. ``K`` counts the distinct ids per
+    table (a sorted copy of each table's ids)."""
+    T = hsc.shape[0] - 1
+    if offsets_last(hsc, True, -1) < 0 or offsets_last(hso, True, -1) < 0 or offsets_last(offsets, True, -1) < 0:
+        return np.int64(-1)
+    if np.int64(hso[T]) != T or np.int64(offsets[offsets.shape[0] - 1]) != indices.shape[0]:
+        return np.int64(-1)
+    for i in range(indices.shape[0]):
+        if indices[i] < 0:
+            return np.int64(-1)
+    K = np.int64(0)
+    last = T - 1
+    while last > 0 and hso[last] >= hso[last + 1]:
+        last -= 1
+    for g in range(T):
+        a, b = np.int64(hso[g]), np.int64(hso[g + 1])
+        if a >= b:
+            continue
+        for f in range(a, b):
+            if hsc[f] != hsc[a]:
+                return np.int64(-1)
+        # the last table's ids are unbounded above, but hsc[a] + id must not wrap (hsc[a] >= 0)
+        cap = np.int64(9223372036854775807) - np.int64(hsc[a]) if g == last else np.int64(hsc[b]) - np.int64(hsc[a]) - 1
+        ids = np.sort(indices[offsets[a * B] : offsets[b * B]])
+        n = ids.shape[0]
+        if n:
+            if np.int64(ids[n - 1]) > cap:
+                return np.int64(-1)
+            K += 1
+            for r in range(1, n):
+                if ids[r] != ids[r - 1]:
+                    K += 1
+    return K

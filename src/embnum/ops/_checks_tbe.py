@@ -1,0 +1,62 @@
+"""The TBE layout's compiled check (``embnum.ops.tbe`` loads this module on first use, where Numba
+is importable): every rule of ``embnum.ops.tbe.layout`` in one pass; it never raises, a rejection
+takes the exact rules, which name the error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import njit
+
+_jit = njit(cache=True, nogil=True)
+
+
+@_jit
+def tbe_layout_rows(woff, doff, hcs, W):
+    """The rows of every feature (int64 ``[T]``, ``embnum._tbe_bounds.rows_per_feature``) when the
+    TBE layout is valid by every rule of ``embnum.ops.tbe.layout``, else an empty array (the
+    caller then runs the exact checks, which name the rule). ``woff`` int64 ``[T]`` (T >= 1),
+    ``doff``/``hcs`` int64 ``[T+1]``, ``W`` the length of weights (>= 0). Never wraps: entries are
+    compared before any difference is taken, and a table's end is tested as
+    ``rows > (W - woff) // dims``."""
+    T = woff.shape[0]
+    bad = np.empty(0, np.int64)
+    if doff[0] != 0 or hcs[0] != 0 or hcs[T] <= hcs[T - 1]:
+        return bad
+    for t in range(T):
+        if doff[t + 1] <= doff[t] or hcs[t + 1] < hcs[t]:
+            return bad
+    rows = np.empty(T, np.int64)
+    nxt = hcs[T]
+    for t in range(T - 1, -1, -1):  # next strictly larger entry minus this one (>= 0: no wrap)
+        if hcs[t + 1] > hcs[t]:
+            nxt = hcs[t + 1]
+        rows[t] = nxt - hcs[t]
+    first = 0  # the first feature of the current table (equal hash_size_cumsum entries are adjacent)
+    for t in range(T):
+        dims = doff[t + 1] - doff[t]  # >= 1, entries >= 0: no wrap
+        if woff[t] < 0 or woff[t] > W or rows[t] > (W - woff[t]) // dims:
+            return bad
+        if t > 0 and hcs[t] == hcs[first]:
+            if woff[t] != woff[first] or dims != doff[first + 1] - doff[first]:
+                return bad
+        else:
+            first = t
+    # the tables (first feature of each) in order of weights_offsets: none may reach into the next
+    firsts = np.empty(T, np.int64)
+    k = 0
+    for t in range(T):
+        if t == 0 or hcs[t] != hcs[t - 1]:
+            firsts[k] = t
+            k += 1
+    starts = np.empty(k, np.int64)
+    for j in range(k):
+        starts[j] = woff[firsts[j]]
+    order = np.argsort(starts, kind="mergesort")
+    for j in range(k - 1):
+        a = firsts[order[j]]
+        b = firsts[order[j + 1]]
+        if woff[a] + rows[a] * (doff[a + 1] - doff[a]) > woff[b]:  # the end fits in W (checked above)
+            return bad
+    return rows
