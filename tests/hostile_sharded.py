@@ -85,10 +85,20 @@ def forward_model(args):
 
 
 def ckpt_base(seed):
-    m = _module(_KINDS[seed % len(_KINDS)])
+    """The checkpoint's entries, shifted by the seed. It also runs in the pytest process (the cases are
+    drawn there): a group it had to create is destroyed again, so that nothing else in that process
+    (the README's own ``init_process_group``) meets it."""
+    import torch.distributed as dist
+
+    own = not dist.is_initialized()
+    try:
+        state = _module(_KINDS[seed % len(_KINDS)], fresh=own).state_dict()
+    finally:
+        if own:
+            dist.destroy_process_group()
     rng = np.random.default_rng(seed)
     args = {}
-    for k, v in m.state_dict().items():
+    for k, v in state.items():
         a = v.detach().numpy().copy()
         args[k] = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype) if a.dtype.kind == "f" else np.asarray(a + 3)
     args["seed"] = seed
