@@ -361,10 +361,15 @@ def _ckpt_module(seed):
 
 
 def ckpt_base(seed):
-    m = _ckpt_module(seed)
+    return shifted_state(_ckpt_module(seed).state_dict(), seed)
+
+
+def shifted_state(state, seed):
+    """A checkpoint's entries as NumPy arrays, moved by the seed to a new state inside every domain,
+    plus the ``seed`` (the base of the checkpoint surfaces)."""
     rng = np.random.default_rng(seed)
     args = {}
-    for k, v in m.state_dict().items():
+    for k, v in state.items():
         a = v.detach().numpy().copy()
         if a.dtype.kind == "f":
             a = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype)  # a new state, inside every domain

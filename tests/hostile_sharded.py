@@ -9,7 +9,7 @@ import numpy as np
 
 from hostile_containers import build_kjt, jagged_model
 from hostile_models import I32, I64, INVALID, NotExpressible, host, is_int, on, plain, tensor
-from hostile_modules import ebc_base
+from hostile_modules import _CKPT_FEATURES, ebc_base, shifted_state
 
 _MODULES: dict = {}
 _KINDS = ("rowwise_adagrad", "adam", "sgd", "adagrad")
@@ -96,20 +96,10 @@ def ckpt_base(seed):
     finally:
         if own:
             dist.destroy_process_group()
-    rng = np.random.default_rng(seed)
-    args = {}
-    for k, v in state.items():
-        a = v.detach().numpy().copy()
-        args[k] = (a + rng.uniform(0, 1, a.shape)).astype(a.dtype) if a.dtype.kind == "f" else np.asarray(a + 3)
-    args["seed"] = seed
-    return args
+    return shifted_state(state, seed)
 
 
-_INPUT = dict(
-    keys=["a", "b", "c"],
-    values=np.array([0, 3, 2, 1, 0, 1, 1], np.int64),
-    lengths=np.array([2, 0, 1, 2, 1, 1], np.int64),
-)
+_INPUT = _CKPT_FEATURES  # the unsharded collection's checkpoint batch (keys a, b, c)
 
 
 def ckpt_call(args, kind):
