@@ -15,7 +15,6 @@ import sys
 
 import dmp_side
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from dmp_side import STEPS, WORLD
 
@@ -67,11 +66,10 @@ def _flat(tree, prefix=""):
 
 
 def worker(rank, sharding, out_dir, port):
-    import embnum.fbgemm_compat
+    dmp_side.in_group(rank, port, train, sharding, out_dir)
 
-    embnum.fbgemm_compat.install()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+
+def train(rank, sharding, out_dir):
     import torch.distributed.checkpoint as dcp
     from torchrec import KeyedJaggedTensor
 
@@ -110,7 +108,6 @@ def worker(rank, sharding, out_dir, port):
     for name, model in models.items():
         record[name] = {"output": step(model, kjts[-1]), "state": snapshot(model)}
     torch.save(record, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
