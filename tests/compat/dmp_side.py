@@ -1,11 +1,12 @@
 """TorchRec's DistributedModelParallel on 2 gloo processes over the stand-in: one module
 (``ebc``: EmbeddingBagCollection, ``ec``: EmbeddingCollection, ``pipeline``: the
-EmbeddingBagCollection trained through TorchRec's ``TrainPipelineSparseDist``) and one sharding
+EmbeddingBagCollection trained through TorchRec's ``TrainPipelineSparseDist``, ``vbe``: the
+EmbeddingBagCollection on variable-batch KJTs, ``make_kjt``) and one sharding
 type, three training steps (fused EXACT_SGD for sharded tables; torch SGD over DDP for
 data-parallel). Row-wise and table-row-wise come from an explicit plan (``explicit_plan``).
 
-``python dmp_side.py ebc|ec|pipeline SHARDING OUT_DIR PORT``: every rank starts its tables from ``start_weights()``,
-trains on ``batch(step, rank)`` and saves ``OUT_DIR/rank{r}.pt``: its outputs and its pieces of
+``python dmp_side.py ebc|ec|pipeline|vbe SHARDING OUT_DIR PORT``: every rank starts its tables from ``start_weights()``,
+trains on ``make_kjt(kind, step, rank)`` and saves ``OUT_DIR/rank{r}.pt``: its outputs and its pieces of
 every table (``(row offset, column offset, values)``). ``tests/compat/test_dmp.py`` compares them
 with an unsharded EmbeddingBagCollection trained on both ranks' batches.
 """
@@ -30,6 +31,37 @@ def batch(step, rank):
         [torch.randint(0, r, (int(n),), generator=g) for r, n in zip(torch.tensor(ROWS).repeat_interleave(B), lengths)]
     )
     return values, lengths
+
+
+def vbe_batch(step, rank):
+    """``(values, lengths, strides, inverse)`` of a variable-batch KJT (keys f0, f1, f2): key i holds
+    ``strides[i]`` distinct samples, and the batch's B samples map to them by ``inverse[i]``."""
+    g = torch.Generator().manual_seed(1000 + 100 * step + rank)
+    strides = [int(s) for s in torch.randint(1, B + 2, (len(ROWS),), generator=g)]
+    lengths = torch.cat([torch.randint(0, 4, (s,), generator=g) for s in strides])
+    rows = torch.tensor(ROWS).repeat_interleave(torch.tensor(strides))
+    values = torch.cat([torch.randint(0, r, (int(n),), generator=g) for r, n in zip(rows, lengths)])
+    inverse = torch.stack([torch.randint(0, s, (B,), generator=g) for s in strides])
+    return values, lengths, strides, inverse
+
+
+def make_kjt(kind, step, rank):
+    """The KJT of ``step`` and ``rank``: ``batch``, or for ``vbe`` a variable batch per feature
+    (``stride_per_key_per_rank`` with ``inverse_indices``, TorchRec's VBE input)."""
+    from torchrec import KeyedJaggedTensor
+
+    keys = [f"f{i}" for i in range(len(ROWS))]
+    if kind != "vbe":
+        values, lengths = batch(step, rank)
+        return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+    values, lengths, strides, inverse = vbe_batch(step, rank)
+    return KeyedJaggedTensor(
+        keys=keys,
+        values=values,
+        lengths=lengths,
+        stride_per_key_per_rank=[[s] for s in strides],
+        inverse_indices=(keys, inverse),
+    )
 
 
 def dims(kind):
@@ -104,7 +136,7 @@ def worker(rank, kind, sharding, out_dir, port):
 
 def train(rank, kind, sharding, out_dir):
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
-    from torchrec import EmbeddingBagCollection, EmbeddingCollection, KeyedJaggedTensor
+    from torchrec import EmbeddingBagCollection, EmbeddingCollection
     from torchrec.distributed.embedding import EmbeddingCollectionSharder
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
@@ -127,7 +159,8 @@ def train(rank, kind, sharding, out_dir):
         def pin_memory(self):
             return self
 
-    pipelined, kind = kind == "pipeline", "ebc" if kind == "pipeline" else kind
+    kjts = [make_kjt(kind, step, rank) for step in range(STEPS)]
+    pipelined, kind = kind == "pipeline", "ebc" if kind in ("pipeline", "vbe") else kind
 
     module_cls, sharder_cls = (
         (EmbeddingBagCollection, EmbeddingBagCollectionSharder)
@@ -154,11 +187,6 @@ def train(rank, kind, sharding, out_dir):
                 piece.copy_(full[name][r0 : r0 + piece.shape[0], c0 : c0 + piece.shape[1]])
     dense = [p for n, p in model.named_parameters() if prefix(kind) in n and p.requires_grad]
     optimizer = torch.optim.SGD(dense, lr=LR) if dense else None
-    keys = [f"f{i}" for i in range(len(ROWS))]
-    kjts = [
-        KeyedJaggedTensor.from_lengths_sync(keys=keys, values=v, lengths=n)
-        for v, n in map(batch, range(STEPS), [rank] * STEPS)
-    ]
     if pipelined:  # the pipeline runs backward and the (dense) optimizer step itself
         pipeline = TrainPipelineSparseDist(
             model, optimizer or torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=LR), torch.device("cpu")
