@@ -105,7 +105,8 @@ def test_schemas_are_fbgemms_and_registering_beside_fbgemm_is_refused():
         import json, torch, fbgemm_gpu  # noqa: F401
         from embnum import torch_bridge as tb
         from embnum.torch_bridge.fbgemm_aliases import ALIASES
-        schemas = {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in ALIASES}
+        from embnum.fbgemm_compat.unavailable import OPERATORS
+        schemas = {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in [*ALIASES, *OPERATORS]}
         try:
             tb.register_fbgemm_aliases()
             refused = None
@@ -115,9 +116,10 @@ def test_schemas_are_fbgemms_and_registering_beside_fbgemm_is_refused():
         """
     )
     result = json.loads(out.strip().splitlines()[-1])
+    from embnum.fbgemm_compat.unavailable import OPERATORS
     from embnum.torch_bridge.fbgemm_aliases import ALIASES
 
-    for name, (schema, _, _) in ALIASES.items():
+    for name, (schema, *_) in [*ALIASES.items(), *OPERATORS.items()]:
         assert result["schemas"][name] == f"fbgemm::{name}{schema}"
     assert result["refused"] and "fbgemm_gpu is loaded" in result["refused"]
 
@@ -152,6 +154,17 @@ inv_offs = torch.tensor([0] + [dims[p] for p in perm.tolist()]).cumsum(0)
 pooled = torch.cat(embs, dim=1).float()
 for name in ("permute_pooled_embs_split", "permute_pooled_embs_auto_grad_split", "permute_pooled_embs_auto_grad"):
     results[name] = getattr(f, name)(pooled, offs, perm, inv_offs, inv)
+# as TorchRec's KeyedJaggedTensorPool calls it: [n, 1] values, int64 inclusive offsets, spare rows after the segments
+seg = torch.randint(0, 4, (2 + SEED % 5,), generator=g)
+ends = seg.cumsum(0)
+pick = torch.randint(0, len(seg), (1 + SEED % 6,), generator=g)
+out_ends = seg[pick].cumsum(0)
+stored = torch.randint(-(2**40), 2**40, (int(ends[-1]) + SEED % 3, 1 + SEED % 2), generator=g)
+stored = stored.to([torch.int64, torch.float32, torch.float16, torch.int32][SEED % 4])
+results["jagged_select"] = f.jagged_index_select_2d_forward_v2(stored, pick, ends, out_ends)
+results["jagged_select_int32_indices"] = f.jagged_index_select_2d_forward_v2(stored, pick.int(), ends, out_ends)
+half = int(out_ends[-1]) // 2
+results["jagged_select_rows"] = f.jagged_index_select_2d_forward_v2(stored, pick, ends, out_ends, half)
 """
 
 
@@ -184,8 +197,9 @@ def _same(a, b):
 @pytest.mark.fbgemm
 def test_bridge_only_and_quant_aliases_equal_fbgemm(tmp_path):
     """merge_pooled_embeddings, sum_reduce_to_one, all_to_one_device, is_uvm_tensor, the FloatOrHalf
-    quantizers and the permute_pooled_embs variants: fbgemm's CPU operators in one process, the
-    aliases in another, on seeded inputs, equal bit for bit (the sum is added left to right in both)."""
+    quantizers, the permute_pooled_embs variants and jagged_index_select_2d_forward_v2: fbgemm's CPU
+    operators in one process, the aliases in another, on seeded inputs, equal bit for bit (the sum is
+    added left to right in both)."""
     pytest.importorskip("fbgemm_gpu")
     seeds = range(12)
     want = _bridge_only_results(tmp_path, True, seeds)

@@ -7,7 +7,12 @@ CuPy nor Numba: each is loaded the first time something needs it.
 """
 
 # each family's ops (declared in embnum/ops/<family>.py) and the host helpers it exports beside them
-from .ops.index_select import batch_index_select_dim0, batch_index_select_dim0_backward, group_index_select_dim0
+from .ops.index_select import (
+    batch_index_select_dim0,
+    batch_index_select_dim0_backward,
+    group_index_select_dim0,
+    jagged_index_select_2d,
+)
 from .ops.jagged import (
     complete_cumsum,
     dense_to_jagged,
@@ -86,6 +91,7 @@ __all__ = [
     # ops and helpers, by family
     "batch_index_select_dim0",
     "batch_index_select_dim0_backward",
+    "jagged_index_select_2d",
     "group_index_select_dim0",
     "complete_cumsum",
     "dense_to_jagged",

@@ -50,6 +50,12 @@ def batch_index_select_dim0_backward(grad_output: Any, indices: Any, input_num_i
     Full text: ``help(embnum.batch_index_select_dim0_backward)`` (declared in ``embnum.ops.index_select``).
     """
 
+def jagged_index_select_2d(values: Any, indices: Any, input_offsets: Any, output_offsets: Any, num_dense_output_rows: Any = ..., *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
+    """The segments ``indices`` of a jagged 2-D array, one after another.
+
+    Full text: ``help(embnum.jagged_index_select_2d)`` (declared in ``embnum.ops.index_select``).
+    """
+
 def complete_cumsum(lengths: Any, *, out: np.ndarray | None = None, backend: str | None = None) -> np.ndarray:
     """Offsets from lengths: ``[N] -> [N+1]`` with a leading 0; ``[R, N] -> [R, N+1]`` row by row.
 

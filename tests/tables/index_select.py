@@ -106,7 +106,36 @@ def batch_backward_args(draw, small=False, positive=False):
     )
 
 
+@st.composite
+def jagged_select_args(draw, small=False, fb=False):
+    """Segments of 0..4 rows (some empty), a selection with repeats; sometimes a row cap, and
+    rows past the last segment (a pool's spare capacity). ``fb``: int64 offsets, at least one
+    selection and no float64 (fbgemm's domain)."""
+    rng = _rng(draw)
+    n_seg = draw(st.integers(1 if fb else 0, 5 if small else 40))
+    lengths = rng.integers(0, 5, n_seg)
+    spare = draw(st.integers(0, 3))
+    width = draw(st.sampled_from([1, 2, 3] if small else [0, 1, 2, 5, 16]))
+    dtype = draw(value_dtypes.filter(lambda d: not (fb and np.dtype(d) == np.float64)))
+    values = _values(draw, rng, dtype, (int(lengths.sum()) + spare, width))
+    m = draw(st.integers(1 if fb else 0, 6 if small else 60)) if n_seg else 0
+    indices = rng.integers(0, max(n_seg, 1), m)
+    offset_dtype = I64 if fb else draw(index_dtypes)
+    out_offsets = np.cumsum(lengths[indices]).astype(offset_dtype)
+    rows = None
+    if draw(st.booleans()):
+        rows = draw(st.integers(0, int(out_offsets[-1]) if m else 0))
+    return dict(
+        values=draw(maybe_strided(values)),
+        indices=draw(maybe_strided(indices.astype(draw(index_dtypes)))),
+        input_offsets=np.cumsum(lengths).astype(offset_dtype),
+        output_offsets=out_offsets,
+        num_dense_output_rows=rows,
+    )
+
+
 STRATEGIES = {
+    "jagged_index_select_2d": jagged_select_args,
     "group_index_select_dim0": group_args,
     "batch_index_select_dim0": batch_args,
     "batch_index_select_dim0_backward": batch_backward_args,
@@ -120,8 +149,12 @@ def arr(*xs, dtype=I64):
 
 A6 = np.arange(6.0).reshape(3, 2)
 X12 = np.arange(12.0)
+J6 = np.arange(12.0).reshape(6, 2)  # segments of 2, 0, 3 and 1 rows
+JS = dict(values=J6, indices=arr(2, 0, 3), input_offsets=arr(2, 2, 5, 6), output_offsets=arr(3, 5, 6))
 BS = dict(indices=arr(2, 0, 1, 0), input_num_indices=[2, 2], input_rows=[3, 2], input_columns=[2, 3])
 WORKED = [
+    ("jagged_index_select_2d", JS, J6[[2, 3, 4, 0, 1, 5]]),
+    ("jagged_index_select_2d", dict(JS, num_dense_output_rows=4), J6[[2, 3, 4, 0]]),
     (
         "group_index_select_dim0",
         dict(input_group=[A6, arr(7, 8, 9)], indices_group=[arr(2, 2, 0), arr(1)]),
@@ -152,6 +185,17 @@ WORKED = [
 ]
 
 EDGES = {
+    "jagged select nothing": ("jagged_index_select_2d", dict(JS, indices=arr(), output_offsets=arr())),
+    "jagged no segments": (
+        "jagged_index_select_2d",
+        dict(values=J6[:0], indices=arr(), input_offsets=arr(), output_offsets=arr()),
+    ),
+    "jagged only empty segments": (
+        "jagged_index_select_2d",
+        dict(JS, indices=arr(1, 1, dtype=I32), output_offsets=arr(0, 0)),
+    ),
+    "jagged zero rows kept": ("jagged_index_select_2d", dict(JS, num_dense_output_rows=0)),
+    "jagged zero-width rows": ("jagged_index_select_2d", dict(JS, values=np.zeros((6, 0), np.float32))),
     "group one empty selection": ("group_index_select_dim0", dict(input_group=[A6], indices_group=[arr()])),
     "group no rows": (
         "group_index_select_dim0",
@@ -182,6 +226,30 @@ EDGES = {
 }
 
 BAD = [
+    ("jagged_index_select_2d", dict(JS, indices=arr(4, 0, 3)), IndexError, ("indices[0] = 4", "[0, 4)")),
+    ("jagged_index_select_2d", dict(JS, indices=arr(2, -1, 3)), IndexError, ("indices[1] = -1",)),
+    ("jagged_index_select_2d", dict(JS, output_offsets=arr(3, 4, 5)), ValueError, ("output_offsets[1] = 4", "5")),
+    ("jagged_index_select_2d", dict(JS, output_offsets=arr(3, 5)), ValueError, ("output_offsets", "3 entries")),
+    (
+        "jagged_index_select_2d",
+        dict(JS, input_offsets=arr(2, 1, 5, 6)),
+        ValueError,
+        ("input_offsets", "non-decreasing"),
+    ),
+    ("jagged_index_select_2d", dict(JS, input_offsets=arr(2, 2, 5, 7)), ValueError, ("input_offsets[-1] = 7", "6")),
+    ("jagged_index_select_2d", dict(JS, input_offsets=arr(-1, 2, 5, 6)), ValueError, ("input_offsets[0]",)),
+    ("jagged_index_select_2d", dict(JS, num_dense_output_rows=7), ValueError, ("num_dense_output_rows", "7")),
+    ("jagged_index_select_2d", dict(JS, num_dense_output_rows=-1), ValueError, ("num_dense_output_rows",)),
+    ("jagged_index_select_2d", dict(JS, num_dense_output_rows=2.0), TypeError, ("num_dense_output_rows",)),
+    ("jagged_index_select_2d", dict(JS, values=J6.reshape(-1)), ValueError, ("values", "2-D")),
+    ("jagged_index_select_2d", dict(JS, values=J6.astype(np.uint8)), TypeError, ("values", "uint8")),
+    ("jagged_index_select_2d", dict(JS, indices=J6[:3, 0]), TypeError, ("indices", "float64")),
+    (
+        "jagged_index_select_2d",
+        dict(JS, output_offsets=arr(3, 5, 6, dtype=np.int16)),
+        TypeError,
+        ("output_offsets", "int16"),
+    ),
     ("group_index_select_dim0", dict(input_group=[], indices_group=[]), ValueError, ("input_group", "at least 1")),
     (
         "group_index_select_dim0",
@@ -310,7 +378,21 @@ def _batch_backward_call(fb, a):
     return x.grad
 
 
+def _jagged_select_call(fb, a):
+    rows = a["num_dense_output_rows"]
+    extra = () if rows is None else (rows,)
+    return fb.jagged_index_select_2d_forward_v2(
+        tensor(a["values"]), tensor(a["indices"]), tensor(a["input_offsets"]), tensor(a["output_offsets"]), *extra
+    )
+
+
 FBGEMM = [
+    Peer(
+        "jagged_index_select_2d",
+        _jagged_select_call,
+        strategy=jagged_select_args(fb=True),
+        examples=60,
+    ),
     Peer(
         "group_index_select_dim0",
         lambda fb, a: fb.group_index_select_dim0(

@@ -71,3 +71,25 @@ def batch_index_select_dim0_backward(grad_output, indices, in_offs, idx_offs, se
     acc = np.empty(out.shape, np.float32) if half else out
     _batch_scatter_add(grad, np.ascontiguousarray(indices), in_offs, idx_offs, cols, base, step, acc)
     round_once(acc, out)
+
+
+@njit(cache=True, parallel=True)
+def _jagged_gather(src_rows, starts, dst, out):
+    """Selection ``j``: rows ``starts[j]..`` of ``src_rows`` to rows ``dst[j]..dst[j + 1]`` of ``out``
+    (the part below ``len(out)``)."""
+    n = out.shape[0]
+    for j in prange(starts.shape[0]):
+        lo = dst[j]
+        hi = min(dst[j + 1], n)
+        for r in range(lo, hi):
+            out[r, :] = src_rows[starts[j] + r - lo, :]
+
+
+_jagged_gather_serial = serial_twin(_jagged_gather)
+
+
+def jagged_index_select_2d(values, src, dst, rows, out):
+    if out.size == 0:
+        return
+    src_rows = bits(values)
+    (_jagged_gather_serial if out.size < 65536 else _jagged_gather)(src_rows, src, dst, out.view(src_rows.dtype))

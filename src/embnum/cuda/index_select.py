@@ -111,3 +111,25 @@ def batch_index_select_dim0_backward(grad_output, indices, in_offs, idx_offs, se
     tables = [constant(a) for a in (row_offs, in_offs, idx_offs, cols, base, step)]
     launch(_batch_add_rows, blocks(n_in, TPB), TPB, grad, sorted_rows, order, *tables, wide(0), acc)
     round_once(acc, out)
+
+
+@cuda_kernel
+def _jagged_gather(src_rows, starts, dst, width, out):
+    """Output element ``e`` (row ``r``, column ``c``): row ``r - dst[j]`` of selection ``j``,
+    the segment that holds ``r`` (a binary search of ``dst``)."""
+    last = starts.shape[0] - 1
+    for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        r = e // width
+        c = e - r * width
+        j = segment_of(dst, 0, last, r)
+        out[e] = src_rows[(starts[j] + r - dst[j]) * width + c]
+
+
+def jagged_index_select_2d(values, src, dst, rows, out):
+    n = out.size
+    if n == 0:
+        return
+    src_rows = bits(values).reshape(-1)
+    width = np.int64(values.shape[1])
+    dst_flat = out.reshape(-1).view(src_rows.dtype)
+    launch(_jagged_gather, blocks(n, TPB), TPB, src_rows, int64s(src), int64s(dst), width, dst_flat)

@@ -3,8 +3,10 @@
 Row gathers along dimension 0 of dense arrays, several in one call, and the adjoint of the
 batched one: what TorchRec does to pooled embeddings when it undoes a de-duplication of its
 input (``group_index_select_dim0``) and when it puts variable-batch outputs back in batch order
-(``batch_index_select_dim0``). Each function validates its arguments and returns its plan
-``(args, out)``; the implementations live in ``embnum.{ref,cpu,cuda}.index_select``.
+(``batch_index_select_dim0``), and the gather of whole jagged segments that TorchRec's
+``KeyedJaggedTensorPool`` lookups do (``jagged_index_select_2d``). Each function validates its
+arguments and returns its plan ``(args, out)``; the implementations live in
+``embnum.{ref,cpu,cuda}.index_select``.
 """
 
 from __future__ import annotations
@@ -178,3 +180,59 @@ def batch_index_select_dim0_backward(
             f"sum(input_num_indices * input_columns) = {n_out}"
         )
     return (dict(grad_output=grad_output, **layout), ((n_in,), grad_output.dtype))
+
+
+# -- 3. jagged_index_select_2d --------------------------------------------------------------------
+@op("index_select")
+def jagged_index_select_2d(values, indices, input_offsets, output_offsets, num_dense_output_rows=None):
+    """The segments ``indices`` of a jagged 2-D array, one after another.
+
+    values: 2-D ``[rows, D]`` int32/int64/float16/32/64, ``N`` segments of consecutive rows:
+    segment ``s`` is rows ``[input_offsets[s - 1], input_offsets[s])`` (``0`` for ``s = 0``);
+    input_offsets: 1-D int32/int64 ``[N]``, the inclusive sum of the segment lengths
+    (non-negative, non-decreasing, at most ``rows``); indices: 1-D int32/int64 ``[M]`` in
+    ``[0, N)`` (repeats allowed); output_offsets: 1-D int32/int64 ``[M]``, the inclusive sum of
+    the lengths of the selected segments (a ``ValueError`` where it is not);
+    num_dense_output_rows: None (all of them) or an int in ``[0, output_offsets[-1]]``: only
+    the first rows of the result. Returns ``[num_dense_output_rows, D]`` in the dtype of
+    ``values``: the rows of segment ``indices[0]``, then those of ``indices[1]``, ...
+
+    Examples
+    --------
+    >>> values = np.arange(12.0).reshape(6, 2)  # segments of 2, 0, 3 and 1 rows
+    >>> embnum.jagged_index_select_2d(values, np.array([2, 0, 3]), np.array([2, 2, 5, 6]), np.array([3, 5, 6]))
+    array([[ 4.,  5.],
+           [ 6.,  7.],
+           [ 8.,  9.],
+           [ 0.,  1.],
+           [ 2.,  3.],
+           [10., 11.]])
+    """
+    v.array("values", values, ndim=2, dtypes=_VALUES)
+    for name, a in (("indices", indices), ("input_offsets", input_offsets), ("output_offsets", output_offsets)):
+        v.index_array(name, a)
+    n_seg, m = input_offsets.shape[0], indices.shape[0]
+    if n_seg:
+        v.offsets("input_offsets", input_offsets, n_values=values.shape[0])
+    _in_range("indices", indices, n_seg, f" (input_offsets has {n_seg} segments)")
+    if output_offsets.shape[0] != m:
+        raise ValueError(f"output_offsets must have len(indices) = {m} entries, got {output_offsets.shape[0]}")
+    xp = v.xp_of(values)
+    ends = xp.concatenate([xp.zeros(1, np.int64), input_offsets.astype(np.int64)])
+    picked = indices.astype(np.int64)
+    src = ends[picked]
+    dst = xp.concatenate([xp.zeros(1, np.int64), xp.cumsum(ends[picked + 1] - src)])
+    if m:
+        wrong = dst[1:] != output_offsets
+        if bool(wrong.any()):
+            j = int(xp.argmax(wrong))
+            raise ValueError(
+                f"output_offsets[{j}] = {int(output_offsets[j])}, but the selected segments "
+                f"indices[0..{j}] hold {int(dst[j + 1])} rows: output_offsets must be their inclusive sum"
+            )
+    total = int(dst[-1])
+    rows = total
+    if num_dense_output_rows is not None:
+        rows = v.integer("num_dense_output_rows", num_dense_output_rows, min=0, max=total)
+    _fits("the output", rows * values.shape[1])
+    return (dict(values=values, src=src, dst=dst, rows=rows), ((rows, values.shape[1]), values.dtype))

@@ -42,3 +42,9 @@ def batch_index_select_dim0_backward(grad_output, indices, in_offs, idx_offs, se
     for src, dst in _tables(in_offs, idx_offs, cols, base, step, indices):
         np.add.at(acc, src.reshape(-1), g[dst.reshape(-1)])  # unbuffered, in order: repeats add in order
     return acc.astype(grad_output.dtype)
+
+
+def jagged_index_select_2d(values, src, dst, rows):
+    lengths = np.diff(dst)
+    positions = np.repeat(src - dst[:-1], lengths) + np.arange(dst[-1], dtype=np.int64)
+    return values[positions[:rows]]

@@ -160,6 +160,12 @@ _alias(
     "bool permute_output_dim_0_1=False) -> Tensor",
     "batch_index_select_dim0",
 )
+_alias(
+    "jagged_index_select_2d_forward_v2",
+    "(Tensor values, Tensor indices, Tensor input_offsets, Tensor output_offsets, int? num_dense_output_rows=None) "
+    "-> Tensor",
+    "jagged_index_select_2d",
+)
 # quant
 _alias("FloatToFused8BitRowwiseQuantized", "(Tensor t) -> Tensor", "float_to_fused_8bit_rowwise")
 _alias("Fused8BitRowwiseQuantizedToFloat", _DEQ, "fused_8bit_rowwise_to_float")

@@ -4,12 +4,16 @@ Both forwards are gathers, so the gradient of the gathered input is the adjoint 
 ``batch_index_select_dim0_backward`` (repeats added in the order of ``indices``, rounded
 once). The group op's gradient runs it once per member, each member viewed as one table of
 ``[rows, prod(shape[1:])]``. bfloat16 crosses by the bridge's one rule (moved bits forward,
-sums in float32 rounded once backward).
+sums in float32 rounded once backward). ``jagged_index_select_2d`` has no gradient (fbgemm's
+operator has none either); its number of rows depends on the data unless
+``num_dense_output_rows`` gives it.
 """
 
 from __future__ import annotations
 
 import math
+
+import torch
 
 from ._library import bridge
 
@@ -97,5 +101,21 @@ bridge(
     fake=lambda grad_output, input_rows, input_columns, **_: grad_output.new_empty(
         (sum(r * c for r, c in zip(input_rows, input_columns)),)
     ),
+    bf16=True,
+)
+
+
+# -- jagged_index_select_2d ---------------------------------------------------------------------
+def _jagged_select_fake(values, num_dense_output_rows=None, **_):
+    rows = num_dense_output_rows
+    if rows is None:
+        rows = torch.library.get_ctx().new_dynamic_size()
+    return values.new_empty((rows, values.shape[1]))
+
+
+bridge(
+    "jagged_index_select_2d",
+    types={"num_dense_output_rows": "SymInt?"},
+    fake=_jagged_select_fake,
     bf16=True,
 )
