@@ -105,7 +105,8 @@ def test_schemas_are_fbgemms_and_registering_beside_fbgemm_is_refused():
         import json, torch, fbgemm_gpu  # noqa: F401
         from embnum import torch_bridge as tb
         from embnum.torch_bridge.fbgemm_aliases import ALIASES
-        schemas = {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in ALIASES}
+        from embnum.fbgemm_compat.unavailable import OPERATORS
+        schemas = {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in [*ALIASES, *OPERATORS]}
         try:
             tb.register_fbgemm_aliases()
             refused = None
@@ -115,9 +116,10 @@ def test_schemas_are_fbgemms_and_registering_beside_fbgemm_is_refused():
         """
     )
     result = json.loads(out.strip().splitlines()[-1])
+    from embnum.fbgemm_compat.unavailable import OPERATORS
     from embnum.torch_bridge.fbgemm_aliases import ALIASES
 
-    for name, (schema, _, _) in ALIASES.items():
+    for name, (schema, *_) in [*ALIASES.items(), *OPERATORS.items()]:
         assert result["schemas"][name] == f"fbgemm::{name}{schema}"
     assert result["refused"] and "fbgemm_gpu is loaded" in result["refused"]
 

@@ -1,10 +1,13 @@
 """One side of the differential check of the quantized inference TBE: fbgemm's
 ``IntNBitTableBatchedEmbeddingBagsCodegen`` (``real``) or embnum's stand-in (``embnum``), built
 from the same quantized rows (``weight_lists``), looks up the same batches; every output is saved.
+On embnum's side each batch is also looked up by the module's torch.fx trace and by its TorchScript
+(saved and loaded), which must give the module's own output bit for bit.
 
 ``python nbit_side.py real|embnum CASES_PT OUT_PT`` (each side in its own process).
 """
 
+import io
 import sys
 
 import torch
@@ -32,7 +35,25 @@ def run(side, case):
         output_dtype=sparse(case["output"]),
         row_alignment=case["row_alignment"],
     )
-    return [tbe(b["indices"], b["offsets"], b["psw"]).float() for b in case["batches"]]
+    outs = [tbe(b["indices"], b["offsets"], b["psw"]) for b in case["batches"]]
+    if side == "embnum":
+        for other in compiled_forms(tbe):
+            for b, out in zip(case["batches"], outs):
+                got = other(b["indices"], b["offsets"], b["psw"])
+                assert got.dtype == out.dtype and torch.equal(got, out), type(other).__name__
+    return [out.float() for out in outs]
+
+
+def compiled_forms(tbe):
+    """The stand-in's torch.fx trace (one call of embnum's lookup operator) and its TorchScript,
+    saved and loaded."""
+    traced = torch.fx.symbolic_trace(tbe)
+    calls = [n.target for n in traced.graph.nodes if n.op == "call_function"]
+    assert calls == [torch.ops.embnum.tbe_forward_quantized], calls
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(tbe), buffer)
+    buffer.seek(0)
+    return [traced, torch.jit.load(buffer)]
 
 
 if __name__ == "__main__":

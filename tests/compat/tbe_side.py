@@ -21,6 +21,7 @@ def classes(side):
             ComputeDevice,
             EmbeddingLocation,
             PoolingMode,
+            SparseType,
             SplitTableBatchedEmbeddingBagsCodegen,
             WeightDecayMode,
         )
@@ -30,6 +31,7 @@ def classes(side):
             EmbeddingLocation,
             EmbOptimType,
             PoolingMode,
+            SparseType,
             WeightDecayMode,
         )
         from embnum.fbgemm_compat.training import SplitTableBatchedEmbeddingBagsCodegen
@@ -40,15 +42,18 @@ def classes(side):
         ComputeDevice,
         PoolingMode,
         WeightDecayMode,
+        SparseType,
     )
 
 
 def run(side, config):
-    tbe_cls, opt, loc, dev, pooling, decay = classes(side)
+    tbe_cls, opt, loc, dev, pooling, decay, sparse_type = classes(side)
     specs = [(r, d, loc.HOST, dev.CPU) for r, d in zip(config["rows"], config["dims"])]
     hyper = dict(config["hyper"])
     if "weight_decay_mode" in hyper:  # JSON holds its code; fbgemm reads the enum's .value
         hyper["weight_decay_mode"] = decay(hyper["weight_decay_mode"])
+    if "weights_precision" in hyper:  # JSON holds the SparseType's name
+        hyper["weights_precision"] = sparse_type[hyper["weights_precision"]]
     tbe = tbe_cls(
         specs,
         feature_table_map=config["feature_table_map"],

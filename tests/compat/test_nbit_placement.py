@@ -1,5 +1,6 @@
 """The stand-in's quantized TBE where TorchRec builds it on the meta device, passes placement flags
-fbgemm reads only for UVM tables, or names each table's features (gaps TorchRec's own quant and
+fbgemm reads only for UVM tables, or names each table's features, and where TorchRec traces (torch.fx)
+and scripts (TorchScript) a quantized model (gaps TorchRec's own quant and
 inference tests found).
 """
 
@@ -148,3 +149,54 @@ def test_torchrecs_lengths_subclass_looks_up_like_offsets(tables, data):
     torch.testing.assert_close(
         with_lengths(indices, lengths_t), plain(indices, offsets), rtol=0, atol=0, equal_nan=True
     )
+
+
+_DATA_TYPES = {"fp32": torch.float, "fp16": torch.half, "int8": torch.qint8, "int4": torch.quint4x2}
+
+
+@settings(max_examples=5, deadline=None)
+@given(
+    st.lists(st.sampled_from([4, 8, 16]), min_size=1, max_size=3),
+    st.sampled_from(sorted(_DATA_TYPES)),
+    st.sampled_from([torch.float, torch.half]),
+    st.data(),
+)
+def test_quant_collection_traces_and_scripts(dims, weight_type, output, data):
+    """TorchRec's QuantEmbeddingBagCollection traced by ``torchrec.fx.symbolic_trace`` (the stand-in's
+    lookup is one call of ``torch.ops.embnum.tbe_forward_quantized`` in the graph), then scripted,
+    saved and loaded: the same output as the eager module, bit for bit."""
+    import io
+
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+    from torchrec.fx import symbolic_trace
+    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+
+    configs = [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=dim, num_embeddings=7, feature_names=[f"f{i}"])
+        for i, dim in enumerate(dims)
+    ]
+    torch.manual_seed(data.draw(st.integers(0, 2**31 - 1)))
+    ebc = EmbeddingBagCollection(tables=configs)
+    ebc.qconfig = torch.quantization.QConfig(  # one weight dtype for the collection: TorchRec's qconfig
+        activation=torch.quantization.PlaceholderObserver.with_args(dtype=output),
+        weight=torch.quantization.PlaceholderObserver.with_args(dtype=_DATA_TYPES[weight_type]),
+    )
+    qebc = QuantEmbeddingBagCollection.from_float(ebc)
+    batch = data.draw(st.integers(1, 3))
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=batch * len(dims), max_size=batch * len(dims)))
+    ids = [data.draw(st.integers(0, 6)) for _ in range(sum(lengths))]
+    features = KeyedJaggedTensor(
+        keys=[c.feature_names[0] for c in configs],
+        values=torch.tensor(ids, dtype=torch.int64),
+        lengths=torch.tensor(lengths, dtype=torch.int64),
+    )
+    want = qebc(features).values()
+    traced = symbolic_trace(qebc)
+    assert torch.ops.embnum.tbe_forward_quantized in [n.target for n in traced.graph.nodes]
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(traced), buffer)
+    buffer.seek(0)
+    scripted = torch.jit.load(buffer)
+    for form in (traced, scripted):
+        got = form(features).values()
+        assert got.dtype == want.dtype and torch.equal(got, want), type(form).__name__

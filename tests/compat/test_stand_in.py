@@ -108,6 +108,22 @@ def test_unavailable_features_raise_when_used(module, name, feature):
         cls()
 
 
+def test_operators_of_unavailable_features_raise_naming_them():
+    """The ``torch.ops.fbgemm`` operators of features embnum lacks exist (TorchRec finds them) and
+    raise ``NotImplementedError`` naming the feature: TorchRec's ZCH module fails when built, in
+    those terms, not with an ``AttributeError`` on ``torch.ops.fbgemm``."""
+    from torchrec.modules.hash_mc_modules import HashZchManagedCollisionModule
+
+    with pytest.raises(NotImplementedError, match=r"zero-collision hashing \(ZCH\).*create_zch_buffer"):
+        torch.ops.fbgemm.create_zch_buffer(8)
+    with pytest.raises(NotImplementedError, match="zero-collision hashing"):
+        torch.ops.fbgemm.zero_collision_hash(torch.zeros(2, dtype=torch.int64), torch.zeros(4, 1), 4)
+    with pytest.raises(NotImplementedError, match="UVM"):
+        torch.ops.fbgemm.new_unified_tensor(torch.zeros(1), [2], True)
+    with pytest.raises(NotImplementedError, match="zero-collision hashing"):
+        HashZchManagedCollisionModule(zch_size=8, device=torch.device("cpu"), total_num_buckets=1)
+
+
 def test_enrichment_names_import_from_both_homes():
     """TorchRec's tests import the enrichment names from ``tbe.ssd`` (fbgemm's newer home) or from
     ``split_table_batched_embeddings_ops_common``: both serve them; a policy is refused when built."""

@@ -28,8 +28,11 @@ ENV_VAR = "EMBNUM_FBGEMM_COMPAT"
 
 def _register_aliases() -> list[str]:
     from ..torch_bridge import register_fbgemm_aliases
+    from .unavailable import register_operators
 
-    return register_fbgemm_aliases()
+    names = register_fbgemm_aliases()
+    register_operators()  # fbgemm operators of features embnum lacks: they raise, naming the feature
+    return names
 
 
 def _refuse_if_real():

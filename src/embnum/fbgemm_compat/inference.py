@@ -5,7 +5,7 @@ A quantized row holds its codes, then (int8/int4/int2) a float16 scale and a flo
 (``DEFAULT_SCALE_BIAS_SIZE_IN_BYTES``); fbgemm pads each row to ``row_alignment`` bytes.
 """
 
-from __future__ import annotations
+# no "from __future__ import annotations": TorchScript reads the lookup methods' annotations as objects
 
 import itertools
 
@@ -87,6 +87,8 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
     ``split_embedding_weights()`` returns them). Pruned tables (``index_remapping``) are refused.
     """
 
+    __jit_unused_properties__ = ["weights"]  # TorchScript: the scripted lookup names the buffer itself
+
     def __init__(
         self,
         embedding_specs,
@@ -106,6 +108,8 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         **fbgemm_options,
     ):
         super().__init__()
+        from .. import torch_bridge  # noqa: F401 - defines torch.ops.embnum, which a traced or scripted lookup calls
+
         name = type(self).__name__
         check_defaults(name, fbgemm_options, _DEFAULT_ONLY, ignored=_CACHE_ONLY)
         if index_remapping is not None:
@@ -148,6 +152,8 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         self.bounds_check_mode_int = int(enum("bounds_check_mode", bounds_check_mode, BoundsCheckMode))
         self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
         self.output_dtype = output_dtype.as_int()
+        self._output_name = _OUTPUTS[output_dtype]
+        self._pooling_name = ("sum", "mean", "none")[int(self.pooling_mode)]
         self.row_alignment = (
             integer("row_alignment", row_alignment, min=1, max=2**20, what="an int")
             if row_alignment is not None
@@ -273,15 +279,65 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
             if s is not None:
                 s.copy_(qs)
 
-    def forward(self, indices, offsets, per_sample_weights=None):
+    def forward(
+        self, indices: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self._forward_impl(indices, offsets, per_sample_weights)
 
-    def _forward_impl(self, indices, offsets, per_sample_weights=None):
-        """The lookup (fbgemm's name: TorchRec's lengths-taking subclass calls it from its own forward)."""
-        from ..torch_bridge import tbe_forward_quantized
+    def _forward_impl(
+        self, indices: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The lookup (fbgemm's name: TorchRec's lengths-taking subclass calls it from its own forward).
 
+        Scripted (TorchScript) or traced (torch.fx: an argument is a ``Proxy``), it is one call of
+        the operator ``torch.ops.embnum.tbe_forward_quantized``, as fbgemm's is one call of its
+        lookup operator; in eager mode it runs the same op through embnum's bridge and puts an id
+        outside its table in fbgemm's terms."""
         if not self.weight_initialized:
             raise RuntimeError("initialize_weights() (or weight_lists) must come before forward")
+        if torch.jit.is_scripting():
+            weights = per_sample_weights
+            if weights is not None:
+                weights = weights.float()
+            return self._lookup(indices, offsets, weights)
+        if self._symbolic(indices, offsets, per_sample_weights):
+            return self._lookup(indices, offsets, per_sample_weights)
+        return self._eager_lookup(indices, offsets, per_sample_weights)
+
+    def _lookup(
+        self, indices: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The operator call itself (float32 ``per_sample_weights``; a traced graph passes them as given,
+        as fbgemm's does)."""
+        return torch.ops.embnum.tbe_forward_quantized(
+            self.weights_host if self.use_cpu else self.weights_dev,
+            self.weights_offsets,
+            self.weights_tys,
+            self.D_offsets,
+            self.rows_per_table,
+            indices,
+            offsets,
+            self._pooling_name,
+            per_sample_weights,
+            row_alignment=self.row_alignment,
+            output_dtype=self._output_name,
+            bounds_check_mode=self._bounds,
+        )
+
+    @torch.jit.unused
+    def _symbolic(self, indices: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None) -> bool:
+        """Whether torch.fx is tracing this call (an argument is a ``Proxy``)."""
+        return any(isinstance(x, torch.fx.Proxy) for x in (indices, offsets, per_sample_weights))
+
+    @torch.jit.unused
+    def _eager_lookup(
+        self, indices: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The lookup through embnum's bridge (its NumPy fast path on plain CPU tensors), an id outside
+        its table put in fbgemm's terms."""
+        from ..torch_bridge import tbe_forward_quantized
+
+        weights = _checks.float_weights("per_sample_weights", per_sample_weights)
         try:
             return tbe_forward_quantized(
                 self.weights,
@@ -291,10 +347,10 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
                 self.rows_per_table,
                 indices,
                 offsets,
-                ("sum", "mean", "none")[int(self.pooling_mode)],
-                _checks.float_weights("per_sample_weights", per_sample_weights),
+                self._pooling_name,
+                weights,
                 row_alignment=self.row_alignment,
-                output_dtype=_OUTPUTS[SparseType.from_int(self.output_dtype)],
+                output_dtype=self._output_name,
                 bounds_check_mode=self._bounds,
             )
         except IndexError as err:

@@ -287,10 +287,11 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             ("enforce_hbm", enforce_hbm),
         ):
             flag(flag_name, value)
-        if dtype == torch.float16 and stochastic_rounding:
+        if dtype == torch.float16 and stochastic_rounding and not self.use_cpu:
             raise ValueError(
-                f"{name}: stochastic_rounding=True with FP16 weights is not supported by embnum (it rounds "
-                "updates to nearest): pass stochastic_rounding=False"
+                f"{name}: stochastic_rounding=True with FP16 weights on {device} is not supported by embnum "
+                "(it rounds updates to nearest, as fbgemm's CPU build does; fbgemm's GPU build rounds "
+                "stochastically): pass stochastic_rounding=False"
             )
         self.stochastic_rounding = stochastic_rounding
         if optimizer not in _KINDS:

@@ -3,14 +3,18 @@ their eviction and enrichment settings, partially materialised tensors, the key-
 module and TBE statistics reporters.
 
 TorchRec imports these names unconditionally, so each one imports fine; constructing one raises
-``NotImplementedError`` naming the feature. ``BackendType`` (an enum TorchRec compares against),
-``EnrichmentType`` (the enrichment source an ``EnrichmentPolicy`` names; TorchRec's tests import it)
-and ``ASSOC`` (the SSD cache's associativity) are plain values.
+``NotImplementedError`` naming the feature. The ``torch.ops.fbgemm`` operators of such features that
+TorchRec calls (:data:`OPERATORS`: zero-collision hashing, unified-memory tensors) are defined with
+fbgemm's schemas by :func:`register_operators` and raise the same way when called. ``BackendType``
+(an enum TorchRec compares against), ``EnrichmentType`` (the enrichment source an
+``EnrichmentPolicy`` names; TorchRec's tests import it) and ``ASSOC`` (the SSD cache's
+associativity) are plain values.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 
 __all__ = [
     "ASSOC",
@@ -21,9 +25,11 @@ __all__ = [
     "KVEmbeddingInference",
     "KVZCHParams",
     "KVZCHTBEConfig",
+    "OPERATORS",
     "PartiallyMaterializedTensor",
     "SSDTableBatchedEmbeddingBags",
     "TBEStatsReporterConfig",
+    "register_operators",
 ]
 
 ASSOC = 32
@@ -84,3 +90,56 @@ class KVEmbeddingInference(_Unavailable):
 
 class TBEStatsReporterConfig(_Unavailable):
     feature = "TBE statistics reporting"
+
+
+# fbgemm name -> (fbgemm_gpu 1.8.0 schema without the name, the feature, who calls it in TorchRec)
+OPERATORS = {
+    "create_zch_buffer": (
+        "(int size, bool support_evict=False, Device? device=None, bool long_type=False) -> (Tensor, Tensor)",
+        "zero-collision hashing (ZCH)",
+        "HashZchManagedCollisionModule",
+    ),
+    "zero_collision_hash": (
+        "(Tensor input, Tensor identities, int max_probe, bool circular_probe=False, int exp_hours=-1, "
+        "bool readonly=False, Tensor? local_sizes=None, Tensor? offsets=None, Tensor? metadata=None, "
+        "bool output_on_uvm=False, bool disable_fallback=False, bool _modulo_identity_DPRECATED=False, "
+        "Tensor? input_metadata=None, int eviction_threshold=-1, int eviction_policy=0, int opt_in_prob=-1, "
+        "int num_reserved_slots=-1, Tensor? opt_in_rands=None, Tensor? runtime_meta=None) -> (Tensor, Tensor)",
+        "zero-collision hashing (ZCH)",
+        "HashZchManagedCollisionModule",
+    ),
+    "new_unified_tensor": (
+        "(Tensor self, int[] sizes, bool is_host_mapped) -> Tensor",
+        "unified (UVM) memory",
+        "UVM table placements",
+    ),
+}
+
+
+def _refusal(name, feature, caller):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(
+            f"{feature} is not available: torch.ops.fbgemm.{name} (called by TorchRec's {caller}) is not provided "
+            "by embnum's fbgemm_gpu stand-in (embnum.fbgemm_compat); install fbgemm_gpu to use it"
+        )
+
+    return refuse
+
+
+@functools.cache
+def register_operators():
+    """Define every operator of :data:`OPERATORS` not defined yet in the ``fbgemm`` namespace (once per
+    process); each raises ``NotImplementedError`` naming its feature. Returns the ``torch.library``
+    fragment that holds them."""
+    import torch
+
+    lib = torch.library.Library("fbgemm", "FRAGMENT")
+    for name, (schema, feature, caller) in OPERATORS.items():
+        try:
+            getattr(torch.ops.fbgemm, name)
+            continue  # defined already (fbgemm_gpu's own): never replaced
+        except (AttributeError, RuntimeError):
+            pass
+        lib.define(name + schema)
+        lib.impl(name, _refusal(name, feature, caller), "CompositeExplicitAutograd")
+    return lib
