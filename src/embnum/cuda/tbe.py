@@ -681,6 +681,119 @@ def _group_norm(a, o, D, lane, ssq):
     return _norm_of(ssq, big, t)
 
 
+@cuda.jit(device=True)
+def _row_sums(kind, decay, w, e, g, go, D, lane, wd):
+    """Step 1 of :func:`_apply_rows`: the group sums the rule needs before any element changes
+    (row-wise Adagrad: of the decayed gradient's squares; partial row-wise: of the gradient's
+    squares; LARS: of the weight's and the gradient's squares), in every lane."""
+    s1 = np.float32(0.0)
+    s2 = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        gd = g[go + d]
+        x = np.float32(w[e + d])
+        if kind == ROWWISE_ADAGRAD:
+            ge = gd + wd * x if decay == DECAY_L2 else gd
+            s1 += ge * ge
+        elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+            s1 += gd * gd
+        elif kind == LARS_SGD:
+            s1 += x * x
+            s2 += gd * gd
+    return _group_sum(s1), _group_sum(s2)
+
+
+@cuda.jit(device=True)
+def _row_scalars(kind, decay, w, e, g, go, D, lane, lid, m1, m2, s1, s2, hp):
+    """Step 2 of :func:`_apply_rows`: the row's scalars ``(corr, mult, den, alr)`` from the row
+    sums and the row-wise state. Lane 0 reads the old state, a group sum broadcasts it, every lane
+    computes the scalars, lane 0 writes the new state. Block-uniform reductions (LARS' norms)."""
+    zero = np.float32(0.0)
+    wn = zero
+    gn = zero
+    if kind == LARS_SGD:  # block-uniform: every lane reaches the reductions
+        wn = _group_norm(w, e, D, lane, s1)
+        gn = _group_norm(g, go, D, lane, s2)
+    old = zero
+    if lane == 0 and D > 0:
+        if kind == ROWWISE_ADAGRAD:
+            old = m1[lid]
+        elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+            old = m2[lid]
+    old = _group_sum(old)
+    mult = zero
+    corr = np.float32(1.0)
+    den = np.float32(1.0)
+    alr = zero
+    if D > 0:
+        if kind == ROWWISE_ADAGRAD:
+            rs, corr, mult = _rowwise_adagrad_row(
+                old, s1, D, hp[_tbe_rows.LR], hp[_tbe_rows.EPS], hp[_tbe_rows.WD], decay
+            )
+            if lane == 0:
+                m1[lid] = rs
+        elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+            rs = _partial_rowwise_v(old, s1, D, hp[_tbe_rows.BETA2])
+            den = _partial_rowwise_den(rs, hp[_tbe_rows.BC2], hp[_tbe_rows.EPS])
+            if lane == 0:
+                m2[lid] = rs
+        elif kind == LARS_SGD:
+            alr = _lars_rate(hp[_tbe_rows.LR], hp[_tbe_rows.ETA], hp[_tbe_rows.WD], wn, gn)
+    return corr, mult, den, alr
+
+
+@cuda.jit(device=True)
+def _row_step(kind, w, e, g, go, D, lane, m1, m2, hyper, corr, mult, den, alr):
+    """Step 3 of :func:`_apply_rows`: element-wise state and the new row, kept in float32 in ``g``
+    (LAMB: its direction first, then the trust ratio). ``hyper``: ``(lr, eps, wd, b1, b2, bc1, bc2,
+    momentum)``. Returns the new row's group sum of squares."""
+    lr, eps, wd, b1, b2, bc1, bc2, momentum = hyper
+    wsq = np.float32(0.0)
+    rsq = np.float32(0.0)
+    nsq = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        i = e + d
+        gd = g[go + d]
+        x = np.float32(w[i])
+        if kind <= ADAM:
+            x = _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
+        elif kind == PARTIAL_ROWWISE_ADAM:
+            x, m1[i] = _partial_rowwise_adam_step(x, gd, m1[i], lr, wd, b1, bc1, den)
+        elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
+            if kind == LAMB:
+                r, m1[i], m2[i] = _lamb_direction(x, gd, m1[i], m2[i], eps, wd, b1, b2, bc1, bc2)
+            else:
+                r, m1[i] = _partial_lamb_direction(x, gd, m1[i], wd, b1, bc1, den)
+            g[go + d] = r
+            wsq += x * x
+            rsq += r * r
+        else:  # LARS_SGD
+            x, m1[i] = _lars_step(x, gd, m1[i], alr, momentum, wd)
+        if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
+            g[go + d] = x
+            nsq += x * x
+    if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:  # block-uniform
+        wsq = _group_sum(wsq)
+        rsq = _group_sum(rsq)
+        step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
+        for d in range(lane, D, LANES):
+            x = np.float32(w[e + d]) - step * g[go + d]
+            g[go + d] = x
+            nsq += x * x
+    return _group_sum(nsq)
+
+
+@cuda.jit(device=True)
+def _write_row(w, e, g, go, D, lane, nsq, max_norm):
+    """Step 4 of :func:`_apply_rows`: ``max_norm`` (block-uniform), then the one write of the row."""
+    n = np.float32(0.0)
+    if max_norm > np.float32(0.0):
+        n = _group_norm(g, go, D, lane, nsq)
+    clip, c = _max_norm_scale(n, max_norm)
+    for d in range(lane, D, LANES):
+        x = g[go + d]
+        w[e + d] = x * c if clip else x
+
+
 @cuda_kernel
 def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
     """Lane group per touched row ``u`` (``lids[u] < 0``: a padded row, skipped), lanes over the
@@ -692,15 +805,16 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
     weights rounded once). The loop over rows is block-uniform (the shuffles need every lane)."""
     lane = cuda.threadIdx.x % LANES
     per_block = cuda.blockDim.x // LANES
-    one = np.float32(1.0)
-    zero = np.float32(0.0)
-    lr = hp[_tbe_rows.LR]
-    eps = hp[_tbe_rows.EPS]
-    wd = hp[_tbe_rows.WD]
-    b1 = hp[_tbe_rows.BETA1]
-    b2 = hp[_tbe_rows.BETA2]
-    bc1 = hp[_tbe_rows.BC1]
-    bc2 = hp[_tbe_rows.BC2]
+    hyper = (
+        hp[_tbe_rows.LR],
+        hp[_tbe_rows.EPS],
+        hp[_tbe_rows.WD],
+        hp[_tbe_rows.BETA1],
+        hp[_tbe_rows.BETA2],
+        hp[_tbe_rows.BC1],
+        hp[_tbe_rows.BC2],
+        hp[_tbe_rows.MOMENTUM],
+    )
     max_norm = hp[_tbe_rows.MAX_NORM]
     R = lids.shape[0]
     for u0 in range(cuda.blockIdx.x * per_block, R, cuda.gridDim.x * per_block):
@@ -714,94 +828,10 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
             go = voff[u]
             D = voff[u + 1] - go
             e = elem[u]
-        # 1. the row sums the rule needs before any element changes
-        s1 = zero
-        s2 = zero
-        for d in range(lane, D, LANES):
-            gd = g[go + d]
-            x = np.float32(w[e + d])
-            if kind == ROWWISE_ADAGRAD:
-                ge = gd + wd * x if decay == DECAY_L2 else gd
-                s1 += ge * ge
-            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-                s1 += gd * gd
-            elif kind == LARS_SGD:
-                s1 += x * x
-                s2 += gd * gd
-        s1 = _group_sum(s1)
-        s2 = _group_sum(s2)
-        wn = zero
-        gn = zero
-        if kind == LARS_SGD:  # block-uniform: every lane reaches the reductions
-            wn = _group_norm(w, e, D, lane, s1)
-            gn = _group_norm(g, go, D, lane, s2)
-        # 2. row-wise state: lane 0 reads the old value, the group sum broadcasts it, every lane
-        # computes the row's scalars from it, lane 0 writes the new value
-        old = zero
-        if lane == 0 and D > 0:
-            if kind == ROWWISE_ADAGRAD:
-                old = m1[lid]
-            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-                old = m2[lid]
-        old = _group_sum(old)
-        mult = zero
-        corr = one
-        den = one
-        alr = zero
-        if D > 0:
-            if kind == ROWWISE_ADAGRAD:
-                rs, corr, mult = _rowwise_adagrad_row(old, s1, D, lr, eps, wd, decay)
-                if lane == 0:
-                    m1[lid] = rs
-            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-                rs = _partial_rowwise_v(old, s1, D, b2)
-                den = _partial_rowwise_den(rs, bc2, eps)
-                if lane == 0:
-                    m2[lid] = rs
-            elif kind == LARS_SGD:
-                alr = _lars_rate(lr, hp[_tbe_rows.ETA], wd, wn, gn)
-        # 3. element-wise state and the new row (LAMB: its direction first, then the trust ratio)
-        wsq = zero
-        rsq = zero
-        nsq = zero
-        for d in range(lane, D, LANES):
-            i = e + d
-            gd = g[go + d]
-            x = np.float32(w[i])
-            if kind <= ADAM:
-                x = _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
-            elif kind == PARTIAL_ROWWISE_ADAM:
-                x, m1[i] = _partial_rowwise_adam_step(x, gd, m1[i], lr, wd, b1, bc1, den)
-            elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
-                if kind == LAMB:
-                    r, m1[i], m2[i] = _lamb_direction(x, gd, m1[i], m2[i], eps, wd, b1, b2, bc1, bc2)
-                else:
-                    r, m1[i] = _partial_lamb_direction(x, gd, m1[i], wd, b1, bc1, den)
-                g[go + d] = r
-                wsq += x * x
-                rsq += r * r
-            else:  # LARS_SGD
-                x, m1[i] = _lars_step(x, gd, m1[i], alr, hp[_tbe_rows.MOMENTUM], wd)
-            if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
-                g[go + d] = x
-                nsq += x * x
-        if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
-            wsq = _group_sum(wsq)
-            rsq = _group_sum(rsq)
-            step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
-            for d in range(lane, D, LANES):
-                x = np.float32(w[e + d]) - step * g[go + d]
-                g[go + d] = x
-                nsq += x * x
-        # 4. max_norm, then the one write of the row
-        nsq = _group_sum(nsq)
-        n = zero
-        if max_norm > zero:  # block-uniform
-            n = _group_norm(g, go, D, lane, nsq)
-        clip, c = _max_norm_scale(n, max_norm)
-        for d in range(lane, D, LANES):
-            x = g[go + d]
-            w[e + d] = x * c if clip else x
+        s1, s2 = _row_sums(kind, decay, w, e, g, go, D, lane, hyper[2])
+        corr, mult, den, alr = _row_scalars(kind, decay, w, e, g, go, D, lane, lid, m1, m2, s1, s2, hp)
+        nsq = _row_step(kind, w, e, g, go, D, lane, m1, m2, hyper, corr, mult, den, alr)
+        _write_row(w, e, g, go, D, lane, nsq, max_norm)
 
 
 def values_bound(N: int, D_offsets, hash_size_cumsum, rows) -> int:
