@@ -436,10 +436,10 @@ def tbe_backward(grad_output, weights, out, **lookup):
     launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
 
 
-def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=0) -> TBESparseGrad:
+def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, n_values=0) -> TBESparseGrad:
     """The row-wise gradient. Without ``max_rows`` the one host read: the number of rows ``U`` and
-    of values (the outputs' sizes); with it (and the largest dim ``max_dim``), nothing is read
-    (fixed sizes, see the declaration)."""
+    of values (the outputs' sizes); with it (and ``n_values``, at least the values of the first
+    ``max_rows`` rows), nothing is read (fixed sizes, see the declaration)."""
     m = xp()
     N = int(lk.indices.shape[0])
     if N == 0 and max_rows is None:
@@ -454,7 +454,6 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=
         cap = U
     else:
         cap = max_rows
-        n_values = max_rows * max_dim
     u = m.arange(cap + 1)
     live = u < rs.n_runs[0]  # rows past U (or the runs past max_rows: cut) get the end of the kept values
     at = m.minimum(rs.run_start[m.minimum(u, N)], max(N - 1, 0))  # first sorted position of row u
@@ -477,8 +476,10 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=
 def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     a = LookupArgs(**lookup)
     lk = _prepare(a)
-    max_dim = int(np.diff(np.asarray(a.D_offsets)).max())  # the layout is a host array
-    return _sparse(lk, _gradient(grad_output), a.pooling, a.per_sample_weights, max_rows, max_dim)
+    n_values = 0
+    if max_rows is not None:  # the declaration's size: max_rows x the largest dim (a host layout)
+        n_values = max_rows * int(np.diff(np.asarray(a.D_offsets)).max())
+    return _sparse(lk, _gradient(grad_output), a.pooling, a.per_sample_weights, max_rows, n_values)
 
 
 # -- gradient of the per-sample weights ------------------------------------------------------
@@ -657,7 +658,10 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
         layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)  # host arrays
-        _update_rows(weights, layout, lk, g, a.pooling, a.per_sample_weights, optimizer, momentum1, momentum2, step)
+        n_values = values_bound(N, a.D_offsets, a.hash_size_cumsum, a.rows)
+        _update_rows(
+            weights, layout, lk, g, a.pooling, a.per_sample_weights, optimizer, momentum1, momentum2, step, n_values
+        )
         return
     rs = _runs(lk)
     psw, has_psw = _psw(a.per_sample_weights)
@@ -875,15 +879,28 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
         _write_row(w, e, g, go, D, lane, nsq, max_norm)
 
 
-def _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step):
+def values_bound(N: int, D_offsets, hash_size_cumsum, rows) -> int:
+    """The most float32 values the row-wise gradient of ``N`` lookups can hold, from the host layout
+    (no device read): each touched row holds its table's dim, ``N`` lookups touch at most ``N`` rows
+    of at most the largest dim, and at most ``min(N, rows)`` rows of each table (features sharing a
+    table share its rows: equal ``hash_size_cumsum`` entries). So tables smaller than the batch
+    bound the scratch by their own size, not by ``N x max_dim``."""
+    doff, hcs = np.asarray(D_offsets, np.int64), np.asarray(hash_size_cumsum, np.int64)
+    dims = np.diff(doff)
+    _, first = np.unique(hcs[:-1], return_index=True)  # one feature per table
+    per_table = np.minimum(np.asarray(rows, np.int64)[first], N) * dims[first]
+    return min(N * int(dims.max()), sum(int(x) for x in per_table))  # Python ints: no wrap
+
+
+def _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step, n_values):
     """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the sparse gradient at the fixed
     size ``max_rows = N`` (``U <= N``), so nothing is read back, then :func:`_apply_rows`, a lane group
     per touched row, in place on float32 or float16 weights. ``layout``: the host
-    ``(weights_offsets, D_offsets, hash_size_cumsum)``."""
+    ``(weights_offsets, D_offsets, hash_size_cumsum)``; ``n_values``: the gradient's size
+    (:func:`values_bound`)."""
     m = xp()
     N = int(lk.indices.shape[0])
-    max_dim = int(np.diff(layout[1]).max())
-    lids, values, voff = _sparse(lk, g, pooling, per_sample_weights, max_rows=N, max_dim=max_dim)
+    lids, values, voff = _sparse(lk, g, pooling, per_sample_weights, max_rows=N, n_values=n_values)
     elem = _tbe_rows.row_elements(m, m.maximum(lids, 0), *layout)
     none = _NO_FLOATS()
     args = optimizer.kernel_args(step)
