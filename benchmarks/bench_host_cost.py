@@ -13,6 +13,9 @@ Sizes are tiny so that those NumPy steps cost next to nothing here.
 
 Rows: ``tbe_forward`` and ``tbe_backward_update`` (row-wise Adagrad) on arrays, and a
 ``FusedTBE`` forward and a forward + backward (fused update) on tensors through the torch bridge.
+A ``FusedTBE`` forward through the op's generic path (the module before its prepared plan) is
+timed beside the planned one, and the planned forward is then cut into its stages, each timed
+alone, with the generic path's layers after them.
 Columns: median and quartiles of wall microseconds per call, median thread CPU microseconds (the
 waits for a core on a shared machine left out), Numba launches per call, their array and scalar
 arguments, and the array-module calls per call.
@@ -206,7 +209,24 @@ def _stages(module, idx, off, calls: int, counts) -> None:
         "  of which cuda _prepare (Lookups)": lambda: cuda_tbe._prepare(lookup_args),
         "  of which the launch stub": lambda: cuda_tbe.launch(None, 1, 1, w_a, ids_c, off_c),
     }
-    print("\nstages of the planned FusedTBE forward (each timed alone, launch stubbed)")
+    import embnum
+    from embnum.ops import tbe as tbe_ops
+    from embnum.torch_bridge import tbe_forward as bridge_forward
+
+    bufs = module.layout()
+    arrays = (w_a, *(to_array(b) for b in bufs), ids_a, off_a)
+    generic = {
+        "generic: the bridge op on tensors (no module)": lambda: bridge_forward(
+            w.detach(), *bufs, idx, off, "sum", None, backend="cuda"
+        ),
+        "generic: the NumPy op on arrays (registry)": lambda: embnum.tbe_forward(*arrays, "sum", backend="cuda"),
+        "generic: its declaration (layout + lookups checked)": lambda: tbe_ops.tbe_forward.declaration(*arrays, "sum"),
+        "generic: the implementation, launch stubbed": lambda: cuda_tbe.tbe_forward(
+            out=out_a, output_dtype=np.dtype(np.float32), **args
+        ),
+    }
+    stages = {**stages, **generic}
+    print("\nstages of the planned FusedTBE forward (each timed alone, launch stubbed), then the generic path's")
     head = f"{'stage':52s} {'wall us':>9s} {'quartiles':>15s} {'cpu us':>8s}"
     print(head + "\n" + "-" * len(head))
     for name, fn in stages.items():

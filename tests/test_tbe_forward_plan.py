@@ -156,3 +156,18 @@ def test_a_planned_forward_still_trains(monkeypatch):
     m(ids, off).sum().backward()
     assert not torch.equal(before, m.weights.detach())
     assert m.step == 1
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_the_planned_forward_repairs_and_warns_as_the_op(monkeypatch, backend):
+    m = FusedTBE([4, 3], [2, 2], optimizer=OPT, backend=backend, bounds_check_mode="warning")
+    ids, off = torch.tensor([0, 1, 9, 5]), torch.tensor([0, 1, 2, 3, 4])  # two ids outside table 1
+    calls = _planned_calls(monkeypatch)
+    with pytest.warns(RuntimeWarning) as planned:
+        got = m(ids, off)
+    assert calls == [1]
+    with pytest.warns(RuntimeWarning) as generic:
+        want = _generic(m, ids, off)
+    assert [str(w.message) for w in planned] == [str(w.message) for w in generic]
+    assert torch.equal(got, want)
+    assert torch.equal(ids, torch.tensor([0, 1, 9, 5]))  # the caller's ids untouched
