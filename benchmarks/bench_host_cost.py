@@ -13,6 +13,9 @@ Sizes are tiny so that those NumPy steps cost next to nothing here.
 
 Rows: ``tbe_forward`` and ``tbe_backward_update`` (row-wise Adagrad) on arrays, and a
 ``FusedTBE`` forward and a forward + backward (fused update) on tensors through the torch bridge.
+A ``FusedTBE`` forward through the op's generic path (the module before its prepared plan) is
+timed beside the planned one, and the planned forward is then cut into its stages, each timed
+alone, with the generic path's layers after them.
 Columns: median and quartiles of wall microseconds per call, median thread CPU microseconds (the
 waits for a core on a shared machine left out), Numba launches per call, their array and scalar
 arguments, and the array-module calls per call.
@@ -134,6 +137,9 @@ def main(argv=None) -> int:
         "FusedTBE forward (tensors)": lambda: module(idx, off),
         "FusedTBE forward + backward (tensors)": step,
     }
+    generic = FusedTBE([s["rows"]] * s["T"], [s["D"]] * s["T"], optimizer=opt, backend="cuda")
+    generic.forward_plan = lambda weights: None  # the module as before its plan: every call through the op
+    cases["FusedTBE forward, generic path (tensors)"] = lambda: generic(idx, off)
     size = ", ".join(f"{k}={v}" for k, v in s.items())
     print(f"host cost per call, launches stubbed (Numba CUDA simulator, {size}, {a.calls} calls)")
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
@@ -146,7 +152,92 @@ def main(argv=None) -> int:
             f"{name:40s} {r['wall']:9.0f} {r['q1']:7.0f}-{r['q3']:<7.0f} {r['cpu']:8.0f} "
             f"{r['launches']:8.1f} {r['arrays']:6.1f} {r['scalars']:7.1f} {r['xp']:8.1f}"
         )
+    _stages(module, idx, off, a.calls, counts)
     return 0
+
+
+def _stages(module, idx, off, calls: int, counts) -> None:
+    """The planned ``FusedTBE`` forward cut into its stages, each timed alone on the same inputs
+    (wall median); the whole call's time beside their sum (the difference: the module's own call
+    and torch's autograd Function)."""
+    import torch
+
+    from embnum.cuda import tbe as cuda_tbe
+    from embnum.modules.tbe import _planned_forward
+    from embnum.torch_bridge._call import _watched
+    from embnum.torch_bridge._convert import on_torch_stream, to_array
+
+    w = module.weights
+    plan = module.forward_plan(w)
+    ids_a, off_a = to_array(idx), to_array(off)
+    ids_c, off_c, B = plan.lookups(ids_a, off_a, None)
+    w_a = to_array(w)
+    out = torch.empty(plan.shape(ids_c.shape[0], B), dtype=torch.float32)
+    out_a = to_array(out)
+    args = dict(
+        weights=w_a,
+        weights_offsets=plan.woff,
+        D_offsets=plan.doff,
+        hash_size_cumsum=plan.hcs,
+        rows=plan.rows,
+        indices=ids_c,
+        offsets=off_c,
+        B=B,
+        pooling=plan.pooling,
+        per_sample_weights=None,
+    )
+    lookup_args = cuda_tbe.LookupArgs(**{k: x for k, x in args.items() if k != "weights"})
+
+    def checks():  # the planned path's tests of the tensors before it takes the call
+        return (
+            type(idx) is torch.Tensor
+            and idx.device == w.device
+            and idx.dtype in (torch.int32, torch.int64)
+            and not _watched()
+        )
+
+    stages = {
+        "module + autograd Function (whole call)": lambda: module(idx, off),
+        "the planned path without the module": lambda: _planned_forward(module, w, idx, off, None),
+        "tensor checks and _watched()": checks,
+        "forward_plan(): the plan's cache check": lambda: module.forward_plan(w),
+        "on_torch_stream (CPU: a null context)": lambda: on_torch_stream((w,)).__enter__(),
+        "array views of 4 tensors (to_array)": lambda: (to_array(w), to_array(idx), to_array(off), to_array(out)),
+        "plan.lookups: lookups validated + bounds checked": lambda: plan.lookups(ids_a, off_a, None),
+        "output allocation (torch.empty)": lambda: torch.empty((B, plan.total_D), dtype=torch.float32),
+        "plan.run: the kernel function, launch stubbed": lambda: plan.run(w_a, ids_c, off_c, B, None, out_a),
+        "  of which cuda _prepare (Lookups)": lambda: cuda_tbe._prepare(lookup_args),
+        "  of which the launch stub": lambda: cuda_tbe.launch(None, 1, 1, w_a, ids_c, off_c),
+    }
+    import embnum
+    from embnum.ops import tbe as tbe_ops
+    from embnum.torch_bridge import tbe_forward as bridge_forward
+
+    bufs = module.layout()
+    arrays = (w_a, *(to_array(b) for b in bufs), ids_a, off_a)
+    generic = {
+        "generic: the bridge op on tensors (no module)": lambda: bridge_forward(
+            w.detach(), *bufs, idx, off, "sum", None, backend="cuda"
+        ),
+        "generic: the NumPy op on arrays (registry)": lambda: embnum.tbe_forward(*arrays, "sum", backend="cuda"),
+        "generic: its declaration (layout + lookups checked)": lambda: tbe_ops.tbe_forward.declaration(*arrays, "sum"),
+        "generic: the implementation, launch stubbed": lambda: cuda_tbe.tbe_forward(
+            out=out_a, output_dtype=np.dtype(np.float32), **args
+        ),
+    }
+    stages = {**stages, **generic}
+    print("\nstages of the planned FusedTBE forward (each timed alone, launch stubbed), then the generic path's")
+    head = f"{'stage':52s} {'wall us':>9s} {'quartiles':>15s} {'cpu us':>8s}"
+    print(head + "\n" + "-" * len(head))
+    for name, fn in stages.items():
+        r = _measure(fn, calls, counts)
+        print(f"{name:52s} {r['wall']:9.1f} {r['q1']:7.1f}-{r['q3']:<7.1f} {r['cpu']:8.1f}")
+    n_arrays = 8  # the forward kernel's array arguments (weights, 3 layout, rows, indices, offsets, out)
+    print(
+        f"\nnot timed here (GPU only): numba-cuda's launch of {n_arrays} arrays + 3 scalars, which in "
+        f"numba-cuda 0.30 exports each array through DLPack twice ({2 * n_arrays} exports: typeof, then "
+        "_prepare_args), and the 4 tensors' DLPack exports to CuPy (to_array) in place of the NumPy views"
+    )
 
 
 if __name__ == "__main__":

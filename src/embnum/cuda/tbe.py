@@ -58,6 +58,7 @@ from .._tbe import (
 )
 from . import _tbe_vbe as vbe
 from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, to_host, xp
+from ._vector import load4
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
 
@@ -109,67 +110,91 @@ def _bag(offsets, k, N):
 
 
 # -- forward ------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def _load(w, i, D, d0, st, vec):
+    """Elements ``i + j st`` (``j`` = 0..3) of ``w`` whose columns ``d0 + j st`` lie below ``D``
+    (0 for the others): one aligned vector load when ``vec`` (``st`` = 1, all four in range)."""
+    if vec:
+        return load4(w, i)
+    z = np.float32(0.0)
+    x0 = np.float32(w[i]) if d0 < D else z
+    x1 = np.float32(w[i + st]) if d0 + st < D else z
+    x2 = np.float32(w[i + 2 * st]) if d0 + 2 * st < D else z
+    x3 = np.float32(w[i + 3 * st]) if d0 + 3 * st < D else z
+    return x0, x1, x2, x3
+
+
+@cuda.jit(device=True)
+def _pooled(w, base, D, d0, st, vec, E, indices, s, e, psw, has_psw):
+    """Columns ``d0 + j st`` (``j`` = 0..3; those at or past ``D`` give 0) of the pooled bag
+    ``[s, e)``, float32 sums in lookup order; two rows in flight (both indices, then both rows'
+    loads, then the two sums in position order). Ids outside ``[0, E)`` add nothing."""
+    one = np.float32(1.0)
+    a0 = a1 = a2 = a3 = np.float32(0.0)
+    for p in range(s, e, 2):
+        r0 = indices[p]
+        r1 = indices[p + 1] if p + 1 < e else r0 - r0 - 1
+        ok0 = r0 >= 0 and r0 < E
+        ok1 = r1 >= 0 and r1 < E
+        x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = np.float32(0.0)
+        if ok0:
+            x0, x1, x2, x3 = _load(w, base + r0 * D + d0, D, d0, st, vec)
+        if ok1:
+            y0, y1, y2, y3 = _load(w, base + r1 * D + d0, D, d0, st, vec)
+        if ok0:
+            f = psw[p] if has_psw else one
+            a0 += f * np.float32(x0)
+            a1 += f * np.float32(x1)
+            a2 += f * np.float32(x2)
+            a3 += f * np.float32(x3)
+        if ok1:
+            f = psw[p + 1] if has_psw else one
+            a0 += f * np.float32(y0)
+            a1 += f * np.float32(y1)
+            a2 += f * np.float32(y2)
+            a3 += f * np.float32(y3)
+    return a0, a1, a2, a3
+
+
 @cuda_kernel
-def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, out):
-    """out ``[B, total_D]`` (float32 or float16): lane group per bag, ``COLS`` columns per lane."""
+def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, aligned, out):
+    """out ``[B, total_D]`` (float32 or float16): lane group per bag over ``LANES * COLS``-column
+    chunks. A table whose rows start on 4-element boundaries (``aligned``: the weights' pointer is,
+    checked on the host; ``D`` and its offset are multiples of 4) is read by :func:`_pooled` with vector loads, lane
+    ``l`` owning the 4 consecutive columns ``4 l .. 4 l + 3`` of the chunk; any other table
+    one element per load, lane ``l`` owning columns ``l, l + LANES, ...``."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
     n_groups = cuda.gridsize(1) // LANES
     T = woff.shape[0]
-    one = np.float32(1.0)
     for k in range(group, T * B, n_groups):
         t = k // B
         b = k - t * B
         D = doff[t + 1] - doff[t]
-        E = rows[t]
         base = woff[t]
         col = doff[t]
         s, e = _bag(offsets, k, indices.shape[0])
+        n = np.float32(e - s) if mean and e > s else np.float32(1.0)
+        vec = aligned and D % 4 == 0 and base % 4 == 0
+        st = 1 if vec else LANES
         for c0 in range(0, D, LANES * COLS):
-            d0 = c0 + lane
-            d1 = d0 + LANES
-            d2 = d1 + LANES
-            d3 = d2 + LANES
-            a0 = np.float32(0.0)
-            a1 = np.float32(0.0)
-            a2 = np.float32(0.0)
-            a3 = np.float32(0.0)
-            for p in range(s, e):
-                r = indices[p]
-                if r < 0 or r >= E:
-                    continue
-                row = base + r * D
-                c = psw[p] if has_psw else one
-                if d3 < D:  # the common case: four independent loads in flight
-                    x0 = np.float32(w[row + d0])
-                    x1 = np.float32(w[row + d1])
-                    x2 = np.float32(w[row + d2])
-                    x3 = np.float32(w[row + d3])
-                    a0 += c * x0
-                    a1 += c * x1
-                    a2 += c * x2
-                    a3 += c * x3
-                else:
-                    if d0 < D:
-                        a0 += c * np.float32(w[row + d0])
-                    if d1 < D:
-                        a1 += c * np.float32(w[row + d1])
-                    if d2 < D:
-                        a2 += c * np.float32(w[row + d2])
+            d0 = c0 + (COLS * lane if vec else lane)
+            if d0 >= D:
+                continue
+            a0, a1, a2, a3 = _pooled(w, base, D, d0, st, vec, rows[t], indices, s, e, psw, has_psw)
             if mean and e > s:
-                n = np.float32(e - s)
                 a0 = a0 / n
                 a1 = a1 / n
                 a2 = a2 / n
                 a3 = a3 / n
             if d0 < D:
                 out[b, col + d0] = a0
-            if d1 < D:
-                out[b, col + d1] = a1
-            if d2 < D:
-                out[b, col + d2] = a2
-            if d3 < D:
-                out[b, col + d3] = a3
+            if d0 + st < D:
+                out[b, col + d0 + st] = a1
+            if d0 + 2 * st < D:
+                out[b, col + d0 + 2 * st] = a2
+            if d0 + 3 * st < D:
+                out[b, col + d0 + 3 * st] = a3
 
 
 @cuda_kernel
@@ -213,8 +238,28 @@ def tbe_forward(weights, output_dtype, out, **lookup):
         return
     has_psw = a.per_sample_weights is not None
     psw = contiguous(a.per_sample_weights) if has_psw else _NO_FLOATS()
-    args = (w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling == MEAN, psw, has_psw, out)
+    args = (
+        w,
+        lk.woff,
+        lk.doff,
+        lk.rows,
+        lk.indices,
+        lk.offsets,
+        lk.B,
+        a.pooling == MEAN,
+        psw,
+        has_psw,
+        _aligned4(w),
+        out,
+    )
     launch(_forward_pooled, _groups(lk.T * lk.B), TPB, *args)
+
+
+def _aligned4(a) -> bool:
+    """Whether the data pointer of the 1-D array ``a`` is a multiple of four elements' bytes (16 for
+    float32): the vector loads of a table whose offset and dim are multiples of 4 are then aligned."""
+    ptr = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+    return ptr % (4 * a.itemsize) == 0
 
 
 def _NO_FLOATS():
@@ -391,10 +436,10 @@ def tbe_backward(grad_output, weights, out, **lookup):
     launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
 
 
-def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=0) -> TBESparseGrad:
+def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, n_values=0) -> TBESparseGrad:
     """The row-wise gradient. Without ``max_rows`` the one host read: the number of rows ``U`` and
-    of values (the outputs' sizes); with it (and the largest dim ``max_dim``), nothing is read
-    (fixed sizes, see the declaration)."""
+    of values (the outputs' sizes); with it (and ``n_values``, at least the values of the first
+    ``max_rows`` rows), nothing is read (fixed sizes, see the declaration)."""
     m = xp()
     N = int(lk.indices.shape[0])
     if N == 0 and max_rows is None:
@@ -409,7 +454,6 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=
         cap = U
     else:
         cap = max_rows
-        n_values = max_rows * max_dim
     u = m.arange(cap + 1)
     live = u < rs.n_runs[0]  # rows past U (or the runs past max_rows: cut) get the end of the kept values
     at = m.minimum(rs.run_start[m.minimum(u, N)], max(N - 1, 0))  # first sorted position of row u
@@ -432,8 +476,10 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, max_dim=
 def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     a = LookupArgs(**lookup)
     lk = _prepare(a)
-    max_dim = int(np.diff(np.asarray(a.D_offsets)).max())  # the layout is a host array
-    return _sparse(lk, _gradient(grad_output), a.pooling, a.per_sample_weights, max_rows, max_dim)
+    n_values = 0
+    if max_rows is not None:  # the declaration's size: max_rows x the largest dim (a host layout)
+        n_values = max_rows * int(np.diff(np.asarray(a.D_offsets)).max())
+    return _sparse(lk, _gradient(grad_output), a.pooling, a.per_sample_weights, max_rows, n_values)
 
 
 # -- gradient of the per-sample weights ------------------------------------------------------
@@ -612,7 +658,10 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
         layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)  # host arrays
-        _update_rows(weights, layout, lk, g, a.pooling, a.per_sample_weights, optimizer, momentum1, momentum2, step)
+        n_values = values_bound(N, a.D_offsets, a.hash_size_cumsum, a.rows)
+        _update_rows(
+            weights, layout, lk, g, a.pooling, a.per_sample_weights, optimizer, momentum1, momentum2, step, n_values
+        )
         return
     rs = _runs(lk)
     psw, has_psw = _psw(a.per_sample_weights)
@@ -677,6 +726,119 @@ def _group_norm(a, o, D, lane, ssq):
     return _norm_of(ssq, big, t)
 
 
+@cuda.jit(device=True)
+def _row_sums(kind, decay, w, e, g, go, D, lane, wd):
+    """Step 1 of :func:`_apply_rows`: the group sums the rule needs before any element changes
+    (row-wise Adagrad: of the decayed gradient's squares; partial row-wise: of the gradient's
+    squares; LARS: of the weight's and the gradient's squares), in every lane."""
+    s1 = np.float32(0.0)
+    s2 = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        gd = g[go + d]
+        x = np.float32(w[e + d])
+        if kind == ROWWISE_ADAGRAD:
+            ge = gd + wd * x if decay == DECAY_L2 else gd
+            s1 += ge * ge
+        elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+            s1 += gd * gd
+        elif kind == LARS_SGD:
+            s1 += x * x
+            s2 += gd * gd
+    return _group_sum(s1), _group_sum(s2)
+
+
+@cuda.jit(device=True)
+def _row_scalars(kind, decay, w, e, g, go, D, lane, lid, m1, m2, s1, s2, hp):
+    """Step 2 of :func:`_apply_rows`: the row's scalars ``(corr, mult, den, alr)`` from the row
+    sums and the row-wise state. Lane 0 reads the old state, a group sum broadcasts it, every lane
+    computes the scalars, lane 0 writes the new state. Block-uniform reductions (LARS' norms)."""
+    zero = np.float32(0.0)
+    wn = zero
+    gn = zero
+    if kind == LARS_SGD:  # block-uniform: every lane reaches the reductions
+        wn = _group_norm(w, e, D, lane, s1)
+        gn = _group_norm(g, go, D, lane, s2)
+    old = zero
+    if lane == 0 and D > 0:
+        if kind == ROWWISE_ADAGRAD:
+            old = m1[lid]
+        elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+            old = m2[lid]
+    old = _group_sum(old)
+    mult = zero
+    corr = np.float32(1.0)
+    den = np.float32(1.0)
+    alr = zero
+    if D > 0:
+        if kind == ROWWISE_ADAGRAD:
+            rs, corr, mult = _rowwise_adagrad_row(
+                old, s1, D, hp[_tbe_rows.LR], hp[_tbe_rows.EPS], hp[_tbe_rows.WD], decay
+            )
+            if lane == 0:
+                m1[lid] = rs
+        elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
+            rs = _partial_rowwise_v(old, s1, D, hp[_tbe_rows.BETA2])
+            den = _partial_rowwise_den(rs, hp[_tbe_rows.BC2], hp[_tbe_rows.EPS])
+            if lane == 0:
+                m2[lid] = rs
+        elif kind == LARS_SGD:
+            alr = _lars_rate(hp[_tbe_rows.LR], hp[_tbe_rows.ETA], hp[_tbe_rows.WD], wn, gn)
+    return corr, mult, den, alr
+
+
+@cuda.jit(device=True)
+def _row_step(kind, w, e, g, go, D, lane, m1, m2, hyper, corr, mult, den, alr):
+    """Step 3 of :func:`_apply_rows`: element-wise state and the new row, kept in float32 in ``g``
+    (LAMB: its direction first, then the trust ratio). ``hyper``: ``(lr, eps, wd, b1, b2, bc1, bc2,
+    momentum)``. Returns the new row's group sum of squares."""
+    lr, eps, wd, b1, b2, bc1, bc2, momentum = hyper
+    wsq = np.float32(0.0)
+    rsq = np.float32(0.0)
+    nsq = np.float32(0.0)
+    for d in range(lane, D, LANES):
+        i = e + d
+        gd = g[go + d]
+        x = np.float32(w[i])
+        if kind <= ADAM:
+            x = _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
+        elif kind == PARTIAL_ROWWISE_ADAM:
+            x, m1[i] = _partial_rowwise_adam_step(x, gd, m1[i], lr, wd, b1, bc1, den)
+        elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
+            if kind == LAMB:
+                r, m1[i], m2[i] = _lamb_direction(x, gd, m1[i], m2[i], eps, wd, b1, b2, bc1, bc2)
+            else:
+                r, m1[i] = _partial_lamb_direction(x, gd, m1[i], wd, b1, bc1, den)
+            g[go + d] = r
+            wsq += x * x
+            rsq += r * r
+        else:  # LARS_SGD
+            x, m1[i] = _lars_step(x, gd, m1[i], alr, momentum, wd)
+        if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
+            g[go + d] = x
+            nsq += x * x
+    if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:  # block-uniform
+        wsq = _group_sum(wsq)
+        rsq = _group_sum(rsq)
+        step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
+        for d in range(lane, D, LANES):
+            x = np.float32(w[e + d]) - step * g[go + d]
+            g[go + d] = x
+            nsq += x * x
+    return _group_sum(nsq)
+
+
+@cuda.jit(device=True)
+def _write_row(w, e, g, go, D, lane, nsq, max_norm):
+    """Step 4 of :func:`_apply_rows`: ``max_norm`` (block-uniform), then the one write of the row."""
+    n = np.float32(0.0)
+    if max_norm > np.float32(0.0):
+        n = _group_norm(g, go, D, lane, nsq)
+    clip, c = _max_norm_scale(n, max_norm)
+    for d in range(lane, D, LANES):
+        x = g[go + d]
+        w[e + d] = x * c if clip else x
+
+
 @cuda_kernel
 def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
     """Lane group per touched row ``u`` (``lids[u] < 0``: a padded row, skipped), lanes over the
@@ -688,15 +850,16 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
     weights rounded once). The loop over rows is block-uniform (the shuffles need every lane)."""
     lane = cuda.threadIdx.x % LANES
     per_block = cuda.blockDim.x // LANES
-    one = np.float32(1.0)
-    zero = np.float32(0.0)
-    lr = hp[_tbe_rows.LR]
-    eps = hp[_tbe_rows.EPS]
-    wd = hp[_tbe_rows.WD]
-    b1 = hp[_tbe_rows.BETA1]
-    b2 = hp[_tbe_rows.BETA2]
-    bc1 = hp[_tbe_rows.BC1]
-    bc2 = hp[_tbe_rows.BC2]
+    hyper = (
+        hp[_tbe_rows.LR],
+        hp[_tbe_rows.EPS],
+        hp[_tbe_rows.WD],
+        hp[_tbe_rows.BETA1],
+        hp[_tbe_rows.BETA2],
+        hp[_tbe_rows.BC1],
+        hp[_tbe_rows.BC2],
+        hp[_tbe_rows.MOMENTUM],
+    )
     max_norm = hp[_tbe_rows.MAX_NORM]
     R = lids.shape[0]
     for u0 in range(cuda.blockIdx.x * per_block, R, cuda.gridDim.x * per_block):
@@ -710,105 +873,34 @@ def _apply_rows(kind, decay, w, elem, lids, g, voff, m1, m2, hp):
             go = voff[u]
             D = voff[u + 1] - go
             e = elem[u]
-        # 1. the row sums the rule needs before any element changes
-        s1 = zero
-        s2 = zero
-        for d in range(lane, D, LANES):
-            gd = g[go + d]
-            x = np.float32(w[e + d])
-            if kind == ROWWISE_ADAGRAD:
-                ge = gd + wd * x if decay == DECAY_L2 else gd
-                s1 += ge * ge
-            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-                s1 += gd * gd
-            elif kind == LARS_SGD:
-                s1 += x * x
-                s2 += gd * gd
-        s1 = _group_sum(s1)
-        s2 = _group_sum(s2)
-        wn = zero
-        gn = zero
-        if kind == LARS_SGD:  # block-uniform: every lane reaches the reductions
-            wn = _group_norm(w, e, D, lane, s1)
-            gn = _group_norm(g, go, D, lane, s2)
-        # 2. row-wise state: lane 0 reads the old value, the group sum broadcasts it, every lane
-        # computes the row's scalars from it, lane 0 writes the new value
-        old = zero
-        if lane == 0 and D > 0:
-            if kind == ROWWISE_ADAGRAD:
-                old = m1[lid]
-            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-                old = m2[lid]
-        old = _group_sum(old)
-        mult = zero
-        corr = one
-        den = one
-        alr = zero
-        if D > 0:
-            if kind == ROWWISE_ADAGRAD:
-                rs, corr, mult = _rowwise_adagrad_row(old, s1, D, lr, eps, wd, decay)
-                if lane == 0:
-                    m1[lid] = rs
-            elif kind == PARTIAL_ROWWISE_ADAM or kind == PARTIAL_ROWWISE_LAMB:
-                rs = _partial_rowwise_v(old, s1, D, b2)
-                den = _partial_rowwise_den(rs, bc2, eps)
-                if lane == 0:
-                    m2[lid] = rs
-            elif kind == LARS_SGD:
-                alr = _lars_rate(lr, hp[_tbe_rows.ETA], wd, wn, gn)
-        # 3. element-wise state and the new row (LAMB: its direction first, then the trust ratio)
-        wsq = zero
-        rsq = zero
-        nsq = zero
-        for d in range(lane, D, LANES):
-            i = e + d
-            gd = g[go + d]
-            x = np.float32(w[i])
-            if kind <= ADAM:
-                x = _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
-            elif kind == PARTIAL_ROWWISE_ADAM:
-                x, m1[i] = _partial_rowwise_adam_step(x, gd, m1[i], lr, wd, b1, bc1, den)
-            elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
-                if kind == LAMB:
-                    r, m1[i], m2[i] = _lamb_direction(x, gd, m1[i], m2[i], eps, wd, b1, b2, bc1, bc2)
-                else:
-                    r, m1[i] = _partial_lamb_direction(x, gd, m1[i], wd, b1, bc1, den)
-                g[go + d] = r
-                wsq += x * x
-                rsq += r * r
-            else:  # LARS_SGD
-                x, m1[i] = _lars_step(x, gd, m1[i], alr, hp[_tbe_rows.MOMENTUM], wd)
-            if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
-                g[go + d] = x
-                nsq += x * x
-        if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
-            wsq = _group_sum(wsq)
-            rsq = _group_sum(rsq)
-            step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
-            for d in range(lane, D, LANES):
-                x = np.float32(w[e + d]) - step * g[go + d]
-                g[go + d] = x
-                nsq += x * x
-        # 4. max_norm, then the one write of the row
-        nsq = _group_sum(nsq)
-        n = zero
-        if max_norm > zero:  # block-uniform
-            n = _group_norm(g, go, D, lane, nsq)
-        clip, c = _max_norm_scale(n, max_norm)
-        for d in range(lane, D, LANES):
-            x = g[go + d]
-            w[e + d] = x * c if clip else x
+        s1, s2 = _row_sums(kind, decay, w, e, g, go, D, lane, hyper[2])
+        corr, mult, den, alr = _row_scalars(kind, decay, w, e, g, go, D, lane, lid, m1, m2, s1, s2, hp)
+        nsq = _row_step(kind, w, e, g, go, D, lane, m1, m2, hyper, corr, mult, den, alr)
+        _write_row(w, e, g, go, D, lane, nsq, max_norm)
 
 
-def _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step):
+def values_bound(N: int, D_offsets, hash_size_cumsum, rows) -> int:
+    """The most float32 values the row-wise gradient of ``N`` lookups can hold, from the host layout
+    (no device read): each touched row holds its table's dim, ``N`` lookups touch at most ``N`` rows
+    of at most the largest dim, and at most ``min(N, rows)`` rows of each table (features sharing a
+    table share its rows: equal ``hash_size_cumsum`` entries). So tables smaller than the batch
+    bound the scratch by their own size, not by ``N x max_dim``."""
+    doff, hcs = np.asarray(D_offsets, np.int64), np.asarray(hash_size_cumsum, np.int64)
+    dims = np.diff(doff)
+    _, first = np.unique(hcs[:-1], return_index=True)  # one feature per table
+    per_table = np.minimum(np.asarray(rows, np.int64)[first], N) * dims[first]
+    return min(N * int(dims.max()), sum(int(x) for x in per_table))  # Python ints: no wrap
+
+
+def _update_rows(weights, layout, lk, g, pooling, per_sample_weights, optimizer, momentum1, momentum2, step, n_values):
     """LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm``: the sparse gradient at the fixed
     size ``max_rows = N`` (``U <= N``), so nothing is read back, then :func:`_apply_rows`, a lane group
     per touched row, in place on float32 or float16 weights. ``layout``: the host
-    ``(weights_offsets, D_offsets, hash_size_cumsum)``."""
+    ``(weights_offsets, D_offsets, hash_size_cumsum)``; ``n_values``: the gradient's size
+    (:func:`values_bound`)."""
     m = xp()
     N = int(lk.indices.shape[0])
-    max_dim = int(np.diff(layout[1]).max())
-    lids, values, voff = _sparse(lk, g, pooling, per_sample_weights, max_rows=N, max_dim=max_dim)
+    lids, values, voff = _sparse(lk, g, pooling, per_sample_weights, max_rows=N, n_values=n_values)
     elem = _tbe_rows.row_elements(m, m.maximum(lids, 0), *layout)
     none = _NO_FLOATS()
     args = optimizer.kernel_args(step)

@@ -102,6 +102,7 @@ class _Tables(torch.nn.Module):
         self.bounds_check_mode = bounds_check_mode
         self.backend = backend
         self._trusted = None  # (the layout buffers, len(weights), their versions) last trusted on a GPU
+        self._plan = None  # (what the forward plan was made for, the plan): see forward_plan
 
     def layout(self):
         """The three layout buffers. On a GPU they stay there: the first call (and the first after a
@@ -124,6 +125,42 @@ class _Tables(torch.nn.Module):
                 trust_device_layout(w, *(to_array(b) for b in bufs))
                 self._trusted = seen
         return bufs
+
+    def forward_plan(self, weights):
+        """The forward prepared for this module's layout and settings (``embnum.ops.tbe.ForwardPlan``:
+        layout validated, kernel chosen), made again only when the layout buffers, the weights'
+        length, dtype or device, or a setting changed; ``None`` where the call takes the op's
+        generic path (the ``"ref"`` backend, or weights on a device the backend does not take)."""
+        b = self._buffers  # the three layout buffers, read past nn.Module's attribute lookup
+        wo, do, hc = b["weights_offsets"], b["D_offsets"], b["hash_size_cumsum"]
+        backend = self.backend if self.backend is not None else ("cuda" if weights.is_cuda else "cpu")
+        seen = (
+            id(wo),
+            id(do),
+            id(hc),
+            wo._version,
+            do._version,
+            hc._version,
+            weights.shape[0],
+            weights.dtype,
+            weights.is_cuda,
+            backend,
+            self.pooling_mode,
+            self.output_dtype,
+            self.bounds_check_mode,
+        )
+        kept = self._plan
+        if kept is None or kept[0] != seen:  # (the kept entry holds the buffers: their ids stay theirs)
+            if backend == "ref" or (weights.is_cuda != (backend == "cuda") and not _cuda_takes_host_arrays()):
+                return None
+            from ..ops.tbe import ForwardPlan
+            from ..torch_bridge import to_array
+
+            bufs = self.layout()  # on a GPU: trusted once here, so the plan reads nothing back
+            arrays = (to_array(weights.detach()), *(to_array(x) for x in bufs))
+            plan = ForwardPlan(*arrays, self.pooling_mode, self.output_dtype, self.bounds_check_mode, backend)
+            kept = self._plan = (seen, plan, bufs)
+        return kept[1]
 
     def out_of_range_error(self, err, indices, offsets, features=None, tables=None):
         """The error to raise in the user's terms when the lookup of ``(indices, offsets)`` failed
@@ -206,6 +243,9 @@ class _FusedLookup(torch.autograd.Function):
 
         ctx.module = module
         ctx.save_for_backward(indices, offsets, per_sample_weights)
+        out = _planned_forward(module, weights, indices, offsets, per_sample_weights)
+        if out is not None:
+            return out
         return tbe_forward(
             weights.detach(),
             *module.layout(),
@@ -223,6 +263,50 @@ class _FusedLookup(torch.autograd.Function):
         indices, offsets, psw = ctx.saved_tensors
         psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, psw is not None and ctx.needs_input_grad[1])
         return None, psw_grad, None, None, None
+
+
+def _cuda_takes_host_arrays() -> bool:
+    """Whether the cuda backend runs on host arrays here (Numba's CUDA simulator)."""
+    from .._backend import cuda_simulated
+
+    return cuda_simulated()
+
+
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_OUT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def _planned_forward(module, weights, indices, offsets, psw):
+    """The forward through the module's :meth:`_Tables.forward_plan`: the lookups validated and
+    checked as the op does, the output from torch's allocator, one array view of each tensor, the
+    kernel called directly (no argument binding, backend choice or layout check per call). ``None``
+    where the op's generic path must take the call: something watches the dispatcher (tracing,
+    a mode, the profiler), a tensor is not a plain tensor on the weights' device, or of a dtype
+    the op rejects (its error then names it)."""
+    from ..torch_bridge._call import _watched
+    from ..torch_bridge._convert import on_torch_stream, to_array
+
+    device = weights.device
+    if (
+        type(indices) is not torch.Tensor
+        or type(offsets) is not torch.Tensor
+        or indices.device != device
+        or offsets.device != device
+        or indices.dtype not in _INDEX_DTYPES
+        or offsets.dtype not in _INDEX_DTYPES
+        or (psw is not None and (type(psw) is not torch.Tensor or psw.device != device or psw.dtype != torch.float32))
+        or _watched()
+    ):
+        return None
+    plan = module.forward_plan(weights)
+    if plan is None:
+        return None
+    with on_torch_stream((weights,)):
+        p = None if psw is None else to_array(psw.detach())
+        ids, off, B = plan.lookups(to_array(indices), to_array(offsets), p)
+        out = torch.empty(plan.shape(ids.shape[0], B), dtype=_OUT_DTYPES[str(plan.output_dtype)], device=device)
+        plan.run(to_array(weights), ids, off, B, p, to_array(out))
+    return out
 
 
 class FusedTBE(_Tables):

@@ -363,6 +363,58 @@ def tbe_forward(
     return (args, (shape, dt))
 
 
+class ForwardPlan:
+    """:func:`tbe_forward` prepared once for one layout, pooling, output dtype, bounds mode and
+    backend, for a module that owns its layout and calls the forward many times: the layout is
+    validated here (as every call of the op validates it), and the kernel and the layout's
+    arrays are kept, so a call only validates and checks its lookups (:func:`lookups`, as the op)
+    and runs the kernel into ``out``. No VBE. ``weights`` at call time must be the array the plan
+    was made for (its length and dtype) or one of the same length and dtype."""
+
+    def __init__(
+        self,
+        weights,
+        weights_offsets,
+        D_offsets,
+        hash_size_cumsum,
+        pooling_mode,
+        output_dtype,
+        bounds_check_mode,
+        backend: str,
+    ):
+        from .._backend import get_backend
+
+        self.woff, self.doff, self.hcs, self.rows = layout(weights, weights_offsets, D_offsets, hash_size_cumsum)
+        self.pooling = pooling_code(pooling_mode)
+        self.output_dtype = output_dtype_of(output_dtype)
+        self.mode = bounds.bounds_mode(bounds_check_mode)
+        self.backend = get_backend(backend)
+        self.kernel = tbe_forward._load(self.backend)[0]
+        self.weights_len, self.weights_dtype = weights.shape[0], weights.dtype
+        self.total_D, self.D = int(self.doff[-1]), int(self.doff[1])
+        self._args = _plan_args(None, self.woff, self.doff, self.hcs, self.rows, None, None, 0, self.pooling, None)
+        self._args["output_dtype"] = self.output_dtype
+
+    def lookups(self, indices, offsets, per_sample_weights):
+        """The call's lookups validated and checked as :func:`tbe_forward` does: ``(indices,
+        offsets, B)``."""
+        indices, offsets, B, _, _ = lookups(
+            indices, offsets, per_sample_weights, self.rows, self.pooling, self.doff, self.mode
+        )
+        return indices, offsets, B
+
+    def shape(self, n_indices: int, B: int) -> tuple[int, int]:
+        """The output's shape: ``[B, total_D]`` pooled, ``[N, D]`` for ``"none"``."""
+        return (n_indices, self.D) if self.pooling == NONE else (B, self.total_D)
+
+    def run(self, weights, indices, offsets, B, per_sample_weights, out) -> None:
+        """The kernel on checked lookups (:meth:`lookups`), writing ``out`` (``shape``, ``output_dtype``)."""
+        args = self._args.copy()
+        args["weights"], args["indices"], args["offsets"] = weights, indices, offsets
+        args["B"], args["per_sample_weights"] = B, per_sample_weights
+        self.backend.run(self.kernel, args, out)
+
+
 # -- backward --------------------------------------------------------------
 def _backward_plan(
     grad_output,
