@@ -6,19 +6,23 @@ its table, so no id can make a kernel read or write out of bounds.
 
 Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator):
 
-* forward: one lane group per bag (grid-stride over bags), each lane owning
-  ``COLS`` columns ``lane, lane + LANES, ...`` of a 128-column chunk, so every
-  row read is ``COLS`` independent loads per lane, each coalesced across the
-  group (128 contiguous bytes of float32 per load instruction). Each lane sums
+* forward: one lane group per bag (grid-stride over bags) over 128-column chunks.
+  A table whose rows start on 4-element boundaries is read with one vector load
+  per row and lane (``_vector.load4``: 16 bytes of float32), lane ``l`` owning
+  columns ``4 l .. 4 l + 3``, two rows in flight; any other table with ``COLS``
+  one-element loads per lane (columns ``lane, lane + LANES, ...``), each coalesced
+  across the group. Each lane sums
   its columns in lookup order (float32), as the oracle does; float16 weights are
   converted by the hardware (``cvt.f32.f16``), and a float16 output is written
   rounded to nearest even (``cvt.rn.f16.f32``) by the same kernel.
 * ``"none"`` pooling: one lane group per bag copies its rows, coalesced.
 * backward: the lookups are sorted by ``(linear row id, position)`` with one
-  CuPy radix sort (a unique key, so the order is fixed); a CuPy scan numbers the
-  runs; one lane group per run reduces the run's gradient in position order,
-  lanes over the columns (coalesced reads of ``grad_output``), and writes the row
-  once. No float atomics: identical results from run to run. The number of runs
+  stable CuPy radix sort of the ids in the narrowest unsigned type that holds the
+  row count (:func:`sort_key`); a CuPy scan numbers the runs; one lane group per
+  run reduces the run's gradient in position order, walking the run once per
+  ``LANES * COLS`` columns (each lane keeps ``COLS`` column sums in registers;
+  coalesced reads of ``grad_output``), and writes the row once. No float atomics:
+  identical results from run to run. The number of runs
   stays on the device (the grid is sized by the lookups), so ``tbe_backward``
   and ``tbe_backward_update`` read nothing back; ``tbe_backward_sparse`` reads the
   run count once (its output's size).
@@ -26,7 +30,8 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
   the columns reduced in shared memory in a fixed tree order.
 * the fused optimizer step: one lane group per touched row (lanes over the columns, coalesced
   weight and state updates). SGD/Adagrad/row-wise Adagrad/Adam reduce straight from the sorted
-  lookups (``_apply``); LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm`` take the
+  lookups (``_apply``: one walk of the run per 128 columns, two for row-wise Adagrad);
+  LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm`` take the
   row-wise gradient at the fixed size ``max_rows = N`` (no read) and ``_apply_rows`` (row sums by
   xor-shuffle butterflies, the new row written once). No float atomics; nothing read back.
 """
@@ -368,30 +373,67 @@ def _runs(lk: Lookups) -> Runs:
 
 
 @cuda.jit(device=True)
-def _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw):
-    """Summed gradient of column ``d`` over sorted lookups ``q0..q1`` (position order)."""
-    acc = np.float32(0.0)
+def _run_grad4(q0, q1, lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw):
+    """float32 summed gradient of the columns ``lane + j LANES`` (``j < COLS``; 0 at or past ``D``;
+    ``lane``: the lane plus its chunk's first column) over the sorted lookups ``q0..q1``, in one walk
+    in position order: each lookup adds its factor (per-sample weight, ``1/len`` for MEAN, 1) times
+    its bag's gradient, and "none" pooling its position's gradient row as it is."""
+    L = LANES
+    a0 = a1 = a2 = a3 = np.float32(0.0)
     for q in range(q0, q1):
         p = order[q]
         if pooling == NONE:
-            acc += np.float32(g[p, d])
-            continue
-        k = sbag[q]
-        tt = k // B
-        b = k - tt * B
-        if has_psw:
-            c = psw[p]
-        elif pooling == MEAN:
-            c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
-        else:
             c = np.float32(1.0)
-        acc += c * np.float32(g[b, doff[tt] + d])
-    return acc
+            r = p
+            at = 0
+        else:
+            k = sbag[q]
+            tt = k // B
+            r = k - tt * B
+            at = doff[tt]
+            if has_psw:
+                c = psw[p]
+            elif pooling == MEAN:
+                c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
+            else:
+                c = np.float32(1.0)
+        if pooling == NONE:  # no factor: the sum of the rows' gradients as they are
+            if lane < D:
+                a0 += np.float32(g[r, lane])
+            if lane + L < D:
+                a1 += np.float32(g[r, lane + L])
+            if lane + 2 * L < D:
+                a2 += np.float32(g[r, lane + 2 * L])
+            if lane + 3 * L < D:
+                a3 += np.float32(g[r, lane + 3 * L])
+        else:
+            if lane < D:
+                a0 += c * np.float32(g[r, at + lane])
+            if lane + L < D:
+                a1 += c * np.float32(g[r, at + lane + L])
+            if lane + 2 * L < D:
+                a2 += c * np.float32(g[r, at + lane + 2 * L])
+            if lane + 3 * L < D:
+                a3 += c * np.float32(g[r, at + lane + 3 * L])
+    return a0, a1, a2, a3
+
+
+@cuda.jit(device=True)
+def _put4(out, at, d0, D, g0, g1, g2, g3):
+    """``out[at + d0 + j LANES] = g_j`` for the columns ``d0 + j LANES`` below ``D``."""
+    if d0 < D:
+        out[at + d0] = g0
+    if d0 + LANES < D:
+        out[at + d0 + LANES] = g1
+    if d0 + 2 * LANES < D:
+        out[at + d0 + 2 * LANES] = g2
+    if d0 + 3 * LANES < D:
+        out[at + d0 + 3 * LANES] = g3
 
 
 @cuda_kernel
 def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, psw, has_psw, out):
-    """Lane group per run (lanes over columns): the run's summed gradient written to its row of
+    """Lane group per run (lanes over columns, :func:`_run_grad4`): the run's summed gradient written to its row of
     the dense gradient ``out`` [W] (zero elsewhere, set by the caller)."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
@@ -402,8 +444,9 @@ def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff
         t = sbag[q0] // B
         D = doff[t + 1] - doff[t]
         at = woff[t] + (lid[q0] - hcs[t]) * D
-        for d in range(lane, D, LANES):
-            out[at + d] = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+        for c0 in range(0, D, LANES * COLS):  # the run walked once per chunk
+            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+            _put4(out, at, c0 + lane, D, g0, g1, g2, g3)
 
 
 @cuda_kernel
@@ -415,9 +458,11 @@ def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling
     for u in range(group, n_runs[0], n_groups):
         q0 = run_start[u]
         t = sbag[q0] // B
-        for d in range(lane, doff[t + 1] - doff[t], LANES):
-            acc = _run_grad(q0, run_start[u + 1], d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            values[voff[u] + d] = acc
+        q1 = run_start[u + 1]
+        D = doff[t + 1] - doff[t]
+        for c0 in range(0, D, LANES * COLS):  # the run walked once per chunk
+            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+            _put4(values, voff[u], c0 + lane, D, g0, g1, g2, g3)
 
 
 def _gradient(grad_output, max_gradient=None):
@@ -541,6 +586,33 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
     launch(_grad_psw, _groups(N), TPB, *args, out)
 
 
+@cuda.jit(device=True)
+def _ssq4(g0, g1, g2, g3, lane, D, w, base, wd, decay):
+    """This lane's sum of squares of the (decayed) gradient of its columns ``lane + j LANES``
+    (``lane``: the first column), in column order."""
+    ssq = np.float32(0.0)
+    for j in range(COLS):
+        d = lane + j * LANES
+        if d < D:
+            gd = g0 if j == 0 else g1 if j == 1 else g2 if j == 2 else g3
+            ge = gd + wd * np.float32(w[base + d]) if decay == DECAY_L2 else gd
+            ssq += ge * ge
+    return ssq
+
+
+@cuda.jit(device=True)
+def _step4(kind, g0, g1, g2, g3, d0, D, base, w, m1, m2, hyper, corr, mult):
+    """:func:`_element_step` on the columns ``d0 + j LANES`` below ``D`` of the row at ``base``,
+    gradient ``g0..g3``; ``hyper``: ``(lr, eps, wd, b1, b2, bc1, bc2)``."""
+    lr, eps, wd, b1, b2, bc1, bc2 = hyper
+    for j in range(COLS):
+        d = d0 + j * LANES
+        if d < D:
+            gd = g0 if j == 0 else g1 if j == 1 else g2 if j == 2 else g3
+            i = base + d
+            w[i] = _element_step(kind, np.float32(w[i]), gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
+
+
 # -- the fused optimizer step ------------------------------------------------------------------
 @cuda_kernel
 def _apply(
@@ -598,12 +670,18 @@ def _apply(
             base = woff[t] + (row_id - hcs[t]) * D
         mult = one
         corr = one
-        if kind == ROWWISE_ADAGRAD:
-            ssq = np.float32(0.0)
-            for d in range(lane, D, LANES):
-                gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-                ge = gd + wd * np.float32(w[base + d]) if decay == DECAY_L2 else gd
-                ssq += ge * ge
+        hyper = (lr, eps, wd, b1, b2, bc1, bc2)
+        # chunks of LANES * COLS columns, lane owning lane + j LANES: the run walked once per chunk
+        # (row-wise Adagrad: twice, its sum of squares first), its gradient kept in registers
+        rowwise = kind == ROWWISE_ADAGRAD
+        ssq = np.float32(0.0)
+        for c0 in range(0, D, LANES * COLS):
+            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
+            if rowwise:
+                ssq += _ssq4(g0, g1, g2, g3, c0 + lane, D, w, base, wd, decay)
+            else:
+                _step4(kind, g0, g1, g2, g3, c0 + lane, D, base, w, m1, m2, hyper, corr, mult)
+        if rowwise:
             part[tid] = ssq
             cuda.syncthreads()
             if lane == 0 and active:  # the row's sum and old accumulator, for every lane of the group
@@ -618,10 +696,11 @@ def _apply(
                 if lane == 0:
                     m1[row_id] = mm
             cuda.syncthreads()
-        for d in range(lane, D, LANES):
-            gd = _run_grad(q0, q1, d, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            i = base + d
-            w[i] = _element_step(kind, np.float32(w[i]), gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
+            for c0 in range(0, D, LANES * COLS):
+                g0, g1, g2, g3 = _run_grad4(
+                    q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw
+                )
+                _step4(kind, g0, g1, g2, g3, c0 + lane, D, base, w, m1, m2, hyper, corr, mult)
 
 
 # the element steps and row scalars of embnum._tbe_rows (the CPU compiles the same functions)
