@@ -106,7 +106,9 @@ def test_schemas_are_fbgemms_and_registering_beside_fbgemm_is_refused():
         from embnum import torch_bridge as tb
         from embnum.torch_bridge.fbgemm_aliases import ALIASES
         from embnum.fbgemm_compat.unavailable import OPERATORS
-        schemas = {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in [*ALIASES, *OPERATORS]}
+        from embnum.fbgemm_compat.operators import NAME
+        names = [*ALIASES, *OPERATORS, NAME]
+        schemas = {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in names}
         try:
             tb.register_fbgemm_aliases()
             refused = None

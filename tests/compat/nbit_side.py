@@ -2,7 +2,9 @@
 ``IntNBitTableBatchedEmbeddingBagsCodegen`` (``real``) or embnum's stand-in (``embnum``), built
 from the same quantized rows (``weight_lists``), looks up the same batches; every output is saved.
 On embnum's side each batch is also looked up by the module's torch.fx trace and by its TorchScript
-(saved and loaded), which must give the module's own output bit for bit.
+(saved and loaded), which must give the module's own output bit for bit. On both sides each batch
+is then looked up by ``torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function`` called
+with the module's buffers as fbgemm's forward calls it (fbgemm's operator, or the stand-in's).
 
 ``python nbit_side.py real|embnum CASES_PT OUT_PT`` (each side in its own process).
 """
@@ -41,7 +43,42 @@ def run(side, case):
             for b, out in zip(case["batches"], outs):
                 got = other(b["indices"], b["offsets"], b["psw"])
                 assert got.dtype == out.dtype and torch.equal(got, out), type(other).__name__
-    return [out.float() for out in outs]
+    operator = [lookup_operator(tbe, case, b) for b in case["batches"]]
+    return [out.float() for out in outs] + [out.float() for out in operator]
+
+
+_CODES = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3, "int2": 4}
+
+
+def lookup_operator(tbe, case, batch):
+    """fbgemm's lookup operator on the module's buffers, with the arguments fbgemm's forward passes."""
+    features = [case["tables"][t] for t in case["feature_table_map"]]
+
+    def max_dim(ty):
+        return max([d for _, d, t in features if t == ty], default=0)
+
+    return torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function(
+        dev_weights=tbe.weights_host,
+        uvm_weights=torch.empty(0, dtype=torch.uint8),
+        weights_placements=torch.full((len(features),), 3, dtype=torch.int32),  # HOST
+        weights_offsets=tbe.weights_offsets,
+        weights_tys=tbe.weights_tys,
+        D_offsets=tbe.D_offsets,
+        total_D=tbe.total_D,
+        max_int2_D=max_dim("int2"),
+        max_int4_D=max_dim("int4"),
+        max_int8_D=max_dim("int8"),
+        max_float16_D=max_dim("fp16"),
+        max_float32_D=max_dim("fp32"),
+        indices=batch["indices"],
+        offsets=batch["offsets"],
+        pooling_mode={"SUM": 0, "MEAN": 1, "NONE": 2}[case["pooling"]],
+        indice_weights=batch["psw"],
+        output_dtype=_CODES[case["output"]],
+        lxu_cache_weights=torch.empty(0, dtype=torch.uint8),
+        lxu_cache_locations=torch.empty(0, dtype=torch.int32),
+        row_alignment=case["row_alignment"],
+    )
 
 
 def compiled_forms(tbe):
@@ -58,4 +95,8 @@ def compiled_forms(tbe):
 
 if __name__ == "__main__":
     side, cases_path, out_path = sys.argv[1:4]
+    if side == "embnum":
+        from embnum.fbgemm_compat import operators
+
+        operators.register_operators()
     torch.save([run(side, case) for case in torch.load(cases_path)], out_path)

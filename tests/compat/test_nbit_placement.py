@@ -200,3 +200,59 @@ def test_quant_collection_traces_and_scripts(dims, weight_type, output, data):
     for form in (traced, scripted):
         got = form(features).values()
         assert got.dtype == want.dtype and torch.equal(got, want), type(form).__name__
+
+
+@settings(max_examples=10, deadline=None)
+@given(specs(), st.data())
+def test_fbgemms_lookup_operator_on_the_stand_ins_buffers(tables, data):
+    """``torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function`` (defined at install) on the
+    module's buffers, called as fbgemm's forward calls it, gives the module's output; cached rows,
+    unified-memory placements, a wrong ``total_D`` and an id past the buffer are refused by name."""
+    tbe = IntNBitTableBatchedEmbeddingBagsCodegen(tables, output_dtype=SparseType.FP32)
+    tbe.initialize_weights()
+    tbe.weights.copy_(torch.randint(0, 256, tbe.weights.shape, dtype=torch.uint8))
+    for _, scale_bias in tbe.split_embedding_weights():
+        if scale_bias is not None:
+            scale_bias.copy_(torch.tensor([0.5, -1.0], dtype=torch.float16).view(torch.uint8).expand_as(scale_bias))
+    batch = data.draw(st.integers(1, 3))
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=batch * len(tables), max_size=batch * len(tables)))
+    indices = torch.tensor(
+        [data.draw(st.integers(0, tables[f // batch][1] - 1)) for f, n in enumerate(lengths) for _ in range(n)],
+        dtype=torch.int32,
+    )
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    T = len(tables)
+    args = dict(
+        dev_weights=tbe.weights,
+        uvm_weights=torch.empty(0, dtype=torch.uint8),
+        weights_placements=torch.full((T,), 3, dtype=torch.int32),
+        weights_offsets=tbe.weights_offsets,
+        weights_tys=tbe.weights_tys,
+        D_offsets=tbe.D_offsets,
+        total_D=tbe.total_D,
+        max_int2_D=0,
+        max_int4_D=0,
+        max_int8_D=0,
+        max_float16_D=0,
+        max_float32_D=0,
+        indices=indices,
+        offsets=offsets,
+        pooling_mode=0,
+        indice_weights=None,
+        output_dtype=0,
+        lxu_cache_weights=torch.empty(0, dtype=torch.uint8),
+        lxu_cache_locations=torch.empty(0, dtype=torch.int32),
+        row_alignment=1,
+    )
+    lookup = torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function
+    torch.testing.assert_close(lookup(**args), tbe(indices, offsets), rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(NotImplementedError, match="lxu_cache_weights"):
+        lookup(**dict(args, lxu_cache_weights=torch.zeros(4, 8)))
+    with pytest.raises(NotImplementedError, match="weights_placements"):
+        lookup(**dict(args, weights_placements=torch.full((T,), 1, dtype=torch.int32)))
+    with pytest.raises(ValueError, match="total_D"):
+        lookup(**dict(args, total_D=tbe.total_D + 1))
+    past = torch.tensor([tbe.weights.numel()], dtype=torch.int32)  # more rows than the whole buffer holds
+    one_bag = torch.tensor([0] + [1] * (T * batch), dtype=torch.int32)
+    with pytest.raises(IndexError):
+        lookup(**dict(args, indices=past, offsets=one_bag))

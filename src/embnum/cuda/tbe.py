@@ -58,6 +58,7 @@ from .._tbe import (
 )
 from . import _tbe_vbe as vbe
 from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, to_host, xp
+from ._vector import load4
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
 
@@ -109,67 +110,91 @@ def _bag(offsets, k, N):
 
 
 # -- forward ------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def _load(w, i, D, d0, st, vec):
+    """Elements ``i + j st`` (``j`` = 0..3) of ``w`` whose columns ``d0 + j st`` lie below ``D``
+    (0 for the others): one aligned vector load when ``vec`` (``st`` = 1, all four in range)."""
+    if vec:
+        return load4(w, i)
+    z = np.float32(0.0)
+    x0 = np.float32(w[i]) if d0 < D else z
+    x1 = np.float32(w[i + st]) if d0 + st < D else z
+    x2 = np.float32(w[i + 2 * st]) if d0 + 2 * st < D else z
+    x3 = np.float32(w[i + 3 * st]) if d0 + 3 * st < D else z
+    return x0, x1, x2, x3
+
+
+@cuda.jit(device=True)
+def _pooled(w, base, D, d0, st, vec, E, indices, s, e, psw, has_psw):
+    """Columns ``d0 + j st`` (``j`` = 0..3; those at or past ``D`` give 0) of the pooled bag
+    ``[s, e)``, float32 sums in lookup order; two rows in flight (both indices, then both rows'
+    loads, then the two sums in position order). Ids outside ``[0, E)`` add nothing."""
+    one = np.float32(1.0)
+    a0 = a1 = a2 = a3 = np.float32(0.0)
+    for p in range(s, e, 2):
+        r0 = indices[p]
+        r1 = indices[p + 1] if p + 1 < e else r0 - r0 - 1
+        ok0 = r0 >= 0 and r0 < E
+        ok1 = r1 >= 0 and r1 < E
+        x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = np.float32(0.0)
+        if ok0:
+            x0, x1, x2, x3 = _load(w, base + r0 * D + d0, D, d0, st, vec)
+        if ok1:
+            y0, y1, y2, y3 = _load(w, base + r1 * D + d0, D, d0, st, vec)
+        if ok0:
+            f = psw[p] if has_psw else one
+            a0 += f * np.float32(x0)
+            a1 += f * np.float32(x1)
+            a2 += f * np.float32(x2)
+            a3 += f * np.float32(x3)
+        if ok1:
+            f = psw[p + 1] if has_psw else one
+            a0 += f * np.float32(y0)
+            a1 += f * np.float32(y1)
+            a2 += f * np.float32(y2)
+            a3 += f * np.float32(y3)
+    return a0, a1, a2, a3
+
+
 @cuda_kernel
-def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, out):
-    """out ``[B, total_D]`` (float32 or float16): lane group per bag, ``COLS`` columns per lane."""
+def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, aligned, out):
+    """out ``[B, total_D]`` (float32 or float16): lane group per bag over ``LANES * COLS``-column
+    chunks. A table whose rows start on 4-element boundaries (``aligned``: the weights' pointer is,
+    checked on the host; ``D`` and its offset are multiples of 4) is read by :func:`_pooled` with vector loads, lane
+    ``l`` owning the 4 consecutive columns ``4 l .. 4 l + 3`` of the chunk; any other table
+    one element per load, lane ``l`` owning columns ``l, l + LANES, ...``."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
     n_groups = cuda.gridsize(1) // LANES
     T = woff.shape[0]
-    one = np.float32(1.0)
     for k in range(group, T * B, n_groups):
         t = k // B
         b = k - t * B
         D = doff[t + 1] - doff[t]
-        E = rows[t]
         base = woff[t]
         col = doff[t]
         s, e = _bag(offsets, k, indices.shape[0])
+        n = np.float32(e - s) if mean and e > s else np.float32(1.0)
+        vec = aligned and D % 4 == 0 and base % 4 == 0
+        st = 1 if vec else LANES
         for c0 in range(0, D, LANES * COLS):
-            d0 = c0 + lane
-            d1 = d0 + LANES
-            d2 = d1 + LANES
-            d3 = d2 + LANES
-            a0 = np.float32(0.0)
-            a1 = np.float32(0.0)
-            a2 = np.float32(0.0)
-            a3 = np.float32(0.0)
-            for p in range(s, e):
-                r = indices[p]
-                if r < 0 or r >= E:
-                    continue
-                row = base + r * D
-                c = psw[p] if has_psw else one
-                if d3 < D:  # the common case: four independent loads in flight
-                    x0 = np.float32(w[row + d0])
-                    x1 = np.float32(w[row + d1])
-                    x2 = np.float32(w[row + d2])
-                    x3 = np.float32(w[row + d3])
-                    a0 += c * x0
-                    a1 += c * x1
-                    a2 += c * x2
-                    a3 += c * x3
-                else:
-                    if d0 < D:
-                        a0 += c * np.float32(w[row + d0])
-                    if d1 < D:
-                        a1 += c * np.float32(w[row + d1])
-                    if d2 < D:
-                        a2 += c * np.float32(w[row + d2])
+            d0 = c0 + (COLS * lane if vec else lane)
+            if d0 >= D:
+                continue
+            a0, a1, a2, a3 = _pooled(w, base, D, d0, st, vec, rows[t], indices, s, e, psw, has_psw)
             if mean and e > s:
-                n = np.float32(e - s)
                 a0 = a0 / n
                 a1 = a1 / n
                 a2 = a2 / n
                 a3 = a3 / n
             if d0 < D:
                 out[b, col + d0] = a0
-            if d1 < D:
-                out[b, col + d1] = a1
-            if d2 < D:
-                out[b, col + d2] = a2
-            if d3 < D:
-                out[b, col + d3] = a3
+            if d0 + st < D:
+                out[b, col + d0 + st] = a1
+            if d0 + 2 * st < D:
+                out[b, col + d0 + 2 * st] = a2
+            if d0 + 3 * st < D:
+                out[b, col + d0 + 3 * st] = a3
 
 
 @cuda_kernel
@@ -213,8 +238,28 @@ def tbe_forward(weights, output_dtype, out, **lookup):
         return
     has_psw = a.per_sample_weights is not None
     psw = contiguous(a.per_sample_weights) if has_psw else _NO_FLOATS()
-    args = (w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling == MEAN, psw, has_psw, out)
+    args = (
+        w,
+        lk.woff,
+        lk.doff,
+        lk.rows,
+        lk.indices,
+        lk.offsets,
+        lk.B,
+        a.pooling == MEAN,
+        psw,
+        has_psw,
+        _aligned4(w),
+        out,
+    )
     launch(_forward_pooled, _groups(lk.T * lk.B), TPB, *args)
+
+
+def _aligned4(a) -> bool:
+    """Whether the data pointer of the 1-D array ``a`` is a multiple of four elements' bytes (16 for
+    float32): the vector loads of a table whose offset and dim are multiples of 4 are then aligned."""
+    ptr = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+    return ptr % (4 * a.itemsize) == 0
 
 
 def _NO_FLOATS():

@@ -1,13 +1,15 @@
 """Run TorchRec with fbgemm_gpu absent: an opt-in stand-in for the parts of fbgemm_gpu TorchRec uses.
 
 ``install()`` registers every ``torch.ops.fbgemm`` operator embnum provides
-(:func:`embnum.torch_bridge.register_fbgemm_aliases`), then puts an import hook on
+(:func:`embnum.torch_bridge.register_fbgemm_aliases`, and fbgemm's quantized lookup operator,
+:mod:`.operators`), then puts an import hook on
 ``sys.meta_path`` so that ``import fbgemm_gpu`` and the submodules TorchRec imports resolve to
 embnum's stand-in modules (:data:`MODULES`): the configuration enums, the table-batched
 embedding modules on embnum's kernels, the pooled-embedding permutes and the communication
 codecs. Features embnum does not provide (SSD and key-value tables, UVM and cached placements,
-prefetch, statistics reporters) import fine and raise ``NotImplementedError`` naming the feature
-when used. It refuses where a real fbgemm_gpu is importable or loaded: it never shadows one.
+prefetch, statistics reporters, zero-collision hashing) import fine and raise
+``NotImplementedError`` naming the feature when used. It refuses where a real fbgemm_gpu is
+importable or loaded: it never shadows one.
 
 Setting ``EMBNUM_FBGEMM_COMPAT=1`` installs it in every Python process of an environment where
 embnum is installed (a ``.pth`` start-up hook shipped in the wheel): ``torchrun`` workers, spawned
@@ -28,10 +30,11 @@ ENV_VAR = "EMBNUM_FBGEMM_COMPAT"
 
 def _register_aliases() -> list[str]:
     from ..torch_bridge import register_fbgemm_aliases
-    from .unavailable import register_operators
+    from . import operators, unavailable
 
     names = register_fbgemm_aliases()
-    register_operators()  # fbgemm operators of features embnum lacks: they raise, naming the feature
+    operators.register_operators()  # fbgemm's quantized lookup operator, on embnum's
+    unavailable.register_operators()  # fbgemm operators of features embnum lacks: they raise, naming the feature
     return names
 
 

@@ -9,8 +9,9 @@ calls, runs on embnum. It refuses when fbgemm_gpu is already loaded (its ops own
 names), and fbgemm_gpu cannot be loaded into a process after it (the names are taken).
 Semantics are embnum's (``docs/``, the family pages): same results where fbgemm's are defined, clear
 errors where fbgemm reads out of bounds. The TBE training and inference operators are
-not aliased: their fbgemm schemas are internal codegen entry points (use
-``embnum.torch_bridge.tbe`` and the EmbeddingBagCollection instead).
+not aliased here: their fbgemm schemas are internal codegen entry points (use
+``embnum.torch_bridge.tbe`` and the EmbeddingBagCollection instead); the fbgemm_gpu stand-in
+(``embnum.fbgemm_compat``) defines the quantized lookup's, for fbgemm's inference module.
 
 Four aliases have no embnum op behind them (``docs/coming-from-fbgemm.md``, bridge-only
 aliases): ``merge_pooled_embeddings``, ``sum_reduce_to_one`` and ``all_to_one_device`` are a
