@@ -844,3 +844,23 @@ def test_cuda_forward_vector_and_element_paths_agree_bit_for_bit(data):
     args = tbe_args(lay, vals, indices, offsets, pooling_mode=pooling, per_sample_weights=psw)
     err, ok = embnum.tbe_forward.check_fn(got[0], embnum.tbe_forward(**args, backend="ref"), args)
     assert ok, err
+
+
+@given(
+    n_rows=st.sampled_from([0, 1, 65535, 65536, 2**32 - 1, 2**32, 2**40]),
+    picks=st.lists(st.integers(0, 2**40), max_size=40),
+)
+def test_cuda_backward_sort_key_is_narrow_and_keeps_row_position_order(n_rows, picks):
+    """The backward sorts the lookups' linear ids (``0..n_rows``) as keys of the narrowest unsigned
+    type holding ``n_rows``, with a stable sort: the same order as sorting the unique
+    ``(id, position)`` pairs, in 2, 4 or 8 radix passes."""
+    from embnum.cuda import _common
+    from embnum.cuda import tbe as cuda_tbe
+
+    lid = np.array([p % (n_rows + 1) for p in picks], dtype=np.int64)
+    key = cuda_tbe.sort_key(lid, n_rows)
+    want_type = np.uint16 if n_rows < 2**16 else np.uint32 if n_rows < 2**32 else np.int64
+    assert key.dtype == want_type
+    np.testing.assert_array_equal(key.astype(np.int64), lid)
+    order = _common.stable_argsort(key)
+    np.testing.assert_array_equal(order, np.lexsort((np.arange(lid.shape[0]), lid)))

@@ -57,7 +57,7 @@ from .._tbe import (
     TBESparseGrad,
 )
 from . import _tbe_vbe as vbe
-from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, to_host, xp
+from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, stable_argsort, to_host, xp
 from ._vector import load4
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
@@ -335,6 +335,17 @@ def _new_run(lid, big, new):
         new[q] = 1 if x != big and (q == 0 or lid[q - 1] != x) else 0
 
 
+def sort_key(lid, n_rows: int):
+    """The linear ids ``lid`` (``0..n_rows``, ``n_rows`` for lookups outside every bag) in the
+    narrowest unsigned type that holds ``n_rows``: a radix sort makes one pass per key byte, so
+    tables of fewer than 65,536 rows in all sort in 2 passes and fewer than 2**32 in 4, where int64
+    keys take 8 (and ``(id, position)`` packed into one int64 key would overflow past 2**63)."""
+    for t in (np.uint16, np.uint32):
+        if n_rows <= np.iinfo(t).max:
+            return lid.astype(t)
+    return lid
+
+
 def _runs(lk: Lookups) -> Runs:
     """Sort the lookups and number the runs of equal rows, all on the device (no host read)."""
     m = xp()
@@ -347,7 +358,7 @@ def _runs(lk: Lookups) -> Runs:
     bag = m.empty(N, np.int64)
     lid = m.empty(N, np.int64)
     launch(_linear_ids, blocks(N, TPB), TPB, lk.hcs, lk.rows, lk.indices, lk.offsets, lk.B, bag, lid)
-    order = m.argsort(lid * N + m.arange(N, dtype=np.int64))  # a unique key: a fixed order
+    order = stable_argsort(sort_key(lid, lk.n_rows))  # stable: (row, position) order, a fixed one
     lid_sorted = lid[order]
     new = m.empty(N, np.int64)
     launch(_new_run, blocks(N, TPB), TPB, lid_sorted, lk.n_rows, new)
