@@ -232,10 +232,9 @@ def _stages(module, idx, off, calls: int, counts) -> None:
     for name, fn in stages.items():
         r = _measure(fn, calls, counts)
         print(f"{name:52s} {r['wall']:9.1f} {r['q1']:7.1f}-{r['q3']:<7.1f} {r['cpu']:8.1f}")
-    n_arrays = 8  # the forward kernel's array arguments (weights, 3 layout, rows, indices, offsets, out)
     print(
-        f"\nnot timed here (GPU only): numba-cuda's launch of {n_arrays} arrays + 3 scalars, which in "
-        f"numba-cuda 0.30 exports each array through DLPack twice ({2 * n_arrays} exports: typeof, then "
+        "\nnot timed here (GPU only): numba-cuda's launch (its array and scalar arguments: the first "
+        "table), which in numba-cuda 0.30 exports each array argument through DLPack twice (typeof, then "
         "_prepare_args), and the 4 tensors' DLPack exports to CuPy (to_array) in place of the NumPy views"
     )
 
