@@ -73,6 +73,38 @@ _CACHE_ONLY = (
 _BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "int2": 2}
 
 
+def _packed_specs(name, embedding_specs):
+    """``embedding_specs`` checked: ``(name, rows, dim, SparseType, location)`` per table, a row type
+    embnum reads, whole bytes per row, on DEVICE or HOST."""
+    specs = _checks.specs(name, embedding_specs, ("name", "rows", "dim", "weight_ty", "location"), min_rows=0)
+    for i, s in enumerate(specs):
+        if not isinstance(s[3], SparseType):
+            raise TypeError(f"{name}: embedding_specs[{i}] weight_ty must be a SparseType, got {s[3]!r}")
+        if s[3].value not in _PACKED:
+            raise ValueError(f"{name}: table {s[0]!r} has weight type {s[3]}, not supported by embnum ({_PACKED})")
+        if s[2] * _BITS[s[3].value] % 8:
+            raise ValueError(
+                f"{name}: embedding_specs[{i}] dim = {s[2]} does not fill whole bytes as {s[3].value} "
+                f"(a multiple of {8 // _BITS[s[3].value]})"
+            )
+        location = enum(f"embedding_specs[{i}] location", s[4], EmbeddingLocation)
+        if location not in (EmbeddingLocation.DEVICE, EmbeddingLocation.HOST):
+            raise NotImplementedError(f"{name}: location {location.name} is not available in embnum")
+    return specs
+
+
+def _check_feature_names(name, feature_names_per_table, T_):
+    """``ValueError`` unless ``feature_names_per_table`` is None or one list of str per table."""
+    if feature_names_per_table is not None and (
+        len(feature_names_per_table) != T_
+        or any(not all(isinstance(f, str) for f in names) for names in feature_names_per_table)
+    ):
+        raise ValueError(
+            f"{name}: feature_names_per_table must be one list of feature names per table ({T_}), "
+            f"got {feature_names_per_table!r}"
+        )
+
+
 class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
     """fbgemm's inference TBE: quantized tables (fp32, fp16, int8, int4, int2 rows) and a pooled lookup,
     ``forward(indices, offsets, per_sample_weights=None) -> [B, total_D]`` (``[N, D]`` for
@@ -114,22 +146,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         check_defaults(name, fbgemm_options, _DEFAULT_ONLY, ignored=_CACHE_ONLY)
         if index_remapping is not None:
             raise NotImplementedError(f"{name}: index_remapping (pruned tables) is not available in embnum's stand-in")
-        self.embedding_specs = _checks.specs(
-            name, embedding_specs, ("name", "rows", "dim", "weight_ty", "location"), min_rows=0
-        )
-        for i, s in enumerate(self.embedding_specs):
-            if not isinstance(s[3], SparseType):
-                raise TypeError(f"{name}: embedding_specs[{i}] weight_ty must be a SparseType, got {s[3]!r}")
-            if s[3].value not in _PACKED:
-                raise ValueError(f"{name}: table {s[0]!r} has weight type {s[3]}, not supported by embnum ({_PACKED})")
-            if s[2] * _BITS[s[3].value] % 8:
-                raise ValueError(
-                    f"{name}: embedding_specs[{i}] dim = {s[2]} does not fill whole bytes as {s[3].value} "
-                    f"(a multiple of {8 // _BITS[s[3].value]})"
-                )
-            location = enum(f"embedding_specs[{i}] location", s[4], EmbeddingLocation)
-            if location not in (EmbeddingLocation.DEVICE, EmbeddingLocation.HOST):
-                raise NotImplementedError(f"{name}: location {location.name} is not available in embnum")
+        self.embedding_specs = _packed_specs(name, embedding_specs)
         flag("cacheline_alignment", cacheline_alignment)
         if scale_bias_size_in_bytes != DEFAULT_SCALE_BIAS_SIZE_IN_BYTES:
             raise ValueError(f"{name}: scale_bias_size_in_bytes={scale_bias_size_in_bytes} is not supported (only 4)")
@@ -139,14 +156,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         self.use_cpu = self.current_device.type == "cpu"
         T_ = len(self.embedding_specs)
         self.feature_table_map = _checks.table_map(feature_table_map, T_)
-        if feature_names_per_table is not None and (
-            len(feature_names_per_table) != T_
-            or any(not all(isinstance(f, str) for f in names) for names in feature_names_per_table)
-        ):
-            raise ValueError(
-                f"{name}: feature_names_per_table must be one list of feature names per table ({T_}), "
-                f"got {feature_names_per_table!r}"
-            )
+        _check_feature_names(name, feature_names_per_table, T_)
         self.feature_names_per_table = feature_names_per_table  # metadata: fbgemm only reports it
         self.pooling_mode = enum("pooling_mode", pooling_mode, PoolingMode)
         self.bounds_check_mode_int = int(enum("bounds_check_mode", bounds_check_mode, BoundsCheckMode))
@@ -160,6 +170,19 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
             else (1 if self.use_cpu else 16)
         )
         self.scale_bias_size_in_bytes = scale_bias_size_in_bytes
+        self._register_layout(cacheline_alignment)
+        self.weight_initialized = False
+        self.register_buffer("weights_host", torch.zeros(0, dtype=torch.uint8, device=self.current_device))
+        self.register_buffer("weights_dev", torch.zeros(0, dtype=torch.uint8, device=self.current_device))
+        if weight_lists is not None:
+            self.initialize_weights()
+            self.assign_embedding_weights(weight_lists)
+
+    def _register_layout(self, cacheline_alignment):
+        """The tables' byte layout in the packed weights (rows padded to ``row_alignment``, tables to
+        128 bytes with ``cacheline_alignment``) and the per-feature buffers fbgemm names."""
+        name = type(self).__name__
+        T_ = len(self.embedding_specs)
         self.weights_physical_offsets, end = [], 0
         for _, rows, dim, ty, _ in self.embedding_specs:
             self.weights_physical_offsets.append(end)
@@ -186,12 +209,6 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         self.register_buffer("rows_per_table", buffer([s[1] for s in specs], torch.int64))
         self.total_D = sum(s[2] for s in specs)  # not from D_offsets: a meta tensor has no values
         self.max_D = max(s[2] for s in self.embedding_specs)
-        self.weight_initialized = False
-        self.register_buffer("weights_host", torch.zeros(0, dtype=torch.uint8, device=self.current_device))
-        self.register_buffer("weights_dev", torch.zeros(0, dtype=torch.uint8, device=self.current_device))
-        if weight_lists is not None:
-            self.initialize_weights()
-            self.assign_embedding_weights(weight_lists)
 
     def get_feature_num_per_table(self) -> list[int]:
         """The number of features of each table named in ``feature_names_per_table`` (``[]`` without it)."""

@@ -261,6 +261,42 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         super().__init__()
         name = type(self).__name__
         check_defaults(name, fbgemm_options, _DEFAULT_ONLY)
+        rows, dims, device = self._set_tables(embedding_specs, device)
+        self._set_layout(rows, dims, feature_table_map, pooling_mode, output_dtype, device)
+        self.weights_precision = weights_precision
+        dtype = _float_type(name, "weights_precision", weights_precision)
+        self._set_rule(optimizer, dtype, device, stochastic_rounding, gradient_clipping, enforce_hbm)
+        if table_names is not None and (
+            not isinstance(table_names, (list, tuple))
+            or len(table_names) != len(rows)
+            or not all(isinstance(n, str) for n in table_names)
+        ):
+            raise TypeError(f"{name}: table_names must be None or one str per table ({len(rows)}), got {table_names!r}")
+        self.table_names = table_names
+        self.embedding_shard_info = embedding_shard_info
+        self.res_params = res_params
+        self.bounds_check_mode_int = int(enum("bounds_check_mode", bounds_check_mode, BoundsCheckMode))
+        self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
+        self._set_hyper(
+            gradient_clipping,
+            max_gradient,
+            max_norm,
+            weight_decay,
+            weight_decay_mode,
+            learning_rate=learning_rate,
+            eps=eps,
+            beta1=beta1,
+            beta2=beta2,
+            eta=eta,
+            momentum=momentum,
+        )
+        self._allocate(rows, dims, dtype, device)
+
+    # -- construction steps, in the order __init__ runs them -----------------------
+    def _set_tables(self, embedding_specs, device):
+        """Check ``embedding_specs`` (DEVICE/HOST tables, no MTIA) and pick the device (CUDA when a
+        table computes there, unless ``device`` says): ``(rows, dims, device)``."""
+        name = type(self).__name__
         self.embedding_specs = _checks.specs(name, embedding_specs, ("rows", "dim", "location", "compute_device"))
         rows = [int(s[0]) for s in self.embedding_specs]
         dims = [int(s[1]) for s in self.embedding_specs]
@@ -278,9 +314,12 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             device = torch.device("cuda" if ComputeDevice.CUDA in computes else "cpu")
         device = _checks.device("device", device)
         self.use_cpu = device.type == "cpu"
-        self._set_layout(rows, dims, feature_table_map, pooling_mode, output_dtype, device)
-        self.weights_precision = weights_precision
-        dtype = _float_type(name, "weights_precision", weights_precision)
+        return rows, dims, device
+
+    def _set_rule(self, optimizer, dtype, device, stochastic_rounding, gradient_clipping, enforce_hbm):
+        """Check the flags and the optimizer (one embnum implements; FP16 weights on a GPU only
+        without stochastic rounding)."""
+        name = type(self).__name__
         for flag_name, value in (
             ("stochastic_rounding", stochastic_rounding),
             ("gradient_clipping", gradient_clipping),
@@ -300,26 +339,14 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
             )
         self.optimizer = optimizer
         self._kind = _KINDS[optimizer]
-        if table_names is not None and (
-            not isinstance(table_names, (list, tuple))
-            or len(table_names) != len(rows)
-            or not all(isinstance(n, str) for n in table_names)
-        ):
-            raise TypeError(f"{name}: table_names must be None or one str per table ({len(rows)}), got {table_names!r}")
-        self.table_names = table_names
-        self.embedding_shard_info = embedding_shard_info
-        self.res_params = res_params
-        self.bounds_check_mode_int = int(enum("bounds_check_mode", bounds_check_mode, BoundsCheckMode))
-        self._bounds = _BOUNDS[BoundsCheckMode(self.bounds_check_mode_int)]
+
+    def _set_hyper(self, gradient_clipping, max_gradient, max_norm, weight_decay, weight_decay_mode, **hyper):
+        """The hyper-parameters (``hyper``: learning_rate, eps, beta1, beta2, eta, momentum) and the
+        embnum optimizer built from them."""
         # max_norm 0 is fbgemm's "off"; the rest TBEOptimizer checks under fbgemm's names
         norm = _checks.number("max_norm", max_norm, minimum=0.0)
         self._hyper = dict(
-            learning_rate=learning_rate,
-            eps=eps,
-            beta1=beta1,
-            beta2=beta2,
-            eta=eta,
-            momentum=momentum,
+            **hyper,
             max_gradient=max_gradient if gradient_clipping else None,
             max_norm=norm if norm > 0 else None,
         )
@@ -330,6 +357,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
         self._hyper.update(learning_rate=self._tbe_optimizer.learning_rate)
         self.learning_rate_tensor = torch.tensor(self._tbe_optimizer.learning_rate, dtype=torch.float32)
 
+    def _allocate(self, rows, dims, dtype, device):
+        """The weights (zeros, fbgemm's start), the optimizer state and the step count, under
+        fbgemm's names for the placement (``*_dev`` on a GPU, ``*_host`` on the CPU)."""
         placement = EmbeddingLocation.DEVICE if device.type != "cpu" else EmbeddingLocation.HOST
         held, empty = (
             ("weights_dev", "weights_host")
