@@ -245,18 +245,23 @@ def test_training_tbe_matches_fbgemm(tmp_path_factory, cases, alone):
     _assert_same_training([*cases, alone], real, ours)
 
 
-HALF = {"rtol": 2**-9, "atol": 2**-12}
+HALF = {"rtol": 2**-7, "atol": 2**-10}
+HALF_SUMS = {"rtol": 2**-6, "atol": 2**-7}
 
 
 def _assert_same_training(cases, real, ours):
     """Outputs, split weights and optimizer states (names and values) of each case alike. float16
-    rows: within two float16 ulps (``HALF``), as both sides sum a row's gradients in float32 in
-    their own order, and a last-bit float32 difference can flip the rounding to float16 at a step."""
+    rows: within 8 float16 ulps (``HALF``), as both sides compute a step in float32 in their own
+    order and a last-bit float32 difference can flip the rounding to float16 at each step (measured:
+    up to 5 ulps after three Adagrad steps); the outputs, sums of up to a few such rows times
+    weights up to 2, within ``HALF_SUMS``. float32 tables are compared to rtol 1e-5."""
     for case, want, got in zip(cases, real, ours):
         where = f"{case['optimizer']} {case['pooling']} rows={case['rows']} dims={case['dims']}"
-        tol = HALF if case["hyper"].get("weights_precision") == "FP16" else {"rtol": 1e-5, "atol": 1e-6}
+        half = case["hyper"].get("weights_precision") == "FP16"
+        tol = HALF if half else {"rtol": 1e-5, "atol": 1e-6}
         for step, (w, g) in enumerate(zip(want["outputs"], got["outputs"])):
-            torch.testing.assert_close(g, w, **tol, msg=lambda m: f"{where} step {step}: {m}")
+            out_tol = HALF_SUMS if half else tol
+            torch.testing.assert_close(g, w, **out_tol, msg=lambda m: f"{where} step {step}: {m}")
         for t, (w, g) in enumerate(zip(want["weights"], got["weights"])):
             torch.testing.assert_close(g, w, **tol, msg=lambda m: f"{where} table {t} weights: {m}")
         assert [sorted(d) for d in got["states"]] == [sorted(d) for d in want["states"]], where
