@@ -281,6 +281,59 @@ def _boundaries(pos, T, my_size, imax, copies):
     return flat
 
 
+def _bag_counts(batch_size_per_feature, T, n_bags, copies):
+    """int64 ``[T]``: the bags of each key (``len(lengths) / T`` each, or ``batch_size_per_feature``
+    checked: ``>= 0``, summing to ``len(lengths)``)."""
+    if T == 0:
+        if n_bags:
+            raise ValueError(f"block_sizes is empty (T = 0) but lengths has {n_bags} entries")
+        batch = np.zeros(0, np.int64)
+    elif batch_size_per_feature is None:
+        if n_bags % T:
+            raise ValueError(f"len(lengths) = {n_bags} is not a multiple of len(block_sizes) = {T}")
+        batch = np.full(T, n_bags // T, np.int64)
+    else:
+        batch = _per_key("batch_size_per_feature", batch_size_per_feature, T, copies.get("batch_size_per_feature"))
+        _nonneg("batch_size_per_feature", batch)
+        total = v.checked_sum("batch_size_per_feature", batch)
+        if total != n_bags:
+            raise ValueError(f"batch_size_per_feature sums to {total}, not len(lengths) = {n_bags}")
+    return batch
+
+
+def _block_counts(total_num_blocks, T, my_size, bs, id_dtype, imax, copies):
+    """int64 ``[T]``: each key's block count (``my_size``, or ``total_num_blocks`` checked: positive
+    multiples of ``my_size``), with every ``block_sizes[t] * blocks`` within the ids' range ``imax``."""
+    G = _per_key("total_num_blocks", total_num_blocks, T, copies.get("total_num_blocks"))
+    if G is None:
+        G = np.full(T, my_size, np.int64)
+    elif T and (int(G.min()) <= 0 or np.any(G % my_size)):
+        t = int(np.argmax((G <= 0) | (G % my_size != 0)))
+        raise ValueError(f"total_num_blocks[{t}] = {int(G[t])} must be a positive multiple of my_size = {my_size}")
+    over = [t for t in range(T) if int(bs[t]) * int(G[t]) > imax]
+    if over:
+        t = over[0]
+        raise ValueError(
+            f"block_sizes[{t}] * blocks = {int(bs[t])} * {int(G[t])} exceeds the largest {id_dtype} id {imax}"
+        )
+    return G
+
+
+def _keep_flags(keep_orig_idx_per_feature, keep_orig_idx, T, copies):
+    """bool ``[T]``: whether each key keeps its original ids (``keep_orig_idx_per_feature`` checked,
+    else ``keep_orig_idx`` for every key)."""
+    if keep_orig_idx_per_feature is not None:
+        v.array("keep_orig_idx_per_feature", keep_orig_idx_per_feature, ndim=1)
+        if keep_orig_idx_per_feature.dtype != np.bool_:
+            raise TypeError(f"keep_orig_idx_per_feature must be bool, got {keep_orig_idx_per_feature.dtype}")
+        if keep_orig_idx_per_feature.shape[0] != T:
+            raise ValueError(
+                f"keep_orig_idx_per_feature must have {T} entries, got {keep_orig_idx_per_feature.shape[0]}"
+            )
+        return copies["keep_orig_idx_per_feature"].astype(np.bool_)
+    return np.full(T, v.flag("keep_orig_idx", keep_orig_idx), np.bool_)
+
+
 @op("kjt", returns="tuple")
 def block_bucketize_sparse_features(
     lengths,
@@ -395,45 +448,11 @@ def _bucketize(
     bs = copies["block_sizes"]
     if T and int(bs.min()) < 0:
         raise ValueError(f"block_sizes must be >= 0, got {int(bs.min())} at {int(np.argmax(bs < 0))}")
-    if T == 0:
-        if n_bags:
-            raise ValueError(f"block_sizes is empty (T = 0) but lengths has {n_bags} entries")
-        batch = np.zeros(0, np.int64)
-    elif batch_size_per_feature is None:
-        if n_bags % T:
-            raise ValueError(f"len(lengths) = {n_bags} is not a multiple of len(block_sizes) = {T}")
-        batch = np.full(T, n_bags // T, np.int64)
-    else:
-        batch = _per_key("batch_size_per_feature", batch_size_per_feature, T, copies.get("batch_size_per_feature"))
-        _nonneg("batch_size_per_feature", batch)
-        total = v.checked_sum("batch_size_per_feature", batch)
-        if total != n_bags:
-            raise ValueError(f"batch_size_per_feature sums to {total}, not len(lengths) = {n_bags}")
+    batch = _bag_counts(batch_size_per_feature, T, n_bags, copies)
     imax = int(np.iinfo(indices.dtype).max)
-    G = _per_key("total_num_blocks", total_num_blocks, T, copies.get("total_num_blocks"))
-    if G is None:
-        G = np.full(T, my_size, np.int64)
-    elif T and (int(G.min()) <= 0 or np.any(G % my_size)):
-        t = int(np.argmax((G <= 0) | (G % my_size != 0)))
-        raise ValueError(f"total_num_blocks[{t}] = {int(G[t])} must be a positive multiple of my_size = {my_size}")
-    over = [t for t in range(T) if int(bs[t]) * int(G[t]) > imax]
-    if over:
-        t = over[0]
-        raise ValueError(
-            f"block_sizes[{t}] * blocks = {int(bs[t])} * {int(G[t])} exceeds the largest {indices.dtype} id {imax}"
-        )
+    G = _block_counts(total_num_blocks, T, my_size, bs, indices.dtype, imax, copies)
     pos = _boundaries(block_bucketize_pos, T, my_size, imax, copies)
-    if keep_orig_idx_per_feature is not None:
-        v.array("keep_orig_idx_per_feature", keep_orig_idx_per_feature, ndim=1)
-        if keep_orig_idx_per_feature.dtype != np.bool_:
-            raise TypeError(f"keep_orig_idx_per_feature must be bool, got {keep_orig_idx_per_feature.dtype}")
-        if keep_orig_idx_per_feature.shape[0] != T:
-            raise ValueError(
-                f"keep_orig_idx_per_feature must have {T} entries, got {keep_orig_idx_per_feature.shape[0]}"
-            )
-        keep = copies["keep_orig_idx_per_feature"].astype(np.bool_)
-    else:
-        keep = np.full(T, v.flag("keep_orig_idx", keep_orig_idx), np.bool_)
+    keep = _keep_flags(keep_orig_idx_per_feature, keep_orig_idx, T, copies)
     bucketize_pos, sequence = v.flag("bucketize_pos", bucketize_pos), v.flag("sequence", sequence)
     if (bucketize_pos or sequence) and indices.dtype == np.int32 and N > v.INT32_MAX:
         raise ValueError(f"{N} indices do not fit the int32 positions of bucketize_pos/sequence")
