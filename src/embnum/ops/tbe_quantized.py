@@ -216,6 +216,53 @@ def _layout_rules(weights, weights_offsets, codes, D_offsets, rows_per_table, ro
     return Doffs, rows, layout
 
 
+def _layout_args(weights, weights_offsets, weights_tys, D_offsets, rows_per_table, indices, offsets, row_alignment):
+    """The layout arguments' first rules, or a layout found in the cache (then only the lookups'
+    kinds are checked): ``(T, key, found, codes, row_alignment)``, ``codes`` None when found."""
+    codes = None
+    v.array("weights", weights, ndim=1, dtypes=(np.dtype(np.uint8),))
+    _int_array("weights_offsets", weights_offsets)
+    T = int(weights_offsets.shape[0])
+    if T < 1:
+        raise ValueError("weights_offsets must have at least 1 entry (one per feature), got 0")
+    key = _layout_key(weights, weights_offsets, weights_tys, D_offsets, rows_per_table, row_alignment)
+    found = _LAYOUTS.get(key) if key is not None else None
+    if found is None:  # the layout's rules, in order (indices and offsets are index-checked among them)
+        codes = _type_codes(weights_tys, T)
+        _int_array("D_offsets", D_offsets)
+        _int_array("rows_per_table", rows_per_table)
+        _int_array("indices", indices)
+        _int_array("offsets", offsets)
+        if D_offsets.shape[0] != T + 1:
+            raise ValueError(f"D_offsets must have T + 1 = {T + 1} entries, got {D_offsets.shape[0]}")
+        if rows_per_table.shape[0] != T:
+            raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
+        row_alignment = v.positive("row_alignment", row_alignment)
+    else:
+        _int_array("indices", indices)
+        _int_array("offsets", offsets)
+    return T, key, found, codes, row_alignment
+
+
+def _output_shape(per_sample_weights, pooling, N, B, Doffs, T):
+    """The output's shape, ``(B, total_D)`` or ``(N, D)`` for ``"none"``, after the rules of
+    ``per_sample_weights`` (float32 ``[N]``, not with ``"none"``) and of ``"none"`` (one ``D``)."""
+    if per_sample_weights is not None:
+        v.array("per_sample_weights", per_sample_weights, ndim=1, dtypes=(np.dtype(np.float32),))
+        if per_sample_weights.shape[0] != N:
+            raise ValueError(
+                f"per_sample_weights must have len(indices) = {N} entries, got {per_sample_weights.shape[0]}"
+            )
+        if pooling == NONE:
+            raise ValueError("per_sample_weights cannot be used with pooling_mode 'none'")
+    if pooling == NONE:
+        dims = {Doffs[t + 1] - Doffs[t] for t in range(T)}
+        if len(dims) != 1:
+            raise ValueError(f"pooling_mode 'none' needs one D for all features, got {sorted(dims)}")
+        return (N, dims.pop())
+    return (B, Doffs[T])
+
+
 @op("tbe_quantized")
 def tbe_forward_quantized(
     weights,
@@ -259,27 +306,9 @@ def tbe_forward_quantized(
     array([[2., 3., 4., 5.],
            [0., 0., 0., 0.]], dtype=float32)
     """
-    v.array("weights", weights, ndim=1, dtypes=(np.dtype(np.uint8),))
-    _int_array("weights_offsets", weights_offsets)
-    T = int(weights_offsets.shape[0])
-    if T < 1:
-        raise ValueError("weights_offsets must have at least 1 entry (one per feature), got 0")
-    key = _layout_key(weights, weights_offsets, weights_tys, D_offsets, rows_per_table, row_alignment)
-    found = _LAYOUTS.get(key) if key is not None else None
-    if found is None:  # the layout's rules, in order (indices and offsets are index-checked among them)
-        codes = _type_codes(weights_tys, T)
-        _int_array("D_offsets", D_offsets)
-        _int_array("rows_per_table", rows_per_table)
-        _int_array("indices", indices)
-        _int_array("offsets", offsets)
-        if D_offsets.shape[0] != T + 1:
-            raise ValueError(f"D_offsets must have T + 1 = {T + 1} entries, got {D_offsets.shape[0]}")
-        if rows_per_table.shape[0] != T:
-            raise ValueError(f"rows_per_table must have T = {T} entries, got {rows_per_table.shape[0]}")
-        row_alignment = v.positive("row_alignment", row_alignment)
-    else:
-        _int_array("indices", indices)
-        _int_array("offsets", offsets)
+    T, key, found, codes, row_alignment = _layout_args(
+        weights, weights_offsets, weights_tys, D_offsets, rows_per_table, indices, offsets, row_alignment
+    )
     pooling = v.choice("pooling_mode", pooling_mode, POOLING_CODES)
     bounds = tbe_bounds.bounds_mode(bounds_check_mode)
     out_dtype = v.output_dtype(output_dtype)
@@ -293,21 +322,7 @@ def tbe_forward_quantized(
         raise ValueError(f"offsets must have T * B + 1 entries for T = {T}, got {n_offsets}")
     B = (n_offsets - 1) // T
     N = int(indices.shape[0])
-    if per_sample_weights is not None:
-        v.array("per_sample_weights", per_sample_weights, ndim=1, dtypes=(np.dtype(np.float32),))
-        if per_sample_weights.shape[0] != N:
-            raise ValueError(
-                f"per_sample_weights must have len(indices) = {N} entries, got {per_sample_weights.shape[0]}"
-            )
-        if pooling == NONE:
-            raise ValueError("per_sample_weights cannot be used with pooling_mode 'none'")
-    if pooling == NONE:
-        dims = {Doffs[t + 1] - Doffs[t] for t in range(T)}
-        if len(dims) != 1:
-            raise ValueError(f"pooling_mode 'none' needs one D for all features, got {sorted(dims)}")
-        shape = (N, dims.pop())
-    else:
-        shape = (B, Doffs[T])
+    shape = _output_shape(per_sample_weights, pooling, N, B, Doffs, T)
     idx, offs = tbe_bounds.check(indices, offsets, B, rows, bounds, pruned_ok=True)
     xp = v.xp_of(weights)
     return (
