@@ -160,19 +160,10 @@ def norm_of(ssq, big, tsq):
     return big * np.float32(math.sqrt(tsq))
 
 
-def make_update_row(jit):
-    """``update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp)`` compiled by ``jit``: one
-    optimizer step of the row at ``rows[ro:ro+D]`` (its float32 values: float32 weights themselves,
-    or float16 rows the caller gathered and writes back once) from its summed gradient ``g[go:go+D]``
-    (LAMB overwrites it with its direction: the caller's scratch, never user data), then ``max_norm``.
-    ``m1``, ``m2``: the state (float32; length 1 when the kind has none), element-wise state at ``e``
-    (the row's element offset in ``weights``), row-wise state at ``lid`` (its linear id); ``hp``:
-    float32 ``[HP_SLOTS]`` hyper-parameters (``TBEOptimizer.hyper_array``)."""
-    sgd, adagrad, rowwise, adam = jit(sgd_step), jit(adagrad_step), jit(rowwise_adagrad_step), jit(adam_step)
-    partial_adam, lamb = jit(partial_rowwise_adam_step), jit(lamb_direction)
-    partial_lamb, lars = jit(partial_lamb_direction), jit(lars_step)
-    rowwise_row, partial_v, partial_den = jit(rowwise_adagrad_row), jit(partial_rowwise_v), jit(partial_rowwise_den)
-    lamb_r, lars_r, max_norm_s, norm_from = jit(lamb_rate), jit(lars_rate), jit(max_norm_scale), jit(norm_of)
+def _make_norms(jit):
+    """``(sum_squares, norm)`` compiled by ``jit``: the sum of squares of the row ``a[o:o+D]`` and
+    its :func:`norm_of`."""
+    norm_from = jit(norm_of)
 
     @jit
     def sum_squares(a, o, D):
@@ -196,6 +187,78 @@ def make_update_row(jit):
                     t += q * q
         return norm_from(s, big, t)
 
+    return sum_squares, norm
+
+
+def _make_row_rules(jit, sum_squares, norm):
+    """The row updates that read the whole row before writing it, compiled by ``jit`` (arguments as
+    in :func:`make_update_row`): ``(rowwise_adagrad_update, lamb_update, clip_to_max_norm)``."""
+    rowwise, rowwise_row = jit(rowwise_adagrad_step), jit(rowwise_adagrad_row)
+    lamb, partial_lamb, lamb_r = jit(lamb_direction), jit(partial_lamb_direction), jit(lamb_rate)
+    partial_v, partial_den, max_norm_s = jit(partial_rowwise_v), jit(partial_rowwise_den), jit(max_norm_scale)
+
+    @jit
+    def rowwise_adagrad_update(decay, rows, ro, g, go, D, m1, lid, lr, eps, wd):
+        """Row-wise Adagrad: the row's sum of squared (L2-decayed) gradients, its accumulator, its step."""
+        s = np.float32(0.0)
+        for d in range(D):
+            ge = g[go + d]
+            if decay == DECAY_L2:
+                ge = ge + wd * rows[ro + d]
+            s += ge * ge
+        m1[lid], corr, mult = rowwise_row(m1[lid], s, D, lr, eps, wd, decay)
+        for d in range(D):
+            rows[ro + d] = rowwise(rows[ro + d], g[go + d], corr, mult)
+
+    @jit
+    def lamb_update(kind, rows, ro, g, go, D, m1, m2, e, lid, lr, eps, wd, b1, b2, bc1, bc2):
+        """LAMB or partial row-wise LAMB: the direction (written over ``g``), then the step
+        ``lr * |w| / |r|`` along it."""
+        den = np.float32(1.0)
+        if kind == PARTIAL_ROWWISE_LAMB:
+            m2[lid] = partial_v(m2[lid], sum_squares(g, go, D), D, b2)
+            den = partial_den(m2[lid], bc2, eps)
+        wn = norm(rows, ro, D)
+        for d in range(D):
+            x = rows[ro + d]
+            if kind == LAMB:
+                r, m1[e + d], m2[e + d] = lamb(x, g[go + d], m1[e + d], m2[e + d], eps, wd, b1, b2, bc1, bc2)
+            else:
+                r, m1[e + d] = partial_lamb(x, g[go + d], m1[e + d], wd, b1, bc1, den)
+            g[go + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
+        step = lamb_r(lr, wn, norm(g, go, D))
+        for d in range(D):
+            rows[ro + d] = rows[ro + d] - step * g[go + d]
+
+    @jit
+    def clip_to_max_norm(rows, ro, D, max_norm):
+        """The row scaled back to norm ``max_norm`` where it is longer."""
+        clip, c = max_norm_s(norm(rows, ro, D), max_norm)
+        if clip:
+            for d in range(D):
+                rows[ro + d] = rows[ro + d] * c
+
+    return rowwise_adagrad_update, lamb_update, clip_to_max_norm
+
+
+def make_update_row(jit):
+    """``update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp)`` compiled by ``jit``: one
+    optimizer step of the row at ``rows[ro:ro+D]`` (its float32 values: float32 weights themselves,
+    or float16 rows the caller gathered and writes back once) from its summed gradient ``g[go:go+D]``
+    (LAMB overwrites it with its direction: the caller's scratch, never user data), then ``max_norm``.
+    ``m1``, ``m2``: the state (float32; length 1 when the kind has none), element-wise state at ``e``
+    (the row's element offset in ``weights``), row-wise state at ``lid`` (its linear id); ``hp``:
+    float32 ``[HP_SLOTS]`` hyper-parameters (``TBEOptimizer.hyper_array``)."""
+    sgd, adagrad, adam, lars = jit(sgd_step), jit(adagrad_step), jit(adam_step), jit(lars_step)
+    partial_adam, partial_v, partial_den = (
+        jit(partial_rowwise_adam_step),
+        jit(partial_rowwise_v),
+        jit(partial_rowwise_den),
+    )
+    lars_r = jit(lars_rate)
+    sum_squares, norm = _make_norms(jit)
+    rowwise_adagrad_update, lamb_update, clip_to_max_norm = _make_row_rules(jit, sum_squares, norm)
+
     @jit
     def update_row(kind, decay, rows, ro, g, go, D, m1, m2, e, lid, hp):
         lr = hp[LR]
@@ -212,15 +275,7 @@ def make_update_row(jit):
             for d in range(D):
                 rows[ro + d], m1[e + d] = adagrad(rows[ro + d], g[go + d], m1[e + d], lr, eps)
         elif kind == ROWWISE_ADAGRAD:
-            s = np.float32(0.0)
-            for d in range(D):
-                ge = g[go + d]
-                if decay == DECAY_L2:
-                    ge = ge + wd * rows[ro + d]
-                s += ge * ge
-            m1[lid], corr, mult = rowwise_row(m1[lid], s, D, lr, eps, wd, decay)
-            for d in range(D):
-                rows[ro + d] = rowwise(rows[ro + d], g[go + d], corr, mult)
+            rowwise_adagrad_update(decay, rows, ro, g, go, D, m1, lid, lr, eps, wd)
         elif kind == ADAM:
             for d in range(D):
                 rows[ro + d], m1[e + d], m2[e + d] = adam(
@@ -232,30 +287,13 @@ def make_update_row(jit):
             for d in range(D):
                 rows[ro + d], m1[e + d] = partial_adam(rows[ro + d], g[go + d], m1[e + d], lr, wd, b1, bc1, den)
         elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
-            den = np.float32(1.0)
-            if kind == PARTIAL_ROWWISE_LAMB:
-                m2[lid] = partial_v(m2[lid], sum_squares(g, go, D), D, b2)
-                den = partial_den(m2[lid], bc2, eps)
-            wn = norm(rows, ro, D)
-            for d in range(D):
-                x = rows[ro + d]
-                if kind == LAMB:
-                    r, m1[e + d], m2[e + d] = lamb(x, g[go + d], m1[e + d], m2[e + d], eps, wd, b1, b2, bc1, bc2)
-                else:
-                    r, m1[e + d] = partial_lamb(x, g[go + d], m1[e + d], wd, b1, bc1, den)
-                g[go + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
-            step = lamb_r(lr, wn, norm(g, go, D))
-            for d in range(D):
-                rows[ro + d] = rows[ro + d] - step * g[go + d]
+            lamb_update(kind, rows, ro, g, go, D, m1, m2, e, lid, lr, eps, wd, b1, b2, bc1, bc2)
         elif kind == LARS_SGD:
             alr = lars_r(lr, hp[ETA], wd, norm(rows, ro, D), norm(g, go, D))
             for d in range(D):
                 rows[ro + d], m1[e + d] = lars(rows[ro + d], g[go + d], m1[e + d], alr, hp[MOMENTUM], wd)
         if hp[MAX_NORM] > np.float32(0.0):
-            clip, c = max_norm_s(norm(rows, ro, D), hp[MAX_NORM])
-            if clip:
-                for d in range(D):
-                    rows[ro + d] = rows[ro + d] * c
+            clip_to_max_norm(rows, ro, D, hp[MAX_NORM])
 
     return update_row
 
