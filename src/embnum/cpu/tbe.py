@@ -320,6 +320,76 @@ def _bit(builder, flag):
     return builder.trunc(flag, ir.IntType(1)) if flag.type.width > 1 else flag
 
 
+class _BagIR:
+    """The LLVM IR of one ``_pool_bag8`` call (its arguments as there): :meth:`pool` sums the bag's
+    rows over ``width`` columns into 8-lane float32 accumulators, :meth:`store` writes them out."""
+
+    def __init__(self, context, builder, signature, args, DC, width, half, far, near):
+        wa, ia, self.s, self.e, self.pend, self.w0, _, _, _, _, pa, self.has_psw, fa, self.o, self.mean, self.stream = (
+            args
+        )
+        ty = signature.args
+        self.builder, self.DC, self.half, self.far, self.near = builder, DC, half, far, near
+        self.wdata = context.make_array(ty[0])(context, builder, wa).data
+        self.idata = context.make_array(ty[1])(context, builder, ia).data
+        self.pdata = context.make_array(ty[10])(context, builder, pa).data
+        self.fdata = context.make_array(ty[12])(context, builder, fa).data
+        self.v8 = ir.VectorType(ir.FloatType(), 8)
+        self.lane_in = ir.VectorType(ir.HalfType(), 8) if half else self.v8
+        self.esize = 2 if half else 4
+        self.accs = [cgutils.alloca_once(builder, self.v8) for _ in range(width // 8)]
+
+    def pool(self, c0, scaled, prefetch):
+        """Columns ``c0 :`` of the bag's rows (each times its weight when ``scaled``) summed into the
+        accumulators; with ``prefetch``, rows ``far`` and ``near`` lookups ahead fetched on the way."""
+        builder, v8, i64l = self.builder, self.v8, ir.IntType(64)
+        for a in self.accs:
+            builder.store(ir.Constant(v8, [0.0] * 8), a)
+        with cgutils.for_range_slice(builder, self.s, self.e, ir.Constant(i64l, 1)) as (p, _):
+            if prefetch:
+                for dist, locality in ((self.far, 1), (self.near, 3)):
+                    q = builder.add(p, ir.Constant(i64l, dist))
+                    with cgutils.if_likely(builder, builder.icmp_signed("<", q, self.pend)):
+                        ptr = _row_pointer(
+                            builder, self.wdata, self.w0, builder.load(builder.gep(self.idata, [q])), self.DC
+                        )
+                        _prefetch_lines(builder, ptr, self.DC * self.esize, locality)
+            row = _row_pointer(builder, self.wdata, self.w0, builder.load(builder.gep(self.idata, [p])), self.DC)
+            if scaled:
+                cv = _splat(builder, builder.load(builder.gep(self.pdata, [p])), v8)
+            for k, a in enumerate(self.accs):
+                ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64l, c0 + 8 * k)]), self.lane_in.as_pointer())
+                x = builder.load(ptr, align=self.esize)
+                if self.half:
+                    x = builder.fpext(x, v8)
+                if scaled:
+                    x = builder.fmul(cv, x)
+                builder.store(builder.fadd(x, builder.load(a)), a)
+
+    def store(self, c0):
+        """The accumulators (divided by the bag's length for a non-empty ``mean`` bag) written to
+        ``flat[o + c0 :]``: non-temporal stores when ``stream`` and ``flat + o + c0`` is 16-byte
+        aligned (32-byte ones where it is 32-byte aligned), else plain ones."""
+        builder, v8, i64l, accs = self.builder, self.v8, ir.IntType(64), self.accs
+        n = builder.sub(self.e, self.s)
+        with builder.if_then(builder.and_(_bit(builder, self.mean), builder.icmp_signed(">", n, n.type(0)))):
+            Lv = _splat(builder, builder.sitofp(n, ir.FloatType()), v8)  # np.float32(e - s)
+            for a in accs:
+                builder.store(builder.fdiv(builder.load(a), Lv), a)
+        first = builder.ptrtoint(builder.gep(self.fdata, [builder.add(self.o, ir.Constant(i64l, c0))]), i64l)
+        aligned = [builder.icmp_unsigned("==", builder.and_(first, first.type(m)), first.type(0)) for m in (31, 15)]
+        with builder.if_else(builder.and_(_bit(builder, self.stream), aligned[1])) as (nt, plain):
+            with nt:
+                with builder.if_else(aligned[0]) as (by32, by16):
+                    with by32:
+                        _store_row(builder, self.fdata, self.o, c0, [builder.load(a) for a in accs], 8, True)
+                    with by16:
+                        halves = [_half_of(builder, builder.load(a), h) for a in accs for h in (0, 1)]
+                        _store_row(builder, self.fdata, self.o, c0, halves, 4, True)
+            with plain:
+                _store_row(builder, self.fdata, self.o, c0, [builder.load(a) for a in accs], 8, False)
+
+
 @intrinsic(prefer_literal=True)
 def _pool_bag8(typingctx, w, indices, s, e, pend, w0, D, columns, far, near, psw, has_psw, flat, o, mean, stream):
     """Bag ``s..e-1`` pooled into ``flat[o : o + D]``: ``sum_p c_p * w[w0 + indices[p] * D :][:D]`` in
@@ -351,67 +421,14 @@ def _pool_bag8(typingctx, w, indices, s, e, pend, w0, D, columns, far, near, psw
     sig = types.void(w, indices, i64, i64, i64, i64, D, columns, far, near, psw, b1, flat, i64, b1, b1)
 
     def codegen(context, builder, signature, args):
-        wa, ia, s_, e_, pend_, w0_, _, _, _, _, pa, has_psw_, fa, o_, mean_, stream_ = args
-        ty = signature.args
-        wdata = context.make_array(ty[0])(context, builder, wa).data
-        idata = context.make_array(ty[1])(context, builder, ia).data
-        pdata = context.make_array(ty[10])(context, builder, pa).data
-        fdata = context.make_array(ty[12])(context, builder, fa).data
-        f32 = ir.FloatType()
-        v8 = ir.VectorType(f32, 8)
-        lane_in = ir.VectorType(ir.HalfType(), 8) if half else v8
-        esize = 2 if half else 4
-        i64l = ir.IntType(64)
-        accs = [cgutils.alloca_once(builder, v8) for _ in range(width // 8)]
-
-        def row_loop(c0, scaled, prefetch):
-            for a in accs:
-                builder.store(ir.Constant(v8, [0.0] * 8), a)
-            with cgutils.for_range_slice(builder, s_, e_, ir.Constant(i64l, 1)) as (p, _):
-                if prefetch:
-                    for dist, locality in ((far.literal_value, 1), (near.literal_value, 3)):
-                        q = builder.add(p, ir.Constant(i64l, dist))
-                        with cgutils.if_likely(builder, builder.icmp_signed("<", q, pend_)):
-                            ptr = _row_pointer(builder, wdata, w0_, builder.load(builder.gep(idata, [q])), DC)
-                            _prefetch_lines(builder, ptr, DC * esize, locality)
-                row = _row_pointer(builder, wdata, w0_, builder.load(builder.gep(idata, [p])), DC)
-                if scaled:
-                    cv = _splat(builder, builder.load(builder.gep(pdata, [p])), v8)
-                for k, a in enumerate(accs):
-                    ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64l, c0 + 8 * k)]), lane_in.as_pointer())
-                    x = builder.load(ptr, align=esize)
-                    if half:
-                        x = builder.fpext(x, v8)
-                    if scaled:
-                        x = builder.fmul(cv, x)
-                    builder.store(builder.fadd(x, builder.load(a)), a)
-
-        def store(c0):
-            n = builder.sub(e_, s_)
-            with builder.if_then(builder.and_(_bit(builder, mean_), builder.icmp_signed(">", n, n.type(0)))):
-                Lv = _splat(builder, builder.sitofp(n, f32), v8)  # np.float32(e - s)
-                for a in accs:
-                    builder.store(builder.fdiv(builder.load(a), Lv), a)
-            first = builder.ptrtoint(builder.gep(fdata, [builder.add(o_, ir.Constant(i64l, c0))]), i64l)
-            aligned = [builder.icmp_unsigned("==", builder.and_(first, first.type(m)), first.type(0)) for m in (31, 15)]
-            with builder.if_else(builder.and_(_bit(builder, stream_), aligned[1])) as (nt, plain):
-                with nt:
-                    with builder.if_else(aligned[0]) as (by32, by16):
-                        with by32:
-                            _store_row(builder, fdata, o_, c0, [builder.load(a) for a in accs], 8, True)
-                        with by16:
-                            halves = [_half_of(builder, builder.load(a), h) for a in accs for h in (0, 1)]
-                            _store_row(builder, fdata, o_, c0, halves, 4, True)
-                with plain:
-                    _store_row(builder, fdata, o_, c0, [builder.load(a) for a in accs], 8, False)
-
+        bag = _BagIR(context, builder, signature, args, DC, width, half, far.literal_value, near.literal_value)
         for c0 in range(0, DC, width):
-            with builder.if_else(_bit(builder, has_psw_)) as (then, otherwise):
+            with builder.if_else(_bit(builder, bag.has_psw)) as (then, otherwise):
                 with then:
-                    row_loop(c0, True, c0 == 0)
+                    bag.pool(c0, True, c0 == 0)
                 with otherwise:
-                    row_loop(c0, False, c0 == 0)
-            store(c0)
+                    bag.pool(c0, False, c0 == 0)
+            bag.store(c0)
         return context.get_dummy_value()
 
     return sig, codegen
