@@ -64,6 +64,12 @@ def make_kjt(kind, step, rank):
     )
 
 
+def module_kind(kind):
+    """The module a run kind trains: ``ec`` the EmbeddingCollection, every other kind the
+    EmbeddingBagCollection (``pipeline`` and ``vbe`` differ only in how it is fed)."""
+    return "ec" if kind == "ec" else "ebc"
+
+
 def dims(kind):
     return DIMS if kind == "ebc" else [SEQUENCE_DIM] * len(ROWS)
 
@@ -160,7 +166,7 @@ def train(rank, kind, sharding, out_dir):
             return self
 
     kjts = [make_kjt(kind, step, rank) for step in range(STEPS)]
-    pipelined, kind = kind == "pipeline", "ebc" if kind in ("pipeline", "vbe") else kind
+    pipelined, kind = kind == "pipeline", module_kind(kind)
 
     module_cls, sharder_cls = (
         (EmbeddingBagCollection, EmbeddingBagCollectionSharder)

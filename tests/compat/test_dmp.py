@@ -45,7 +45,7 @@ def _reference(kind):
     gradients by the world size, its default gradient division)."""
     from torchrec import EmbeddingBagCollection, EmbeddingCollection
 
-    module_kind = "ec" if kind == "ec" else "ebc"
+    module_kind = dmp_side.module_kind(kind)
     module = (EmbeddingBagCollection if module_kind == "ebc" else EmbeddingCollection)(
         tables=dmp_side.tables(module_kind)
     )
@@ -99,7 +99,7 @@ def test_dmp_trains_like_the_unsharded_collection(kind, sharding, tmp_path):
     for t, want in enumerate(tables):
         got = torch.full_like(want, float("nan"))
         for r in ranks:
-            for r0, c0, piece in r["pieces"][f"{dmp_side.prefix('ec' if kind == 'ec' else 'ebc')}.t{t}.weight"]:
+            for r0, c0, piece in r["pieces"][f"{dmp_side.prefix(dmp_side.module_kind(kind))}.t{t}.weight"]:
                 got[r0 : r0 + piece.shape[0], c0 : c0 + piece.shape[1]] = piece
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"table {t}")
 
