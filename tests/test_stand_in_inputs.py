@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -86,6 +87,36 @@ def test_constructors_name_the_bad_argument(make, exc, words):
     with pytest.raises(exc) as info:
         make()
     assert words in str(info.value)
+
+
+# an enum argument is a member or a member's int value; a bool, float or array equal to a value was read
+# as that member (IntEnum's equality: pooling_mode=True was MEAN), a list was "unhashable type"
+@pytest.mark.parametrize(
+    "make, word",
+    [
+        (lambda: _split(pooling_mode=True), "pooling_mode"),
+        (lambda: _split(pooling_mode=1.0), "pooling_mode"),
+        (lambda: _split(pooling_mode=np.float64(0)), "pooling_mode"),
+        (lambda: _split(bounds_check_mode=np.True_), "bounds_check_mode"),
+        (lambda: _split(weight_decay_mode=np.array(1)), "weight_decay_mode"),
+        (lambda: _split(weight_decay_mode=False), "weight_decay_mode"),
+        (lambda: _split(optimizer=[]), "optimizer"),
+        (lambda: _split(optimizer="exact_sgd"), "optimizer"),
+        (lambda: Dense([(2, 3)], use_cpu=True, pooling_mode=False), "pooling_mode"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, True)]), "embedding_specs[0] location"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], output_dtype=[]), "output_dtype"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], bounds_check_mode=1.0), "bounds_check_mode"),
+    ],
+)
+def test_enum_arguments_are_members_or_their_int_values(make, word):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert word in str(info.value)
+
+
+def test_enum_arguments_by_int_value_are_their_members():
+    m = _split(pooling_mode=np.int32(1), bounds_check_mode=0, weight_decay_mode=np.uint8(0))
+    assert m.pooling_mode is C.PoolingMode.MEAN and m.bounds_check_mode_int == 0
 
 
 # -- the training module's setters: checked first, a rejected call changes nothing ----------------------
