@@ -1206,3 +1206,145 @@ def nbit_assign_model(args):
     if out is None:
         return None
     return ("ok", {"tables": [[c, s] for c, s in parts], "out": out})
+
+
+# -- fbgemm's quantized lookup operator (torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function) ------
+_LOOKUP_OP = "int_nbit_split_embedding_codegen_lookup_function"
+_LOOKUP_ARGS = (
+    "dev_weights",
+    "uvm_weights",
+    "weights_placements",
+    "weights_offsets",
+    "weights_tys",
+    "D_offsets",
+    "total_D",
+    "max_int2_D",
+    "max_int4_D",
+    "max_int8_D",
+    "max_float16_D",
+    "max_float32_D",
+    "indices",
+    "offsets",
+    "pooling_mode",
+    "indice_weights",
+    "output_dtype",
+    "lxu_cache_weights",
+    "lxu_cache_locations",
+    "row_alignment",
+)
+
+
+def lookup_base(seed):
+    """The inference module's buffers (the checkpoint surface's tables, whose rows are packed to
+    ``row_alignment`` 1 on the CPU) and a batch of 1 to 3 bags per feature, as fbgemm's module passes them."""
+    m = _nbit_for_state(seed)
+    m.assign_embedding_weights([(tensor(c), None if s is None else tensor(s)) for c, s in _nbit_parts(seed)])
+    sd = {k: v.numpy().copy() for k, v in m.state_dict().items()}
+    tys = _NBIT_TYS[seed % 2]
+    dims = dict(zip(tys, (d for _, d in _NBIT_SHAPES)))
+    args = {
+        "dev_weights": sd["weights_host"],
+        "uvm_weights": np.zeros(0, np.uint8),
+        "weights_placements": np.array([3, 3], np.int32),
+        "weights_offsets": sd["weights_offsets"],
+        "weights_tys": sd["weights_tys"],
+        "D_offsets": sd["D_offsets"],
+        "total_D": int(sd["D_offsets"][-1]),
+        "max_int2_D": 0,
+        **{f"max_{k}_D": dims.get(ty, 0) for k, ty in (("int4", "INT4"), ("int8", "INT8"))},
+        **{f"max_{k}_D": dims.get(ty, 0) for k, ty in (("float16", "FP16"), ("float32", "FP32"))},
+        **_lookup_input(seed, [r for r, _ in _NBIT_SHAPES], [0, 1]),
+        "pooling_mode": seed % 4 // 2,
+        "output_dtype": seed % 3 % 2,
+        "lxu_cache_weights": None,
+        "lxu_cache_locations": None,
+        "row_alignment": (None, 1)[seed % 2],
+    }
+    args["indice_weights"] = args.pop("per_sample_weights") if args["pooling_mode"] == 0 else None
+    args.pop("per_sample_weights", None)
+    return args
+
+
+def lookup_call(args, kind):
+    import sys
+
+    from embnum.fbgemm_compat import operators
+
+    if kind != "torch":
+        raise NotExpressible("an operator takes tensors")
+    if "fbgemm_gpu" not in sys.modules:
+        operators.register_operators()
+    a = [_tensors(args[k]) if isinstance(args[k], list) else on(kind, args[k]) for k in _LOOKUP_ARGS]
+    try:
+        return host(_alias_call(_LOOKUP_OP, *a))
+    except NotImplementedError as e:
+        if "not available" not in str(e) and "only fp32" not in str(e):
+            raise
+        raise NotExpressible(f"a feature the stand-in refuses by name: {e}") from None
+
+
+def lookup_model(args):
+    """The operator's own rules (the feature placements, the row counts from the byte layout), then the
+    ``ref`` op it calls."""
+    import embnum
+
+    if any(isinstance(a, np.ndarray) and not plain(a) for a in args.values()):
+        return None
+    ints = ("total_D", "pooling_mode", "output_dtype") + tuple(k for k in _LOOKUP_ARGS if k.startswith("max_"))
+    if any(not is_int(args[k]) for k in ints) or not (args["row_alignment"] is None or is_int(args["row_alignment"])):
+        return None  # the schema's int coercions (fbgemm's)
+    if args["lxu_cache_weights"] is not None or args["lxu_cache_locations"] is not None:
+        return None  # the cache arguments: drawn as tensors only by dtype/shape mutations of None (none)
+    frame = [args[k] for k in ("weights_offsets", "weights_tys", "D_offsets", "weights_placements")]
+    if any(not plain(x) or x.ndim != 1 or x.dtype.kind not in "iu" for x in frame):
+        return INVALID
+    woffs, codes, D, place = ([int(v) for v in x.tolist()] for x in frame)
+    T = len(woffs)
+    if len(codes) != T or len(D) != T + 1 or len(place) != T or any(not 0 <= p <= 4 for p in place):
+        return INVALID
+    if any(p not in (0, 3) for p in place) or any(4 < c <= 9 for c in codes):
+        return None  # a feature the stand-in refuses by name (NotImplementedError: not drawn as an error)
+    if (
+        any(not 0 <= c <= 9 for c in codes)
+        or args["pooling_mode"] not in (0, 1, 2)
+        or args["output_dtype"] not in (0, 1)
+    ):
+        return INVALID
+    ra = 1 if args["row_alignment"] is None else args["row_alignment"]
+    w = args["dev_weights"]
+    if D[-1] != args["total_D"] or ra < 1 or not plain(w) or w.ndim != 1:
+        return INVALID
+    if ra > 2**20 or args["pooling_mode"] == 2:
+        return None  # the op's own rules (the op tier's)
+    starts, rows = sorted(set(woffs)) + [w.shape[0]], []
+    for t, (start, code) in enumerate(zip(woffs, codes)):
+        dim = D[t + 1] - D[t]
+        raw = (4 * dim, 2 * dim, dim + 4, dim // 2 + 4, dim // 4 + 4)[code]
+        width = -(-raw // ra) * ra
+        end = next((s for s in starts if s > start), w.shape[0])
+        rows.append(max(end - start, 0) // max(width, 1))
+        if rows[-1] < 1 and start >= 0:
+            return INVALID
+    psw = args["indice_weights"]
+    if psw is not None and not (plain(psw) and psw.dtype.kind == "f"):
+        return INVALID
+    try:
+        out = embnum.tbe_forward_quantized(
+            w,
+            args["weights_offsets"],
+            args["weights_tys"],
+            args["D_offsets"],
+            np.array(rows, np.int64),
+            args["indices"],
+            args["offsets"],
+            ("sum", "mean")[args["pooling_mode"]],
+            None if psw is None else psw.astype(np.float32),
+            row_alignment=ra,
+            output_dtype=("float32", "float16")[args["output_dtype"]],
+            backend="ref",
+        )
+    except hostile.CLEAN:
+        return INVALID
+    if psw is not None and (not np.all(np.isfinite(psw.astype(np.float32))) or np.abs(psw).max(initial=0) > 2.0**60):
+        return None
+    return ("ok", out)
