@@ -143,35 +143,73 @@ def test_setters_name_the_value_and_leave_the_module(call, exc, word):
     assert m.get_learning_rate() == 0.25
 
 
-# -- forward: fbgemm's argument names, an id outside its table by feature, table and bag --------------------
-def _fatal_modules():
+# -- forward: an id outside its table by feature, table and sample (fbgemm's bag too) -----------------
+def _fatal_modules(ftm=None, named=False):
+    """Tables of 3 and 4 rows (``ta``, ``tb`` where ``named``), one feature each unless ``ftm``."""
     fatal = C.BoundsCheckMode.FATAL
     q = IntN(
-        [("a", 3, 4, C.SparseType.INT8, HOST), ("b", 4, 4, C.SparseType.INT8, HOST)],
+        [("ta", 3, 4, C.SparseType.INT8, HOST), ("tb", 4, 4, C.SparseType.INT8, HOST)],
+        feature_table_map=ftm,
         bounds_check_mode=fatal,
         output_dtype=C.SparseType.FP32,
+        feature_names_per_table=[["a"], ["b", "c"]] if named else None,
     )
     q.initialize_weights()
     return {
-        "split": _split(bounds_check_mode=fatal),
-        "dense": Dense([(3, 2), (4, 2)], use_cpu=True),
+        "split": _split(bounds_check_mode=fatal, feature_table_map=ftm, table_names=["ta", "tb"] if named else None),
+        "dense": Dense([(3, 2), (4, 2)], feature_table_map=ftm, use_cpu=True),
         "intn": q,
     }
 
 
-@pytest.mark.parametrize("kind", ["split", "dense", "intn"])
+# batch 2: bags 0, 1 of feature 0, bags 2, 3 of feature 1, bags 4, 5 of feature 2; id 99 in bag 5
+_MESSAGES = {
+    ("split", False): "indices: feature 2 (table 1): id 99 at sample 1 is outside [0, 4) (bag 5)",
+    ("split", True): "indices: feature 2 (table 'tb'): id 99 at sample 1 is outside [0, 4) (bag 5, table 1)",
+    ("dense", False): "indices: feature 2 (table 1): id 99 at sample 1 is outside [0, 4) (bag 5)",
+    ("intn", False): "indices: feature 2 (table 'tb'): id 99 at sample 1 is outside [0, 4) (bag 5, table 1)",
+    ("intn", True): "indices: feature 'c' (table 'tb'): id 99 at sample 1 is outside [0, 4) "
+    "(bag 5, feature 2, table 1)",
+}
+
+
+@pytest.mark.parametrize("kind, named", sorted(_MESSAGES))
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-def test_an_id_outside_its_table_is_named_in_fbgemm_terms(kind, dtype):
-    m = _fatal_modules()[kind]
-    # two features (tables of 3 and 4 rows), batch 2: bags 0, 1 of feature 0, bags 2, 3 of feature 1
-    indices = torch.tensor([0, 2, 1, 3, 99, 0], dtype=dtype)
-    offsets = torch.tensor([0, 1, 3, 4, 6], dtype=dtype)
+def test_an_id_outside_its_table_names_feature_table_and_sample(kind, named, dtype):
+    m = _fatal_modules([0, 1, 1], named)[kind]  # three features, the last two reading table 1
+    indices = torch.tensor([0, 2, 1, 3, 0, 2, 99, 0], dtype=dtype)
+    offsets = torch.tensor([0, 1, 3, 4, 5, 6, 8], dtype=dtype)
     before = indices.clone(), offsets.clone()
     with pytest.raises(IndexError) as info:
         m(indices, offsets)
-    assert str(info.value) == "indices: id 99 of feature 1 (table 1, 4 rows) at bag 3 is outside [0, 4)"
-    assert isinstance(info.value.__cause__, IndexError)  # the op's own error, kept as the cause
+    assert str(info.value) == _MESSAGES[kind, named]
+    cause = info.value.__cause__  # the op's own error, in its own terms
+    assert isinstance(cause, IndexError) and str(cause).startswith("indices[6] = 99 in the bag of feature 2, sample 1")
     assert torch.equal(indices, before[0]) and torch.equal(offsets, before[1])
+
+
+@pytest.mark.parametrize("named", [None, [["a", "b"], ["c"]], [["a"], ["b"]]])
+def test_feature_names_that_do_not_fit_the_map_are_not_guessed(named):
+    """``feature_names_per_table`` counts that differ from ``feature_table_map``'s: positions only."""
+    q = IntN(
+        [("ta", 3, 4, C.SparseType.INT8, HOST), ("tb", 4, 4, C.SparseType.INT8, HOST)],
+        feature_table_map=[0, 1, 1],
+        bounds_check_mode=C.BoundsCheckMode.FATAL,
+        feature_names_per_table=named,
+    )
+    q.initialize_weights()
+    want = r"^indices: feature 2 \(table 'tb'\): id -2 at sample 0 .* \(bag 4, table 1\)$"
+    with pytest.raises(IndexError, match=want):
+        q(torch.tensor([0, 0, -2]), torch.tensor([0, 1, 1, 2, 2, 3, 3]))
+
+
+def test_a_pruned_row_before_the_bad_id_is_not_named():
+    """-1 is a pruned row (zeros) in the quantized lookup: the id named is the one the op refused."""
+    q = IntN([("ta", 3, 4, C.SparseType.INT8, HOST)], bounds_check_mode=C.BoundsCheckMode.FATAL)
+    q.initialize_weights()
+    with pytest.raises(IndexError) as info:
+        q(torch.tensor([-1, 99]), torch.tensor([0, 1, 2]))
+    assert str(info.value) == "indices: feature 0 (table 'ta'): id 99 at sample 1 is outside [0, 3) (bag 1, table 0)"
 
 
 @pytest.mark.parametrize(

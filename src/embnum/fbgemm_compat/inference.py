@@ -372,7 +372,11 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
             )
         except IndexError as err:
             rows = [s[1] for s in self.embedding_specs]
-            plain = _checks.lookup_error(err, indices, offsets, rows, self.feature_table_map)
+            tables = [s[0] for s in self.embedding_specs]
+            features = _checks.feature_names(self.feature_names_per_table, self.feature_table_map)
+            plain = _checks.lookup_error(
+                err, indices, offsets, rows, self.feature_table_map, tables, features, pruned_ok=True
+            )
             if plain is None:
                 raise
             raise plain from err
