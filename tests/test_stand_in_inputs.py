@@ -91,6 +91,36 @@ def test_constructors_name_the_bad_argument(make, exc, words):
     assert words in str(info.value)
 
 
+# an enum argument is a member or a member's int value; a bool, float or array equal to a value was read
+# as that member (IntEnum's equality: pooling_mode=True was MEAN), a list was "unhashable type"
+@pytest.mark.parametrize(
+    "make, word",
+    [
+        (lambda: _split(pooling_mode=True), "pooling_mode"),
+        (lambda: _split(pooling_mode=1.0), "pooling_mode"),
+        (lambda: _split(pooling_mode=np.float64(0)), "pooling_mode"),
+        (lambda: _split(bounds_check_mode=np.True_), "bounds_check_mode"),
+        (lambda: _split(weight_decay_mode=np.array(1)), "weight_decay_mode"),
+        (lambda: _split(weight_decay_mode=False), "weight_decay_mode"),
+        (lambda: _split(optimizer=[]), "optimizer"),
+        (lambda: _split(optimizer="exact_sgd"), "optimizer"),
+        (lambda: Dense([(2, 3)], use_cpu=True, pooling_mode=False), "pooling_mode"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, True)]), "embedding_specs[0] location"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], output_dtype=[]), "output_dtype"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], bounds_check_mode=1.0), "bounds_check_mode"),
+    ],
+)
+def test_enum_arguments_are_members_or_their_int_values(make, word):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert word in str(info.value)
+
+
+def test_enum_arguments_by_int_value_are_their_members():
+    m = _split(pooling_mode=np.int32(1), bounds_check_mode=0, weight_decay_mode=np.uint8(0))
+    assert m.pooling_mode is C.PoolingMode.MEAN and m.bounds_check_mode_int == 0
+
+
 # -- the training module's setters: checked first, a rejected call changes nothing ----------------------
 @pytest.mark.parametrize(
     "call, exc, word",
@@ -400,3 +430,61 @@ def test_per_sample_weights_of_any_float_dtype_are_read_as_float32(kind, dtype):
     psw = torch.tensor([0.5, 2.0, -1.5])
     want = m(*args, psw).detach()
     assert torch.equal(m(*args, psw.to(dtype)).detach(), want)
+
+
+# -- fbgemm's quantized lookup operator (the Python function behind torch.ops.fbgemm's name) ------------------
+def _lookup_args():
+    from embnum.fbgemm_compat import operators
+
+    q = IntN([("a", 3, 4, C.SparseType.INT8, HOST), ("b", 2, 4, C.SparseType.FP16, HOST)])
+    q.initialize_weights()
+    args = dict(
+        dev_weights=q.weights_host,
+        uvm_weights=torch.zeros(0, dtype=torch.uint8),
+        weights_placements=torch.tensor([3, 3], dtype=torch.int32),
+        weights_offsets=q.weights_offsets,
+        weights_tys=q.weights_tys,
+        D_offsets=q.D_offsets,
+        total_D=8,
+        max_int2_D=0,
+        max_int4_D=0,
+        max_int8_D=4,
+        max_float16_D=4,
+        max_float32_D=0,
+        indices=torch.tensor([0, 2, 1]),
+        offsets=torch.tensor([0, 2, 2, 3, 3]),
+        pooling_mode=0,
+        indice_weights=None,
+        output_dtype=0,
+    )
+    return operators.int_nbit_lookup, args
+
+
+def test_the_lookup_operator_answers_for_its_buffers():
+    lookup, args = _lookup_args()
+    assert tuple(lookup(**args).shape) == (2, 8)
+
+
+@pytest.mark.parametrize(
+    "change, exc, words",
+    [
+        # was torch's own cast: int weights read as floats
+        (dict(indice_weights=torch.tensor([1, 2, 3])), TypeError, "indice_weights"),
+        (dict(indice_weights=torch.ones(2)), ValueError, "indice_weights"),
+        # named the op's "weights", not the operator's argument
+        (dict(dev_weights=torch.zeros(256, dtype=torch.int64)), TypeError, "dev_weights"),
+        (dict(dev_weights=torch.zeros(1, 256, dtype=torch.uint8)), TypeError, "dev_weights"),
+        # NotImplementedError ("not available") for values that are no fbgemm code at all
+        (dict(weights_placements=torch.tensor([3, 2**31], dtype=torch.int64)), ValueError, "weights_placements[1]"),
+        (dict(weights_tys=torch.tensor([2, 200], dtype=torch.uint8)), ValueError, "weights_tys[1]"),
+        # a placement per feature (fbgemm reads one per table): three for two features were accepted
+        (dict(weights_placements=torch.tensor([3, 3, 3], dtype=torch.int32)), ValueError, "weights_placements"),
+        # no whole row fits: was the op's rows_per_table error, an argument the operator does not have
+        (dict(row_alignment=2**40), ValueError, "weights_offsets[0]"),
+    ],
+)
+def test_the_lookup_operator_names_its_arguments(change, exc, words):
+    lookup, args = _lookup_args()
+    with pytest.raises(exc) as info:
+        lookup(**{**args, **change})
+    assert words in str(info.value)
