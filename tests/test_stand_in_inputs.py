@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -337,24 +339,54 @@ def _sharded(kind="rowwise_adagrad"):
     return ShardedEmbeddingBagCollection(tables, plan, optimizer=embnum.TBEOptimizer(kind, 0.1))
 
 
-def test_sharded_names_feature_table_and_sample(group):
+@st.composite
+def _bad_sharded_batches(draw):
+    """The keys of ``_sharded()`` (tables t0: 5 rows, keys a, b, table-wise; t1: 4 rows, key c,
+    row-wise) in a drawn order with an extra key, a batch of 1..3 samples, bags of 0..3 valid ids,
+    then one id of a read key replaced by one outside its table."""
+    rows = {"a": 5, "b": 5, "c": 4, "x": 3}
+    keys = draw(st.permutations(["a", "b", "c", "x"]))
+    B = draw(st.integers(1, 3))
+    lengths = draw(st.lists(st.integers(0, 3), min_size=4 * B, max_size=4 * B))
+    bags = [(keys[i // B], i % B, n) for i, n in enumerate(lengths)]
+    assume(any(n and key != "x" for key, _, n in bags))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    values = np.concatenate([rng.integers(0, rows[key], n) for key, _, n in bags])
+    spots = [(p, key, b) for p, (key, b) in enumerate((key, b) for key, b, n in bags for _ in range(n)) if key != "x"]
+    pos, key, sample = draw(st.sampled_from(spots))
+    values[pos] = draw(st.sampled_from([rows[key], rows[key] + 9, -1, -(2**40)]))
+    kjt = embnum.KeyedJaggedTensor(keys, torch.from_numpy(values), lengths=torch.tensor(lengths))
+    table = "t0" if key in "ab" else "t1"
+    want = f"bad batch on rank 0: feature {key!r} (table {table!r}): id {values[pos]} at sample {sample} is outside "
+    cause = f"indices[{pos}] = {values[pos]} in the bag of feature {keys.index(key)}, sample {sample} is "
+    return kjt, f"{want}[0, {rows[key]})", cause
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=_bad_sharded_batches())
+def test_sharded_names_feature_table_and_sample(group, case):
+    """Key, table and sample of this rank's batch; the op's own error (positions in the KJT as it
+    was given) as the cause; the module unchanged."""
+    kjt, want, cause = case
     m = _sharded()
-    kjt = embnum.KeyedJaggedTensor(
-        ["a", "b", "c"], torch.tensor([0, 4, 1, 99, 2]), lengths=torch.tensor([1, 1, 1, 1, 1, 0])
-    )
+    before = _state(m)
     with pytest.raises(IndexError) as info:
         m(kjt)
-    assert str(info.value).endswith("feature 'b' (table 't0'): id 99 at sample 1 is outside [0, 5)")
+    assert str(info.value) == want
+    assert isinstance(info.value.__cause__, IndexError) and str(info.value.__cause__).startswith(cause)
+    assert _same_state(m, before)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.uint8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.uint8, torch.int16, torch.bool])
 def test_sharded_refuses_ids_that_are_not_int32_or_int64(group, dtype):
-    """Float ids were cast to int64 (1.7 read as id 1)."""
+    """Float ids were cast to int64 (1.7 read as id 1); the op's dtype rule is the cause."""
     m = _sharded("sgd")
     values = torch.tensor([0, 4, 1.7, 3, 2]).to(dtype)
     kjt = embnum.KeyedJaggedTensor(["a", "b", "c"], values, lengths=torch.tensor([1, 1, 1, 1, 1, 0]))
-    with pytest.raises(TypeError, match=r"features.values\(\) must hold int32 or int64 ids"):
+    with pytest.raises(TypeError, match=r"features.values\(\) must hold int32 or int64 ids") as info:
         m(kjt)
+    cause = info.value.__cause__
+    assert isinstance(cause, TypeError) and str(cause).startswith("indices must have dtype int32/int64, got ")
 
 
 def test_sharded_checkpoint_is_checked_before_any_copy(group):
