@@ -4,6 +4,9 @@ outside its table named by feature, table, sample and bag."""
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
 import torch
 
 from .._tbe import _finite
@@ -13,11 +16,17 @@ from ..modules.tbe import first_out_of_range, out_of_range_text
 
 
 def enum(name, value, enum_cls):
-    """``value`` as a member of ``enum_cls`` (a member or its value), else ``ValueError`` naming ``name``."""
-    try:
-        return enum_cls(value)
-    except (ValueError, TypeError):
-        raise ValueError(f"{name} must be a {enum_cls.__name__}, got {value!r}") from None
+    """``value`` as a member of ``enum_cls`` (an ``IntEnum``: a member, or an int equal to a member's
+    value), else ``ValueError`` naming ``name``. A bool, a float or an array equal to a value is no
+    member (``IntEnum`` itself would read ``True`` or ``1.0`` as the member of value 1)."""
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        try:
+            return enum_cls(int(value))
+        except ValueError:
+            pass
+    raise ValueError(f"{name} must be a {enum_cls.__name__}, got {value!r}")
 
 
 def specs(cls_name: str, embedding_specs, fields: tuple, min_rows: int = 1) -> list[tuple]:

@@ -150,7 +150,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         flag("cacheline_alignment", cacheline_alignment)
         if scale_bias_size_in_bytes != DEFAULT_SCALE_BIAS_SIZE_IN_BYTES:
             raise ValueError(f"{name}: scale_bias_size_in_bytes={scale_bias_size_in_bytes} is not supported (only 4)")
-        if output_dtype not in _OUTPUTS:
+        if not isinstance(output_dtype, SparseType) or output_dtype not in _OUTPUTS:
             raise ValueError(f"{name}: output_dtype={output_dtype} is not supported by embnum (FP32 or FP16)")
         self.current_device = _checks.device("device", device if device is not None else "cpu")
         self.use_cpu = self.current_device.type == "cpu"

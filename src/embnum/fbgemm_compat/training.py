@@ -336,7 +336,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
                 "stochastically): pass stochastic_rounding=False"
             )
         self.stochastic_rounding = stochastic_rounding
-        if optimizer not in _KINDS:
+        if not isinstance(optimizer, EmbOptimType) or optimizer not in _KINDS:  # ([] is unhashable)
             raise ValueError(
                 f"{name}: optimizer={optimizer} is not supported by embnum (one of {', '.join(o.name for o in _KINDS)})"
             )
