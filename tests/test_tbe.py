@@ -808,12 +808,12 @@ def test_row_rule_kinds_on_cuda_match_the_oracle(opt, dtype, monkeypatch):
 @given(data=st.data())
 @settings(max_examples=20, deadline=None)
 def test_cuda_forward_vector_and_element_paths_agree_bit_for_bit(data):
-    """The cuda pooled forward reads a table with one 4-element vector load per row and lane when the
-    weights' pointer, the table's offset and its dim allow it (dims 4, 8, 36 after aligned tables),
-    one element per load otherwise (dim 6 or 3 before it, or weights one element past a 16-byte
-    boundary). Both sum each column in lookup order in float32: the same bits from an aligned and a
-    misaligned copy of the same weights, and within the oracle's tolerance, float32 and float16,
-    with and without per-sample weights."""
+    """The cuda pooled forward reads the tables with one 4-element vector load per row and lane when the
+    weights' pointer and every table's offset and dim allow it (dims 4, 8, 36), one element per load
+    otherwise (a dim of 6 or 3, or weights one element past a 16-byte boundary). Both sum each
+    column in lookup order in float32: the same bits from an aligned and a misaligned copy of the
+    same weights, and within the oracle's tolerance, float32 and float16, with and without
+    per-sample weights."""
     from embnum.cuda import tbe as cuda_tbe
 
     dims = data.draw(st.lists(st.sampled_from([4, 8, 36, 6, 3]), min_size=1, max_size=3))
@@ -843,6 +843,86 @@ def test_cuda_forward_vector_and_element_paths_agree_bit_for_bit(data):
     np.testing.assert_array_equal(got[0].view(np.uint32), got[1].view(np.uint32))
     args = tbe_args(lay, vals, indices, offsets, pooling_mode=pooling, per_sample_weights=psw)
     err, ok = embnum.tbe_forward.check_fn(got[0], embnum.tbe_forward(**args, backend="ref"), args)
+    assert ok, err
+
+
+@given(dims=st.lists(st.integers(1, 600), min_size=1, max_size=4))
+def test_cuda_forward_sub_groups_are_the_fewest_lanes_covering_the_widest_dim(dims):
+    """The pooled forward gives each bag ``G`` lanes, a power of two up to a lane group: the fewest
+    whose 4 columns each cover the widest dim, in as many ``4 G``-column chunks as that dim needs."""
+    from embnum.cuda import _common
+    from embnum.cuda import tbe as cuda_tbe
+
+    log_g, chunks = cuda_tbe._sub_groups(np.concatenate([[0], np.cumsum(dims)]))
+    G, widest = 1 << log_g, max(dims)
+    assert G <= _common.LANES and (G == _common.LANES or 4 * G >= widest)
+    assert G == 1 or 2 * G < widest  # half as many lanes (4 columns each) would not cover it
+    assert (chunks - 1) * 4 * G < widest <= chunks * 4 * G
+
+
+@given(data=st.data())
+@settings(max_examples=15, deadline=None)
+def test_cuda_backward_vector_and_element_gradient_reads_agree_bit_for_bit(data):
+    """The cuda backward kernels read each lookup's gradient slice with one 4-element vector load
+    when the gradient's pointer, its row length and every dim allow it (dims 4, 8, 36), four scalar
+    loads otherwise (a dim of 6 or 3, or the gradient one element past a 16-byte boundary); the
+    lane's columns are the same either way. Dense and sparse gradients and the fused update: the
+    same bits from an aligned and a misaligned copy of the same gradient, within the oracle's
+    tolerance; the vector loads ran exactly when allowed."""
+    from embnum.cuda import tbe as cuda_tbe
+
+    dims = data.draw(st.lists(st.sampled_from([4, 8, 36, 6, 3]), min_size=1, max_size=3))
+    rows = data.draw(st.lists(st.integers(1, 6), min_size=len(dims), max_size=len(dims)))
+    B = data.draw(st.integers(1, 3))
+    lay = tbe_layout(rows, dims)
+    T = len(dims)
+    lengths = data.draw(st.lists(st.integers(0, 4), min_size=T * B, max_size=T * B))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = np.array(
+        [data.draw(st.integers(0, rows[k // B] - 1)) for k in range(T * B) for _ in range(lengths[k])], dtype=np.int64
+    )
+    pooling = data.draw(st.sampled_from(["sum", "mean", "none"]))
+    assume(pooling != "none" or len(set(dims)) == 1)
+    psw = (
+        np.linspace(-2, 2, indices.shape[0]).astype(np.float32)
+        if pooling == "sum" and data.draw(st.booleans())
+        else None
+    )
+    rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+    shape = (indices.shape[0], dims[0]) if pooling == "none" else (B, sum(dims))
+    gvals = (rng.integers(-8, 9, shape) / 4).astype(data.draw(st.sampled_from([np.float32, np.float16])))
+    w0 = (rng.integers(-8, 9, lay.num_weights) / 4).astype(np.float32)
+    opt = data.draw(st.sampled_from([o for o in OPTIMIZERS if o.kind in ("sgd", "adagrad", "rowwise_adagrad", "adam")]))
+    assume(opt.max_norm is None and opt.max_gradient is None)  # a clipped gradient is a fresh (aligned) copy
+    vector_loads = []
+    real_load4 = cuda_tbe.load4
+
+    def counting_load4(a, i):
+        vector_loads.append(i)
+        return real_load4(a, i)
+
+    got = []
+    for shift in (0, 1):
+        buf = np.zeros(gvals.size + 8, gvals.dtype)
+        first = (-buf.ctypes.data // buf.itemsize) % 8 + shift  # 16-byte aligned, or one element past it
+        g = buf[first : first + gvals.size].reshape(shape)
+        g[...] = gvals
+        vector_loads.clear()
+        args = tbe_args(lay, w0, indices, offsets, pooling_mode=pooling, per_sample_weights=psw)
+        w = w0.copy()
+        state = state_for(opt, w, lay.hash_size_cumsum)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(cuda_tbe, "load4", counting_load4)
+            dense = embnum.tbe_backward(g, **args, backend="cuda")
+            sparse = embnum.tbe_backward_sparse(g, **args, backend="cuda")
+            embnum.tbe_backward_update(g, **dict(args, weights=w), optimizer=opt, **state, backend="cuda")
+        vectors = shift == 0 and all(d % 4 == 0 for d in dims) and g.shape[1] % 4 == 0
+        assert bool(vector_loads) == (vectors and indices.shape[0] > 0)
+        got.append([dense, sparse.values, w, *(x for x in state.values() if isinstance(x, np.ndarray))])
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    want = embnum.tbe_backward(gvals, **args, backend="ref")
+    err, ok = embnum.tbe_backward.check_fn(got[0][0], want, dict(args, grad_output=gvals))
     assert ok, err
 
 

@@ -6,12 +6,18 @@ its table, so no id can make a kernel read or write out of bounds.
 
 Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator):
 
-* forward: one lane group per bag (grid-stride over bags) over 128-column chunks.
-  A table whose rows start on 4-element boundaries is read with one vector load
-  per row and lane (``_vector.load4``: 16 bytes of float32), lane ``l`` owning
-  columns ``4 l .. 4 l + 3``, two rows in flight; any other table with ``COLS``
-  one-element loads per lane (columns ``lane, lane + LANES, ...``), each coalesced
-  across the group. Each lane sums
+* forward: a sub-group of ``G`` lanes per bag and ``4 G``-column chunk (``G`` the
+  fewest lanes, a power of two up to a warp, whose 4 columns each cover the widest
+  dim: two bags per warp at dims up to 64, four up to 32). The sub-group reads its
+  bag's ids ``G`` at a time, one coalesced load of one id per lane, and broadcasts
+  each by a warp shuffle (``shfl.sync.idx``); every lane of a warp runs the same
+  number of shuffles (the longest bag of the warp; masked loads past a bag's end).
+  When every table's rows start on 4-element boundaries (weights pointer, offsets
+  and dims, checked on the host) one kernel reads each row with one vector load
+  per lane (``_vector.load4``: 16 bytes of float32), lane ``l`` owning columns
+  ``4 l .. 4 l + 3``, two rows in flight; otherwise another kernel makes ``COLS``
+  one-element loads per lane (columns ``lane, lane + G, ...``), one row at a time;
+  both at 64 registers. Each lane sums
   its columns in lookup order (float32), as the oracle does; float16 weights are
   converted by the hardware (``cvt.f32.f16``), and a float16 output is written
   rounded to nearest even (``cvt.rn.f16.f32``) by the same kernel.
@@ -20,8 +26,10 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
   stable CuPy radix sort of the ids in the narrowest unsigned type that holds the
   row count (:func:`sort_key`); a CuPy scan numbers the runs; one lane group per
   run reduces the run's gradient in position order, walking the run once per
-  ``LANES * COLS`` columns (each lane keeps ``COLS`` column sums in registers;
-  coalesced reads of ``grad_output``), and writes the row once. No float atomics:
+  ``LANES * COLS`` columns (lane ``l`` keeps the sums of columns ``4 l .. 4 l + 3`` in
+  registers; each lookup's slice of ``grad_output`` read with one 16-byte vector load
+  when every slice starts on a 4-element boundary, checked on the host, four scalar
+  loads otherwise), and writes the row once. No float atomics:
   identical results from run to run. The number of runs
   stays on the device (the grid is sized by the lookups), so ``tbe_backward``
   and ``tbe_backward_update`` read nothing back; ``tbe_backward_sparse`` reads the
@@ -30,7 +38,8 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
   the columns reduced in shared memory in a fixed tree order.
 * the fused optimizer step: one lane group per touched row (lanes over the columns, coalesced
   weight and state updates). SGD/Adagrad/row-wise Adagrad/Adam reduce straight from the sorted
-  lookups (``_apply``: one walk of the run per 128 columns, two for row-wise Adagrad);
+  lookups (``_apply``: one walk of the run per 128 columns, two for row-wise Adagrad, its row sum
+  by a shuffle butterfly; launch bounds hold it to 64 registers);
   LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm`` take the
   row-wise gradient at the fixed size ``max_rows = N`` (no read) and ``_apply_rows`` (row sums by
   xor-shuffle butterflies, the new row written once). No float atomics; nothing read back.
@@ -38,6 +47,7 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -62,10 +72,26 @@ from .._tbe import (
     TBESparseGrad,
 )
 from . import _tbe_vbe as vbe
-from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, stable_argsort, to_host, xp
+from ._common import (
+    LANES,
+    TPB,
+    blocks,
+    constant,
+    contiguous,
+    launch,
+    loop_bound,
+    shfl_idx,
+    shfl_xor,
+    stable_argsort,
+    to_host,
+    xp,
+)
 from ._vector import load4
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
+# launch bounds of the kernels held to 64 registers: blocks of TPB threads, 1,024 of them resident
+# per SM (half its 2,048), so ptxas fits each thread in 65,536 / 1,024 = 64 registers (4 blocks of 256)
+HALF_SM = (TPB, 1024 // TPB)
 
 
 class Lookups(NamedTuple):
@@ -81,6 +107,7 @@ class Lookups(NamedTuple):
     B: int
     T: int
     n_rows: int  # hash_size_cumsum[T]: total rows, also the sort key of positions outside every bag
+    D_offsets: object  # the host copy (the declaration's)
 
 
 def _prepare(a: LookupArgs) -> Lookups:
@@ -97,12 +124,13 @@ def _prepare(a: LookupArgs) -> Lookups:
         a.B,
         int(a.weights_offsets.shape[0]),
         int(a.hash_size_cumsum[-1]),
+        a.D_offsets,
     )
 
 
-def _groups(n_items: int) -> int:
-    """Blocks for ``n_items`` lane-group work items."""
-    return blocks(n_items, TPB // LANES)
+def _groups(n_items: int, log_g: int | None = None) -> int:
+    """Blocks for ``n_items`` work items of a lane group each (of ``2**log_g`` lanes when given)."""
+    return blocks(n_items, TPB // LANES if log_g is None else TPB >> log_g)
 
 
 @cuda.jit(device=True)
@@ -130,76 +158,103 @@ def _load(w, i, D, d0, st, vec):
 
 
 @cuda.jit(device=True)
-def _pooled(w, base, D, d0, st, vec, E, indices, s, e, psw, has_psw):
+def _pooled(w, base, D, d0, st, vec, E, indices, s, e, n_max, first, G, psw, has_psw):
     """Columns ``d0 + j st`` (``j`` = 0..3; those at or past ``D`` give 0) of the pooled bag
-    ``[s, e)``, float32 sums in lookup order; two rows in flight (both indices, then both rows'
-    loads, then the two sums in position order). Ids outside ``[0, E)`` add nothing."""
-    one = np.float32(1.0)
+    ``[s, e)``, float32 sums in lookup order. The sub-group of ``G`` lanes (the first at warp lane
+    ``first``) reads its bag's next ``G`` ids with one coalesced load, one per lane, and broadcasts
+    them with shuffles; with ``vec`` (vector loads) two rows in flight (both rows' loads, then the
+    two sums in position order). ``n_max``: the longest bag of the warp (every lane runs the same
+    shuffles). Ids outside ``[0, E)`` add nothing."""
+    lane = (cuda.threadIdx.x & (LANES - 1)) - first
+    live = d0 < D
     a0 = a1 = a2 = a3 = np.float32(0.0)
-    for p in range(s, e, 2):
-        r0 = indices[p]
-        r1 = indices[p + 1] if p + 1 < e else r0 - r0 - 1
-        ok0 = r0 >= 0 and r0 < E
-        ok1 = r1 >= 0 and r1 < E
-        x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = np.float32(0.0)
-        if ok0:
-            x0, x1, x2, x3 = _load(w, base + r0 * D + d0, D, d0, st, vec)
-        if ok1:
-            y0, y1, y2, y3 = _load(w, base + r1 * D + d0, D, d0, st, vec)
-        if ok0:
-            f = psw[p] if has_psw else one
-            a0 += f * np.float32(x0)
-            a1 += f * np.float32(x1)
-            a2 += f * np.float32(x2)
-            a3 += f * np.float32(x3)
-        if ok1:
-            f = psw[p + 1] if has_psw else one
-            a0 += f * np.float32(y0)
-            a1 += f * np.float32(y1)
-            a2 += f * np.float32(y2)
-            a3 += f * np.float32(y3)
+    for p0 in range(0, n_max, G):
+        mine = np.int64(indices[s + p0 + lane]) if s + p0 + lane < e else np.int64(-1)
+        for j in range(0, min(G, n_max - p0), 2 if vec else 1):
+            r0 = shfl_idx(mine, first + j)
+            r1 = np.int64(-1)
+            if vec:
+                r1 = shfl_idx(mine, first + min(j + 1, G - 1))
+                r1 = r1 if j + 1 < G else np.int64(-1)  # -1: past the bag's end
+            ok0 = live and r0 >= 0 and r0 < E
+            ok1 = live and r1 >= 0 and r1 < E
+            x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = np.float32(0.0)
+            if ok0:
+                x0, x1, x2, x3 = _load(w, base + r0 * D + d0, D, d0, st, vec)
+            if ok1:
+                y0, y1, y2, y3 = _load(w, base + r1 * D + d0, D, d0, st, vec)
+            if ok0:
+                f = psw[s + p0 + j] if has_psw else np.float32(1.0)
+                a0, a1, a2, a3 = (
+                    a0 + f * np.float32(x0),
+                    a1 + f * np.float32(x1),
+                    a2 + f * np.float32(x2),
+                    a3 + f * np.float32(x3),
+                )
+            if ok1:
+                f = psw[s + p0 + j + 1] if has_psw else np.float32(1.0)
+                a0, a1, a2, a3 = (
+                    a0 + f * np.float32(y0),
+                    a1 + f * np.float32(y1),
+                    a2 + f * np.float32(y2),
+                    a3 + f * np.float32(y3),
+                )
     return a0, a1, a2, a3
 
 
-@cuda_kernel
-def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, aligned, out):
-    """out ``[B, total_D]`` (float32 or float16): lane group per bag over ``LANES * COLS``-column
-    chunks. A table whose rows start on 4-element boundaries (``aligned``: the weights' pointer is,
-    checked on the host; ``D`` and its offset are multiples of 4) is read by :func:`_pooled` with vector loads, lane
-    ``l`` owning the 4 consecutive columns ``4 l .. 4 l + 3`` of the chunk; any other table
-    one element per load, lane ``l`` owning columns ``l, l + LANES, ...``."""
-    lane = cuda.threadIdx.x % LANES
-    group = cuda.grid(1) // LANES
-    n_groups = cuda.gridsize(1) // LANES
-    T = woff.shape[0]
-    for k in range(group, T * B, n_groups):
-        t = k // B
-        b = k - t * B
-        D = doff[t + 1] - doff[t]
-        base = woff[t]
-        col = doff[t]
-        s, e = _bag(offsets, k, indices.shape[0])
-        n = np.float32(e - s) if mean and e > s else np.float32(1.0)
-        vec = aligned and D % 4 == 0 and base % 4 == 0
-        st = 1 if vec else LANES
-        for c0 in range(0, D, LANES * COLS):
-            d0 = c0 + (COLS * lane if vec else lane)
-            if d0 >= D:
-                continue
-            a0, a1, a2, a3 = _pooled(w, base, D, d0, st, vec, rows[t], indices, s, e, psw, has_psw)
-            if mean and e > s:
-                a0 = a0 / n
-                a1 = a1 / n
-                a2 = a2 / n
-                a3 = a3 / n
-            if d0 < D:
-                out[b, col + d0] = a0
-            if d0 + st < D:
-                out[b, col + d0 + st] = a1
-            if d0 + 2 * st < D:
-                out[b, col + d0 + 2 * st] = a2
-            if d0 + 3 * st < D:
-                out[b, col + d0 + 3 * st] = a3
+@cuda.jit(device=True)
+def _put_pooled(out, b, at, d0, D, st, n, a0, a1, a2, a3):
+    """``out[b, at + d0 + j st] = a_j / n`` for the columns ``d0 + j st`` below ``D`` (no division when
+    ``n`` is 1: the same values)."""
+    if n != np.float32(1.0):
+        a0, a1, a2, a3 = a0 / n, a1 / n, a2 / n, a3 / n
+    if d0 < D:
+        out[b, at + d0] = a0
+    if d0 + st < D:
+        out[b, at + d0 + st] = a1
+    if d0 + 2 * st < D:
+        out[b, at + d0 + 2 * st] = a2
+    if d0 + 3 * st < D:
+        out[b, at + d0 + 3 * st] = a3
+
+
+def _make_forward_pooled(vec):
+    """The pooled forward with vector loads (``vec``: every table's rows start on 4-element
+    boundaries) or with one-element loads; two kernels, so that each fits in 64 registers."""
+
+    @cuda_kernel(launch_bounds=HALF_SM)
+    def kernel(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, log_g, chunks, out):
+        """out ``[B, total_D]`` (float32 or float16): a sub-group of ``G = 2**log_g`` lanes per bag and
+        ``G * COLS``-column chunk (``chunks`` per bag, from the widest dim: ``LANES // G`` bags per
+        warp when dims are small), :func:`_pooled`. With vector loads lane ``l`` owns the 4
+        consecutive columns ``4 l .. 4 l + 3`` of the chunk, else the columns ``l, l + G, ...``. The
+        loops over work items and lookups are block-uniform (the shuffles need every lane)."""
+        tid = cuda.threadIdx.x
+        G = 1 << log_g
+        lane = tid & (G - 1)
+        per_block = cuda.blockDim.x >> log_g
+        n_items = woff.shape[0] * B * chunks
+        for i0 in range(cuda.blockIdx.x * per_block, n_items, cuda.gridDim.x * per_block):
+            i = min(i0 + (tid >> log_g), n_items - 1)
+            k = i // chunks
+            t = k // B
+            s, e = _bag(offsets, k, indices.shape[0])
+            D = doff[t + 1] - doff[t] if i0 + (tid >> log_g) < n_items else doff[0]  # 0: past the last item
+            d0 = (i - k * chunks) * G * COLS + (COLS * lane if vec else lane)
+            if D == 0:  # past the last item: no lookups (a lane past its dim still reads its share of the ids)
+                e = s
+            st = 1 if vec else G
+            n_max = loop_bound(e - s)
+            a0, a1, a2, a3 = _pooled(
+                w, woff[t], D, d0, st, vec, rows[t], indices, s, e, n_max, (tid & (LANES - 1)) - lane, G, psw, has_psw
+            )
+            n = np.float32(e - s) if mean and e > s else np.float32(1.0)
+            _put_pooled(out, k - t * B, doff[t], d0, D, st, n, a0, a1, a2, a3)
+
+    return kernel
+
+
+_FORWARD_POOLED = {"vector": _make_forward_pooled(True), "element": _make_forward_pooled(False)}
 
 
 @cuda_kernel
@@ -243,25 +298,34 @@ def tbe_forward(weights, output_dtype, out, **lookup):
         return
     has_psw = a.per_sample_weights is not None
     psw = contiguous(a.per_sample_weights) if has_psw else _NO_FLOATS()
-    args = (
-        w,
-        lk.woff,
-        lk.doff,
-        lk.rows,
-        lk.indices,
-        lk.offsets,
-        lk.B,
-        a.pooling == MEAN,
-        psw,
-        has_psw,
-        _aligned4(w),
-        out,
-    )
-    launch(_forward_pooled, _groups(lk.T * lk.B), TPB, *args)
+    rows4, log_g, chunks = _forward_shape(np.asarray(a.weights_offsets).tobytes(), np.asarray(a.D_offsets).tobytes())
+    args = (w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling == MEAN, psw, has_psw)
+    kernel = _FORWARD_POOLED["vector" if rows4 and _aligned4(w) else "element"]
+    launch(kernel, _groups(lk.T * lk.B * chunks, log_g), TPB, *args, log_g, chunks, out)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_shape(weights_offsets: bytes, D_offsets: bytes) -> tuple[bool, int, int]:
+    """Per host layout (int64 bytes), once: whether every table's offset and dim are multiples of 4
+    (its rows start on 4-element boundaries when the weights' pointer does), and :func:`_sub_groups`."""
+    woff, doff = np.frombuffer(weights_offsets, np.int64), np.frombuffer(D_offsets, np.int64)
+    return not (woff % 4).any() and not (doff % 4).any(), *_sub_groups(doff)
+
+
+def _sub_groups(D_offsets) -> tuple[int, int]:
+    """``(log2 G, chunks)`` of the pooled forward: ``G`` lanes per bag, the fewest (a power of two, at
+    most ``LANES``) whose ``COLS`` columns each cover the widest dim of the host layout ``D_offsets``
+    (so ``LANES // G`` bags share a warp when every dim is at most ``LANES * COLS / 2``, 64 on a
+    GPU), and the ``G * COLS``-column chunks that cover it."""
+    widest = int(np.diff(np.asarray(D_offsets)).max())
+    log_g = 0
+    while (1 << log_g) < LANES and (COLS << log_g) < widest:
+        log_g += 1
+    return log_g, -(-widest // (COLS << log_g))
 
 
 def _aligned4(a) -> bool:
-    """Whether the data pointer of the 1-D array ``a`` is a multiple of four elements' bytes (16 for
+    """Whether the data pointer of the array ``a`` is a multiple of four elements' bytes (16 for
     float32): the vector loads of a table whose offset and dim are multiples of 4 are then aligned."""
     ptr = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
     return ptr % (4 * a.itemsize) == 0
@@ -373,20 +437,22 @@ def _runs(lk: Lookups) -> Runs:
 
 
 @cuda.jit(device=True)
-def _run_grad4(q0, q1, lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw):
-    """float32 summed gradient of the columns ``lane + j LANES`` (``j < COLS``; 0 at or past ``D``;
-    ``lane``: the lane plus its chunk's first column) over the sorted lookups ``q0..q1``, in one walk
-    in position order: each lookup adds its factor (per-sample weight, ``1/len`` for MEAN, 1) times
-    its bag's gradient, and "none" pooling its position's gradient row as it is."""
-    L = LANES
+def _run_grad4(q0, q1, d0, D, walk):
+    """float32 summed gradient of the columns ``d0 .. d0 + 3`` (0 at or past ``D``) over the sorted
+    lookups ``q0..q1``, in one walk in position order: each lookup adds its factor (per-sample
+    weight, ``1/len`` for MEAN, 1) times its bag's gradient, "none" pooling its position's gradient
+    row. ``walk``: ``(order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)``, ``g`` the
+    gradient flattened to 1-D with rows of ``gD``: with ``gvec`` (:func:`_gradient_rows`: every slice
+    starts on a 4-element boundary) each lookup is one vector load, else four scalar loads (the same
+    values)."""
+    order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw = walk
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for q in range(q0, q1):
         p = order[q]
-        if pooling == NONE:
-            c = np.float32(1.0)
-            r = p
-            at = 0
-        else:
+        c = np.float32(1.0)
+        r = p
+        at = doff[0]  # 0
+        if pooling != NONE:
             k = sbag[q]
             tt = k // B
             r = k - tt * B
@@ -395,74 +461,72 @@ def _run_grad4(q0, q1, lane, D, order, sbag, offsets, B, doff, pooling, g, psw, 
                 c = psw[p]
             elif pooling == MEAN:
                 c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
-            else:
-                c = np.float32(1.0)
-        if pooling == NONE:  # no factor: the sum of the rows' gradients as they are
-            if lane < D:
-                a0 += np.float32(g[r, lane])
-            if lane + L < D:
-                a1 += np.float32(g[r, lane + L])
-            if lane + 2 * L < D:
-                a2 += np.float32(g[r, lane + 2 * L])
-            if lane + 3 * L < D:
-                a3 += np.float32(g[r, lane + 3 * L])
-        else:
-            if lane < D:
-                a0 += c * np.float32(g[r, at + lane])
-            if lane + L < D:
-                a1 += c * np.float32(g[r, at + lane + L])
-            if lane + 2 * L < D:
-                a2 += c * np.float32(g[r, at + lane + 2 * L])
-            if lane + 3 * L < D:
-                a3 += c * np.float32(g[r, at + lane + 3 * L])
+        x0, x1, x2, x3 = _load(g, r * gD + at + d0, D, d0, 1, gvec)
+        a0 += c * np.float32(x0)
+        a1 += c * np.float32(x1)
+        a2 += c * np.float32(x2)
+        a3 += c * np.float32(x3)
     return a0, a1, a2, a3
+
+
+def _gradient_rows(g, lk: Lookups):
+    """``(g flattened to 1-D, its row length, whether every lookup's gradient slice can be read with
+    vector loads)``: the pointer on a 4-element boundary, the row length and every feature's dim (so
+    every column offset) multiples of 4, from the host layout (no device read)."""
+    gD = int(g.shape[1])
+    return g.reshape(-1), gD, _aligned4(g) and gD % 4 == 0 and not (np.asarray(lk.D_offsets) % 4).any()
 
 
 @cuda.jit(device=True)
 def _put4(out, at, d0, D, g0, g1, g2, g3):
-    """``out[at + d0 + j LANES] = g_j`` for the columns ``d0 + j LANES`` below ``D``."""
+    """``out[at + d0 + j] = g_j`` for the columns ``d0 + j`` below ``D``."""
     if d0 < D:
         out[at + d0] = g0
-    if d0 + LANES < D:
-        out[at + d0 + LANES] = g1
-    if d0 + 2 * LANES < D:
-        out[at + d0 + 2 * LANES] = g2
-    if d0 + 3 * LANES < D:
-        out[at + d0 + 3 * LANES] = g3
+    if d0 + 1 < D:
+        out[at + d0 + 1] = g1
+    if d0 + 2 < D:
+        out[at + d0 + 2] = g2
+    if d0 + 3 < D:
+        out[at + d0 + 3] = g3
 
 
 @cuda_kernel
-def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, psw, has_psw, out):
-    """Lane group per run (lanes over columns, :func:`_run_grad4`): the run's summed gradient written to its row of
-    the dense gradient ``out`` [W] (zero elsewhere, set by the caller)."""
+def _dense_grad(
+    order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, gD, gvec, psw, has_psw, out
+):
+    """Lane group per run (lane ``l`` owning the columns ``4 l .. 4 l + 3`` of each ``LANES * COLS``
+    chunk, :func:`_run_grad4`): the run's summed gradient written to its row of the dense gradient
+    ``out`` [W] (zero elsewhere, set by the caller)."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
     n_groups = cuda.gridsize(1) // LANES
+    walk = (order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)
     for u in range(group, n_runs[0], n_groups):
         q0 = run_start[u]
         q1 = run_start[u + 1]
         t = sbag[q0] // B
         D = doff[t + 1] - doff[t]
         at = woff[t] + (lid[q0] - hcs[t]) * D
-        for c0 in range(0, D, LANES * COLS):  # the run walked once per chunk
-            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            _put4(out, at, c0 + lane, D, g0, g1, g2, g3)
+        for d0 in range(COLS * lane, D, LANES * COLS):  # the run walked once per chunk
+            g0, g1, g2, g3 = _run_grad4(q0, q1, d0, D, walk)
+            _put4(out, at, d0, D, g0, g1, g2, g3)
 
 
 @cuda_kernel
-def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling, g, psw, has_psw, values):
+def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw, values):
     """Lane group per run: the run's summed gradient written to ``values[voff[u]:]``."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
     n_groups = cuda.gridsize(1) // LANES
+    walk = (order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)
     for u in range(group, n_runs[0], n_groups):
         q0 = run_start[u]
         t = sbag[q0] // B
         q1 = run_start[u + 1]
         D = doff[t + 1] - doff[t]
-        for c0 in range(0, D, LANES * COLS):  # the run walked once per chunk
-            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            _put4(values, voff[u], c0 + lane, D, g0, g1, g2, g3)
+        for d0 in range(COLS * lane, D, LANES * COLS):  # the run walked once per chunk
+            g0, g1, g2, g3 = _run_grad4(q0, q1, d0, D, walk)
+            _put4(values, voff[u], d0, D, g0, g1, g2, g3)
 
 
 def _gradient(grad_output, max_gradient=None):
@@ -489,7 +553,7 @@ def tbe_backward(grad_output, weights, out, **lookup):
     psw, has_psw = _psw(a.per_sample_weights)
     g = _gradient(grad_output)
     args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, lk.B, lk.doff, lk.hcs, lk.woff, a.pooling)
-    launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
+    launch(_dense_grad, _groups(N), TPB, *args, *_gradient_rows(g, lk), psw, has_psw, out)
 
 
 def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, n_values=0) -> TBESparseGrad:
@@ -524,7 +588,7 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, n_values
         psw, has_psw = _psw(per_sample_weights)
         n_kept = m.minimum(rs.n_runs, cap)
         args = (rs.order, rs.bag, rs.run_start, n_kept, voff, lk.offsets, lk.B, lk.doff, pooling)
-        launch(_sparse_grad, _groups(min(N, cap)), TPB, *args, g, psw, has_psw, values)
+        launch(_sparse_grad, _groups(min(N, cap)), TPB, *args, *_gradient_rows(g, lk), psw, has_psw, values)
     return TBESparseGrad(ids.astype(np.int64, copy=False), values, voff.astype(np.int64, copy=False))
 
 
@@ -587,34 +651,76 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
 
 
 @cuda.jit(device=True)
-def _ssq4(g0, g1, g2, g3, lane, D, w, base, wd, decay):
-    """This lane's sum of squares of the (decayed) gradient of its columns ``lane + j LANES``
-    (``lane``: the first column), in column order."""
+def _ssq4(g0, g1, g2, g3, d0, D, w, base, wd, decay):
+    """This lane's sum of squares of the (decayed) gradient of its columns ``d0 .. d0 + 3`` below
+    ``D``, in column order."""
     ssq = np.float32(0.0)
     for j in range(COLS):
-        d = lane + j * LANES
-        if d < D:
+        if d0 + j < D:
             gd = g0 if j == 0 else g1 if j == 1 else g2 if j == 2 else g3
-            ge = gd + wd * np.float32(w[base + d]) if decay == DECAY_L2 else gd
+            ge = gd + wd * np.float32(w[base + d0 + j]) if decay == DECAY_L2 else gd
             ssq += ge * ge
     return ssq
 
 
 @cuda.jit(device=True)
 def _step4(kind, g0, g1, g2, g3, d0, D, base, w, m1, m2, hyper, corr, mult):
-    """:func:`_element_step` on the columns ``d0 + j LANES`` below ``D`` of the row at ``base``,
+    """:func:`_element_step` on the columns ``d0 .. d0 + 3`` below ``D`` of the row at ``base``,
     gradient ``g0..g3``; ``hyper``: ``(lr, eps, wd, b1, b2, bc1, bc2)``."""
     lr, eps, wd, b1, b2, bc1, bc2 = hyper
     for j in range(COLS):
-        d = d0 + j * LANES
-        if d < D:
+        if d0 + j < D:
             gd = g0 if j == 0 else g1 if j == 1 else g2 if j == 2 else g3
-            i = base + d
+            i = base + d0 + j
             w[i] = _element_step(kind, np.float32(w[i]), gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
 
 
 # -- the fused optimizer step ------------------------------------------------------------------
-@cuda_kernel
+@cuda.jit(device=True)
+def _run_row(u, U, run_start, sbag, lid, B, doff, hcs, woff):
+    """``(q0, q1, D, base, row_id)`` of run ``u``: its sorted lookups ``q0..q1``, its row's dim, first
+    element and linear id; an empty run of dim 0 and id -1 when ``u >= U`` (a lane group with no row)."""
+    if u >= U:
+        return 0, 0, 0, 0, -1
+    q0 = run_start[u]
+    t = sbag[q0] // B
+    D = doff[t + 1] - doff[t]
+    row_id = lid[q0]
+    return q0, run_start[u + 1], D, woff[t] + (row_id - hcs[t]) * D, row_id
+
+
+@cuda.jit(device=True)
+def _rowwise_scalars(ssq, row_id, D, m1, lr, eps, wd, decay):
+    """Row-wise Adagrad's ``(corr, mult)`` of the group's row from each lane's ``ssq``, summed by
+    :func:`_group_sum` (a fixed order); lane 0 reads the old accumulator (broadcast by a group sum)
+    and writes the new one. Every lane of the block calls it (the simulator's shuffles synchronise
+    the block)."""
+    lane = cuda.threadIdx.x % LANES
+    s = _group_sum(ssq)
+    old = _group_sum(m1[row_id] if lane == 0 and row_id >= 0 else np.float32(0.0))
+    mm, corr, mult = _rowwise_adagrad_row(old, s, D, lr, eps, wd, decay)
+    if lane == 0 and row_id >= 0:
+        m1[row_id] = mm
+    return corr, mult
+
+
+@cuda.jit(device=True)
+def _row_pass(first, kind, q0, q1, lane, D, walk, base, w, m1, m2, hyper, corr, mult, decay):
+    """One walk of the run per ``LANES * COLS`` columns (lane ``l`` owning the columns ``4 l .. 4 l + 3``
+    of each chunk), the summed gradient kept in registers: with ``first`` (row-wise Adagrad's first
+    walk) this lane's share of the row's sum of squares of its (decayed) gradient, returned; else
+    the optimizer step on the lane's columns of the row at ``base``."""
+    ssq = np.float32(0.0)
+    for d0 in range(COLS * lane, D, LANES * COLS):
+        g0, g1, g2, g3 = _run_grad4(q0, q1, d0, D, walk)
+        if first:
+            ssq += _ssq4(g0, g1, g2, g3, d0, D, w, base, hyper[2], decay)
+        else:
+            _step4(kind, g0, g1, g2, g3, d0, D, base, w, m1, m2, hyper, corr, mult)
+    return ssq
+
+
+@cuda_kernel(launch_bounds=HALF_SM)
 def _apply(
     order,
     sbag,
@@ -628,6 +734,8 @@ def _apply(
     woff,
     pooling,
     g,
+    gD,
+    gvec,
     psw,
     has_psw,
     w,
@@ -643,64 +751,25 @@ def _apply(
     bc1,
     bc2,
 ):
-    """Lane group per touched row (lanes over columns, coalesced weight and state updates):
-    the optimizer step of spec 3.5 in float32 from the run's summed gradient. Row-wise
-    Adagrad reduces its sum of squares in shared memory (fixed order), so the loop over rows
-    is block-uniform: every thread reaches each barrier."""
-    part = cuda.shared.array(TPB, np.float32)
-    tid = cuda.threadIdx.x
-    lane = tid % LANES
+    """Lane group per touched row: the optimizer step of spec 3.5 in float32 from the run's summed
+    gradient (:func:`_row_pass`). Row-wise Adagrad walks the run twice (its sum of squares, reduced
+    by a group sum, then the update); its shuffles need every lane, so the loop over rows is
+    block-uniform. One walk in the code for both passes (two copies cost 12 registers)."""
+    lane = cuda.threadIdx.x % LANES
     per_block = cuda.blockDim.x // LANES
-    one = np.float32(1.0)
+    walk = (order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)
+    hyper = (lr, eps, wd, b1, b2, bc1, bc2)
     U = n_runs[0]
     for u0 in range(cuda.blockIdx.x * per_block, U, cuda.gridDim.x * per_block):
-        u = u0 + tid // LANES
-        active = u < U
-        q0 = 0
-        q1 = 0
-        D = 0
-        base = 0
-        row_id = 0
-        if active:
-            q0 = run_start[u]
-            q1 = run_start[u + 1]
-            t = sbag[q0] // B
-            D = doff[t + 1] - doff[t]
-            row_id = lid[q0]
-            base = woff[t] + (row_id - hcs[t]) * D
-        mult = one
-        corr = one
-        hyper = (lr, eps, wd, b1, b2, bc1, bc2)
-        # chunks of LANES * COLS columns, lane owning lane + j LANES: the run walked once per chunk
-        # (row-wise Adagrad: twice, its sum of squares first), its gradient kept in registers
-        rowwise = kind == ROWWISE_ADAGRAD
-        ssq = np.float32(0.0)
-        for c0 in range(0, D, LANES * COLS):
-            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            if rowwise:
-                ssq += _ssq4(g0, g1, g2, g3, c0 + lane, D, w, base, wd, decay)
-            else:
-                _step4(kind, g0, g1, g2, g3, c0 + lane, D, base, w, m1, m2, hyper, corr, mult)
-        if rowwise:
-            part[tid] = ssq
-            cuda.syncthreads()
-            if lane == 0 and active:  # the row's sum and old accumulator, for every lane of the group
-                s = np.float32(0.0)
-                for j in range(LANES):
-                    s += part[tid + j]
-                part[tid] = s
-                part[tid + 1] = m1[row_id]
-            cuda.syncthreads()
-            if active:
-                mm, corr, mult = _rowwise_adagrad_row(part[tid - lane + 1], part[tid - lane], D, lr, eps, wd, decay)
-                if lane == 0:
-                    m1[row_id] = mm
-            cuda.syncthreads()
-            for c0 in range(0, D, LANES * COLS):
-                g0, g1, g2, g3 = _run_grad4(
-                    q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw
-                )
-                _step4(kind, g0, g1, g2, g3, c0 + lane, D, base, w, m1, m2, hyper, corr, mult)
+        q0, q1, D, base, row_id = _run_row(u0 + cuda.threadIdx.x // LANES, U, run_start, sbag, lid, B, doff, hcs, woff)
+        corr = mult = np.float32(1.0)
+        rowwise = kind == ROWWISE_ADAGRAD  # block-uniform
+        for first in (rowwise, False):
+            ssq = _row_pass(first, kind, q0, q1, lane, D, walk, base, w, m1, m2, hyper, corr, mult, decay)
+            if first:
+                corr, mult = _rowwise_scalars(ssq, row_id, D, m1, lr, eps, wd, decay)
+            if not rowwise:
+                break
 
 
 # the element steps and row scalars of embnum._tbe_rows (the CPU compiles the same functions)
@@ -762,7 +831,7 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
         _groups(N),
         TPB,
         *args,
-        g,
+        *_gradient_rows(g, lk),
         psw,
         has_psw,
         weights,
