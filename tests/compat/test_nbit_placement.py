@@ -154,6 +154,11 @@ def test_torchrecs_lengths_subclass_looks_up_like_offsets(tables, data):
 _DATA_TYPES = {"fp32": torch.float, "fp16": torch.half, "int8": torch.qint8, "int4": torch.quint4x2}
 
 
+# scripting, saving and loading is the point (TorchRec's inference path is TorchScript): torch 2.13
+# deprecates torch.jit.save/load, and TorchScript notes what it ignores in TorchRec's annotations
+@pytest.mark.filterwarnings("ignore:`torch.jit.(save|load)` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The TorchScript type system doesn't support instance-level annotations:UserWarning")
+@pytest.mark.filterwarnings("ignore:TorchScript will treat type annotations of Tensor dtype-specific:UserWarning")
 @settings(max_examples=5, deadline=None)
 @given(
     st.lists(st.sampled_from([4, 8, 16]), min_size=1, max_size=3),
