@@ -236,28 +236,48 @@ def tbe_forward(weights, output_dtype, out, **lookup):
     if out.size == 0:
         return
     lk = _prepare(a)
-    w = contiguous(weights)
-    if a.pooling == NONE:
-        n = max(lk.T * lk.B, int(a.indices.shape[0]))
-        launch(_forward_none, _groups(n), TPB, w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, out)
+    psw = None if a.per_sample_weights is None else contiguous(a.per_sample_weights)
+    _launch_forward(contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling, psw, out)
+
+
+def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out, no_floats=None):
+    """The forward's one launch on prepared arrays (device layout tables, contiguous lookups of one
+    index type, ``psw`` contiguous float32 or None)."""
+    T = woff.shape[0]
+    if pooling == NONE:
+        n = max(T * B, int(indices.shape[0]))
+        launch(_forward_none, _groups(n), TPB, w, woff, doff, rows, indices, offsets, B, out)
         return
-    has_psw = a.per_sample_weights is not None
-    psw = contiguous(a.per_sample_weights) if has_psw else _NO_FLOATS()
-    args = (
-        w,
-        lk.woff,
-        lk.doff,
-        lk.rows,
-        lk.indices,
-        lk.offsets,
-        lk.B,
-        a.pooling == MEAN,
-        psw,
-        has_psw,
-        _aligned4(w),
-        out,
-    )
-    launch(_forward_pooled, _groups(lk.T * lk.B), TPB, *args)
+    has_psw = psw is not None
+    if not has_psw:
+        psw = _NO_FLOATS() if no_floats is None else no_floats
+    args = (w, woff, doff, rows, indices, offsets, B, pooling == MEAN, psw, has_psw, _aligned4(w), out)
+    launch(_forward_pooled, _groups(T * B), TPB, *args)
+
+
+class ForwardLaunch:
+    """:func:`tbe_forward` prepared once for one layout and pooling (``embnum.ops.tbe.ForwardPlan``
+    holds it): the layout's device tables uploaded once and kept, so a call passes only its checked
+    lookups (int32/int64 ``indices [N]``, ``offsets [T*B+1]``), ``B``, float32 ``psw [N]`` or None,
+    and ``out`` (``[B, total_D]``, or ``[N, D]`` for ``"none"``), with no per-call lookup of the
+    layout's device copies. No VBE."""
+
+    def __init__(self, woff, doff, rows, pooling: int):
+        # copies: under the simulator a launch writes its host arguments back into them
+        self.woff, self.doff, self.rows = (constant(np.array(a, np.int64)) for a in (woff, doff, rows))
+        self.pooling = pooling
+        self.no_floats = _NO_FLOATS()
+
+    def __call__(self, weights, indices, offsets, B, psw, out) -> None:
+        if out.size == 0:
+            return
+        if offsets.dtype != indices.dtype:
+            offsets = offsets.astype(indices.dtype)
+        psw = None if psw is None else contiguous(psw)
+        ids, off = contiguous(indices), contiguous(offsets)
+        _launch_forward(
+            contiguous(weights), self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.no_floats
+        )
 
 
 def _aligned4(a) -> bool:
@@ -741,14 +761,20 @@ def _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, m
 @vbe.backward
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
     a = LookupArgs(**lookup)
-    lk = _prepare(a)
+    _update(_prepare(a), a, grad_output, weights, optimizer, momentum1, momentum2, step)
+
+
+def _update(lk, a, grad_output, weights, optimizer, momentum1, momentum2, step, n_values=None):
+    """:func:`tbe_backward_update` on prepared lookups ``lk`` (``a``: the call's :class:`LookupArgs`,
+    host layout); ``n_values``: the row-wise gradient's size where the caller knows it."""
     N = int(lk.indices.shape[0])
     if N == 0:
         return
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
         layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)  # host arrays
-        n_values = values_bound(N, a.D_offsets, a.hash_size_cumsum, a.rows)
+        if n_values is None:
+            n_values = values_bound(N, a.D_offsets, a.hash_size_cumsum, a.rows)
         _update_rows(
             weights, layout, lk, g, a.pooling, a.per_sample_weights, optimizer, momentum1, momentum2, step, n_values
         )
@@ -770,6 +796,39 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
         none if momentum2 is None else momentum2,
         *optimizer.kernel_args(step),
     )
+
+
+class UpdateLaunch:
+    """:func:`tbe_backward_update` prepared once for one layout and pooling (``embnum.ops.tbe.UpdatePlan``
+    holds it): the layout's device tables uploaded once and kept, and the row-wise gradient's size
+    bound (:func:`values_bound`) reduced to per-table sizes once, so a call passes only its checked
+    lookups, ``B``, the gradient, ``psw`` and the state, as :func:`tbe_backward_update` takes them.
+    No VBE."""
+
+    def __init__(self, woff, doff, hcs, rows, pooling: int):
+        # copies: under the simulator a launch writes its host arguments back into them
+        self.host = tuple(np.array(a, np.int64) for a in (woff, doff, hcs, rows))
+        self.dev = tuple(constant(a.copy()) for a in self.host)
+        self.pooling, self.T, self.n_rows = pooling, int(woff.shape[0]), int(hcs[-1])
+        dims = np.diff(self.host[1])
+        _, first = np.unique(self.host[2][:-1], return_index=True)  # one feature per table
+        self._max_dim = int(dims.max())
+        self._tables = [(int(self.host[3][t]), int(dims[t])) for t in first]
+
+    def n_values(self, N: int) -> int:
+        """:func:`values_bound` of ``N`` lookups (Python ints: no wrap)."""
+        return min(N * self._max_dim, sum(min(r, N) * d for r, d in self._tables))
+
+    def __call__(self, grad_output, weights, indices, offsets, B, psw, optimizer, momentum1, momentum2, step):
+        if offsets.dtype != indices.dtype:
+            offsets = offsets.astype(indices.dtype)
+        woff, doff, hcs, rows = self.dev
+        ids, off = contiguous(indices), contiguous(offsets)
+        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows)
+        a = LookupArgs(*self.host, ids, off, B, self.pooling, psw)
+        rowwise = KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None  # the scratch's size
+        n_values = self.n_values(int(ids.shape[0])) if rowwise else None
+        _update(lk, a, grad_output, weights, optimizer, momentum1, momentum2, step, n_values)
 
 
 # -- the other optimizers and max_norm: a lane group per touched row ------------------------------

@@ -30,8 +30,10 @@ import numpy as np
 import torch
 
 from .._tbe import TBEOptimizer
+from ..containers import KeyedTensor
+from ..torch_bridge import tbe_backward, tbe_forward, tbe_grad_per_sample_weights
 from . import _state
-from .tbe import TBE, FusedTBE, _FusedLookup
+from .tbe import TBE, FusedTBE, fused_lookup
 
 _POOLINGS = ("sum", "mean")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -127,8 +129,6 @@ class _PlainLookup(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, group, spans, indices, offsets, per_sample_weights, *tables):
-        from ..torch_bridge import tbe_forward
-
         ctx.group, ctx.spans = group, spans
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         return tbe_forward(
@@ -144,8 +144,6 @@ class _PlainLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from ..torch_bridge import tbe_backward, tbe_grad_per_sample_weights
-
         g = ctx.group
         indices, offsets, psw = ctx.saved_tensors
         grad = grad.contiguous().float()
@@ -300,8 +298,6 @@ class EmbeddingBagCollection(torch.nn.Module):
     def forward(self, features):
         """``features``: a KeyedJaggedTensor holding every feature of the tables (extra keys
         are ignored; fixed batch size). Returns a ``KeyedTensor`` ``[B, sum of dims]``."""
-        from ..containers import KeyedTensor
-
         if getattr(features, "variable_stride_per_key", lambda: False)():
             raise ValueError("features with a variable batch size per key are not supported by the TBE lookup")
         keys = list(features.keys())
@@ -324,7 +320,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                     tables = [self.embedding_bags[t.name].weight for t in ts]
                     outs.append(_PlainLookup.apply(g, spans, indices, offsets, psw, *tables))
                 else:
-                    outs.append(_FusedLookup.apply(g.weights, psw, g, indices, offsets))
+                    outs.append(fused_lookup(g.weights, psw, g, indices, offsets))
             except (IndexError, TypeError) as err:
                 plain = self._lookup_error(err, g, feats, ts, indices, offsets)
                 if plain is None:
