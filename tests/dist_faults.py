@@ -33,14 +33,15 @@ import numpy as np
 
 import embnum
 import embnum.distributed as dist
-from dist_checks import FEATURES, TABLES, Config, batch, compare_state, kjt, plans, reference, train
+from dist_checks import FEATURES, SIZES, TABLES, Config, batch, compare_state, kjt, plans, reference, train
 from embnum.distributed import ShardedEmbeddingBagCollection, SpawnError, spawn
 
 SGD = embnum.TBEOptimizer("sgd", learning_rate=0.5)
 
 
-def _expect(fn, kind, *needles):
-    """Run ``fn``; it must raise ``kind`` whose message holds every needle. Returns (message, seconds)."""
+def _expect(fn, kind, *needles, cause=None):
+    """Run ``fn``; it must raise ``kind`` whose message holds every needle (and, with ``cause``, whose
+    ``__cause__`` is a ``kind`` whose message starts so). Returns (message, seconds)."""
     t0 = time.monotonic()
     try:
         fn()
@@ -49,6 +50,8 @@ def _expect(fn, kind, *needles):
         missing = [n for n in needles if n not in text]
         if missing:
             raise AssertionError(f"{kind.__name__} lacks {missing}: {text}") from e
+        if cause is not None and not (isinstance(e.__cause__, kind) and str(e.__cause__).startswith(cause)):
+            raise AssertionError(f"{kind.__name__}'s cause is not {cause!r}...: {e.__cause__!r}") from e
         return text, time.monotonic() - t0
     raise AssertionError(f"no {kind.__name__} (wanted {needles})")
 
@@ -110,27 +113,28 @@ def _mismatches(rank, W):
     return seen
 
 
-def _bad_then_good(rank, W, who, spoil, kind, needles):
-    """Step 0: ``who``'s batch spoilt by ``spoil``: every rank raises ``kind``; step 1 (good) trains on
-    every rank as the unsharded collection trains on step 1's global batch alone."""
+def _bad_then_good(rank, W, who, spoil, kind, needles, cause=None):
+    """Step 0: ``who``'s batch spoilt by ``spoil``: every rank raises ``kind`` (with the op's error
+    ``cause`` as its cause, where given); step 1 (good) trains on every rank as the unsharded
+    collection trains on step 1's global batch alone."""
     model = ShardedEmbeddingBagCollection(TABLES, plans(W)["mixed"], optimizer=SGD)
     ref = reference(model, SGD)
     keys, L, V, Wt = batch(0, rank, W)
     if rank == who:
         keys, L, V = spoil(keys, L, V)
-    seen = _expect(lambda: model(kjt(keys, L, V, Wt)), kind, f"bad batch on rank {who}", *needles)
+    seen = _expect(lambda: model(kjt(keys, L, V, Wt)), kind, f"bad batch on rank {who}", *needles, cause=cause)
     train(model, ref, W, rank, 1, False, "the good step after a bad batch", first=1)
     compare_state(model, ref, False, "after a bad batch and a good step")
     return seen
 
 
 def _bad_id(keys, L, V):
-    V = V.copy()
+    """Id 10000 as the first id of key f0's last sample (one more id there if it had none)."""
+    V, L = V.copy(), L.copy()
     i = keys.index("f0")
-    start = int(L[:i].sum())
-    L = L.copy()
-    if L[i].sum() == 0:  # make room for the bad id
-        L[i, 0] = 1
+    start = int(L[:i].sum() + L[i, :-1].sum())
+    if L[i, -1] == 0:  # make room for the bad id
+        L[i, -1] = 1
         V = np.insert(V, start, 0)
     V[start] = 10_000
     return keys, L, V
@@ -146,7 +150,13 @@ def _drop_key(keys, L, V):
 def recover(rank, W):
     seen = _mismatches(rank, W) if W > 1 else []
     last = W - 1
-    seen.append(_bad_then_good(rank, W, last, _bad_id, IndexError, ["feature 'f0'", "id 10000", "outside [0, 40)"]))
+    B = SIZES[0][last]  # the bad rank's own batch: the id is in its last sample
+    keys, L, _, _ = batch(0, last, W)
+    i = keys.index("f0")
+    at = int(L[:i].sum() + L[i, :-1].sum())  # where _bad_id puts it in that rank's values
+    needles = [f"feature 'f0' (table 't0'): id 10000 at sample {B - 1} is outside [0, 40)"]
+    cause = f"indices[{at}] = 10000 in the bag of feature {i}, sample {B - 1} is out of range"
+    seen.append(_bad_then_good(rank, W, last, _bad_id, IndexError, needles, cause))
     seen.append(_bad_then_good(rank, W, 0, _drop_key, ValueError, ["lacks key 'f1'"]))
     return [f"{t:.2f}s {m}" for m, t in seen]
 

@@ -46,6 +46,37 @@ HOSTILE_FLOATS = (
 )
 
 
+# what an enum argument given by name (a str in the base) may be replaced with: a bool, a float, an
+# array or a NumPy bool equal to a member's value, the values themselves, a name in the wrong case
+HOSTILE_NAMES = (
+    "True",
+    "False",
+    "np.True_",
+    "1.0",
+    "np.float64(0)",
+    "np.array(1)",
+    "np.int32(1)",
+    "np.uint8(0)",
+    "0",
+    "1",
+    "2",
+    "7",
+    "'sum'",
+    "'fp16'",
+    "'NONE'",
+    "'FP32'",
+    "''",
+)
+
+
+def _name_mutations(args):
+    """A hostile value in place of a str argument or list entry (the bases give enum members by name)."""
+    names = [t for t, a in hostile.leaves(args).items() if isinstance(a, str)]
+    if not names:
+        return None
+    return st.tuples(st.just("value"), st.sampled_from(names), st.sampled_from(HOSTILE_NAMES))
+
+
 def _float_mutations(args):
     """A hostile float in one float entry of an array, or as a float parameter."""
     arrays = [
@@ -87,9 +118,9 @@ def apply(args, mutation):
 
 
 def mutations(args):
-    """The ops tier's mutations, and (where the input has floats) the float ones."""
-    fm = _float_mutations(args)
-    return hostile.mutations(args) if fm is None else st.one_of(hostile.mutations(args), fm)
+    """The ops tier's mutations, and (where the input has floats or names) the float and name ones."""
+    extra = [m for m in (_float_mutations(args), _name_mutations(args)) if m is not None]
+    return st.one_of(hostile.mutations(args), *extra)
 
 
 # -- the table ---------------------------------------------------------------------------------------------------
@@ -124,7 +155,25 @@ SURFACES = {
         ("torch",),
     ),
     "DenseTableBatchedEmbeddingBagsCodegen": (F.dense_base, F.dense_call, F.dense_model, ("torch",)),
+    "DenseTableBatchedEmbeddingBagsCodegen.load_state_dict": (
+        F.dense_ckpt_base,
+        F.dense_ckpt_call,
+        F.dense_ckpt_model,
+        ("torch",),
+    ),
     "IntNBitTableBatchedEmbeddingBagsCodegen": (F.nbit_base, F.nbit_call, F.nbit_model, ("torch",)),
+    "IntNBitTableBatchedEmbeddingBagsCodegen.load_state_dict": (
+        F.nbit_ckpt_base,
+        F.nbit_ckpt_call,
+        F.nbit_ckpt_model,
+        ("torch",),
+    ),
+    "IntNBitTableBatchedEmbeddingBagsCodegen.assign_embedding_weights": (
+        F.nbit_assign_base,
+        F.nbit_assign_call,
+        F.nbit_assign_model,
+        ("torch",),
+    ),
     "PermutePooledEmbeddings": (F.ppe_base, F.ppe_call(False), F.ppe_model, ("torch",)),
     "PermutePooledEmbeddingsSplit": (F.ppe_base, F.ppe_call(True), F.ppe_model, ("torch",)),
     # the torch.ops.fbgemm aliases with no embnum op behind them, and the one whose arguments differ from its op's
@@ -133,6 +182,13 @@ SURFACES = {
     "fbgemm.all_to_one_device": (F.reduce_base, F.reduce_call("all_to_one_device"), F.reduce_model(False), ("torch",)),
     "fbgemm.is_uvm_tensor": (F.uvm_base, F.uvm_call, F.uvm_model, ("torch",)),
     "fbgemm.permute_2D_sparse_data_input1D": (F.p2d1_base, F.p2d1_call, F.p2d1_model, ("torch",)),
+    # the stand-in's own operator: fbgemm's quantized lookup (the inference module's buffers)
+    "fbgemm.int_nbit_split_embedding_codegen_lookup_function": (
+        F.lookup_base,
+        F.lookup_call,
+        F.lookup_model,
+        ("torch",),
+    ),
 }
 TOLERANCE = {
     "TBE": 1e-6,
@@ -147,6 +203,10 @@ TOLERANCE = {
     "SplitTableBatchedEmbeddingBagsCodegen.load_state_dict": 1e-5,
     "DenseTableBatchedEmbeddingBagsCodegen": 1e-5,
     "IntNBitTableBatchedEmbeddingBagsCodegen": 1e-6,
+    "DenseTableBatchedEmbeddingBagsCodegen.load_state_dict": 1e-5,
+    "IntNBitTableBatchedEmbeddingBagsCodegen.load_state_dict": 1e-6,
+    "IntNBitTableBatchedEmbeddingBagsCodegen.assign_embedding_weights": 1e-6,
+    "fbgemm.int_nbit_split_embedding_codegen_lookup_function": 1e-6,
 }
 
 
@@ -190,12 +250,16 @@ PARAMS = {  # words an error may name besides the input's keys
     ],
     "SplitTableBatchedEmbeddingBagsCodegen setters": ["params_dict"],
     "SplitTableBatchedEmbeddingBagsCodegen.load_state_dict": ["state_dict"],
+    "DenseTableBatchedEmbeddingBagsCodegen.load_state_dict": ["state_dict"],
+    "IntNBitTableBatchedEmbeddingBagsCodegen.load_state_dict": ["state_dict"],
+    "IntNBitTableBatchedEmbeddingBagsCodegen.assign_embedding_weights": ["weight_lists", "q_weight_list"],
     "DenseTableBatchedEmbeddingBagsCodegen": ["embedding_specs", "indices", "offsets", "per_sample_weights"],
     "IntNBitTableBatchedEmbeddingBagsCodegen": ["embedding_specs", "indices", "offsets", "per_sample_weights"],
     "fbgemm.merge_pooled_embeddings": ["pooled_embeddings", "uncat_dim_size", "cat_dim"],
     "fbgemm.sum_reduce_to_one": ["input_tensors"],
     "fbgemm.all_to_one_device": ["input_tensors"],
     "fbgemm.permute_2D_sparse_data_input1D": ["permute", "lengths", "values", "stride", "weights"],
+    "fbgemm.int_nbit_split_embedding_codegen_lookup_function": ["feature"],
 }
 
 

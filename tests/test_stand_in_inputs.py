@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -88,6 +91,36 @@ def test_constructors_name_the_bad_argument(make, exc, words):
     assert words in str(info.value)
 
 
+# an enum argument is a member or a member's int value; a bool, float or array equal to a value was read
+# as that member (IntEnum's equality: pooling_mode=True was MEAN), a list was "unhashable type"
+@pytest.mark.parametrize(
+    "make, word",
+    [
+        (lambda: _split(pooling_mode=True), "pooling_mode"),
+        (lambda: _split(pooling_mode=1.0), "pooling_mode"),
+        (lambda: _split(pooling_mode=np.float64(0)), "pooling_mode"),
+        (lambda: _split(bounds_check_mode=np.True_), "bounds_check_mode"),
+        (lambda: _split(weight_decay_mode=np.array(1)), "weight_decay_mode"),
+        (lambda: _split(weight_decay_mode=False), "weight_decay_mode"),
+        (lambda: _split(optimizer=[]), "optimizer"),
+        (lambda: _split(optimizer="exact_sgd"), "optimizer"),
+        (lambda: Dense([(2, 3)], use_cpu=True, pooling_mode=False), "pooling_mode"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, True)]), "embedding_specs[0] location"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], output_dtype=[]), "output_dtype"),
+        (lambda: IntN([("a", 3, 4, C.SparseType.INT8, HOST)], bounds_check_mode=1.0), "bounds_check_mode"),
+    ],
+)
+def test_enum_arguments_are_members_or_their_int_values(make, word):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert word in str(info.value)
+
+
+def test_enum_arguments_by_int_value_are_their_members():
+    m = _split(pooling_mode=np.int32(1), bounds_check_mode=0, weight_decay_mode=np.uint8(0))
+    assert m.pooling_mode is C.PoolingMode.MEAN and m.bounds_check_mode_int == 0
+
+
 # -- the training module's setters: checked first, a rejected call changes nothing ----------------------
 @pytest.mark.parametrize(
     "call, exc, word",
@@ -112,35 +145,73 @@ def test_setters_name_the_value_and_leave_the_module(call, exc, word):
     assert m.get_learning_rate() == 0.25
 
 
-# -- forward: fbgemm's argument names, an id outside its table by feature, table and bag --------------------
-def _fatal_modules():
+# -- forward: an id outside its table by feature, table and sample (fbgemm's bag too) -----------------
+def _fatal_modules(ftm=None, named=False):
+    """Tables of 3 and 4 rows (``ta``, ``tb`` where ``named``), one feature each unless ``ftm``."""
     fatal = C.BoundsCheckMode.FATAL
     q = IntN(
-        [("a", 3, 4, C.SparseType.INT8, HOST), ("b", 4, 4, C.SparseType.INT8, HOST)],
+        [("ta", 3, 4, C.SparseType.INT8, HOST), ("tb", 4, 4, C.SparseType.INT8, HOST)],
+        feature_table_map=ftm,
         bounds_check_mode=fatal,
         output_dtype=C.SparseType.FP32,
+        feature_names_per_table=[["a"], ["b", "c"]] if named else None,
     )
     q.initialize_weights()
     return {
-        "split": _split(bounds_check_mode=fatal),
-        "dense": Dense([(3, 2), (4, 2)], use_cpu=True),
+        "split": _split(bounds_check_mode=fatal, feature_table_map=ftm, table_names=["ta", "tb"] if named else None),
+        "dense": Dense([(3, 2), (4, 2)], feature_table_map=ftm, use_cpu=True),
         "intn": q,
     }
 
 
-@pytest.mark.parametrize("kind", ["split", "dense", "intn"])
+# batch 2: bags 0, 1 of feature 0, bags 2, 3 of feature 1, bags 4, 5 of feature 2; id 99 in bag 5
+_MESSAGES = {
+    ("split", False): "indices: feature 2 (table 1): id 99 at sample 1 is outside [0, 4) (bag 5)",
+    ("split", True): "indices: feature 2 (table 'tb'): id 99 at sample 1 is outside [0, 4) (bag 5, table 1)",
+    ("dense", False): "indices: feature 2 (table 1): id 99 at sample 1 is outside [0, 4) (bag 5)",
+    ("intn", False): "indices: feature 2 (table 'tb'): id 99 at sample 1 is outside [0, 4) (bag 5, table 1)",
+    ("intn", True): "indices: feature 'c' (table 'tb'): id 99 at sample 1 is outside [0, 4) "
+    "(bag 5, feature 2, table 1)",
+}
+
+
+@pytest.mark.parametrize("kind, named", sorted(_MESSAGES))
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-def test_an_id_outside_its_table_is_named_in_fbgemm_terms(kind, dtype):
-    m = _fatal_modules()[kind]
-    # two features (tables of 3 and 4 rows), batch 2: bags 0, 1 of feature 0, bags 2, 3 of feature 1
-    indices = torch.tensor([0, 2, 1, 3, 99, 0], dtype=dtype)
-    offsets = torch.tensor([0, 1, 3, 4, 6], dtype=dtype)
+def test_an_id_outside_its_table_names_feature_table_and_sample(kind, named, dtype):
+    m = _fatal_modules([0, 1, 1], named)[kind]  # three features, the last two reading table 1
+    indices = torch.tensor([0, 2, 1, 3, 0, 2, 99, 0], dtype=dtype)
+    offsets = torch.tensor([0, 1, 3, 4, 5, 6, 8], dtype=dtype)
     before = indices.clone(), offsets.clone()
     with pytest.raises(IndexError) as info:
         m(indices, offsets)
-    assert str(info.value) == "indices: id 99 of feature 1 (table 1, 4 rows) at bag 3 is outside [0, 4)"
-    assert isinstance(info.value.__cause__, IndexError)  # the op's own error, kept as the cause
+    assert str(info.value) == _MESSAGES[kind, named]
+    cause = info.value.__cause__  # the op's own error, in its own terms
+    assert isinstance(cause, IndexError) and str(cause).startswith("indices[6] = 99 in the bag of feature 2, sample 1")
     assert torch.equal(indices, before[0]) and torch.equal(offsets, before[1])
+
+
+@pytest.mark.parametrize("named", [None, [["a", "b"], ["c"]], [["a"], ["b"]]])
+def test_feature_names_that_do_not_fit_the_map_are_not_guessed(named):
+    """``feature_names_per_table`` counts that differ from ``feature_table_map``'s: positions only."""
+    q = IntN(
+        [("ta", 3, 4, C.SparseType.INT8, HOST), ("tb", 4, 4, C.SparseType.INT8, HOST)],
+        feature_table_map=[0, 1, 1],
+        bounds_check_mode=C.BoundsCheckMode.FATAL,
+        feature_names_per_table=named,
+    )
+    q.initialize_weights()
+    want = r"^indices: feature 2 \(table 'tb'\): id -2 at sample 0 .* \(bag 4, table 1\)$"
+    with pytest.raises(IndexError, match=want):
+        q(torch.tensor([0, 0, -2]), torch.tensor([0, 1, 1, 2, 2, 3, 3]))
+
+
+def test_a_pruned_row_before_the_bad_id_is_not_named():
+    """-1 is a pruned row (zeros) in the quantized lookup: the id named is the one the op refused."""
+    q = IntN([("ta", 3, 4, C.SparseType.INT8, HOST)], bounds_check_mode=C.BoundsCheckMode.FATAL)
+    q.initialize_weights()
+    with pytest.raises(IndexError) as info:
+        q(torch.tensor([-1, 99]), torch.tensor([0, 1, 2]))
+    assert str(info.value) == "indices: feature 0 (table 'ta'): id 99 at sample 1 is outside [0, 3) (bag 1, table 0)"
 
 
 @pytest.mark.parametrize(
@@ -268,24 +339,54 @@ def _sharded(kind="rowwise_adagrad"):
     return ShardedEmbeddingBagCollection(tables, plan, optimizer=embnum.TBEOptimizer(kind, 0.1))
 
 
-def test_sharded_names_feature_table_and_sample(group):
+@st.composite
+def _bad_sharded_batches(draw):
+    """The keys of ``_sharded()`` (tables t0: 5 rows, keys a, b, table-wise; t1: 4 rows, key c,
+    row-wise) in a drawn order with an extra key, a batch of 1..3 samples, bags of 0..3 valid ids,
+    then one id of a read key replaced by one outside its table."""
+    rows = {"a": 5, "b": 5, "c": 4, "x": 3}
+    keys = draw(st.permutations(["a", "b", "c", "x"]))
+    B = draw(st.integers(1, 3))
+    lengths = draw(st.lists(st.integers(0, 3), min_size=4 * B, max_size=4 * B))
+    bags = [(keys[i // B], i % B, n) for i, n in enumerate(lengths)]
+    assume(any(n and key != "x" for key, _, n in bags))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    values = np.concatenate([rng.integers(0, rows[key], n) for key, _, n in bags])
+    spots = [(p, key, b) for p, (key, b) in enumerate((key, b) for key, b, n in bags for _ in range(n)) if key != "x"]
+    pos, key, sample = draw(st.sampled_from(spots))
+    values[pos] = draw(st.sampled_from([rows[key], rows[key] + 9, -1, -(2**40)]))
+    kjt = embnum.KeyedJaggedTensor(keys, torch.from_numpy(values), lengths=torch.tensor(lengths))
+    table = "t0" if key in "ab" else "t1"
+    want = f"bad batch on rank 0: feature {key!r} (table {table!r}): id {values[pos]} at sample {sample} is outside "
+    cause = f"indices[{pos}] = {values[pos]} in the bag of feature {keys.index(key)}, sample {sample} is "
+    return kjt, f"{want}[0, {rows[key]})", cause
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=_bad_sharded_batches())
+def test_sharded_names_feature_table_and_sample(group, case):
+    """Key, table and sample of this rank's batch; the op's own error (positions in the KJT as it
+    was given) as the cause; the module unchanged."""
+    kjt, want, cause = case
     m = _sharded()
-    kjt = embnum.KeyedJaggedTensor(
-        ["a", "b", "c"], torch.tensor([0, 4, 1, 99, 2]), lengths=torch.tensor([1, 1, 1, 1, 1, 0])
-    )
+    before = _state(m)
     with pytest.raises(IndexError) as info:
         m(kjt)
-    assert str(info.value).endswith("feature 'b' (table 't0'): id 99 at sample 1 is outside [0, 5)")
+    assert str(info.value) == want
+    assert isinstance(info.value.__cause__, IndexError) and str(info.value.__cause__).startswith(cause)
+    assert _same_state(m, before)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.uint8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.uint8, torch.int16, torch.bool])
 def test_sharded_refuses_ids_that_are_not_int32_or_int64(group, dtype):
-    """Float ids were cast to int64 (1.7 read as id 1)."""
+    """Float ids were cast to int64 (1.7 read as id 1); the op's dtype rule is the cause."""
     m = _sharded("sgd")
     values = torch.tensor([0, 4, 1.7, 3, 2]).to(dtype)
     kjt = embnum.KeyedJaggedTensor(["a", "b", "c"], values, lengths=torch.tensor([1, 1, 1, 1, 1, 0]))
-    with pytest.raises(TypeError, match=r"features.values\(\) must hold int32 or int64 ids"):
+    with pytest.raises(TypeError, match=r"features.values\(\) must hold int32 or int64 ids") as info:
         m(kjt)
+    cause = info.value.__cause__
+    assert isinstance(cause, TypeError) and str(cause).startswith("indices must have dtype int32/int64, got ")
 
 
 def test_sharded_checkpoint_is_checked_before_any_copy(group):
@@ -329,3 +430,61 @@ def test_per_sample_weights_of_any_float_dtype_are_read_as_float32(kind, dtype):
     psw = torch.tensor([0.5, 2.0, -1.5])
     want = m(*args, psw).detach()
     assert torch.equal(m(*args, psw.to(dtype)).detach(), want)
+
+
+# -- fbgemm's quantized lookup operator (the Python function behind torch.ops.fbgemm's name) ------------------
+def _lookup_args():
+    from embnum.fbgemm_compat import operators
+
+    q = IntN([("a", 3, 4, C.SparseType.INT8, HOST), ("b", 2, 4, C.SparseType.FP16, HOST)])
+    q.initialize_weights()
+    args = dict(
+        dev_weights=q.weights_host,
+        uvm_weights=torch.zeros(0, dtype=torch.uint8),
+        weights_placements=torch.tensor([3, 3], dtype=torch.int32),
+        weights_offsets=q.weights_offsets,
+        weights_tys=q.weights_tys,
+        D_offsets=q.D_offsets,
+        total_D=8,
+        max_int2_D=0,
+        max_int4_D=0,
+        max_int8_D=4,
+        max_float16_D=4,
+        max_float32_D=0,
+        indices=torch.tensor([0, 2, 1]),
+        offsets=torch.tensor([0, 2, 2, 3, 3]),
+        pooling_mode=0,
+        indice_weights=None,
+        output_dtype=0,
+    )
+    return operators.int_nbit_lookup, args
+
+
+def test_the_lookup_operator_answers_for_its_buffers():
+    lookup, args = _lookup_args()
+    assert tuple(lookup(**args).shape) == (2, 8)
+
+
+@pytest.mark.parametrize(
+    "change, exc, words",
+    [
+        # was torch's own cast: int weights read as floats
+        (dict(indice_weights=torch.tensor([1, 2, 3])), TypeError, "indice_weights"),
+        (dict(indice_weights=torch.ones(2)), ValueError, "indice_weights"),
+        # named the op's "weights", not the operator's argument
+        (dict(dev_weights=torch.zeros(256, dtype=torch.int64)), TypeError, "dev_weights"),
+        (dict(dev_weights=torch.zeros(1, 256, dtype=torch.uint8)), TypeError, "dev_weights"),
+        # NotImplementedError ("not available") for values that are no fbgemm code at all
+        (dict(weights_placements=torch.tensor([3, 2**31], dtype=torch.int64)), ValueError, "weights_placements[1]"),
+        (dict(weights_tys=torch.tensor([2, 200], dtype=torch.uint8)), ValueError, "weights_tys[1]"),
+        # a placement per feature (fbgemm reads one per table): three for two features were accepted
+        (dict(weights_placements=torch.tensor([3, 3, 3], dtype=torch.int32)), ValueError, "weights_placements"),
+        # no whole row fits: was the op's rows_per_table error, an argument the operator does not have
+        (dict(row_alignment=2**40), ValueError, "weights_offsets[0]"),
+    ],
+)
+def test_the_lookup_operator_names_its_arguments(change, exc, words):
+    lookup, args = _lookup_args()
+    with pytest.raises(exc) as info:
+        lookup(**{**args, **change})
+    assert words in str(info.value)

@@ -10,7 +10,9 @@ from the weights, and one step must move exactly the looked-up rows by the match
 
 from __future__ import annotations
 
+import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,8 +29,6 @@ pytest.importorskip("torchrec")
 
 import torch.distributed as dist  # noqa: E402
 from fbgemm_gpu.split_embedding_configs import EmbOptimType  # noqa: E402
-from torch.distributed._shard.metadata import ShardMetadata  # noqa: E402
-from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties  # noqa: E402
 from torchrec import KeyedJaggedTensor  # noqa: E402
 from torchrec.distributed.batched_embedding_kernel import (  # noqa: E402
     BatchedDenseEmbeddingBag,
@@ -37,9 +37,11 @@ from torchrec.distributed.batched_embedding_kernel import (  # noqa: E402
 from torchrec.distributed.embedding_types import (  # noqa: E402
     EmbeddingComputeKernel,
     GroupedEmbeddingConfig,
-    ShardedEmbeddingTable,
 )
 from torchrec.modules.embedding_configs import DataType, PoolingType  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from torchrec_tables import one_rank_table  # noqa: E402
 
 LR = 0.5
 
@@ -53,28 +55,9 @@ def one_process_group():
         dist.destroy_process_group()
 
 
-def _table(name, rows, dim, keys, kernel):
-    shard = ShardMetadata(shard_offsets=[0, 0], shard_sizes=[rows, dim], placement="rank:0/cpu")
-    meta = ShardedTensorMetadata(
-        shards_metadata=[shard], size=torch.Size([rows, dim]), tensor_properties=TensorProperties(dtype=torch.float32)
-    )
-    return ShardedEmbeddingTable(
-        num_embeddings=rows,
-        embedding_dim=dim,
-        name=name,
-        feature_names=keys,
-        local_rows=rows,
-        local_cols=dim,
-        compute_kernel=kernel,
-        data_type=DataType.FP32,
-        local_metadata=shard,
-        global_metadata=meta,
-    )
-
-
 def _kernel(fused, rows, dims, keys_per_table, pooling):
     kind = EmbeddingComputeKernel.FUSED if fused else EmbeddingComputeKernel.DENSE
-    tables = [_table(f"t{i}", r, d, ks, kind) for i, (r, d, ks) in enumerate(zip(rows, dims, keys_per_table))]
+    tables = [one_rank_table(f"t{i}", r, d, ks, kind) for i, (r, d, ks) in enumerate(zip(rows, dims, keys_per_table))]
     config = GroupedEmbeddingConfig(
         data_type=DataType.FP32,
         pooling=pooling,

@@ -96,6 +96,19 @@ def float32_result(out: np.ndarray) -> np.ndarray:
 
 round_once = _half.round_once
 
+
+@njit(cache=True, inline="always")
+def copy_run(dst, d0, src, s0, n):
+    """``dst[d0 : d0 + n] = src[s0 : s0 + n]`` (1-D), element by element through bounded views,
+    so the loop vectorises. Kernels copy runs with this, not a slice assignment: Numba compiles
+    a slice assignment from an array with its shape-mismatch message, which costs ~2 s of
+    string formatting code on a cold cache."""
+    d = dst[d0 : d0 + n]
+    s = src[s0 : s0 + n]
+    for k in range(n):
+        d[k] = s[k]
+
+
 leaf_segment = njit(cache=True)(_offsets_walk.leaf_segment)
 slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
 

@@ -13,14 +13,14 @@ import numpy as np
 from numba import prange
 
 from .._jit import njit
-from ._common import bits, int64s, round_once, serial_twin
+from ._common import bits, copy_run, int64s, round_once, serial_twin
 
 
 @njit(cache=True, parallel=True)
 def _gather_rows(src, idx, out):
     """``out[j] = src[idx[j]]`` for 2-D ``src``/``out`` (rows of the same width)."""
     for j in prange(idx.shape[0]):
-        out[j, :] = src[idx[j], :]
+        copy_run(out[j], 0, src[idx[j]], 0, out.shape[1])
 
 
 _gather_rows_serial = serial_twin(_gather_rows)
@@ -44,7 +44,7 @@ def _batch_gather(src, idx, in_offs, idx_offs, cols, base, step, out):
         for j in range(idx_offs[t + 1] - k0):
             s = s0 + np.int64(idx[k0 + j]) * C
             d = b + j * st
-            out[d : d + C] = src[s : s + C]
+            copy_run(out, d, src, s, C)
 
 
 @njit(cache=True, parallel=True)
@@ -82,7 +82,7 @@ def _jagged_gather(src_rows, starts, dst, out):
         lo = dst[j]
         hi = min(dst[j + 1], n)
         for r in range(lo, hi):
-            out[r, :] = src_rows[starts[j] + r - lo, :]
+            copy_run(out[r], 0, src_rows[starts[j] + r - lo], 0, out.shape[1])
 
 
 _jagged_gather_serial = serial_twin(_jagged_gather)

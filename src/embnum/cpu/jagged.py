@@ -14,6 +14,7 @@ from .. import _offsets_walk
 from .._jit import njit
 from ._common import (
     bits,
+    copy_run,
     float32_result,
     half_table,
     int64s,
@@ -182,7 +183,7 @@ def _to_dense(values, offs, starts, lens, pad, out, M, D):
         if seg >= 0:
             start = offs[leaf + seg]
             n = min(offs[leaf + seg + 1] - start, M) * D
-            out[base : base + n] = values[start * D : start * D + n]
+            copy_run(out, base, values, start * D, n)
         out[base + n : base + MD] = pad
 
 
@@ -222,7 +223,7 @@ def _to_jagged(dense, offs, starts, lens, out, M, D):
         slab = seg if J == 1 else slab_of_segment(offs, starts, lens, seg)
         n = min(end - start, MD) if slab >= 0 else 0
         if n:
-            out[start : start + n] = dense[slab * MD : slab * MD + n]
+            copy_run(out, start, dense, slab * MD, n)
         out[start + n : end] = 0
 
 

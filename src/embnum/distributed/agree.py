@@ -109,8 +109,9 @@ def gather_batch_sizes(batch_size: int, error: BaseException | None, group=None,
     carries each rank's verdict on its own batch (``error``: the exception its validation raised,
     else ``None``). ``verdict`` is ``None`` when every batch is valid, else the same exception on
     every rank for the caller to raise (the type the lowest bad rank met, ``ValueError`` for any
-    other type; its message names the rank, and any other bad rank is listed). Nothing else has
-    moved, so the group stays usable."""
+    other type; its message names the rank, and any other bad rank is listed; its ``__cause__``:
+    that rank's error's cause, the op's own message, where it had one). Nothing else has moved,
+    so the group stays usable."""
     world = dist.get_world_size(group)
     mine = torch.tensor([int(batch_size), int(error is not None)], dtype=torch.int64, device=device)
     every = torch.empty(2 * world, dtype=torch.int64, device=device)
@@ -118,11 +119,20 @@ def gather_batch_sizes(batch_size: int, error: BaseException | None, group=None,
     sizes, flags = every.reshape(world, 2).T.tolist()
     if not any(flags):
         return [int(b) for b in sizes], None
-    detail = None if error is None else (type(error).__name__, str(error))
+    detail = None if error is None else (_described(error), _described(error.__cause__))
     gathered: list = [None] * world
     dist.all_gather_object(gathered, detail, group=group)
     bad = [r for r in range(world) if flags[r]]
-    kind, text = gathered[bad[0]]
+    (kind, text), cause = gathered[bad[0]]
     if len(bad) > 1:
-        text += "; also bad: " + "; ".join(gathered[r][1] for r in bad[1:])
-    return [int(b) for b in sizes], _TYPES.get(kind, ValueError)(f"bad batch on {_ranks(bad)}: {text}")
+        text += "; also bad: " + "; ".join(gathered[r][0][1] for r in bad[1:])
+    verdict = _TYPES.get(kind, ValueError)(f"bad batch on {_ranks(bad)}: {text}")
+    if cause is not None:  # the op's own error: the bad rank's own object (its traceback), the peers' a copy
+        mine = error is not None and bad[0] == dist.get_rank(group)
+        verdict.__cause__ = error.__cause__ if mine else _TYPES.get(cause[0], ValueError)(cause[1])
+    return [int(b) for b in sizes], verdict
+
+
+def _described(error):
+    """``(type name, message)`` of ``error`` (``None`` stays ``None``): what crosses to the peers."""
+    return None if error is None else (type(error).__name__, str(error))

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import _tbe_bounds, _validate
 from .. import torch_bridge as tb
 from .._tbe import TBEOptimizer
 from .._validate import flag, integer
@@ -99,10 +100,37 @@ def _unpack(kjt):
     w = kjt.weights_or_none() if callable(getattr(kjt, "weights_or_none", None)) else None
     values = kjt.values()
     if values.dtype not in (torch.int32, torch.int64):  # a cast would read 1.7 as id 1
-        raise TypeError(f"features.values() must hold int32 or int64 ids, got {values.dtype}")
+        raise TypeError(f"features.values() must hold int32 or int64 ids, got {values.dtype}") from _dtype_cause(values)
     if w is not None and not w.dtype.is_floating_point:
         raise TypeError(f"features.weights() must hold floats, got {w.dtype}")
     return keys, lengths.reshape(T, B), values.to(torch.int64), None if w is None else w.float(), B
+
+
+def _dtype_cause(values):
+    """The error the lookup op gives for these ids as its ``indices`` (its dtype rule on a host copy
+    of them; torch's own where the dtype has no NumPy form, as bfloat16)."""
+    try:
+        _validate.index_array("indices", values.detach().cpu().numpy())
+    except (TypeError, ValueError) as err:
+        return err
+    return None
+
+
+def _raise_out_of_range(keys, lengths, values, tables):
+    """The ``IndexError`` for the first id (in key order) outside its table, naming the key, the
+    table and the sample of this rank's batch, raised from the TBE op's own bounds error on the
+    batch as it stands (``indices`` = the values, feature ``k`` = ``keys[k]``). ``tables``: key ->
+    ``(table name, rows)`` of the keys the collection reads (the others are not checked)."""
+    T, B = lengths.shape
+    rows = [tables[k][1] if k in tables else 2**62 for k in keys]
+    ids, offsets = values.detach().cpu(), _cumsum0(lengths.reshape(-1)).cpu()
+    k, sample, bad = first_out_of_range(ids, offsets, rows, list(range(T)))
+    plain = IndexError(out_of_range_text(keys[k], tables[keys[k]][0], bad, sample, rows[k]))
+    try:
+        _tbe_bounds.check_indices(ids.numpy(), offsets.numpy(), B, np.array(rows, dtype=np.int64), "fatal")
+    except IndexError as err:
+        raise plain from err
+    raise plain
 
 
 def _cumsum0(x):
@@ -449,13 +477,12 @@ class ShardedEmbeddingBagCollection(torch.nn.Module):
         if weights is not None and weights.numel() != values.numel():
             raise ValueError(f"features: {weights.numel()} weights for {values.numel()} values")
         key_off = _cumsum0(lengths.sum(1)).tolist()
+        tables = {f.name: (lay.tables[f.table].name, int(lay.tables[f.table].num_embeddings)) for f in lay.features}
         for f in lay.features:
             i = pos[f.name]
             v = values[key_off[i] : key_off[i + 1]]
-            rows = int(lay.tables[f.table].num_embeddings)
-            if v.numel() and (int(v.min()) < 0 or int(v.max()) >= rows):
-                _, sample, bad = first_out_of_range(v, _cumsum0(lengths[i]), [rows], [0])
-                raise IndexError(out_of_range_text(f.name, lay.tables[f.table].name, bad, sample, rows))
+            if v.numel() and (int(v.min()) < 0 or int(v.max()) >= tables[f.name][1]):
+                _raise_out_of_range(keys, lengths, values, tables)
         return pos
 
     def _send_buffers(self, pos, lengths, values, weights, B):

@@ -1,23 +1,32 @@
 """Checks the stand-in modules share: their arguments named in fbgemm's terms (``embedding_specs[0]
 rows``, ``max_norm``, ``indices``), their checkpoints checked before anything is copied, and an id
-outside its table named by feature, table and bag."""
+outside its table named by feature, table, sample and bag."""
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
 import torch
 
 from .._tbe import _finite
 from .._validate import AllocationError, integer
 from ..modules import _state
-from ..modules.tbe import first_out_of_range
+from ..modules.tbe import first_out_of_range, out_of_range_text
 
 
 def enum(name, value, enum_cls):
-    """``value`` as a member of ``enum_cls`` (a member or its value), else ``ValueError`` naming ``name``."""
-    try:
-        return enum_cls(value)
-    except (ValueError, TypeError):
-        raise ValueError(f"{name} must be a {enum_cls.__name__}, got {value!r}") from None
+    """``value`` as a member of ``enum_cls`` (an ``IntEnum``: a member, or an int equal to a member's
+    value), else ``ValueError`` naming ``name``. A bool, a float or an array equal to a value is no
+    member (``IntEnum`` itself would read ``True`` or ``1.0`` as the member of value 1)."""
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        try:
+            return enum_cls(int(value))
+        except ValueError:
+            pass
+    raise ValueError(f"{name} must be a {enum_cls.__name__}, got {value!r}")
 
 
 def specs(cls_name: str, embedding_specs, fields: tuple, min_rows: int = 1) -> list[tuple]:
@@ -94,20 +103,42 @@ def float_weights(name: str, x):
     return x.float()
 
 
-def lookup_error(err, indices, offsets, rows, feature_table_map):
-    """The lookup's ``IndexError`` for an id outside its table in fbgemm's terms (``indices``, the
-    feature, its table, the bag: the bag's position in ``offsets``); ``None`` where no id is outside
-    (``err`` then stands). The caller raises it ``from err``."""
-    where = first_out_of_range(indices, offsets, rows, feature_table_map)
+def lookup_error(err, indices, offsets, rows, feature_table_map, table_names=None, feature_names=None, pruned_ok=False):
+    """The lookup's ``IndexError`` for an id outside its table in the user's terms: the feature (its
+    name where ``feature_names`` gives one, else its position in ``feature_table_map``), its table
+    (``table_names[t]`` where given, else ``t``), the sample (bag ``b`` of ``offsets`` is sample
+    ``b % B`` of feature ``b // B``) and the table's range, as the modules word it
+    (:func:`embnum.modules.tbe.out_of_range_text`), then the positions in fbgemm's arguments a name
+    replaced, and the bag (``pruned_ok``: ``-1`` is a pruned row, not outside, as in the quantized
+    lookup). ``None`` where no id is outside (``err`` then stands). The caller raises it ``from err``."""
+    where = first_out_of_range(indices, offsets, rows, feature_table_map, pruned_ok=pruned_ok)
     if where is None:
         return None
     f, sample, value = where
     B = (offsets.numel() - 1) // len(feature_table_map)
     t = feature_table_map[f]
-    return IndexError(
-        f"indices: id {value} of feature {f} (table {t}, {rows[t]} rows) at bag {f * B + sample} "
-        f"is outside [0, {rows[t]})"
-    )
+    feature = f if feature_names is None else feature_names[f]
+    table = t if table_names is None else table_names[t]
+    positions = [f"bag {f * B + sample}"]
+    positions += [f"feature {f}"] * (feature_names is not None) + [f"table {t}"] * (table_names is not None)
+    return IndexError(f"indices: {out_of_range_text(feature, table, value, sample, rows[t])} ({', '.join(positions)})")
+
+
+def feature_names(feature_names_per_table, feature_table_map):
+    """Each feature's name from fbgemm's ``feature_names_per_table`` (table ``t``'s features in the
+    order ``feature_table_map`` lists them, as TorchRec passes them); ``None`` when not given or
+    when the counts per table do not match the map (no name is then guessed)."""
+    if feature_names_per_table is None:
+        return None
+    feature_names_per_table = [list(names) for names in feature_names_per_table]
+    taken = [0] * len(feature_names_per_table)
+    names = []
+    for t in feature_table_map:
+        if taken[t] >= len(feature_names_per_table[t]):
+            return None
+        names.append(feature_names_per_table[t][taken[t]])
+        taken[t] += 1
+    return names if taken == [len(n) for n in feature_names_per_table] else None
 
 
 class CheckedState(torch.nn.Module):

@@ -150,7 +150,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
         flag("cacheline_alignment", cacheline_alignment)
         if scale_bias_size_in_bytes != DEFAULT_SCALE_BIAS_SIZE_IN_BYTES:
             raise ValueError(f"{name}: scale_bias_size_in_bytes={scale_bias_size_in_bytes} is not supported (only 4)")
-        if output_dtype not in _OUTPUTS:
+        if not isinstance(output_dtype, SparseType) or output_dtype not in _OUTPUTS:
             raise ValueError(f"{name}: output_dtype={output_dtype} is not supported by embnum (FP32 or FP16)")
         self.current_device = _checks.device("device", device if device is not None else "cpu")
         self.use_cpu = self.current_device.type == "cpu"
@@ -372,7 +372,11 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(_checks.CheckedState):
             )
         except IndexError as err:
             rows = [s[1] for s in self.embedding_specs]
-            plain = _checks.lookup_error(err, indices, offsets, rows, self.feature_table_map)
+            tables = [s[0] for s in self.embedding_specs]
+            features = _checks.feature_names(self.feature_names_per_table, self.feature_table_map)
+            plain = _checks.lookup_error(
+                err, indices, offsets, rows, self.feature_table_map, tables, features, pruned_ok=True
+            )
             if plain is None:
                 raise
             raise plain from err

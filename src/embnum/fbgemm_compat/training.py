@@ -161,6 +161,8 @@ def _split_views(flat, rows, dims, rowwise=False):
 class _Layout(_checks.CheckedState):
     """What both modules share: the tables' layout buffers (fbgemm's names and dtypes) and settings."""
 
+    table_names = None  # the training module's names of its tables, where TorchRec gave them
+
     def _set_layout(self, rows, dims, feature_table_map, pooling_mode, output_dtype, device):
         lay = tbe_layout(rows, dims, feature_table_map)
         self.rows, self.dims = list(rows), list(dims)
@@ -187,8 +189,9 @@ class _Layout(_checks.CheckedState):
         return rules
 
     def _lookup_error(self, err, indices, offsets):
-        """``err`` (the op's) in fbgemm's terms when an id is outside its table, else ``None``."""
-        return _checks.lookup_error(err, indices, offsets, self.rows, self.feature_table_map)
+        """``err`` (the op's) in the user's terms when an id is outside its table (the table's name
+        where ``table_names`` gave one), else ``None``."""
+        return _checks.lookup_error(err, indices, offsets, self.rows, self.feature_table_map, self.table_names)
 
 
 class _FusedLookup(torch.autograd.Function):
@@ -333,7 +336,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(_Layout):
                 "stochastically): pass stochastic_rounding=False"
             )
         self.stochastic_rounding = stochastic_rounding
-        if optimizer not in _KINDS:
+        if not isinstance(optimizer, EmbOptimType) or optimizer not in _KINDS:  # ([] is unhashable)
             raise ValueError(
                 f"{name}: optimizer={optimizer} is not supported by embnum (one of {', '.join(o.name for o in _KINDS)})"
             )

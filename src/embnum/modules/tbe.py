@@ -29,11 +29,12 @@ def _tensors(**named):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def first_out_of_range(indices, offsets, rows, feature_table_map):
+def first_out_of_range(indices, offsets, rows, feature_table_map, *, pruned_ok=False):
     """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
     when ``indices``/``offsets`` are not integer tensors of the layout, which the op's own error
     then describes). ``offsets``: ``len(feature_table_map) * B + 1`` bag boundaries, feature-major
-    (bag ``f * B + sample``); ``rows[t]``: table ``t``'s rows. The modules, the sharded collection
+    (bag ``f * B + sample``); ``rows[t]``: table ``t``'s rows; ``pruned_ok``: ``-1`` (a pruned row,
+    which the quantized lookup reads as zeros) is not outside. The modules, the sharded collection
     and the fbgemm stand-in name a bad id with it, each in its own user's terms."""
     if not (isinstance(indices, torch.Tensor) and isinstance(offsets, torch.Tensor)):
         return None
@@ -49,7 +50,8 @@ def first_out_of_range(indices, offsets, rows, feature_table_map):
     for f, t in enumerate(feature_table_map):
         bags = off[f * B : (f + 1) * B + 1]
         seg = ids[bags[0] : bags[-1]]
-        bad = ((seg < 0) | (seg >= rows[t])).nonzero()
+        bad = ((seg < 0) | (seg >= rows[t])) & ~((seg == -1) & pruned_ok)
+        bad = bad.nonzero()
         if bad.numel():
             pos = int(bags[0]) + int(bad[0, 0])
             sample = int(torch.searchsorted(bags, pos, right=True)) - 1
