@@ -180,3 +180,29 @@ def test_a_repaired_lookup_is_updated_as_the_forward_repaired_it(monkeypatch, ba
     assert runs == [1] and len(planned) == 1
     _same_bits(_state(m), _state(generic))
     assert torch.equal(ids, torch.tensor([0, 1, 9, 5]))
+
+
+@pytest.mark.gpu
+def test_a_cuda_step_allocates_only_torch_memory():
+    """A planned CUDA step (the plans made in the first) takes its output, its scratch and its plans'
+    device tables from torch's caching allocator: CuPy's own pool does not grow, and torch holds no
+    more memory after the step than before it (its outputs and scratch freed back to torch)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with a CUDA device")
+    cupy = pytest.importorskip("cupy")
+    pool = cupy.get_default_memory_pool()
+    m = FusedTBE([3000, 2000], [64, 32], optimizer=embnum.TBEOptimizer("lamb", learning_rate=0.05)).cuda()
+    rng = np.random.default_rng(2)
+    idx = torch.from_numpy(rng.integers(0, 2000, 500)).cuda()
+    off = torch.from_numpy(np.linspace(0, 500, 2 * 32 + 1).astype(np.int64)).cuda()
+    g = torch.ones(32, 96, device="cuda")
+    torch.cuda.synchronize()
+    in_pool = pool.used_bytes()
+    m(idx, off).backward(g)  # the first step makes the plans
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    m(idx, off).backward(g)
+    torch.cuda.synchronize()
+    assert pool.used_bytes() == in_pool
+    assert torch.cuda.memory_allocated() == before
+    assert m.step == 2

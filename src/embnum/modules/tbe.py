@@ -325,10 +325,10 @@ def _planned_forward(module, weights, indices, offsets, psw):
         or _watched()
     ):
         return None
-    plan = module.forward_plan(weights)
-    if plan is None:
-        return None
-    with on_torch_stream((weights,)):
+    with on_torch_stream((weights,)):  # (a plan made here holds its device tables in torch's memory)
+        plan = module.forward_plan(weights)
+        if plan is None:
+            return None
         p = None if psw is None else to_array(psw.detach())
         ids, off, B = plan.lookups(to_array(indices), to_array(offsets), p)
         out = torch.empty(plan.shape(ids.shape[0], B), dtype=_OUT_DTYPES[plan.output_dtype], device=device)
@@ -423,15 +423,15 @@ class FusedTBE(_Tables):
         w = self.weights
         if type(grad) is not torch.Tensor or grad.device != w.device or _watched():
             return False
-        plan = self.update_plan(plan_f)
-        if plan is None:
-            return False
         g = grad if grad.dtype == torch.float32 and grad.is_contiguous() else grad.contiguous().float()
         opt = self.optimizer
         if opt.max_gradient is not None:
             g = g.clamp(-opt.max_gradient, opt.max_gradient)
         step = self.step + 1 if opt.uses_step else None
-        with on_torch_stream((w,)):
+        with on_torch_stream((w,)):  # (a plan made here holds its device tables in torch's memory)
+            plan = self.update_plan(plan_f)
+            if plan is None:
+                return False
             plan.run(to_array(g), ids, off, B, p, step)
         _bump_versions(tuple(x for x in (w, self.momentum1, self.momentum2) if x is not None))
         self._count_step()
