@@ -8,11 +8,7 @@ MAX_LINES = 80
 
 # (module, function) pairs allowed over the limit, each with its reason; remove an entry once its
 # function is split.
-ALLOWED = {
-    # the CUDA TBE backward's per-row kernel is being reshaped together with the other CUDA TBE
-    # kernels (register counts and walks per row measured on a GPU); it is split there
-    ("cuda/tbe.py", "_apply"),
-}
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def function_lengths(path):

@@ -239,8 +239,17 @@ def njit(*args, **options):
     return decorate(args[0]) if args else decorate
 
 
-def cuda_kernel(fn):
-    """``numba.cuda.jit(cache=True)(fn)``, caching with :class:`_SafeIndex`."""
+def cuda_kernel(fn=None, *, launch_bounds=None):
+    """``numba.cuda.jit(cache=True)(fn)``, caching with :class:`_SafeIndex`. ``launch_bounds``
+    ``(threads per block, blocks per SM)``: the most threads a launch may have and the blocks that
+    must fit on one SM, so ptxas caps the registers to fit them (``(256, 4)``: 64); the simulator
+    has no registers and ignores it. Use as ``@cuda_kernel`` or ``@cuda_kernel(launch_bounds=...)``."""
     from numba import cuda
+    from numba.core import config
 
-    return _enable(cuda.jit(fn), _cuda_cache)
+    def decorate(f):
+        if launch_bounds is None or config.ENABLE_CUDASIM:
+            return _enable(cuda.jit(f), _cuda_cache)
+        return _enable(cuda.jit(launch_bounds=launch_bounds)(f), _cuda_cache)
+
+    return decorate if fn is None else decorate(fn)

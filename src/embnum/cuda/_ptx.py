@@ -11,7 +11,8 @@ so code the real compiler rejects passes it. This module closes that gap:
   ``tests/cuda_signatures.txt`` at the end of the session (``tests/conftest.py``);
 * :func:`compile_all` compiles each ``(kernel, signature)`` to PTX for a compute
   capability with ``numba.cuda.compile_ptx`` (NVVM and libdevice from the
-  ``nvidia-cuda-nvcc-cu12`` wheel) and assembles it with ``ptxas -v``, returning
+  ``nvidia-cuda-nvcc-cu12`` wheel; with the kernel's own launch bounds, which
+  cap its registers) and assembles it with ``ptxas -v``, returning
   registers, spills, stack and shared memory per kernel.
 
 Run ``python -m embnum.cuda._ptx tests/cuda_signatures.txt`` (exit status 1 on
@@ -209,10 +210,10 @@ def _source_hash(kernel_name: str) -> str:
     return h.hexdigest()[:24]
 
 
-def _compile_one(py_func, sig: str, cc) -> dict:
+def _compile_one(py_func, sig: str, cc, launch_bounds=None) -> dict:
     from numba import cuda
 
-    ptx, _ = cuda.compile_ptx(py_func, parse_signature(sig), cc=cc)
+    ptx, _ = cuda.compile_ptx(py_func, parse_signature(sig), cc=cc, launch_bounds=launch_bounds)
     (stats,) = assemble(ptx, f"sm_{cc[0]}{cc[1]}", py_func.__name__).values()
     return stats
 
@@ -251,7 +252,8 @@ def _worker(pairs, cc) -> list[dict]:
             continue
         row = dict(kernel=name, signature=sig, cc=list(cc))
         try:
-            row.update(_compile_one(_py_func(name, table), sig, cc))
+            bounds = table[name].targetoptions.get("launch_bounds") if name in table else None
+            row.update(_compile_one(_py_func(name, table), sig, cc, bounds))
             row["error"] = None
         except Exception as e:  # noqa: BLE001 - reported, and the check fails
             row["error"] = f"{type(e).__name__}: {e}"

@@ -20,8 +20,10 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
   stable CuPy radix sort of the ids in the narrowest unsigned type that holds the
   row count (:func:`sort_key`); a CuPy scan numbers the runs; one lane group per
   run reduces the run's gradient in position order, walking the run once per
-  ``LANES * COLS`` columns (each lane keeps ``COLS`` column sums in registers;
-  coalesced reads of ``grad_output``), and writes the row once. No float atomics:
+  ``LANES * COLS`` columns (lane ``l`` keeps the sums of columns ``4 l .. 4 l + 3`` in
+  registers; each lookup's slice of ``grad_output`` read with one 16-byte vector load
+  when every slice starts on a 4-element boundary, checked on the host, four scalar
+  loads otherwise), and writes the row once. No float atomics:
   identical results from run to run. The number of runs
   stays on the device (the grid is sized by the lookups), so ``tbe_backward``
   and ``tbe_backward_update`` read nothing back; ``tbe_backward_sparse`` reads the
@@ -30,7 +32,8 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
   the columns reduced in shared memory in a fixed tree order.
 * the fused optimizer step: one lane group per touched row (lanes over the columns, coalesced
   weight and state updates). SGD/Adagrad/row-wise Adagrad/Adam reduce straight from the sorted
-  lookups (``_apply``: one walk of the run per 128 columns, two for row-wise Adagrad);
+  lookups (``_apply``: one walk of the run per 128 columns, two for row-wise Adagrad, its row sum
+  by a shuffle butterfly; launch bounds hold it to 64 registers);
   LAMB, partial row-wise Adam/LAMB, LARS-SGD and ``max_norm`` take the
   row-wise gradient at the fixed size ``max_rows = N`` (no read) and ``_apply_rows`` (row sums by
   xor-shuffle butterflies, the new row written once). No float atomics; nothing read back.
@@ -66,6 +69,9 @@ from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor,
 from ._vector import load4
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
+# launch bounds of the kernels held to 64 registers: blocks of TPB threads, 1,024 of them resident
+# per SM (half its 2,048), so ptxas fits each thread in 65,536 / 1,024 = 64 registers (4 blocks of 256)
+HALF_SM = (TPB, 1024 // TPB)
 
 
 class Lookups(NamedTuple):
@@ -81,6 +87,7 @@ class Lookups(NamedTuple):
     B: int
     T: int
     n_rows: int  # hash_size_cumsum[T]: total rows, also the sort key of positions outside every bag
+    D_offsets: object  # the host copy (the declaration's)
 
 
 def _prepare(a: LookupArgs) -> Lookups:
@@ -97,6 +104,7 @@ def _prepare(a: LookupArgs) -> Lookups:
         a.B,
         int(a.weights_offsets.shape[0]),
         int(a.hash_size_cumsum[-1]),
+        a.D_offsets,
     )
 
 
@@ -281,7 +289,7 @@ class ForwardLaunch:
 
 
 def _aligned4(a) -> bool:
-    """Whether the data pointer of the 1-D array ``a`` is a multiple of four elements' bytes (16 for
+    """Whether the data pointer of the array ``a`` is a multiple of four elements' bytes (16 for
     float32): the vector loads of a table whose offset and dim are multiples of 4 are then aligned."""
     ptr = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
     return ptr % (4 * a.itemsize) == 0
@@ -393,20 +401,22 @@ def _runs(lk: Lookups) -> Runs:
 
 
 @cuda.jit(device=True)
-def _run_grad4(q0, q1, lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw):
-    """float32 summed gradient of the columns ``lane + j LANES`` (``j < COLS``; 0 at or past ``D``;
-    ``lane``: the lane plus its chunk's first column) over the sorted lookups ``q0..q1``, in one walk
-    in position order: each lookup adds its factor (per-sample weight, ``1/len`` for MEAN, 1) times
-    its bag's gradient, and "none" pooling its position's gradient row as it is."""
-    L = LANES
+def _run_grad4(q0, q1, d0, D, walk):
+    """float32 summed gradient of the columns ``d0 .. d0 + 3`` (0 at or past ``D``) over the sorted
+    lookups ``q0..q1``, in one walk in position order: each lookup adds its factor (per-sample
+    weight, ``1/len`` for MEAN, 1) times its bag's gradient, "none" pooling its position's gradient
+    row. ``walk``: ``(order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)``, ``g`` the
+    gradient flattened to 1-D with rows of ``gD``: with ``gvec`` (:func:`_gradient_rows`: every slice
+    starts on a 4-element boundary) each lookup is one vector load, else four scalar loads (the same
+    values)."""
+    order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw = walk
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for q in range(q0, q1):
         p = order[q]
-        if pooling == NONE:
-            c = np.float32(1.0)
-            r = p
-            at = 0
-        else:
+        c = np.float32(1.0)
+        r = p
+        at = doff[0]  # 0
+        if pooling != NONE:
             k = sbag[q]
             tt = k // B
             r = k - tt * B
@@ -415,74 +425,72 @@ def _run_grad4(q0, q1, lane, D, order, sbag, offsets, B, doff, pooling, g, psw, 
                 c = psw[p]
             elif pooling == MEAN:
                 c = np.float32(1.0) / np.float32(offsets[k + 1] - offsets[k])
-            else:
-                c = np.float32(1.0)
-        if pooling == NONE:  # no factor: the sum of the rows' gradients as they are
-            if lane < D:
-                a0 += np.float32(g[r, lane])
-            if lane + L < D:
-                a1 += np.float32(g[r, lane + L])
-            if lane + 2 * L < D:
-                a2 += np.float32(g[r, lane + 2 * L])
-            if lane + 3 * L < D:
-                a3 += np.float32(g[r, lane + 3 * L])
-        else:
-            if lane < D:
-                a0 += c * np.float32(g[r, at + lane])
-            if lane + L < D:
-                a1 += c * np.float32(g[r, at + lane + L])
-            if lane + 2 * L < D:
-                a2 += c * np.float32(g[r, at + lane + 2 * L])
-            if lane + 3 * L < D:
-                a3 += c * np.float32(g[r, at + lane + 3 * L])
+        x0, x1, x2, x3 = _load(g, r * gD + at + d0, D, d0, 1, gvec)
+        a0 += c * np.float32(x0)
+        a1 += c * np.float32(x1)
+        a2 += c * np.float32(x2)
+        a3 += c * np.float32(x3)
     return a0, a1, a2, a3
+
+
+def _gradient_rows(g, lk: Lookups):
+    """``(g flattened to 1-D, its row length, whether every lookup's gradient slice can be read with
+    vector loads)``: the pointer on a 4-element boundary, the row length and every feature's dim (so
+    every column offset) multiples of 4, from the host layout (no device read)."""
+    gD = int(g.shape[1])
+    return g.reshape(-1), gD, _aligned4(g) and gD % 4 == 0 and not (np.asarray(lk.D_offsets) % 4).any()
 
 
 @cuda.jit(device=True)
 def _put4(out, at, d0, D, g0, g1, g2, g3):
-    """``out[at + d0 + j LANES] = g_j`` for the columns ``d0 + j LANES`` below ``D``."""
+    """``out[at + d0 + j] = g_j`` for the columns ``d0 + j`` below ``D``."""
     if d0 < D:
         out[at + d0] = g0
-    if d0 + LANES < D:
-        out[at + d0 + LANES] = g1
-    if d0 + 2 * LANES < D:
-        out[at + d0 + 2 * LANES] = g2
-    if d0 + 3 * LANES < D:
-        out[at + d0 + 3 * LANES] = g3
+    if d0 + 1 < D:
+        out[at + d0 + 1] = g1
+    if d0 + 2 < D:
+        out[at + d0 + 2] = g2
+    if d0 + 3 < D:
+        out[at + d0 + 3] = g3
 
 
 @cuda_kernel
-def _dense_grad(order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, psw, has_psw, out):
-    """Lane group per run (lanes over columns, :func:`_run_grad4`): the run's summed gradient written to its row of
-    the dense gradient ``out`` [W] (zero elsewhere, set by the caller)."""
+def _dense_grad(
+    order, sbag, lid, run_start, n_runs, offsets, B, doff, hcs, woff, pooling, g, gD, gvec, psw, has_psw, out
+):
+    """Lane group per run (lane ``l`` owning the columns ``4 l .. 4 l + 3`` of each ``LANES * COLS``
+    chunk, :func:`_run_grad4`): the run's summed gradient written to its row of the dense gradient
+    ``out`` [W] (zero elsewhere, set by the caller)."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
     n_groups = cuda.gridsize(1) // LANES
+    walk = (order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)
     for u in range(group, n_runs[0], n_groups):
         q0 = run_start[u]
         q1 = run_start[u + 1]
         t = sbag[q0] // B
         D = doff[t + 1] - doff[t]
         at = woff[t] + (lid[q0] - hcs[t]) * D
-        for c0 in range(0, D, LANES * COLS):  # the run walked once per chunk
-            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            _put4(out, at, c0 + lane, D, g0, g1, g2, g3)
+        for d0 in range(COLS * lane, D, LANES * COLS):  # the run walked once per chunk
+            g0, g1, g2, g3 = _run_grad4(q0, q1, d0, D, walk)
+            _put4(out, at, d0, D, g0, g1, g2, g3)
 
 
 @cuda_kernel
-def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling, g, psw, has_psw, values):
+def _sparse_grad(order, sbag, run_start, n_runs, voff, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw, values):
     """Lane group per run: the run's summed gradient written to ``values[voff[u]:]``."""
     lane = cuda.threadIdx.x % LANES
     group = cuda.grid(1) // LANES
     n_groups = cuda.gridsize(1) // LANES
+    walk = (order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)
     for u in range(group, n_runs[0], n_groups):
         q0 = run_start[u]
         t = sbag[q0] // B
         q1 = run_start[u + 1]
         D = doff[t + 1] - doff[t]
-        for c0 in range(0, D, LANES * COLS):  # the run walked once per chunk
-            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            _put4(values, voff[u], c0 + lane, D, g0, g1, g2, g3)
+        for d0 in range(COLS * lane, D, LANES * COLS):  # the run walked once per chunk
+            g0, g1, g2, g3 = _run_grad4(q0, q1, d0, D, walk)
+            _put4(values, voff[u], d0, D, g0, g1, g2, g3)
 
 
 def _gradient(grad_output, max_gradient=None):
@@ -509,7 +517,7 @@ def tbe_backward(grad_output, weights, out, **lookup):
     psw, has_psw = _psw(a.per_sample_weights)
     g = _gradient(grad_output)
     args = (rs.order, rs.bag, rs.lid, rs.run_start, rs.n_runs, lk.offsets, lk.B, lk.doff, lk.hcs, lk.woff, a.pooling)
-    launch(_dense_grad, _groups(N), TPB, *args, g, psw, has_psw, out)
+    launch(_dense_grad, _groups(N), TPB, *args, *_gradient_rows(g, lk), psw, has_psw, out)
 
 
 def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, n_values=0) -> TBESparseGrad:
@@ -544,7 +552,7 @@ def _sparse(lk: Lookups, g, pooling, per_sample_weights, max_rows=None, n_values
         psw, has_psw = _psw(per_sample_weights)
         n_kept = m.minimum(rs.n_runs, cap)
         args = (rs.order, rs.bag, rs.run_start, n_kept, voff, lk.offsets, lk.B, lk.doff, pooling)
-        launch(_sparse_grad, _groups(min(N, cap)), TPB, *args, g, psw, has_psw, values)
+        launch(_sparse_grad, _groups(min(N, cap)), TPB, *args, *_gradient_rows(g, lk), psw, has_psw, values)
     return TBESparseGrad(ids.astype(np.int64, copy=False), values, voff.astype(np.int64, copy=False))
 
 
@@ -607,34 +615,76 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
 
 
 @cuda.jit(device=True)
-def _ssq4(g0, g1, g2, g3, lane, D, w, base, wd, decay):
-    """This lane's sum of squares of the (decayed) gradient of its columns ``lane + j LANES``
-    (``lane``: the first column), in column order."""
+def _ssq4(g0, g1, g2, g3, d0, D, w, base, wd, decay):
+    """This lane's sum of squares of the (decayed) gradient of its columns ``d0 .. d0 + 3`` below
+    ``D``, in column order."""
     ssq = np.float32(0.0)
     for j in range(COLS):
-        d = lane + j * LANES
-        if d < D:
+        if d0 + j < D:
             gd = g0 if j == 0 else g1 if j == 1 else g2 if j == 2 else g3
-            ge = gd + wd * np.float32(w[base + d]) if decay == DECAY_L2 else gd
+            ge = gd + wd * np.float32(w[base + d0 + j]) if decay == DECAY_L2 else gd
             ssq += ge * ge
     return ssq
 
 
 @cuda.jit(device=True)
 def _step4(kind, g0, g1, g2, g3, d0, D, base, w, m1, m2, hyper, corr, mult):
-    """:func:`_element_step` on the columns ``d0 + j LANES`` below ``D`` of the row at ``base``,
+    """:func:`_element_step` on the columns ``d0 .. d0 + 3`` below ``D`` of the row at ``base``,
     gradient ``g0..g3``; ``hyper``: ``(lr, eps, wd, b1, b2, bc1, bc2)``."""
     lr, eps, wd, b1, b2, bc1, bc2 = hyper
     for j in range(COLS):
-        d = d0 + j * LANES
-        if d < D:
+        if d0 + j < D:
             gd = g0 if j == 0 else g1 if j == 1 else g2 if j == 2 else g3
-            i = base + d
+            i = base + d0 + j
             w[i] = _element_step(kind, np.float32(w[i]), gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, mult)
 
 
 # -- the fused optimizer step ------------------------------------------------------------------
-@cuda_kernel
+@cuda.jit(device=True)
+def _run_row(u, U, run_start, sbag, lid, B, doff, hcs, woff):
+    """``(q0, q1, D, base, row_id)`` of run ``u``: its sorted lookups ``q0..q1``, its row's dim, first
+    element and linear id; an empty run of dim 0 and id -1 when ``u >= U`` (a lane group with no row)."""
+    if u >= U:
+        return 0, 0, 0, 0, -1
+    q0 = run_start[u]
+    t = sbag[q0] // B
+    D = doff[t + 1] - doff[t]
+    row_id = lid[q0]
+    return q0, run_start[u + 1], D, woff[t] + (row_id - hcs[t]) * D, row_id
+
+
+@cuda.jit(device=True)
+def _rowwise_scalars(ssq, row_id, D, m1, lr, eps, wd, decay):
+    """Row-wise Adagrad's ``(corr, mult)`` of the group's row from each lane's ``ssq``, summed by
+    :func:`_group_sum` (a fixed order); lane 0 reads the old accumulator (broadcast by a group sum)
+    and writes the new one. Every lane of the block calls it (the simulator's shuffles synchronise
+    the block)."""
+    lane = cuda.threadIdx.x % LANES
+    s = _group_sum(ssq)
+    old = _group_sum(m1[row_id] if lane == 0 and row_id >= 0 else np.float32(0.0))
+    mm, corr, mult = _rowwise_adagrad_row(old, s, D, lr, eps, wd, decay)
+    if lane == 0 and row_id >= 0:
+        m1[row_id] = mm
+    return corr, mult
+
+
+@cuda.jit(device=True)
+def _row_pass(first, kind, q0, q1, lane, D, walk, base, w, m1, m2, hyper, corr, mult, decay):
+    """One walk of the run per ``LANES * COLS`` columns (lane ``l`` owning the columns ``4 l .. 4 l + 3``
+    of each chunk), the summed gradient kept in registers: with ``first`` (row-wise Adagrad's first
+    walk) this lane's share of the row's sum of squares of its (decayed) gradient, returned; else
+    the optimizer step on the lane's columns of the row at ``base``."""
+    ssq = np.float32(0.0)
+    for d0 in range(COLS * lane, D, LANES * COLS):
+        g0, g1, g2, g3 = _run_grad4(q0, q1, d0, D, walk)
+        if first:
+            ssq += _ssq4(g0, g1, g2, g3, d0, D, w, base, hyper[2], decay)
+        else:
+            _step4(kind, g0, g1, g2, g3, d0, D, base, w, m1, m2, hyper, corr, mult)
+    return ssq
+
+
+@cuda_kernel(launch_bounds=HALF_SM)
 def _apply(
     order,
     sbag,
@@ -648,6 +698,8 @@ def _apply(
     woff,
     pooling,
     g,
+    gD,
+    gvec,
     psw,
     has_psw,
     w,
@@ -663,64 +715,25 @@ def _apply(
     bc1,
     bc2,
 ):
-    """Lane group per touched row (lanes over columns, coalesced weight and state updates):
-    the optimizer step of spec 3.5 in float32 from the run's summed gradient. Row-wise
-    Adagrad reduces its sum of squares in shared memory (fixed order), so the loop over rows
-    is block-uniform: every thread reaches each barrier."""
-    part = cuda.shared.array(TPB, np.float32)
-    tid = cuda.threadIdx.x
-    lane = tid % LANES
+    """Lane group per touched row: the optimizer step of spec 3.5 in float32 from the run's summed
+    gradient (:func:`_row_pass`). Row-wise Adagrad walks the run twice (its sum of squares, reduced
+    by a group sum, then the update); its shuffles need every lane, so the loop over rows is
+    block-uniform. One walk in the code for both passes (two copies cost 12 registers)."""
+    lane = cuda.threadIdx.x % LANES
     per_block = cuda.blockDim.x // LANES
-    one = np.float32(1.0)
+    walk = (order, sbag, offsets, B, doff, pooling, g, gD, gvec, psw, has_psw)
+    hyper = (lr, eps, wd, b1, b2, bc1, bc2)
     U = n_runs[0]
     for u0 in range(cuda.blockIdx.x * per_block, U, cuda.gridDim.x * per_block):
-        u = u0 + tid // LANES
-        active = u < U
-        q0 = 0
-        q1 = 0
-        D = 0
-        base = 0
-        row_id = 0
-        if active:
-            q0 = run_start[u]
-            q1 = run_start[u + 1]
-            t = sbag[q0] // B
-            D = doff[t + 1] - doff[t]
-            row_id = lid[q0]
-            base = woff[t] + (row_id - hcs[t]) * D
-        mult = one
-        corr = one
-        hyper = (lr, eps, wd, b1, b2, bc1, bc2)
-        # chunks of LANES * COLS columns, lane owning lane + j LANES: the run walked once per chunk
-        # (row-wise Adagrad: twice, its sum of squares first), its gradient kept in registers
-        rowwise = kind == ROWWISE_ADAGRAD
-        ssq = np.float32(0.0)
-        for c0 in range(0, D, LANES * COLS):
-            g0, g1, g2, g3 = _run_grad4(q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw)
-            if rowwise:
-                ssq += _ssq4(g0, g1, g2, g3, c0 + lane, D, w, base, wd, decay)
-            else:
-                _step4(kind, g0, g1, g2, g3, c0 + lane, D, base, w, m1, m2, hyper, corr, mult)
-        if rowwise:
-            part[tid] = ssq
-            cuda.syncthreads()
-            if lane == 0 and active:  # the row's sum and old accumulator, for every lane of the group
-                s = np.float32(0.0)
-                for j in range(LANES):
-                    s += part[tid + j]
-                part[tid] = s
-                part[tid + 1] = m1[row_id]
-            cuda.syncthreads()
-            if active:
-                mm, corr, mult = _rowwise_adagrad_row(part[tid - lane + 1], part[tid - lane], D, lr, eps, wd, decay)
-                if lane == 0:
-                    m1[row_id] = mm
-            cuda.syncthreads()
-            for c0 in range(0, D, LANES * COLS):
-                g0, g1, g2, g3 = _run_grad4(
-                    q0, q1, c0 + lane, D, order, sbag, offsets, B, doff, pooling, g, psw, has_psw
-                )
-                _step4(kind, g0, g1, g2, g3, c0 + lane, D, base, w, m1, m2, hyper, corr, mult)
+        q0, q1, D, base, row_id = _run_row(u0 + cuda.threadIdx.x // LANES, U, run_start, sbag, lid, B, doff, hcs, woff)
+        corr = mult = np.float32(1.0)
+        rowwise = kind == ROWWISE_ADAGRAD  # block-uniform
+        for first in (rowwise, False):
+            ssq = _row_pass(first, kind, q0, q1, lane, D, walk, base, w, m1, m2, hyper, corr, mult, decay)
+            if first:
+                corr, mult = _rowwise_scalars(ssq, row_id, D, m1, lr, eps, wd, decay)
+            if not rowwise:
+                break
 
 
 # the element steps and row scalars of embnum._tbe_rows (the CPU compiles the same functions)
@@ -788,7 +801,7 @@ def _update(lk, a, grad_output, weights, optimizer, momentum1, momentum2, step, 
         _groups(N),
         TPB,
         *args,
-        g,
+        *_gradient_rows(g, lk),
         psw,
         has_psw,
         weights,
