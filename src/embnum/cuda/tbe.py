@@ -837,7 +837,7 @@ class UpdateLaunch:
             offsets = offsets.astype(indices.dtype)
         woff, doff, hcs, rows = self.dev
         ids, off = contiguous(indices), contiguous(offsets)
-        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows)
+        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows, self.host[1])
         a = LookupArgs(*self.host, ids, off, B, self.pooling, psw)
         rowwise = KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None  # the scratch's size
         n_values = self.n_values(int(ids.shape[0])) if rowwise else None
