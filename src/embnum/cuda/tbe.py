@@ -248,9 +248,10 @@ def tbe_forward(weights, output_dtype, out, **lookup):
     _launch_forward(contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling, psw, out)
 
 
-def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out, no_floats=None):
+def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out, no_floats=None, aligned=None):
     """The forward's one launch on prepared arrays (device layout tables, contiguous lookups of one
-    index type, ``psw`` contiguous float32 or None)."""
+    index type, ``psw`` contiguous float32 or None; ``aligned``: :func:`_aligned4` of ``w`` where
+    the caller knows it)."""
     T = woff.shape[0]
     if pooling == NONE:
         n = max(T * B, int(indices.shape[0]))
@@ -259,7 +260,8 @@ def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out,
     has_psw = psw is not None
     if not has_psw:
         psw = _NO_FLOATS() if no_floats is None else no_floats
-    args = (w, woff, doff, rows, indices, offsets, B, pooling == MEAN, psw, has_psw, _aligned4(w), out)
+    aligned = _aligned4(w) if aligned is None else aligned
+    args = (w, woff, doff, rows, indices, offsets, B, pooling == MEAN, psw, has_psw, aligned, out)
     launch(_forward_pooled, _groups(T * B), TPB, *args)
 
 
@@ -275,6 +277,7 @@ class ForwardLaunch:
         self.woff, self.doff, self.rows = (constant(np.array(a, np.int64)) for a in (woff, doff, rows))
         self.pooling = pooling
         self.no_floats = _NO_FLOATS()
+        self._weights, self._aligned = None, False  # the last weights array and its alignment
 
     def __call__(self, weights, indices, offsets, B, psw, out) -> None:
         if out.size == 0:
@@ -283,9 +286,11 @@ class ForwardLaunch:
             offsets = offsets.astype(indices.dtype)
         psw = None if psw is None else contiguous(psw)
         ids, off = contiguous(indices), contiguous(offsets)
-        _launch_forward(
-            contiguous(weights), self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.no_floats
-        )
+        w = contiguous(weights)
+        if w is not self._weights:  # the alignment of the weights' pointer, tested once per array
+            self._weights, self._aligned = w, _aligned4(w)
+        args = (w, self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.no_floats)
+        _launch_forward(*args, aligned=self._aligned)
 
 
 def _aligned4(a) -> bool:

@@ -392,13 +392,36 @@ class ForwardPlan:
         self.kernel = tbe_forward._load(self.backend)[0]
         self.weights_len, self.weights_dtype = weights.shape[0], weights.dtype
         self.total_D, self.D = int(self.doff[-1]), int(self.doff[1])
+        self.T = int(self.rows.shape[0])
+        self._array_type = type(self.backend.empty((0,), np.int64))
+        # "none" pooling takes one dim for every feature (else every call raises, from lookups())
+        self._plain = self.pooling != NONE or bool((np.diff(self.doff) == self.D).all())
         self._args = _plan_args(None, self.woff, self.doff, self.hcs, self.rows, None, None, 0, self.pooling, None)
         self._args["output_dtype"] = self.output_dtype
         self._launch = _prepared_launch(self.backend, self.woff, self.doff, self.rows, self.pooling)
 
     def lookups(self, indices, offsets, per_sample_weights):
         """The call's lookups validated and checked as :func:`tbe_forward` does: ``(indices,
-        offsets, B)``."""
+        offsets, B)``. Lookups that pass :func:`lookups`' argument rules at a glance (the backend's
+        own 1-D index arrays, ``T * B + 1`` offsets, sizes within int32, no per-sample weights, a
+        pooling the layout takes) go straight to the bounds check; any other call takes
+        :func:`lookups` whole, which names what is wrong."""
+        a = self._array_type
+        if per_sample_weights is None and type(indices) is a and type(offsets) is a and self._plain:
+            n_bags = offsets.shape[0] - 1
+            B = n_bags // self.T
+            if (
+                indices.ndim == 1
+                and offsets.ndim == 1
+                and n_bags >= 0
+                and B * self.T == n_bags
+                and indices.dtype in v.INDEX_DTYPES
+                and offsets.dtype in v.INDEX_DTYPES
+                and indices.shape[0] <= v.INT32_MAX
+                and n_bags <= v.INT32_MAX
+            ):
+                indices, offsets = bounds.check(indices, offsets, B, self.rows, self.mode)
+                return indices, offsets, B
         indices, offsets, B, _, _ = lookups(
             indices, offsets, per_sample_weights, self.rows, self.pooling, self.doff, self.mode
         )
