@@ -1348,3 +1348,82 @@ def lookup_model(args):
     if psw is not None and (not np.all(np.isfinite(psw.astype(np.float32))) or np.abs(psw).max(initial=0) > 2.0**60):
         return None
     return ("ok", out)
+
+
+# -- the communication codec (QuantizedCommCodec: TorchRec's qcomms) -------------------------------------------
+def codec_base(seed):
+    rng = np.random.default_rng(seed)
+    precision = ("FP32", "FP16", "INT8")[seed % 3]
+    x = rng.standard_normal(32 * (1 + seed % 2)).astype(np.float32)
+    return {
+        "comm_precision": precision,
+        "loss_scale": 4.0 if precision == "FP16" and seed % 2 else None,
+        "row_dim": 8 if seed % 4 == 3 else None,
+        "input_tensor": x * 100 if seed == 4 else x,
+        "input_len": x.shape[0],
+    }
+
+
+def codec_call(args, kind):
+    import torch
+
+    from embnum.fbgemm_compat import configs as C
+    from embnum.fbgemm_compat.quantize import QuantizedCommCodec
+
+    if kind != "torch":
+        raise NotExpressible("the codec takes tensors")
+    try:
+        codec = QuantizedCommCodec(
+            _enum_of(C.SparseType, args["comm_precision"]), loss_scale=args["loss_scale"], row_dim=args["row_dim"]
+        )
+    except NotImplementedError as e:
+        if "not available" not in str(e):
+            raise
+        raise NotExpressible(f"a precision the stand-in refuses by name: {e}") from None
+    ctx = codec.create_context()
+    encoded = codec.encode(on(kind, args["input_tensor"]), ctx)
+    decoded = codec.decode(encoded, ctx)
+    size = codec.calc_quantized_size(args["input_len"], ctx)
+    if encoded.dtype == torch.bfloat16:
+        encoded = encoded.float()
+    return host({"encoded": encoded, "decoded": decoded, "size": size})
+
+
+def codec_model(args):
+    import embnum
+
+    p, ls, rd, x, n = (args[k] for k in ("comm_precision", "loss_scale", "row_dim", "input_tensor", "input_len"))
+    if isinstance(x, np.ndarray) and not plain(x):
+        return None
+    if p in ("FP8", "NFP8", "MX4", "INT4", "INT2", "BF16"):
+        return None  # refused by name (NotImplementedError) / BF16 rounding: not modelled here
+    if p not in ("FP32", "FP16", "INT8"):
+        return INVALID
+    scale = None
+    if ls is not None:
+        scale = _f32(ls, minimum=0.0, strict=True)
+        if scale is None:
+            return INVALID
+    if rd is not None and (not is_int(rd) or not 1 <= rd <= 2**31 - 1):
+        return INVALID
+    if not plain(x) or x.dtype.kind != "f":
+        return INVALID
+    if not is_int(n) or n < 0:
+        return INVALID
+    if p == "INT8" and (x.size % 32 or n % 32):
+        return INVALID
+    x32 = x.astype(np.float32)
+    if p == "FP32":
+        return ("ok", {"encoded": x, "decoded": x32, "size": int(n)})
+    if p == "FP16":
+        with np.errstate(all="ignore"):  # torch's product: float64 by the double, others in float32
+            y = x
+            if ls is not None:
+                y = x * float(ls) if x.dtype == np.float64 else (x32 * np.float32(float(ls))).astype(x.dtype)
+            enc = np.clip(y, -65504.0, 65504.0).astype(np.float16)
+            dec = enc.astype(np.float32)
+            dec = dec if ls is None else dec / np.float32(float(ls))
+        return ("ok", {"encoded": enc, "decoded": dec, "size": int(n)})
+    rows = embnum.float_to_fused_8bit_rowwise(x32.reshape(-1, 32), backend="ref")
+    dec = embnum.fused_8bit_rowwise_to_float(rows, backend="ref").reshape(-1)
+    return ("ok", {"encoded": rows.reshape(-1), "decoded": dec, "size": int(n) // 32 * 40})

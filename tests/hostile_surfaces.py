@@ -182,6 +182,7 @@ SURFACES = {
     "fbgemm.all_to_one_device": (F.reduce_base, F.reduce_call("all_to_one_device"), F.reduce_model(False), ("torch",)),
     "fbgemm.is_uvm_tensor": (F.uvm_base, F.uvm_call, F.uvm_model, ("torch",)),
     "fbgemm.permute_2D_sparse_data_input1D": (F.p2d1_base, F.p2d1_call, F.p2d1_model, ("torch",)),
+    "QuantizedCommCodec": (F.codec_base, F.codec_call, F.codec_model, ("torch",)),
     # the stand-in's own operator: fbgemm's quantized lookup (the inference module's buffers)
     "fbgemm.int_nbit_split_embedding_codegen_lookup_function": (
         F.lookup_base,
@@ -207,6 +208,7 @@ TOLERANCE = {
     "IntNBitTableBatchedEmbeddingBagsCodegen.load_state_dict": 1e-6,
     "IntNBitTableBatchedEmbeddingBagsCodegen.assign_embedding_weights": 1e-6,
     "fbgemm.int_nbit_split_embedding_codegen_lookup_function": 1e-6,
+    "QuantizedCommCodec": 1e-6,
 }
 
 
@@ -260,6 +262,7 @@ PARAMS = {  # words an error may name besides the input's keys
     "fbgemm.all_to_one_device": ["input_tensors"],
     "fbgemm.permute_2D_sparse_data_input1D": ["permute", "lengths", "values", "stride", "weights"],
     "fbgemm.int_nbit_split_embedding_codegen_lookup_function": ["feature"],
+    "QuantizedCommCodec": ["comm_precision", "loss_scale", "row_dim", "input_tensor", "input_len"],
 }
 
 

@@ -488,3 +488,42 @@ def test_the_lookup_operator_names_its_arguments(change, exc, words):
     with pytest.raises(exc) as info:
         lookup(**{**args, **change})
     assert words in str(info.value)
+
+
+# -- the communication codec: its arguments checked (each was taken: a NaN loss scale gave NaN payloads,
+# row_dim=2.5 was truncated, an int64 input was encoded, a payload of a partial row was torch's RuntimeError)
+def _codec(precision=C.SparseType.FP16, **kw):
+    from embnum.fbgemm_compat.quantize import QuantizedCommCodec
+
+    return QuantizedCommCodec(precision, **kw)
+
+
+@pytest.mark.parametrize(
+    "call, exc, word",
+    [
+        (lambda: _codec(loss_scale=math.nan), ValueError, "loss_scale"),
+        (lambda: _codec(loss_scale=-1.0), ValueError, "loss_scale"),
+        (lambda: _codec(loss_scale=1e-50), ValueError, "loss_scale"),
+        (lambda: _codec(loss_scale=1e39), ValueError, "loss_scale"),
+        (lambda: _codec(row_dim=2.5), TypeError, "row_dim"),
+        (lambda: _codec(row_dim=0), ValueError, "row_dim"),
+        (lambda: _codec([]), ValueError, "comm_precision"),
+        (lambda: _codec().encode(torch.arange(4)), TypeError, "input_tensor"),
+        (lambda: _codec(C.SparseType.INT8).encode(torch.ones(33)), ValueError, "input_tensor"),
+        (lambda: _codec().decode(torch.arange(4)), TypeError, "input_tensor"),
+        (lambda: _codec().calc_quantized_size(1.5), TypeError, "input_len"),
+        (lambda: _codec(C.SparseType.INT8).calc_quantized_size(-32), ValueError, "input_len"),
+    ],
+)
+def test_codec_arguments_are_named(call, exc, word):
+    with pytest.raises(exc) as info:
+        call()
+    assert word in str(info.value)
+
+
+def test_codec_int8_payload_of_partial_rows_is_named():
+    codec = _codec(C.SparseType.INT8)
+    ctx = codec.create_context()
+    payload = codec.encode(torch.ones(64), ctx)
+    with pytest.raises(ValueError, match="input_tensor"):
+        codec.decode(payload[:-3], ctx)

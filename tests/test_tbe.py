@@ -808,10 +808,9 @@ def test_row_rule_kinds_on_cuda_match_the_oracle(opt, dtype, monkeypatch):
 @given(data=st.data())
 @settings(max_examples=20, deadline=None)
 def test_cuda_forward_vector_and_element_paths_agree_bit_for_bit(data):
-    """The cuda pooled forward reads a table with one 4-element vector load per row and lane when the
-    weights' pointer, the table's offset and its dim allow it (dims 4, 8, 36 after aligned tables),
-    one element per load otherwise (dim 6 or 3 before it, or weights one element past a 16-byte
-    boundary). Both sum each column in lookup order in float32: the same bits from an aligned and a
+    """The cuda pooled forward reads the tables with one 4-element vector load per row and lane when the
+    weights' pointer and every table's offset and dim allow it (dims 4, 8, 36), one element per load
+    otherwise (a dim of 6 or 3, or weights one element past a 16-byte boundary). Both sum each column in lookup order in float32: the same bits from an aligned and a
     misaligned copy of the same weights, and within the oracle's tolerance, float32 and float16,
     with and without per-sample weights."""
     from embnum.cuda import tbe as cuda_tbe
@@ -844,6 +843,20 @@ def test_cuda_forward_vector_and_element_paths_agree_bit_for_bit(data):
     args = tbe_args(lay, vals, indices, offsets, pooling_mode=pooling, per_sample_weights=psw)
     err, ok = embnum.tbe_forward.check_fn(got[0], embnum.tbe_forward(**args, backend="ref"), args)
     assert ok, err
+
+
+@given(dims=st.lists(st.integers(1, 600), min_size=1, max_size=4))
+def test_cuda_forward_sub_groups_are_the_fewest_lanes_covering_the_widest_dim(dims):
+    """The pooled forward gives each bag ``G`` lanes, a power of two up to a lane group: the fewest
+    whose 4 columns each cover the widest dim, in as many ``4 G``-column chunks as that dim needs."""
+    from embnum.cuda import _common
+    from embnum.cuda import tbe as cuda_tbe
+
+    log_g, chunks = cuda_tbe._sub_groups(np.concatenate([[0], np.cumsum(dims)]))
+    G, widest = 1 << log_g, max(dims)
+    assert G <= _common.LANES and (G == _common.LANES or 4 * G >= widest)
+    assert G == 1 or 2 * G < widest  # half as many lanes (4 columns each) would not cover it
+    assert (chunks - 1) * 4 * G < widest <= chunks * 4 * G
 
 
 @given(data=st.data())

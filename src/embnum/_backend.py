@@ -174,6 +174,10 @@ class CpuBackend(Backend):
     name = "cpu"
     _common: Any = None  # embnum.cpu._common, once a kernel is loaded (importing embnum loads no Numba)
 
+    def __init__(self):
+        # kernel -> its one-thread threshold (cpu._common.serial_bytes), looked up when it is loaded
+        self._serial_bytes: dict = {}
+
     def available(self) -> bool:
         return _module_available("numba")
 
@@ -181,8 +185,10 @@ class CpuBackend(Backend):
         return is_numpy(a)
 
     def kernel(self, family: str, name: str):
-        self._common = importlib.import_module("embnum.cpu._common")
-        return super().kernel(family, name)
+        self._common = common = importlib.import_module("embnum.cpu._common")
+        kernel = super().kernel(family, name)
+        self._serial_bytes[kernel] = common.SERIAL_BYTES_OF.get(kernel.__name__, common.SERIAL_BYTES)
+        return kernel
 
     def allocator(self, family: str):
         """The family's ``empty_output`` where its cpu module has one (``embnum.cpu._pool``:
@@ -191,13 +197,16 @@ class CpuBackend(Backend):
 
     def run(self, kernel, args: dict, out):
         """:meth:`Backend.run`, on one Numba thread when the arrays the call touches hold fewer
-        bytes than the kernel's threshold (``cpu._common.serial_bytes``): a parallel region
+        bytes than the kernel's threshold (``cpu._common.serial_bytes``, looked up when
+        :meth:`kernel` loaded it; ``SERIAL_OVERRIDE`` is read on every call): a parallel region
         waits for every thread, which on a busy machine costs far more than a small call's
         work (kernels whose work their arrays do not tell apply the rule themselves)."""
         common = self._common
-        limit = common.SERIAL_OVERRIDE  # common.serial_bytes(kernel.__name__), written out: every call
+        limit = common.SERIAL_OVERRIDE
         if limit is None:
-            limit = common.SERIAL_BYTES_OF.get(kernel.__name__, common.SERIAL_BYTES)
+            limit = self._serial_bytes.get(kernel)
+            if limit is None:  # a kernel not loaded through kernel()
+                limit = common.serial_bytes(kernel.__name__)
         if limit:
             n = common.get_threads()
             if n != 1 and common.array_bytes(args, out, limit) < limit:

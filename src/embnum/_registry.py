@@ -200,41 +200,33 @@ class Op:
 
     # -- the call --------------------------------------------------------
     def __call__(self, *args, out=None, backend=None, **kwargs):
-        """Run the op (see the class docstring). Plain NumPy arguments without ``backend=``
-        run on the cpu backend with no further look at them; anything else is bound by name
-        first, NumPy subclasses viewed as plain arrays and the backend chosen from the arrays
-        (``embnum._backend.select_backend``). Running out of memory for sizes below the limit
-        is an :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
+        """Run the op (see the class docstring). Plain NumPy arguments given by position, without
+        ``backend=``, run on the cpu backend with no further look at them; anything else goes
+        through :meth:`_route` first. Running out of memory for sizes below the limit is an
+        :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
         if out is not None and not self.takes_out:
             raise TypeError(f"{self.name}() got an unexpected keyword argument 'out'")
-        arguments = None  # every argument by name, where something needs it
-        # the cpu backend where every array (lists' items included) is a plain np.ndarray, or there
-        # is none: what select_backend would pick
-        plain = _FAST_TYPES.issuperset(map(type, args)) or _plain_numpy(args)
-        if kwargs and plain:
-            plain = _FAST_TYPES.issuperset(map(type, kwargs.values())) or _plain_numpy(kwargs.values())
-        if backend is None and plain:
-            chosen = _CPU
-        else:
-            arguments = self.bind(args, kwargs)
-            arrays = _validate.arrays_in(arguments)
-            if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
-                arguments, arrays = _plain_arrays(arguments)
-            chosen = select_backend(arrays, backend)
-            args, kwargs = (), arguments
+        chosen = None
+        if backend is None and not kwargs:
+            for a in args:
+                if type(a) not in _FAST_TYPES:
+                    break
+            else:
+                chosen = _CPU  # plain arrays and scalars: what select_backend picks, without the search
+        if chosen is None:
+            chosen, args, kwargs = self._route(args, kwargs, backend)
         try:
             plan = self.declaration(*args, **kwargs)
             if chosen is _REF:
                 _check_returns(self, plan)
             plan_args, planned = plan
             if self.mutates:
-                _validate.no_alias(arguments or self.bind(args, kwargs), self.mutates)
+                _validate.no_alias(self.bind(args, kwargs), self.mutates)
             kernel, empty = self._kernels.get(chosen) or self._load(chosen)
             if planned is None:  # the kernel returns its result ("computed") or writes in place ("none")
                 return chosen.run(kernel, plan_args, None)
             if out is not None:
-                out_given = self._given_outputs(planned, out, arguments or self.bind(args, kwargs), chosen)
-                chosen.run(kernel, plan_args, out_given)
+                chosen.run(kernel, plan_args, self._given_outputs(planned, out, self.bind(args, kwargs), chosen))
                 return out
             if self.returns == "array":
                 outputs = empty(*out_spec(*planned))
@@ -246,6 +238,20 @@ class Op:
             return outputs
         except MemoryError as e:
             self._memory_error(e)
+
+    def _route(self, args: tuple, kwargs: dict, backend) -> tuple[Backend, tuple, dict]:
+        """``(backend, args, kwargs)`` of a call that is not all plain positional NumPy: the cpu
+        backend with the arguments as given where every array (lists' items included) is a plain
+        ``np.ndarray`` (or there is none) and ``backend=`` is not given; else the arguments bound by
+        name, NumPy subclasses viewed as plain arrays and the backend chosen from the arrays
+        (``embnum._backend.select_backend``)."""
+        if backend is None and _plain_numpy(args) and _plain_numpy(kwargs.values()):
+            return _CPU, args, kwargs
+        arguments = self.bind(args, kwargs)
+        arrays = _validate.arrays_in(arguments)
+        if any(type(a) is not np.ndarray and isinstance(a, np.ndarray) for a in arrays.values()):
+            arguments, arrays = _plain_arrays(arguments)
+        return select_backend(arrays, backend), (), arguments
 
     def call(self, arguments: dict[str, Any], out, backend):
         """The op on ``arguments`` (every parameter by name): ``self(**arguments, ...)``."""

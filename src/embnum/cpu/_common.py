@@ -128,8 +128,8 @@ slab_of_segment = njit(cache=True)(_offsets_walk.slab_of_segment)
 # crossover, where all threads were >= 10% faster by p10, was at or above these sizes for
 # every kernel that had one). 0: the kernel has no parallel region (switching the thread
 # count would cost ~1.5 us for nothing). Kernels not in the table use SERIAL_BYTES (an
-# estimate). SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel. All three are
-# read on every call (serial_bytes).
+# estimate). SERIAL_OVERRIDE (tests, benchmarks): one limit for every kernel. The cpu backend looks
+# a kernel's threshold up once, when it loads the kernel; SERIAL_OVERRIDE is read on every call.
 SERIAL_BYTES = 1 << 16
 SERIAL_BYTES_OF: Mapping[str, int] = MappingProxyType(
     {

@@ -841,13 +841,14 @@ def _sparse_grad(lk, row_start, value_start, lids, values):
             vo += D
 
 
-def _make_fused_update(in_place):
-    """The optimizer step (``opt``: ``OptimizerArgs``) on every touched row: in place on
-    float32 ``w`` (``in_place``); otherwise (float16 weights) table ``j``'s new rows, in
-    float32, to ``new[value_start[j]:]`` and their element positions to ``pos``.
-    ``in_place`` is a compile-time constant: as a run-time flag its branch in every
-    element's write kept the row loops from vectorising (the row-wise Adagrad step was
-    ~25% slower)."""
+def _make_fused_update(in_place, kind):
+    """The optimizer step (``opt``: ``OptimizerArgs``, its kind ``kind``) on every touched row:
+    in place on float32 ``w`` (``in_place``); otherwise (float16 weights) table ``j``'s new
+    rows, in float32, to ``new[value_start[j]:]`` and their element positions to ``pos``.
+    ``in_place`` and ``kind`` are compile-time constants: as a run-time flag ``in_place``'s
+    branch in every element's write kept the row loops from vectorising (the row-wise Adagrad
+    step was ~25% slower), and a call compiles only its own optimizer's rule. One table's work
+    is one ``prange`` iteration."""
 
     @njit(cache=True, parallel=True)
     def kernel(lk, w, lut, m1, m2, opt, value_start, new, pos):
@@ -865,24 +866,26 @@ def _make_fused_update(in_place):
                 far = i + UPDATE_PREFETCH_FAR
                 if far < n:
                     _prefetch_row_far(w, w0 + touched[far] * D, D)
-                    if opt.kind == ADAGRAD or opt.kind == ADAM:
+                    if kind == ADAGRAD or kind == ADAM:
                         _prefetch_row_far(m1, w0 + touched[far] * D, D)
                 ahead = i + UPDATE_PREFETCH_DISTANCE
                 if ahead < n:
                     _prefetch_row(w, w0 + touched[ahead] * D, D)
-                    if opt.kind == ADAGRAD or opt.kind == ADAM:
+                    if kind == ADAGRAD or kind == ADAM:
                         _prefetch_row(m1, w0 + touched[ahead] * D, D)
-                    elif opt.kind == ROWWISE_ADAGRAD:  # its one accumulator, at the row's linear id
+                    elif kind == ROWWISE_ADAGRAD:  # its one accumulator, at the row's linear id
                         _prefetch(m1, np.uint64(h0 + touched[ahead]))
                 _row_grad(acc, D, order, run_end[i - 1] if i > 0 else 0, run_end[i], nl, lk, tg)
                 r = touched[i]
-                _update_row(acc, D, w0 + np.int64(r) * D, h0 + r, w, lut, m1, m2, opt, in_place, new, pos, vo, part)
+                _update_row(
+                    acc, D, w0 + np.int64(r) * D, h0 + r, w, lut, m1, m2, opt, in_place, new, pos, vo, part, kind
+                )
                 vo += D
 
     return kernel
 
 
-_FUSED_UPDATE = {True: _make_fused_update(True), False: _make_fused_update(False)}
+_FUSED_UPDATE = {(p, k): _make_fused_update(p, k) for p in (True, False) for k in (SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM)}
 
 
 # -- fused optimizers: one row rule per kind ---------------------------------------
@@ -998,14 +1001,14 @@ def _adam_row(g, D, ub, w, lut, m1, m2, opt, in_place, new, pos, vo):
 
 
 @njit(cache=True, inline="always")
-def _update_row(g, D, base, lid, w, lut, m1, m2, opt, in_place, new, pos, vo, part):
-    """Apply ``opt.kind``'s rule to the row at element ``base`` (linear row id ``lid``)."""
+def _update_row(g, D, base, lid, w, lut, m1, m2, opt, in_place, new, pos, vo, part, kind):
+    """Apply ``kind``'s rule to the row at element ``base`` (linear row id ``lid``)."""
     ub = np.uint64(base)
-    if opt.kind == ROWWISE_ADAGRAD:
+    if kind == ROWWISE_ADAGRAD:
         _rowwise_adagrad_row(g, D, ub, lid, w, lut, m1, opt, in_place, new, pos, vo, part)
-    elif opt.kind == SGD:
+    elif kind == SGD:
         _sgd_row(g, D, ub, w, lut, opt, in_place, new, pos, vo)
-    elif opt.kind == ADAGRAD:
+    elif kind == ADAGRAD:
         _adagrad_row(g, D, ub, w, lut, m1, opt, in_place, new, pos, vo)
     else:
         _adam_row(g, D, ub, w, lut, m1, m2, opt, in_place, new, pos, vo)
@@ -1134,7 +1137,7 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     if weights.dtype == np.float32:
         no_starts = np.zeros(lk.tables.shape[0] + 1, np.int64)
         with _tables_one_by_one():
-            _FUSED_UPDATE[True](lk, weights, _NO_LUT, m1, m2, opt, no_starts, _NO_F32, _NO_I64)
+            _FUSED_UPDATE[True, opt.kind](lk, weights, _NO_LUT, m1, m2, opt, no_starts, _NO_F32, _NO_I64)
         return
     # float16: new rows in float32, then one rounding to float16 by NumPy
     _, value_start = _starts(lk)
@@ -1142,7 +1145,7 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
     pos = np.empty(new.shape[0], dtype=np.int64)
     w, lut = _weights(weights)
     with _tables_one_by_one():
-        _FUSED_UPDATE[False](lk, w, lut, m1, m2, opt, value_start, new, pos)
+        _FUSED_UPDATE[False, opt.kind](lk, w, lut, m1, m2, opt, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)
 

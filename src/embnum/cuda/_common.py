@@ -117,6 +117,32 @@ if SIMULATED:
         barrier, so every thread of the block must call it, as every lane of the warp must on a GPU)."""
         cuda.syncthreads()
 
+    @cuda.jit(device=True)
+    def shfl_idx(v, src):
+        """The integer ``v`` (int64) of lane ``src`` of this lane group (``shfl.sync.idx`` on a GPU;
+        through shared memory here); every thread of the block must call it."""
+        buf = cuda.shared.array(TPB, np.int64)
+        tid = cuda.threadIdx.x
+        cuda.syncthreads()
+        buf[tid] = v
+        cuda.syncthreads()
+        return buf[tid - tid % LANES + src]
+
+    @cuda.jit(device=True)
+    def loop_bound(x):
+        """The largest int64 ``x`` over the threads that must run a loop of shuffles the same number
+        of times: here the block (the simulator's shuffles are block barriers), on a GPU the warp.
+        Every thread of the block calls it."""
+        buf = cuda.shared.array(TPB, np.int64)
+        tid = cuda.threadIdx.x
+        cuda.syncthreads()
+        buf[tid] = x
+        cuda.syncthreads()
+        m = buf[0]
+        for j in range(1, cuda.blockDim.x):
+            m = max(m, buf[j])
+        return m
+
 else:
 
     @cuda.jit(device=True)
@@ -135,6 +161,22 @@ else:
     def sync_lanes():
         """Wait for every lane of this warp (``bar.warp.sync``); every lane of the warp must call it."""
         cuda.syncwarp(FULL_MASK)
+
+    @cuda.jit(device=True)
+    def shfl_idx(v, src):
+        """The integer ``v`` of lane ``src`` of this warp (``shfl.sync.idx``); every lane of the warp
+        must call it."""
+        return cuda.shfl_sync(FULL_MASK, v, src)
+
+    @cuda.jit(device=True)
+    def loop_bound(x):
+        """The largest int64 ``x`` over this warp (xor butterfly), the trip count that every lane of
+        the warp runs a loop of shuffles for. Every lane of the warp calls it."""
+        off = LANES // 2
+        while off > 0:
+            x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, off))
+            off //= 2
+        return x
 
 
 # -- half precision (embnum._half, compiled as device functions) ----------------------

@@ -3,7 +3,7 @@
 Numba's CUDA simulator runs kernels as Python threads and never types them,
 so code the real compiler rejects passes it. This module closes that gap:
 
-* :func:`kernels` names every kernel of ``embnum.cuda`` (``"tbe._forward_pooled"``,
+* :func:`kernels` names every kernel of ``embnum.cuda`` (``"tbe._forward_none"``,
   ``"jagged._SEGMENT_SUM[float32]"`` for kernels kept in a dict);
 * :func:`signature_of` turns the arguments of a launch into a Numba signature
   string (``"float32[::1], int64"``); the test suite records every launch it

@@ -6,12 +6,18 @@ its table, so no id can make a kernel read or write out of bounds.
 
 Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator):
 
-* forward: one lane group per bag (grid-stride over bags) over 128-column chunks.
-  A table whose rows start on 4-element boundaries is read with one vector load
-  per row and lane (``_vector.load4``: 16 bytes of float32), lane ``l`` owning
-  columns ``4 l .. 4 l + 3``, two rows in flight; any other table with ``COLS``
-  one-element loads per lane (columns ``lane, lane + LANES, ...``), each coalesced
-  across the group. Each lane sums
+* forward: a sub-group of ``G`` lanes per bag and ``4 G``-column chunk (``G`` the
+  fewest lanes, a power of two up to a warp, whose 4 columns each cover the widest
+  dim: two bags per warp at dims up to 64, four up to 32). The sub-group reads its
+  bag's ids ``G`` at a time, one coalesced load of one id per lane, and broadcasts
+  each by a warp shuffle (``shfl.sync.idx``); every lane of a warp runs the same
+  number of shuffles (the longest bag of the warp; masked loads past a bag's end).
+  When every table's rows start on 4-element boundaries (weights pointer, offsets
+  and dims, checked on the host) one kernel reads each row with one vector load
+  per lane (``_vector.load4``: 16 bytes of float32), lane ``l`` owning columns
+  ``4 l .. 4 l + 3``, two rows in flight; otherwise another kernel makes ``COLS``
+  one-element loads per lane (columns ``lane, lane + G, ...``), one row at a time;
+  both at 64 registers. Each lane sums
   its columns in lookup order (float32), as the oracle does; float16 weights are
   converted by the hardware (``cvt.f32.f16``), and a float16 output is written
   rounded to nearest even (``cvt.rn.f16.f32``) by the same kernel.
@@ -41,6 +47,7 @@ Shapes (``LANES`` = 32 on a GPU, one warp; ``_common.LANES`` under the simulator
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -65,7 +72,20 @@ from .._tbe import (
     TBESparseGrad,
 )
 from . import _tbe_vbe as vbe
-from ._common import LANES, TPB, blocks, constant, contiguous, launch, shfl_xor, stable_argsort, to_host, xp
+from ._common import (
+    LANES,
+    TPB,
+    blocks,
+    constant,
+    contiguous,
+    launch,
+    loop_bound,
+    shfl_idx,
+    shfl_xor,
+    stable_argsort,
+    to_host,
+    xp,
+)
 from ._vector import load4
 
 COLS = 4  # columns per lane per chunk: a lane group covers LANES * COLS columns per pass
@@ -108,9 +128,9 @@ def _prepare(a: LookupArgs) -> Lookups:
     )
 
 
-def _groups(n_items: int) -> int:
-    """Blocks for ``n_items`` lane-group work items."""
-    return blocks(n_items, TPB // LANES)
+def _groups(n_items: int, log_g: int | None = None) -> int:
+    """Blocks for ``n_items`` work items of a lane group each (of ``2**log_g`` lanes when given)."""
+    return blocks(n_items, TPB // LANES if log_g is None else TPB >> log_g)
 
 
 @cuda.jit(device=True)
@@ -138,76 +158,103 @@ def _load(w, i, D, d0, st, vec):
 
 
 @cuda.jit(device=True)
-def _pooled(w, base, D, d0, st, vec, E, indices, s, e, psw, has_psw):
+def _pooled(w, base, D, d0, st, vec, E, indices, s, e, n_max, first, G, psw, has_psw):
     """Columns ``d0 + j st`` (``j`` = 0..3; those at or past ``D`` give 0) of the pooled bag
-    ``[s, e)``, float32 sums in lookup order; two rows in flight (both indices, then both rows'
-    loads, then the two sums in position order). Ids outside ``[0, E)`` add nothing."""
-    one = np.float32(1.0)
+    ``[s, e)``, float32 sums in lookup order. The sub-group of ``G`` lanes (the first at warp lane
+    ``first``) reads its bag's next ``G`` ids with one coalesced load, one per lane, and broadcasts
+    them with shuffles; with ``vec`` (vector loads) two rows in flight (both rows' loads, then the
+    two sums in position order). ``n_max``: the longest bag of the warp (every lane runs the same
+    shuffles). Ids outside ``[0, E)`` add nothing."""
+    lane = (cuda.threadIdx.x & (LANES - 1)) - first
+    live = d0 < D
     a0 = a1 = a2 = a3 = np.float32(0.0)
-    for p in range(s, e, 2):
-        r0 = indices[p]
-        r1 = indices[p + 1] if p + 1 < e else r0 - r0 - 1
-        ok0 = r0 >= 0 and r0 < E
-        ok1 = r1 >= 0 and r1 < E
-        x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = np.float32(0.0)
-        if ok0:
-            x0, x1, x2, x3 = _load(w, base + r0 * D + d0, D, d0, st, vec)
-        if ok1:
-            y0, y1, y2, y3 = _load(w, base + r1 * D + d0, D, d0, st, vec)
-        if ok0:
-            f = psw[p] if has_psw else one
-            a0 += f * np.float32(x0)
-            a1 += f * np.float32(x1)
-            a2 += f * np.float32(x2)
-            a3 += f * np.float32(x3)
-        if ok1:
-            f = psw[p + 1] if has_psw else one
-            a0 += f * np.float32(y0)
-            a1 += f * np.float32(y1)
-            a2 += f * np.float32(y2)
-            a3 += f * np.float32(y3)
+    for p0 in range(0, n_max, G):
+        mine = np.int64(indices[s + p0 + lane]) if s + p0 + lane < e else np.int64(-1)
+        for j in range(0, min(G, n_max - p0), 2 if vec else 1):
+            r0 = shfl_idx(mine, first + j)
+            r1 = np.int64(-1)
+            if vec:
+                r1 = shfl_idx(mine, first + min(j + 1, G - 1))
+                r1 = r1 if j + 1 < G else np.int64(-1)  # -1: past the bag's end
+            ok0 = live and r0 >= 0 and r0 < E
+            ok1 = live and r1 >= 0 and r1 < E
+            x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = np.float32(0.0)
+            if ok0:
+                x0, x1, x2, x3 = _load(w, base + r0 * D + d0, D, d0, st, vec)
+            if ok1:
+                y0, y1, y2, y3 = _load(w, base + r1 * D + d0, D, d0, st, vec)
+            if ok0:
+                f = psw[s + p0 + j] if has_psw else np.float32(1.0)
+                a0, a1, a2, a3 = (
+                    a0 + f * np.float32(x0),
+                    a1 + f * np.float32(x1),
+                    a2 + f * np.float32(x2),
+                    a3 + f * np.float32(x3),
+                )
+            if ok1:
+                f = psw[s + p0 + j + 1] if has_psw else np.float32(1.0)
+                a0, a1, a2, a3 = (
+                    a0 + f * np.float32(y0),
+                    a1 + f * np.float32(y1),
+                    a2 + f * np.float32(y2),
+                    a3 + f * np.float32(y3),
+                )
     return a0, a1, a2, a3
 
 
-@cuda_kernel
-def _forward_pooled(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, aligned, out):
-    """out ``[B, total_D]`` (float32 or float16): lane group per bag over ``LANES * COLS``-column
-    chunks. A table whose rows start on 4-element boundaries (``aligned``: the weights' pointer is,
-    checked on the host; ``D`` and its offset are multiples of 4) is read by :func:`_pooled` with vector loads, lane
-    ``l`` owning the 4 consecutive columns ``4 l .. 4 l + 3`` of the chunk; any other table
-    one element per load, lane ``l`` owning columns ``l, l + LANES, ...``."""
-    lane = cuda.threadIdx.x % LANES
-    group = cuda.grid(1) // LANES
-    n_groups = cuda.gridsize(1) // LANES
-    T = woff.shape[0]
-    for k in range(group, T * B, n_groups):
-        t = k // B
-        b = k - t * B
-        D = doff[t + 1] - doff[t]
-        base = woff[t]
-        col = doff[t]
-        s, e = _bag(offsets, k, indices.shape[0])
-        n = np.float32(e - s) if mean and e > s else np.float32(1.0)
-        vec = aligned and D % 4 == 0 and base % 4 == 0
-        st = 1 if vec else LANES
-        for c0 in range(0, D, LANES * COLS):
-            d0 = c0 + (COLS * lane if vec else lane)
-            if d0 >= D:
-                continue
-            a0, a1, a2, a3 = _pooled(w, base, D, d0, st, vec, rows[t], indices, s, e, psw, has_psw)
-            if mean and e > s:
-                a0 = a0 / n
-                a1 = a1 / n
-                a2 = a2 / n
-                a3 = a3 / n
-            if d0 < D:
-                out[b, col + d0] = a0
-            if d0 + st < D:
-                out[b, col + d0 + st] = a1
-            if d0 + 2 * st < D:
-                out[b, col + d0 + 2 * st] = a2
-            if d0 + 3 * st < D:
-                out[b, col + d0 + 3 * st] = a3
+@cuda.jit(device=True)
+def _put_pooled(out, b, at, d0, D, st, n, a0, a1, a2, a3):
+    """``out[b, at + d0 + j st] = a_j / n`` for the columns ``d0 + j st`` below ``D`` (no division when
+    ``n`` is 1: the same values)."""
+    if n != np.float32(1.0):
+        a0, a1, a2, a3 = a0 / n, a1 / n, a2 / n, a3 / n
+    if d0 < D:
+        out[b, at + d0] = a0
+    if d0 + st < D:
+        out[b, at + d0 + st] = a1
+    if d0 + 2 * st < D:
+        out[b, at + d0 + 2 * st] = a2
+    if d0 + 3 * st < D:
+        out[b, at + d0 + 3 * st] = a3
+
+
+def _make_forward_pooled(vec):
+    """The pooled forward with vector loads (``vec``: every table's rows start on 4-element
+    boundaries) or with one-element loads; two kernels, so that each fits in 64 registers."""
+
+    @cuda_kernel(launch_bounds=HALF_SM)
+    def kernel(w, woff, doff, rows, indices, offsets, B, mean, psw, has_psw, log_g, chunks, out):
+        """out ``[B, total_D]`` (float32 or float16): a sub-group of ``G = 2**log_g`` lanes per bag and
+        ``G * COLS``-column chunk (``chunks`` per bag, from the widest dim: ``LANES // G`` bags per
+        warp when dims are small), :func:`_pooled`. With vector loads lane ``l`` owns the 4
+        consecutive columns ``4 l .. 4 l + 3`` of the chunk, else the columns ``l, l + G, ...``. The
+        loops over work items and lookups are block-uniform (the shuffles need every lane)."""
+        tid = cuda.threadIdx.x
+        G = 1 << log_g
+        lane = tid & (G - 1)
+        per_block = cuda.blockDim.x >> log_g
+        n_items = woff.shape[0] * B * chunks
+        for i0 in range(cuda.blockIdx.x * per_block, n_items, cuda.gridDim.x * per_block):
+            i = min(i0 + (tid >> log_g), n_items - 1)
+            k = i // chunks
+            t = k // B
+            s, e = _bag(offsets, k, indices.shape[0])
+            D = doff[t + 1] - doff[t] if i0 + (tid >> log_g) < n_items else doff[0]  # 0: past the last item
+            d0 = (i - k * chunks) * G * COLS + (COLS * lane if vec else lane)
+            if D == 0:  # past the last item: no lookups (a lane past its dim still reads its share of the ids)
+                e = s
+            st = 1 if vec else G
+            n_max = loop_bound(e - s)
+            a0, a1, a2, a3 = _pooled(
+                w, woff[t], D, d0, st, vec, rows[t], indices, s, e, n_max, (tid & (LANES - 1)) - lane, G, psw, has_psw
+            )
+            n = np.float32(e - s) if mean and e > s else np.float32(1.0)
+            _put_pooled(out, k - t * B, doff[t], d0, D, st, n, a0, a1, a2, a3)
+
+    return kernel
+
+
+_FORWARD_POOLED = {"vector": _make_forward_pooled(True), "element": _make_forward_pooled(False)}
 
 
 @cuda_kernel
@@ -245,13 +292,19 @@ def tbe_forward(weights, output_dtype, out, **lookup):
         return
     lk = _prepare(a)
     psw = None if a.per_sample_weights is None else contiguous(a.per_sample_weights)
-    _launch_forward(contiguous(weights), lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling, psw, out)
+    shape = None if a.pooling == NONE else _forward_shape(_bytes(a.weights_offsets), _bytes(a.D_offsets))
+    args = (lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling, psw, out, shape)
+    _launch_forward(contiguous(weights), *args)
 
 
-def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out, no_floats=None, aligned=None):
+def _bytes(a) -> bytes:
+    return np.asarray(a, np.int64).tobytes()
+
+
+def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out, shape, no_floats=None, aligned=None):
     """The forward's one launch on prepared arrays (device layout tables, contiguous lookups of one
-    index type, ``psw`` contiguous float32 or None; ``aligned``: :func:`_aligned4` of ``w`` where
-    the caller knows it)."""
+    index type, ``psw`` contiguous float32 or None; ``shape``: :func:`_forward_shape` of the host
+    layout, pooled only; ``aligned``: :func:`_aligned4` of ``w`` where the caller knows it)."""
     T = woff.shape[0]
     if pooling == NONE:
         n = max(T * B, int(indices.shape[0]))
@@ -260,22 +313,25 @@ def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out,
     has_psw = psw is not None
     if not has_psw:
         psw = _NO_FLOATS() if no_floats is None else no_floats
+    rows4, log_g, chunks = shape
     aligned = _aligned4(w) if aligned is None else aligned
-    args = (w, woff, doff, rows, indices, offsets, B, pooling == MEAN, psw, has_psw, aligned, out)
-    launch(_forward_pooled, _groups(T * B), TPB, *args)
+    kernel = _FORWARD_POOLED["vector" if rows4 and aligned else "element"]
+    args = (w, woff, doff, rows, indices, offsets, B, pooling == MEAN, psw, has_psw)
+    launch(kernel, _groups(T * B * chunks, log_g), TPB, *args, log_g, chunks, out)
 
 
 class ForwardLaunch:
     """:func:`tbe_forward` prepared once for one layout and pooling (``embnum.ops.tbe.ForwardPlan``
-    holds it): the layout's device tables uploaded once and kept, so a call passes only its checked
-    lookups (int32/int64 ``indices [N]``, ``offsets [T*B+1]``), ``B``, float32 ``psw [N]`` or None,
-    and ``out`` (``[B, total_D]``, or ``[N, D]`` for ``"none"``), with no per-call lookup of the
-    layout's device copies. No VBE."""
+    holds it): the layout's device tables uploaded once and kept and the launch shape chosen
+    (:func:`_forward_shape`), so a call passes only its checked lookups (int32/int64 ``indices
+    [N]``, ``offsets [T*B+1]``), ``B``, float32 ``psw [N]`` or None, and ``out`` (``[B, total_D]``,
+    or ``[N, D]`` for ``"none"``). No VBE."""
 
     def __init__(self, woff, doff, rows, pooling: int):
         # copies: under the simulator a launch writes its host arguments back into them
         self.woff, self.doff, self.rows = (constant(np.array(a, np.int64)) for a in (woff, doff, rows))
         self.pooling = pooling
+        self.shape = None if pooling == NONE else _forward_shape(_bytes(woff), _bytes(doff))
         self.no_floats = _NO_FLOATS()
         self._weights, self._aligned = None, False  # the last weights array and its alignment
 
@@ -289,8 +345,28 @@ class ForwardLaunch:
         w = contiguous(weights)
         if w is not self._weights:  # the alignment of the weights' pointer, tested once per array
             self._weights, self._aligned = w, _aligned4(w)
-        args = (w, self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.no_floats)
-        _launch_forward(*args, aligned=self._aligned)
+        args = (w, self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.shape)
+        _launch_forward(*args, self.no_floats, self._aligned)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_shape(weights_offsets: bytes, D_offsets: bytes) -> tuple[bool, int, int]:
+    """Per host layout (int64 bytes), once: whether every table's offset and dim are multiples of 4
+    (its rows start on 4-element boundaries when the weights' pointer does), and :func:`_sub_groups`."""
+    woff, doff = np.frombuffer(weights_offsets, np.int64), np.frombuffer(D_offsets, np.int64)
+    return not (woff % 4).any() and not (doff % 4).any(), *_sub_groups(doff)
+
+
+def _sub_groups(D_offsets) -> tuple[int, int]:
+    """``(log2 G, chunks)`` of the pooled forward: ``G`` lanes per bag, the fewest (a power of two, at
+    most ``LANES``) whose ``COLS`` columns each cover the widest dim of the host layout ``D_offsets``
+    (so ``LANES // G`` bags share a warp when every dim is at most ``LANES * COLS / 2``, 64 on a
+    GPU), and the ``G * COLS``-column chunks that cover it."""
+    widest = int(np.diff(np.asarray(D_offsets)).max())
+    log_g = 0
+    while (1 << log_g) < LANES and (COLS << log_g) < widest:
+        log_g += 1
+    return log_g, -(-widest // (COLS << log_g))
 
 
 def _aligned4(a) -> bool:

@@ -11,8 +11,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from .._validate import integer
+from . import _checks
 from .configs import SparseType
 
 __all__ = ["QuantizationContext", "QuantizedCommCodec", "RoundingMode"]
@@ -42,6 +45,12 @@ _CLAMPED = {SparseType.FP16: torch.float16, SparseType.BF16: torch.bfloat16}
 _PROVIDED = (SparseType.FP32, SparseType.FP16, SparseType.BF16, SparseType.INT8)
 
 
+def _rows_of(name, t, width, what):
+    """``ValueError`` unless ``t`` holds whole rows of ``width`` elements."""
+    if t.numel() % width:
+        raise ValueError(f"{name} must hold whole rows of {width} elements ({what}), got {t.numel()} elements")
+
+
 class QuantizedCommCodec:
     """``encode(input, ctx)`` before a collective, ``decode(payload, ctx)`` after it (float32 input)."""
 
@@ -54,6 +63,8 @@ class QuantizedCommCodec:
         rounding_mode: RoundingMode | None = None,
         output_dtype: SparseType | None = None,
     ) -> None:
+        if not isinstance(comm_precision, SparseType):
+            raise ValueError(f"comm_precision must be a SparseType, got {comm_precision!r}")
         if comm_precision not in _PROVIDED:
             raise NotImplementedError(
                 f"comm_precision={comm_precision} is not available in embnum's fbgemm stand-in "
@@ -61,9 +72,15 @@ class QuantizedCommCodec:
             )
         if output_dtype not in (None, SparseType.FP32):
             raise NotImplementedError(f"output_dtype={output_dtype}: embnum's codecs decode to float32 only")
+        if loss_scale is not None:
+            _checks.number("loss_scale", loss_scale, minimum=0.0)
+            if float(np.float32(loss_scale)) == 0:
+                raise ValueError(
+                    f"loss_scale must be > 0 in float32 (encode multiplies, decode divides), got {loss_scale}"
+                )
         self._comm_precision = comm_precision
         self._loss_scale = loss_scale if comm_precision in _CLAMPED else None  # fbgemm ignores it elsewhere
-        self._row_dim = -1 if row_dim is None else int(row_dim)
+        self._row_dim = -1 if row_dim is None else integer("row_dim", row_dim, min=1, max=2**31 - 1, what="an int")
         self._is_fwd = is_fwd
         self._rounding_mode = rounding_mode
         self._output_dtype = output_dtype
@@ -76,6 +93,7 @@ class QuantizedCommCodec:
         return QuantizationContext()
 
     def encode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
+        _checks.float_weights("input_tensor", input_tensor)
         x = input_tensor if self._loss_scale is None else input_tensor * self._loss_scale
         p = self._comm_precision
         if p in _CLAMPED:
@@ -85,6 +103,7 @@ class QuantizedCommCodec:
             from ..torch_bridge import float_to_fused_8bit_rowwise
 
             ctx = ctx if ctx is not None else self.create_context()
+            _rows_of("input_tensor", x, ctx.row_dim, "the context's row_dim")
             rows = float_to_fused_8bit_rowwise(x.reshape(-1, ctx.row_dim).float())
             ctx.row_dim_quant = rows.shape[1]
             return rows.reshape(-1)
@@ -97,12 +116,17 @@ class QuantizedCommCodec:
 
             if ctx is None or ctx.row_dim_quant < 0:
                 raise ValueError("decode of an INT8 payload needs the QuantizationContext its encode filled")
+            if not isinstance(input_tensor, torch.Tensor) or input_tensor.dtype != torch.uint8:
+                got = getattr(input_tensor, "dtype", type(input_tensor).__name__)
+                raise TypeError(f"input_tensor must be the uint8 payload of an INT8 encode, got {got}")
+            _rows_of("input_tensor", input_tensor, ctx.row_dim_quant, "the encoded row width")
             out = fused_8bit_rowwise_to_float(input_tensor.reshape(-1, ctx.row_dim_quant)).reshape(-1)
         else:
-            out = input_tensor.float()
+            out = _checks.float_weights("input_tensor", input_tensor)
         return out if self._loss_scale is None else out / self._loss_scale
 
     def calc_quantized_size(self, input_len: int, ctx: QuantizationContext | None = None) -> int:
+        input_len = integer("input_len", input_len, min=0, what="an int")
         if self._comm_precision != SparseType.INT8:
             return input_len
         row_dim = (ctx if ctx is not None else self.create_context()).row_dim

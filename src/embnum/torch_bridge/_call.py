@@ -32,6 +32,8 @@ _function_mode_enabled = torch._C._is_torch_function_mode_enabled
 _tracing_state = torch._C._get_tracing_state
 _grad_enabled = torch.is_grad_enabled
 _bump_versions = torch._C._increment_version
+_Tensor = torch.Tensor
+_from_numpy = torch.from_numpy
 _SLOW = object()  # what the eager autograd call returns when the call must go through the dispatcher
 _TENSOR_KINDS = ("Tensor", "Tensor?")
 _LIST_KINDS = ("Tensor[]", "Tensor?[]", "Tensor[]?")
@@ -46,7 +48,7 @@ class BridgedOp:
 
     1. the NumPy op (``embnum.<name>``) on views of the tensors (``Tensor.numpy``: no copy),
        where nothing watches the dispatcher (:func:`_watched`) and every tensor is a plain CPU
-       tensor of a NumPy dtype that needs no gradient (:meth:`_host_arrays`); what the
+       tensor of a NumPy dtype that needs no gradient (:meth:`_checked`); what the
        dispatcher would run itself, without its per-call cost (an in-place op bumps the version
        counters of the tensors it writes first, as the dispatcher does);
     2. the eager autograd Function (:func:`_eager_autograd`) where a plain CPU tensor needs a
@@ -57,23 +59,27 @@ class BridgedOp:
 
     def __init__(self, op, spec: Bridge, torch_op, impl: Callable):
         self.op, self.spec, self.torch_op, self._impl = op, spec, torch_op, impl
-        self._names = tuple(op.signature.parameters)
-        self._kinds = tuple(spec.types[n] for n in self._names)
-        self._encode = tuple(spec.codecs[n][0] if n in spec.codecs else None for n in self._names)
+        self._names = names = tuple(op.signature.parameters)
+        kinds = [spec.types[n] for n in names]
+        encode = [spec.codecs[n][0] if n in spec.codecs else None for n in names]
+        # per parameter: (name, schema type, encode or None, whether a plain tensor needs no check)
+        self._params = tuple(zip(names, kinds, encode, [k in _TENSOR_KINDS for k in kinds]))
         self._decode = tuple(
-            (i, spec.codecs[n][1])
-            for i, n in enumerate(self._names)
-            if n in spec.codecs and spec.codecs[n][1] is not same
+            (i, spec.codecs[n][1]) for i, n in enumerate(names) if n in spec.codecs and spec.codecs[n][1] is not same
         )
-        self._tensors = tuple(i for i, k in enumerate(self._kinds) if k in _TENSOR_KINDS)
-        self._lists = tuple(i for i, k in enumerate(self._kinds) if k in _LIST_KINDS)
-        self._written = tuple(i for i, n in enumerate(self._names) if n in op.mutates)
+        self._tensors = tuple(i for i, k in enumerate(kinds) if k in _TENSOR_KINDS)
+        self._lists = tuple(i for i, k in enumerate(kinds) if k in _LIST_KINDS)
+        self._written = tuple(i for i, n in enumerate(names) if n in op.mutates)
+        # the host path's views need a second look (lists, written tensors, codecs to decode)
+        self._more = bool(self._lists or self._written or self._decode)
         # the NumPy op takes the values positionally up to its keyword-only parameters
         self._positional = op._positional
-        self._keyword = self._names[op._positional :]
+        self._keyword = names[op._positional :]
+        # a NumPy result becomes a tensor as it is (quant's bfloat16 patterns are converted)
+        self._as_is = not spec.bf16_patterns
         # an in-place op whose written arguments are not all tensors always takes the dispatcher
         self._host = all(i in self._tensors for i in self._written)
-        self._eager = None if op.mutates else _eager_autograd(spec, list(self._names), self._no_grad_call)
+        self._eager = None if op.mutates else _eager_autograd(spec, list(names), self._no_grad_call)
         # what help(), inspect and the docs read from a function
         self.__name__ = self.__qualname__ = op.name
         self.__doc__ = op.declaration.__doc__
@@ -82,50 +88,56 @@ class BridgedOp:
         self.__signature__ = op.signature.replace(parameters=[*op.signature.parameters.values(), backend])
 
     def __call__(self, *args, backend=None, **kwargs):
-        values = self._schema_values(args, kwargs)
-        if not _watched():
-            arrays = self._host_arrays(values) if self._host else None
-            if arrays is not None:
-                if self._written:
-                    _bump_versions(tuple(values[i] for i in self._written if values[i] is not None))
-                return self._run_host(arrays, backend)
-            if self._eager is not None and _grad_enabled():
-                result = self._eager((*values, backend))
-                if result is not _SLOW:
-                    return result
+        if kwargs or len(args) != len(self._params):
+            args = self.op.ordered(args, kwargs)
+        watched = _watched()
+        values, arrays = self._checked(args, self._host and not watched)
+        if arrays is not None:
+            if self._written:
+                _bump_versions(tuple(values[i] for i in self._written if values[i] is not None))
+            return self._run_host(arrays, backend)
+        if not watched and self._eager is not None and _grad_enabled():
+            result = self._eager((*values, backend))
+            if result is not _SLOW:
+                return result
         return self.torch_op(*values, backend)
 
-    def _schema_values(self, args: tuple, kwargs: dict) -> list:
-        """The arguments in the op's order as the schema takes them: a codec's parameter
-        encoded, every value checked (:func:`check_value`; a plain tensor for a ``Tensor``
-        parameter needs no check)."""
-        if kwargs or len(args) != len(self._names):
-            args = self.op.ordered(args, kwargs)
-        values = []
-        for name, kind, encode, x in zip(self._names, self._kinds, self._encode, args):
+    def _checked(self, args, host: bool) -> tuple[list, list | None]:
+        """``(values, arrays)``, one pass over the arguments (in the op's order): ``values`` as the
+        schema takes them (a codec's parameter encoded, every value checked by
+        :func:`check_value`; a plain tensor for a ``Tensor`` parameter needs no check); with
+        ``host``, ``arrays`` the same with each tensor as a NumPy view (each tensor of a list too)
+        and a codec's parameter decoded (as the implementation would decode it). ``arrays`` is None
+        without ``host``, or where a tensor is not a plain CPU tensor of a NumPy dtype, needs a
+        gradient, or is an inference tensor the op writes (the dispatcher's rules for those stay
+        its own)."""
+        values, arrays = [], []
+        for (name, kind, encode, tensor_kind), x in zip(self._params, args):
             if encode is not None:
                 x = encode(x)
-            if type(x) is not torch.Tensor or kind not in _TENSOR_KINDS:
-                if x is not None or kind != "Tensor?":
-                    x = check_value(name, kind, x)
+            if type(x) is _Tensor and tensor_kind:
+                values.append(x)
+                if host:
+                    try:  # succeeds only for a plain CPU tensor of a NumPy dtype that needs no gradient
+                        a = x.numpy()
+                    except Exception:  # noqa: BLE001 - the full rule
+                        a = _host_view(x)
+                    host = a is not None
+                    arrays.append(a)
+                continue
+            if x is not None or kind != "Tensor?":
+                x = check_value(name, kind, x)
             values.append(x)
-        return values
+            arrays.append(x)
+            if tensor_kind and x is not None:  # a tensor subclass: the dispatcher's
+                host = False
+        if not host:
+            return values, None
+        return values, self._lists_and_codecs(values, arrays) if self._more else arrays
 
-    def _host_arrays(self, values: list) -> list | None:
-        """``values`` with each tensor (and each tensor of a list) as a NumPy view, a codec's
-        parameter decoded (as the implementation would decode it); None where a tensor is not a
-        plain CPU tensor of a NumPy dtype, needs a gradient, or is an inference tensor the op
-        writes (the dispatcher's rules for those stay its own)."""
-        arrays = values.copy()
-        for i in self._tensors:
-            t = values[i]
-            if t is not None:
-                try:
-                    arrays[i] = t.numpy() if type(t) is torch.Tensor else None
-                except Exception:  # noqa: BLE001 - not a plain CPU tensor of a NumPy dtype: the full rule
-                    arrays[i] = _host_view(t)
-                if arrays[i] is None:
-                    return None
+    def _lists_and_codecs(self, values: list, arrays: list) -> list | None:
+        """:meth:`_checked`'s second look: each tensor of a list as a view, written tensors not
+        inference tensors, a codec's parameter decoded."""
         for i in self._lists:
             if values[i] is not None:
                 arrays[i] = [None if t is None else _host_view(t) for t in values[i]]
@@ -139,14 +151,16 @@ class BridgedOp:
         return arrays
 
     def _run_host(self, arrays: list, backend):
-        """The NumPy op on :meth:`_host_arrays`' values; its arrays as tensors (no copy)."""
+        """The NumPy op on :meth:`_checked`'s arrays; its arrays as tensors (no copy)."""
         if self._keyword:
             k = self._positional
             result = self.op(*arrays[:k], **dict(zip(self._keyword, arrays[k:])), backend=backend)
+        elif backend is None:
+            result = self.op(*arrays)
         else:
             result = self.op(*arrays, backend=backend)
-        if type(result) is np.ndarray and result.flags.writeable and not self.spec.bf16_patterns:
-            return torch.from_numpy(result)
+        if type(result) is np.ndarray and self._as_is and result.flags.writeable:
+            return _from_numpy(result)
         if result is None:
             return None
         if type(result) is np.ndarray:
@@ -157,8 +171,9 @@ class BridgedOp:
 
     def _no_grad_call(self, args: tuple):
         """The call in the eager autograd forward (grad mode is off there): the host path, or
-        the dispatcher's implementation (which converts what the host path cannot take)."""
-        arrays = self._host_arrays(list(args[:-1]))
+        the dispatcher's implementation (which converts what the host path cannot take). ``args``
+        are schema values already (checking them again changes nothing)."""
+        arrays = self._checked(args[:-1], True)[1]
         return self._impl(*args) if arrays is None else self._run_host(arrays, args[-1])
 
     def __repr__(self) -> str:
