@@ -810,9 +810,10 @@ def test_row_rule_kinds_on_cuda_match_the_oracle(opt, dtype, monkeypatch):
 def test_cuda_forward_vector_and_element_paths_agree_bit_for_bit(data):
     """The cuda pooled forward reads the tables with one 4-element vector load per row and lane when the
     weights' pointer and every table's offset and dim allow it (dims 4, 8, 36), one element per load
-    otherwise (a dim of 6 or 3, or weights one element past a 16-byte boundary). Both sum each column in lookup order in float32: the same bits from an aligned and a
-    misaligned copy of the same weights, and within the oracle's tolerance, float32 and float16,
-    with and without per-sample weights."""
+    otherwise (a dim of 6 or 3, or weights one element past a 16-byte boundary). Both sum each
+    column in lookup order in float32: the same bits from an aligned and a misaligned copy of the
+    same weights, and within the oracle's tolerance, float32 and float16, with and without
+    per-sample weights."""
     from embnum.cuda import tbe as cuda_tbe
 
     dims = data.draw(st.lists(st.sampled_from([4, 8, 36, 6, 3]), min_size=1, max_size=3))
