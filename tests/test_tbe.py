@@ -327,6 +327,22 @@ def test_lamb_zero_direction_leaves_the_row(backend):
         np.testing.assert_array_equal(w, [3, 4, 1, 1])
 
 
+@pytest.mark.parametrize("kind", ["lamb", "partial_rowwise_lamb"])
+def test_lamb_trust_ratio_past_float32(kind, backend):
+    """A row of norm 50000 and a gradient of float32 subnormals, 2**-149 * [240, 320] (whose first
+    moment, 0.1 * g, is still exact): the direction is g / eps (|r| ~ 6e-35), so |w| / |r| is past
+    float32's range; each element divided by |r| first moves the row by lr * |w| * r / |r| =
+    0.1 * 50000 * [0.6, 0.8] (the float64 oracle's step)."""
+    opt = TBEOptimizer(kind, 0.1)
+    w = np.array([30000, 40000, 1, 1], np.float32)
+    state = {k: np.zeros(n, np.float32) for k, n in opt.state_sizes(4, 2).items()}
+    g = np.array([[240 * 2.0**-149, 320 * 2.0**-149]], np.float32)
+    embnum.tbe_backward_update(
+        g, w, *ROW_LAY.arrays(), np.array([0]), np.array([0, 1]), optimizer=opt, step=1, backend=backend, **state
+    )
+    np.testing.assert_allclose(w, [27000, 36000, 1, 1], rtol=1e-6)
+
+
 def test_adam_example(backend):
     w, m1, m2 = W12.copy(), np.zeros(12, np.float32), np.zeros(12, np.float32)
     embnum.tbe_backward_update(

@@ -831,6 +831,7 @@ _lars_step = _rule(_tbe_rows.lars_step)
 _partial_rowwise_v = _rule(_tbe_rows.partial_rowwise_v)
 _partial_rowwise_den = _rule(_tbe_rows.partial_rowwise_den)
 _lamb_rate = _rule(_tbe_rows.lamb_rate)
+_lamb_move = _rule(_tbe_rows.lamb_move)
 _lars_rate = _rule(_tbe_rows.lars_rate)
 _max_norm_scale = _rule(_tbe_rows.max_norm_scale)
 _norm_of = _rule(_tbe_rows.norm_of)
@@ -1063,9 +1064,11 @@ def _row_step(kind, w, e, g, go, D, lane, m1, m2, hyper, corr, mult, den, alr):
     if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:  # block-uniform
         wsq = _group_sum(wsq)
         rsq = _group_sum(rsq)
-        step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
+        wn = _group_norm(w, e, D, lane, wsq)
+        rn = _group_norm(g, go, D, lane, rsq)
+        step = _lamb_rate(lr, wn, rn)
         for d in range(lane, D, LANES):
-            x = np.float32(w[e + d]) - step * g[go + d]
+            x = _lamb_move(np.float32(w[e + d]), g[go + d], step, lr, wn, rn)
             g[go + d] = x
             nsq += x * x
     return _group_sum(nsq)
