@@ -284,6 +284,15 @@ def _row_step(opt, grad, momentum1=None):
             [2.85, 3.8],
             dict(momentum1=[0.15, 0.2, 0, 0]),
         ),
+        # a gradient of float32 subnormals, 2**-149 * [24, 32] (|g| = 40 * 2**-149): the rate 0.25 / |g|
+        # is past float32's range; each element divided by |g| first gives the step of |g| = 1
+        (
+            TBEOptimizer("lars_sgd", 0.1, eta=0.5),
+            [24 * 2.0**-149, 32 * 2.0**-149],
+            None,
+            [2.85, 3.8],
+            dict(momentum1=[0.15, 0.2, 0, 0]),
+        ),
         # sgd to [3.3, 4.4] (norm 5.5), then max_norm 5 scales it by 5 / 5.5 back to [3, 4]
         (TBEOptimizer("sgd", 0.1, max_norm=5.0), [-3, -4], None, [3, 4], {}),
         # rowwise adagrad: m = 12.5, w -= 0.1 / sqrt(12.5) * g = [2.915147, 3.886863] (norm 4.858579) <= 4.9: kept

@@ -87,9 +87,17 @@ def partial_lamb_direction(x, g, m, wd, b1, bc1, den):
     return (m / bc1) * (np.float32(1.0) / den) + wd * x, m
 
 
-def lars_step(x, g, m, alr, momentum, wd):
-    """LARS-SGD, with the row's rate ``alr`` from :func:`lars_rate`: ``(new weight, new momentum)``."""
-    m = momentum * m + alr * (g + wd * x)
+def lars_step(x, g, m, alr, momentum, wd, num, den):
+    """LARS-SGD, with the row's ``(alr, num, den)`` from :func:`lars_rate`: ``(new weight, new
+    momentum)``. Where ``alr = num / den`` is inf in float32 (a gradient norm near float32's
+    smallest), each element is divided by ``den`` first: ``|g + wd * x| <= den``, so the step
+    stays within ``num``."""
+    u = g + wd * x
+    if alr < np.float32(np.inf):
+        u = alr * u
+    else:
+        u = num * (u / den)
+    m = momentum * m + u
     return x - m, m
 
 
@@ -128,12 +136,15 @@ def lamb_rate(lr, wn, rn):
 
 
 def lars_rate(lr, eta, wd, wn, gn):
-    """LARS's rate ``lr * eta * |w| / (|g| + wd * |w|)`` from the row's norms, 0 when the divisor is 0."""
+    """LARS's rate from the row's norms: ``(rate, num, den)`` with ``num = lr * eta * |w|``,
+    ``den = |g| + wd * |w|`` and ``rate = num / den`` (0 when ``den`` is 0; inf where the quotient
+    leaves float32, which :func:`lars_step` handles)."""
+    num = lr * eta * wn
     den = gn + wd * wn
     rate = np.float32(0.0)
     if den > np.float32(0.0):
-        rate = lr * eta * wn / den
-    return rate
+        rate = num / den
+    return rate, num, den
 
 
 def max_norm_scale(n, max_norm):
@@ -289,9 +300,9 @@ def make_update_row(jit):
         elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
             lamb_update(kind, rows, ro, g, go, D, m1, m2, e, lid, lr, eps, wd, b1, b2, bc1, bc2)
         elif kind == LARS_SGD:
-            alr = lars_r(lr, hp[ETA], wd, norm(rows, ro, D), norm(g, go, D))
+            alr, num, den = lars_r(lr, hp[ETA], wd, norm(rows, ro, D), norm(g, go, D))
             for d in range(D):
-                rows[ro + d], m1[e + d] = lars(rows[ro + d], g[go + d], m1[e + d], alr, hp[MOMENTUM], wd)
+                rows[ro + d], m1[e + d] = lars(rows[ro + d], g[go + d], m1[e + d], alr, hp[MOMENTUM], wd, num, den)
         if hp[MAX_NORM] > np.float32(0.0):
             clip_to_max_norm(rows, ro, D, hp[MAX_NORM])
 

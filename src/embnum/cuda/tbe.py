@@ -1025,7 +1025,8 @@ def _row_scalars(kind, decay, w, e, g, go, D, lane, lid, m1, m2, s1, s2, hp):
             if lane == 0:
                 m2[lid] = rs
         elif kind == LARS_SGD:
-            alr = _lars_rate(hp[_tbe_rows.LR], hp[_tbe_rows.ETA], hp[_tbe_rows.WD], wn, gn)
+            # mult and den carry LARS's numerator and divisor (no other kind reads them here)
+            alr, mult, den = _lars_rate(hp[_tbe_rows.LR], hp[_tbe_rows.ETA], hp[_tbe_rows.WD], wn, gn)
     return corr, mult, den, alr
 
 
@@ -1055,7 +1056,7 @@ def _row_step(kind, w, e, g, go, D, lane, m1, m2, hyper, corr, mult, den, alr):
             wsq += x * x
             rsq += r * r
         else:  # LARS_SGD
-            x, m1[i] = _lars_step(x, gd, m1[i], alr, momentum, wd)
+            x, m1[i] = _lars_step(x, gd, m1[i], alr, momentum, wd, mult, den)
         if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
             g[go + d] = x
             nsq += x * x
