@@ -1,6 +1,7 @@
 """First-call time of every op, on a cold and on a warm kernel cache.
 
     python benchmarks/bench_coldstart.py [--op NAME ...] [--family F ...] [--size small|large] [--warmup]
+    python benchmarks/bench_coldstart.py --compiles [--op NAME ...] [--family F ...]
 
 For each op, in a fresh process with a fresh, empty ``NUMBA_CACHE_DIR`` ("cold"): ``import
 embnum`` (timed), the op's tour example of ``--size`` built, then the first call on the cpu
@@ -10,6 +11,10 @@ call loads the compiled kernels). ``--warmup``: the warm process runs on a cache
 ``python -m embnum warmup --op NAME`` in its own fresh directory instead (what a warmed image
 gives). Prints a Markdown table and the load average before and after: the machine is shared,
 and compile times scale with the load.
+
+``--compiles``: the cold first call only, in process CPU seconds (which move less with the load
+than wall time), with the kernels it compiled (Numba's ``numba:compile`` events: the top-level
+ones, and the largest).
 """
 
 from __future__ import annotations
@@ -48,9 +53,40 @@ CHILD = textwrap.dedent(
 )
 
 
-def _child(name: str, size: str, cache: str) -> dict:
+COMPILES = textwrap.dedent(
+    """
+    import json, sys, time
+    import numpy as np
+    from numba.core import event
+    import embnum
+
+    depth, top = [0], []
+
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            depth[0] += 1
+            if depth[0] == 1:
+                top.append([ev.data["dispatcher"].py_func.__qualname__, time.process_time()])
+
+        def on_end(self, ev):
+            depth[0] -= 1
+            if depth[0] == 0:
+                top[-1][1] = time.process_time() - top[-1][1]
+
+    op = next(o for o in embnum.ops() if o.name == sys.argv[1])
+    example = op.example_fn(np.random.default_rng(0), sys.argv[2])
+    with event.install_listener("numba:compile", Compiles()):
+        t = time.process_time()
+        op.public(**example.args, backend="cpu")
+        cpu = time.process_time() - t
+    print(json.dumps({"cpu": cpu, "kernels": top, "label": example.label}))
+    """
+)
+
+
+def _child(name: str, size: str, cache: str, code: str = CHILD) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-    done = subprocess.run([sys.executable, "-c", CHILD, name, size], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code, name, size], env=env, capture_output=True, text=True)
     if done.returncode:
         return {"error": done.stderr.strip().splitlines()[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -66,6 +102,22 @@ def _s(x) -> str:
     return "-" if x is None else f"{x:.2f} s" if x >= 0.1 else f"{x * 1e3:.1f} ms"
 
 
+def _compiles(ops, size: str) -> int:
+    print("\n| op | input | cold first call (CPU) | kernels compiled | largest compile (CPU) |")
+    print("| --- | --- | ---: | ---: | --- |")
+    for op in ops:
+        with tempfile.TemporaryDirectory() as cold_dir:
+            cold = _child(op.name, size, cold_dir, COMPILES)
+        if "error" in cold:
+            print(f"| {op.name} | ERROR {cold['error']} | | | |", flush=True)
+            continue
+        name, cpu = max(cold["kernels"], key=lambda k: k[1], default=("-", 0.0))
+        n = len(cold["kernels"])
+        print(f"| {op.name} | {cold['label']} | {cold['cpu']:.2f} s | {n} | `{name}` {cpu:.2f} s |", flush=True)
+    print(f"\n{load()}")
+    return 0
+
+
 def main(argv=None) -> int:
     import embnum
 
@@ -74,6 +126,7 @@ def main(argv=None) -> int:
     p.add_argument("--family", action="append")
     p.add_argument("--size", default="small", choices=("small", "large"))
     p.add_argument("--warmup", action="store_true", help="warm cache from `python -m embnum warmup`")
+    p.add_argument("--compiles", action="store_true", help="cold first call in CPU seconds, with its compiles")
     args = p.parse_args(argv)
     ops = [
         op
@@ -81,6 +134,8 @@ def main(argv=None) -> int:
         if (not args.op or op.name in args.op) and (not args.family or op.family in args.family)
     ]
     print(f"{load()}; {len(ops)} ops, {args.size} examples, cpu backend, Numba threads: default")
+    if args.compiles:
+        return _compiles(ops, args.size)
     print("\n| op | input | import | cold first call | warm first call | second call |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for op in ops:

@@ -140,6 +140,9 @@ def main(argv=None) -> int:
     generic = FusedTBE([s["rows"]] * s["T"], [s["D"]] * s["T"], optimizer=opt, backend="cuda")
     generic.forward_plan = lambda weights: None  # the module as before its plan: every call through the op
     cases["FusedTBE forward, generic path (tensors)"] = lambda: generic(idx, off)
+    generic_update = FusedTBE([s["rows"]] * s["T"], [s["D"]] * s["T"], optimizer=opt, backend="cuda")
+    generic_update.planned_update = lambda grad, checked: False  # the backward before its plan
+    cases["FusedTBE fwd + bwd, generic backward"] = lambda: generic_update(idx, off).backward(g)
     size = ", ".join(f"{k}={v}" for k, v in s.items())
     print(f"host cost per call, launches stubbed (Numba CUDA simulator, {size}, {a.calls} calls)")
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
@@ -225,7 +228,21 @@ def _stages(module, idx, off, calls: int, counts) -> None:
             out=out_a, output_dtype=np.dtype(np.float32), **args
         ),
     }
-    stages = {**stages, **generic}
+    out_t, checked = _planned_forward(module, w, idx, off, None)
+    update = module.update_plan(checked[0])
+    g_a = to_array(torch.ones(tuple(out_t.shape)))
+    m1 = to_array(module.momentum1)
+    updates = {
+        "update: the planned backward (FusedTBE.planned_update)": lambda: module.planned_update(
+            torch.ones(tuple(out_t.shape)), checked
+        ),
+        "update: update_plan(): the plan's cache check": lambda: module.update_plan(checked[0]),
+        "update: UpdatePlan.run, launch stubbed": lambda: update.run(g_a, *checked[1:], None),
+        "update: cuda _update (runs + launches stubbed)": lambda: cuda_tbe._update(
+            cuda_tbe._prepare(lookup_args), lookup_args, g_a, w_a, module.optimizer, m1, None, None
+        ),
+    }
+    stages = {**stages, **updates, **generic}
     print("\nstages of the planned FusedTBE forward (each timed alone, launch stubbed), then the generic path's")
     head = f"{'stage':52s} {'wall us':>9s} {'quartiles':>15s} {'cpu us':>8s}"
     print(head + "\n" + "-" * len(head))

@@ -284,6 +284,15 @@ def _row_step(opt, grad, momentum1=None):
             [2.85, 3.8],
             dict(momentum1=[0.15, 0.2, 0, 0]),
         ),
+        # a gradient of float32 subnormals, 2**-149 * [24, 32] (|g| = 40 * 2**-149): the rate 0.25 / |g|
+        # is past float32's range; each element divided by |g| first gives the step of |g| = 1
+        (
+            TBEOptimizer("lars_sgd", 0.1, eta=0.5),
+            [24 * 2.0**-149, 32 * 2.0**-149],
+            None,
+            [2.85, 3.8],
+            dict(momentum1=[0.15, 0.2, 0, 0]),
+        ),
         # sgd to [3.3, 4.4] (norm 5.5), then max_norm 5 scales it by 5 / 5.5 back to [3, 4]
         (TBEOptimizer("sgd", 0.1, max_norm=5.0), [-3, -4], None, [3, 4], {}),
         # rowwise adagrad: m = 12.5, w -= 0.1 / sqrt(12.5) * g = [2.915147, 3.886863] (norm 4.858579) <= 4.9: kept
@@ -316,6 +325,22 @@ def test_lamb_zero_direction_leaves_the_row(backend):
             np.zeros((1, 2), np.float32), w, *ROW_LAY.arrays(), np.array([0]), np.array([0, 1]), backend=backend, **kw
         )
         np.testing.assert_array_equal(w, [3, 4, 1, 1])
+
+
+@pytest.mark.parametrize("kind", ["lamb", "partial_rowwise_lamb"])
+def test_lamb_trust_ratio_past_float32(kind, backend):
+    """A row of norm 50000 and a gradient of float32 subnormals, 2**-149 * [240, 320] (whose first
+    moment, 0.1 * g, is still exact): the direction is g / eps (|r| ~ 6e-35), so |w| / |r| is past
+    float32's range; each element divided by |r| first moves the row by lr * |w| * r / |r| =
+    0.1 * 50000 * [0.6, 0.8] (the float64 oracle's step)."""
+    opt = TBEOptimizer(kind, 0.1)
+    w = np.array([30000, 40000, 1, 1], np.float32)
+    state = {k: np.zeros(n, np.float32) for k, n in opt.state_sizes(4, 2).items()}
+    g = np.array([[240 * 2.0**-149, 320 * 2.0**-149]], np.float32)
+    embnum.tbe_backward_update(
+        g, w, *ROW_LAY.arrays(), np.array([0]), np.array([0, 1]), optimizer=opt, step=1, backend=backend, **state
+    )
+    np.testing.assert_allclose(w, [27000, 36000, 1, 1], rtol=1e-6)
 
 
 def test_adam_example(backend):

@@ -119,6 +119,61 @@ def test_the_collection_training_step_reads_no_tensor_back(monkeypatch, mode):
         assert reads == [], (step, reads)
 
 
+def _counting_bridge_calls(monkeypatch):
+    """A list that grows by the op's name at each call of an ``embnum.torch_bridge`` op (on a device
+    each op checks its inputs with a read back; the collection's planned step calls none)."""
+    from embnum.torch_bridge._call import BridgedOp
+
+    calls = []
+    real = BridgedOp.__call__
+
+    def counted(self, *a, **k):
+        calls.append(self.__name__)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(BridgedOp, "__call__", counted)
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["none", "warning"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_collection_on_a_device_regroups_and_steps_reading_nothing(monkeypatch, mode, weighted):
+    """The cuda backend (the simulator here): features in another key order than every TBE call's,
+    with a key no table reads. A forward + backward + fused update reads no tensor back and calls
+    no bridge op (a KJT permute or ``offsets()`` would: each checks its input with one read on a
+    device): the regrouping and the offsets are torch operations on the device
+    (``embnum.modules._regroup``), and every TBE call goes through its plans. The results are the
+    cpu backend's, which regroups with the KJT's permute."""
+    from collection_inputs import random_kjt, small_tables
+    from embnum.modules import EmbeddingBagCollection
+
+    tables = [t for t in small_tables() if t.pooling == "sum"] if weighted else small_tables()
+    opt = embnum.TBEOptimizer("adam", learning_rate=0.05)
+    ebc = EmbeddingBagCollection(tables, weighted, optimizer=opt, backend="cuda", bounds_check_mode=mode)
+    ref = EmbeddingBagCollection(tables, weighted, optimizer=opt, backend="cpu", bounds_check_mode=mode)
+    reads, on = _counting(monkeypatch)
+    calls = _counting_bridge_calls(monkeypatch)
+    rng = np.random.default_rng(3)
+    for step in range(3):
+        kjt = random_kjt(rng, tables, 4, weighted=weighted)
+        assert kjt.keys() != ref._feature_names
+        want = ref(kjt).values()
+        grad = torch.from_numpy(rng.standard_normal(tuple(want.shape)).astype(np.float32))
+        want.backward(grad)
+        if step:  # the first step makes the plans (the layout validated once)
+            reads.clear()
+            calls.clear()
+            on[0] = True
+        got = ebc(kjt).values()
+        got.backward(grad)
+        on[0] = False
+        assert torch.equal(got.detach(), want.detach())
+        if step:
+            assert reads == [] and calls == [], (step, reads, calls)
+    for (k, a), b in zip(ebc.state_dict().items(), ref.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
 def test_the_step_count_follows_writes_from_elsewhere():
     """The host copy of the step is re-read when ``iter`` changed behind the module's back."""
     from embnum.modules import FusedTBE
@@ -241,3 +296,38 @@ def test_a_cuda_training_step_is_captured_in_a_cuda_graph():
         eager(idx, off).backward(g)
     torch.cuda.synchronize()
     assert torch.allclose(graphed.weights, eager.weights, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_a_cuda_collection_step_regroups_without_a_sync(monkeypatch):
+    """On CUDA tensors, features in another key order: after the first step (plans made), a step
+    runs under torch's sync debug mode "error" (a torch operation that synchronises raises) and
+    calls no bridge op; it trains as the cpu collection does."""
+    from collection_inputs import random_kjt, small_tables
+    from embnum.modules import EmbeddingBagCollection
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with a CUDA device")
+    tables = small_tables()
+    opt = embnum.TBEOptimizer("rowwise_adagrad", learning_rate=0.05)
+    ebc = EmbeddingBagCollection(tables, optimizer=opt, device="cuda", bounds_check_mode="none")
+    ref = EmbeddingBagCollection(tables, optimizer=opt, bounds_check_mode="none")
+    calls = _counting_bridge_calls(monkeypatch)
+    rng = np.random.default_rng(4)
+    for step in range(3):
+        kjt = random_kjt(rng, tables, 8)
+        on_gpu = embnum.KeyedJaggedTensor(kjt.keys(), kjt.values().cuda(), None, kjt.lengths().cuda())
+        want = ref(kjt).values()
+        grad = torch.from_numpy(rng.standard_normal(tuple(want.shape)).astype(np.float32))
+        want.backward(grad)
+        g = grad.cuda()
+        calls.clear()
+        torch.cuda.set_sync_debug_mode("error" if step else "default")
+        try:
+            got = ebc(on_gpu).values()
+            got.backward(g)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        if step:
+            assert calls == [], calls
+        assert torch.allclose(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)

@@ -87,9 +87,17 @@ def partial_lamb_direction(x, g, m, wd, b1, bc1, den):
     return (m / bc1) * (np.float32(1.0) / den) + wd * x, m
 
 
-def lars_step(x, g, m, alr, momentum, wd):
-    """LARS-SGD, with the row's rate ``alr`` from :func:`lars_rate`: ``(new weight, new momentum)``."""
-    m = momentum * m + alr * (g + wd * x)
+def lars_step(x, g, m, alr, momentum, wd, num, den):
+    """LARS-SGD, with the row's ``(alr, num, den)`` from :func:`lars_rate`: ``(new weight, new
+    momentum)``. Where ``alr = num / den`` is inf in float32 (a gradient norm near float32's
+    smallest), each element is divided by ``den`` first: ``|g + wd * x| <= den``, so the step
+    stays within ``num``."""
+    u = g + wd * x
+    if alr < np.float32(np.inf):
+        u = alr * u
+    else:
+        u = num * (u / den)
+    m = momentum * m + u
     return x - m, m
 
 
@@ -120,20 +128,32 @@ def partial_rowwise_den(v, bc2, eps):
 
 def lamb_rate(lr, wn, rn):
     """LAMB's step size ``lr * |w| / |r|`` from the row's norms, 0 when ``|r| == 0`` (fbgemm divides
-    0 by 0 there: a NaN row)."""
+    0 by 0 there: a NaN row); inf where the quotient leaves float32 (:func:`lamb_move` handles it)."""
     rate = np.float32(0.0)
     if rn > np.float32(0.0):
         rate = wn / rn
     return lr * rate
 
 
+def lamb_move(x, r, step, lr, wn, rn):
+    """The LAMB row's new element ``x - step * r``, ``step`` from :func:`lamb_rate`; where the step
+    is inf in float32 (``|r|`` near float32's smallest), ``x - lr * |w| * (r / |r|)``: each
+    ``|r / |r||`` is at most 1, so the move stays within ``lr * |w|``."""
+    if step < np.float32(np.inf):
+        return x - step * r
+    return x - lr * (wn * (r / rn))
+
+
 def lars_rate(lr, eta, wd, wn, gn):
-    """LARS's rate ``lr * eta * |w| / (|g| + wd * |w|)`` from the row's norms, 0 when the divisor is 0."""
+    """LARS's rate from the row's norms: ``(rate, num, den)`` with ``num = lr * eta * |w|``,
+    ``den = |g| + wd * |w|`` and ``rate = num / den`` (0 when ``den`` is 0; inf where the quotient
+    leaves float32, which :func:`lars_step` handles)."""
+    num = lr * eta * wn
     den = gn + wd * wn
     rate = np.float32(0.0)
     if den > np.float32(0.0):
-        rate = lr * eta * wn / den
-    return rate
+        rate = num / den
+    return rate, num, den
 
 
 def max_norm_scale(n, max_norm):
@@ -194,7 +214,8 @@ def _make_row_rules(jit, sum_squares, norm):
     """The row updates that read the whole row before writing it, compiled by ``jit`` (arguments as
     in :func:`make_update_row`): ``(rowwise_adagrad_update, lamb_update, clip_to_max_norm)``."""
     rowwise, rowwise_row = jit(rowwise_adagrad_step), jit(rowwise_adagrad_row)
-    lamb, partial_lamb, lamb_r = jit(lamb_direction), jit(partial_lamb_direction), jit(lamb_rate)
+    lamb, partial_lamb = jit(lamb_direction), jit(partial_lamb_direction)
+    lamb_r, lamb_m = jit(lamb_rate), jit(lamb_move)
     partial_v, partial_den, max_norm_s = jit(partial_rowwise_v), jit(partial_rowwise_den), jit(max_norm_scale)
 
     @jit
@@ -226,9 +247,10 @@ def _make_row_rules(jit, sum_squares, norm):
             else:
                 r, m1[e + d] = partial_lamb(x, g[go + d], m1[e + d], wd, b1, bc1, den)
             g[go + d] = r  # the direction replaces the gradient (fbgemm reuses its buffer too)
-        step = lamb_r(lr, wn, norm(g, go, D))
+        rn = norm(g, go, D)
+        step = lamb_r(lr, wn, rn)
         for d in range(D):
-            rows[ro + d] = rows[ro + d] - step * g[go + d]
+            rows[ro + d] = lamb_m(rows[ro + d], g[go + d], step, lr, wn, rn)
 
     @jit
     def clip_to_max_norm(rows, ro, D, max_norm):
@@ -289,9 +311,9 @@ def make_update_row(jit):
         elif kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:
             lamb_update(kind, rows, ro, g, go, D, m1, m2, e, lid, lr, eps, wd, b1, b2, bc1, bc2)
         elif kind == LARS_SGD:
-            alr = lars_r(lr, hp[ETA], wd, norm(rows, ro, D), norm(g, go, D))
+            alr, num, den = lars_r(lr, hp[ETA], wd, norm(rows, ro, D), norm(g, go, D))
             for d in range(D):
-                rows[ro + d], m1[e + d] = lars(rows[ro + d], g[go + d], m1[e + d], alr, hp[MOMENTUM], wd)
+                rows[ro + d], m1[e + d] = lars(rows[ro + d], g[go + d], m1[e + d], alr, hp[MOMENTUM], wd, num, den)
         if hp[MAX_NORM] > np.float32(0.0):
             clip_to_max_norm(rows, ro, D, hp[MAX_NORM])
 

@@ -283,13 +283,26 @@ _STREAMS: dict = {}
 def launch(kernel, n_blocks: int, tpb: int, *args) -> None:
     """``kernel[n_blocks, tpb](*args)`` on the caller's current CuPy stream (the torch bridge
     makes torch's current stream CuPy's for the call), so a launch never waits for, or races
-    with, work on another stream. Under the simulator there are no streams."""
+    with, work on another stream. Under the simulator there are no streams. The configured
+    launcher (``kernel[n_blocks, tpb, stream]``, a Numba object made per subscript) is kept per
+    kernel, grid, block and stream, so a repeated launch does not make it again."""
     if SIMULATED:
         with warnings.catch_warnings():
             _quiet_simulated_arithmetic()
             kernel[n_blocks, tpb](*args)
-    else:
-        kernel[n_blocks, tpb, _current_stream()](*args)
+        return
+    stream = _current_stream()
+    key = (kernel, n_blocks, tpb, stream)
+    run = _CONFIGURED.get(key)
+    if run is None:
+        if len(_CONFIGURED) >= _MAX_CONFIGURED:
+            _CONFIGURED.clear()
+        run = _CONFIGURED[key] = kernel[n_blocks, tpb, stream]
+    run(*args)
+
+
+_CONFIGURED: dict = {}  # (kernel, grid, block, stream) -> kernel[grid, block, stream]
+_MAX_CONFIGURED = 4096
 
 
 def _quiet_simulated_arithmetic() -> None:

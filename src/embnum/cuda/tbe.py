@@ -291,17 +291,62 @@ def tbe_forward(weights, output_dtype, out, **lookup):
     if out.size == 0:
         return
     lk = _prepare(a)
-    w = contiguous(weights)
-    if a.pooling == NONE:
-        n = max(lk.T * lk.B, int(a.indices.shape[0]))
-        launch(_forward_none, _groups(n), TPB, w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, out)
+    psw = None if a.per_sample_weights is None else contiguous(a.per_sample_weights)
+    shape = None if a.pooling == NONE else _forward_shape(_bytes(a.weights_offsets), _bytes(a.D_offsets))
+    args = (lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling, psw, out, shape)
+    _launch_forward(contiguous(weights), *args)
+
+
+def _bytes(a) -> bytes:
+    return np.asarray(a, np.int64).tobytes()
+
+
+def _launch_forward(w, woff, doff, rows, indices, offsets, B, pooling, psw, out, shape, no_floats=None, aligned=None):
+    """The forward's one launch on prepared arrays (device layout tables, contiguous lookups of one
+    index type, ``psw`` contiguous float32 or None; ``shape``: :func:`_forward_shape` of the host
+    layout, pooled only; ``aligned``: :func:`_aligned4` of ``w`` where the caller knows it)."""
+    T = woff.shape[0]
+    if pooling == NONE:
+        n = max(T * B, int(indices.shape[0]))
+        launch(_forward_none, _groups(n), TPB, w, woff, doff, rows, indices, offsets, B, out)
         return
-    has_psw = a.per_sample_weights is not None
-    psw = contiguous(a.per_sample_weights) if has_psw else _NO_FLOATS()
-    rows4, log_g, chunks = _forward_shape(np.asarray(a.weights_offsets).tobytes(), np.asarray(a.D_offsets).tobytes())
-    args = (w, lk.woff, lk.doff, lk.rows, lk.indices, lk.offsets, lk.B, a.pooling == MEAN, psw, has_psw)
-    kernel = _FORWARD_POOLED["vector" if rows4 and _aligned4(w) else "element"]
-    launch(kernel, _groups(lk.T * lk.B * chunks, log_g), TPB, *args, log_g, chunks, out)
+    has_psw = psw is not None
+    if not has_psw:
+        psw = _NO_FLOATS() if no_floats is None else no_floats
+    rows4, log_g, chunks = shape
+    aligned = _aligned4(w) if aligned is None else aligned
+    kernel = _FORWARD_POOLED["vector" if rows4 and aligned else "element"]
+    args = (w, woff, doff, rows, indices, offsets, B, pooling == MEAN, psw, has_psw)
+    launch(kernel, _groups(T * B * chunks, log_g), TPB, *args, log_g, chunks, out)
+
+
+class ForwardLaunch:
+    """:func:`tbe_forward` prepared once for one layout and pooling (``embnum.ops.tbe.ForwardPlan``
+    holds it): the layout's device tables uploaded once and kept and the launch shape chosen
+    (:func:`_forward_shape`), so a call passes only its checked lookups (int32/int64 ``indices
+    [N]``, ``offsets [T*B+1]``), ``B``, float32 ``psw [N]`` or None, and ``out`` (``[B, total_D]``,
+    or ``[N, D]`` for ``"none"``). No VBE."""
+
+    def __init__(self, woff, doff, rows, pooling: int):
+        # copies: under the simulator a launch writes its host arguments back into them
+        self.woff, self.doff, self.rows = (constant(np.array(a, np.int64)) for a in (woff, doff, rows))
+        self.pooling = pooling
+        self.shape = None if pooling == NONE else _forward_shape(_bytes(woff), _bytes(doff))
+        self.no_floats = _NO_FLOATS()
+        self._weights, self._aligned = None, False  # the last weights array and its alignment
+
+    def __call__(self, weights, indices, offsets, B, psw, out) -> None:
+        if out.size == 0:
+            return
+        if offsets.dtype != indices.dtype:
+            offsets = offsets.astype(indices.dtype)
+        psw = None if psw is None else contiguous(psw)
+        ids, off = contiguous(indices), contiguous(offsets)
+        w = contiguous(weights)
+        if w is not self._weights:  # the alignment of the weights' pointer, tested once per array
+            self._weights, self._aligned = w, _aligned4(w)
+        args = (w, self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.shape)
+        _launch_forward(*args, self.no_floats, self._aligned)
 
 
 @functools.lru_cache(maxsize=256)
@@ -786,6 +831,7 @@ _lars_step = _rule(_tbe_rows.lars_step)
 _partial_rowwise_v = _rule(_tbe_rows.partial_rowwise_v)
 _partial_rowwise_den = _rule(_tbe_rows.partial_rowwise_den)
 _lamb_rate = _rule(_tbe_rows.lamb_rate)
+_lamb_move = _rule(_tbe_rows.lamb_move)
 _lars_rate = _rule(_tbe_rows.lars_rate)
 _max_norm_scale = _rule(_tbe_rows.max_norm_scale)
 _norm_of = _rule(_tbe_rows.norm_of)
@@ -810,14 +856,20 @@ def _element_step(kind, x, gd, i, m1, m2, lr, eps, wd, b1, b2, bc1, bc2, corr, m
 @vbe.backward
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
     a = LookupArgs(**lookup)
-    lk = _prepare(a)
+    _update(_prepare(a), a, grad_output, weights, optimizer, momentum1, momentum2, step)
+
+
+def _update(lk, a, grad_output, weights, optimizer, momentum1, momentum2, step, n_values=None):
+    """:func:`tbe_backward_update` on prepared lookups ``lk`` (``a``: the call's :class:`LookupArgs`,
+    host layout); ``n_values``: the row-wise gradient's size where the caller knows it."""
     N = int(lk.indices.shape[0])
     if N == 0:
         return
     g = _gradient(grad_output, optimizer.float32()["max_gradient"])
     if KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None:
         layout = (a.weights_offsets, a.D_offsets, a.hash_size_cumsum)  # host arrays
-        n_values = values_bound(N, a.D_offsets, a.hash_size_cumsum, a.rows)
+        if n_values is None:
+            n_values = values_bound(N, a.D_offsets, a.hash_size_cumsum, a.rows)
         _update_rows(
             weights, layout, lk, g, a.pooling, a.per_sample_weights, optimizer, momentum1, momentum2, step, n_values
         )
@@ -839,6 +891,39 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
         none if momentum2 is None else momentum2,
         *optimizer.kernel_args(step),
     )
+
+
+class UpdateLaunch:
+    """:func:`tbe_backward_update` prepared once for one layout and pooling (``embnum.ops.tbe.UpdatePlan``
+    holds it): the layout's device tables uploaded once and kept, and the row-wise gradient's size
+    bound (:func:`values_bound`) reduced to per-table sizes once, so a call passes only its checked
+    lookups, ``B``, the gradient, ``psw`` and the state, as :func:`tbe_backward_update` takes them.
+    No VBE."""
+
+    def __init__(self, woff, doff, hcs, rows, pooling: int):
+        # copies: under the simulator a launch writes its host arguments back into them
+        self.host = tuple(np.array(a, np.int64) for a in (woff, doff, hcs, rows))
+        self.dev = tuple(constant(a.copy()) for a in self.host)
+        self.pooling, self.T, self.n_rows = pooling, int(woff.shape[0]), int(hcs[-1])
+        dims = np.diff(self.host[1])
+        _, first = np.unique(self.host[2][:-1], return_index=True)  # one feature per table
+        self._max_dim = int(dims.max())
+        self._tables = [(int(self.host[3][t]), int(dims[t])) for t in first]
+
+    def n_values(self, N: int) -> int:
+        """:func:`values_bound` of ``N`` lookups (Python ints: no wrap)."""
+        return min(N * self._max_dim, sum(min(r, N) * d for r, d in self._tables))
+
+    def __call__(self, grad_output, weights, indices, offsets, B, psw, optimizer, momentum1, momentum2, step):
+        if offsets.dtype != indices.dtype:
+            offsets = offsets.astype(indices.dtype)
+        woff, doff, hcs, rows = self.dev
+        ids, off = contiguous(indices), contiguous(offsets)
+        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows, self.host[1])
+        a = LookupArgs(*self.host, ids, off, B, self.pooling, psw)
+        rowwise = KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None  # the scratch's size
+        n_values = self.n_values(int(ids.shape[0])) if rowwise else None
+        _update(lk, a, grad_output, weights, optimizer, momentum1, momentum2, step, n_values)
 
 
 # -- the other optimizers and max_norm: a lane group per touched row ------------------------------
@@ -941,7 +1026,8 @@ def _row_scalars(kind, decay, w, e, g, go, D, lane, lid, m1, m2, s1, s2, hp):
             if lane == 0:
                 m2[lid] = rs
         elif kind == LARS_SGD:
-            alr = _lars_rate(hp[_tbe_rows.LR], hp[_tbe_rows.ETA], hp[_tbe_rows.WD], wn, gn)
+            # mult and den carry LARS's numerator and divisor (no other kind reads them here)
+            alr, mult, den = _lars_rate(hp[_tbe_rows.LR], hp[_tbe_rows.ETA], hp[_tbe_rows.WD], wn, gn)
     return corr, mult, den, alr
 
 
@@ -971,16 +1057,18 @@ def _row_step(kind, w, e, g, go, D, lane, m1, m2, hyper, corr, mult, den, alr):
             wsq += x * x
             rsq += r * r
         else:  # LARS_SGD
-            x, m1[i] = _lars_step(x, gd, m1[i], alr, momentum, wd)
+            x, m1[i] = _lars_step(x, gd, m1[i], alr, momentum, wd, mult, den)
         if kind != LAMB and kind != PARTIAL_ROWWISE_LAMB:
             g[go + d] = x
             nsq += x * x
     if kind == LAMB or kind == PARTIAL_ROWWISE_LAMB:  # block-uniform
         wsq = _group_sum(wsq)
         rsq = _group_sum(rsq)
-        step = _lamb_rate(lr, _group_norm(w, e, D, lane, wsq), _group_norm(g, go, D, lane, rsq))
+        wn = _group_norm(w, e, D, lane, wsq)
+        rn = _group_norm(g, go, D, lane, rsq)
+        step = _lamb_rate(lr, wn, rn)
         for d in range(lane, D, LANES):
-            x = np.float32(w[e + d]) - step * g[go + d]
+            x = _lamb_move(np.float32(w[e + d]), g[go + d], step, lr, wn, rn)
             g[go + d] = x
             nsq += x * x
     return _group_sum(nsq)

@@ -30,8 +30,10 @@ import numpy as np
 import torch
 
 from .._tbe import TBEOptimizer
-from . import _state
-from .tbe import TBE, FusedTBE, _FusedLookup
+from ..containers import KeyedTensor
+from ..torch_bridge import tbe_backward, tbe_forward, tbe_grad_per_sample_weights
+from . import _regroup, _state
+from .tbe import TBE, FusedTBE, fused_lookup
 
 _POOLINGS = ("sum", "mean")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -127,8 +129,6 @@ class _PlainLookup(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, group, spans, indices, offsets, per_sample_weights, *tables):
-        from ..torch_bridge import tbe_forward
-
         ctx.group, ctx.spans = group, spans
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         return tbe_forward(
@@ -144,8 +144,6 @@ class _PlainLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from ..torch_bridge import tbe_backward, tbe_grad_per_sample_weights
-
         g = ctx.group
         indices, offsets, psw = ctx.saved_tensors
         grad = grad.contiguous().float()
@@ -300,8 +298,6 @@ class EmbeddingBagCollection(torch.nn.Module):
     def forward(self, features):
         """``features``: a KeyedJaggedTensor holding every feature of the tables (extra keys
         are ignored; fixed batch size). Returns a ``KeyedTensor`` ``[B, sum of dims]``."""
-        from ..containers import KeyedTensor
-
         if getattr(features, "variable_stride_per_key", lambda: False)():
             raise ValueError("features with a variable batch size per key are not supported by the TBE lookup")
         keys = list(features.keys())
@@ -311,20 +307,17 @@ class EmbeddingBagCollection(torch.nn.Module):
             raise ValueError(f"features lacks the keys {missing} (it has {keys})")
         outs = []
         for g, spans, feats, ts in zip(self._groups, self._spans, self._group_features, self._members):
-            perm = [index[f] for f in feats]
-            kjt = features if perm == list(range(len(keys))) else features.permute(perm)
-            psw = kjt.weights_or_none() if self._is_weighted else None
+            indices, offsets, psw = self._call_lookups(features, keys, [index[f] for f in feats], g)
             if self._is_weighted and psw is None:
                 raise ValueError("is_weighted collection: features must carry weights (per-sample weights)")
             if psw is not None and psw.dtype != torch.float32:
                 psw = psw.float()
-            indices, offsets = kjt.values(), kjt.offsets()
             try:
                 if self.optimizer is None:
                     tables = [self.embedding_bags[t.name].weight for t in ts]
                     outs.append(_PlainLookup.apply(g, spans, indices, offsets, psw, *tables))
                 else:
-                    outs.append(_FusedLookup.apply(g.weights, psw, g, indices, offsets))
+                    outs.append(fused_lookup(g.weights, psw, g, indices, offsets))
             except (IndexError, TypeError) as err:
                 plain = self._lookup_error(err, g, feats, ts, indices, offsets)
                 if plain is None:
@@ -335,6 +328,20 @@ class EmbeddingBagCollection(torch.nn.Module):
         else:
             values = torch.cat([outs[gi][:, a:b] for gi, a, b in self._out_slices], dim=1)
         return KeyedTensor(self._feature_names, self._lengths, values)
+
+    def _call_lookups(self, features, keys, perm, group):
+        """``(indices, offsets, per_sample_weights)`` of the TBE call ``group`` reading the keys at
+        ``perm`` of ``features``. On a device (CUDA tensors, or the cuda backend) with no read back
+        (``modules._regroup``: every key moved, the offsets from the lengths on the device);
+        elsewhere through the KeyedJaggedTensor's permute and offsets (which check their inputs)."""
+        values = features.values()
+        weighted = self._is_weighted
+        if isinstance(values, torch.Tensor) and (values.is_cuda or group.backend == "cuda"):
+            order = _regroup.key_order(tuple(keys), perm, values.device)
+            weights = features.weights_or_none() if weighted else None
+            return _regroup.call_lookups(order, values, weights, features.lengths(), features.stride())
+        kjt = features if perm == list(range(len(keys))) else features.permute(perm)
+        return kjt.values(), kjt.offsets(), kjt.weights_or_none() if weighted else None
 
     # -- checkpoints ---------------------------------------------------------------------
     def _load_from_state_dict(self, state_dict, prefix, *args):

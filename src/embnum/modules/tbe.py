@@ -13,7 +13,10 @@ import numpy as np
 import torch
 
 from .._tbe import TBEOptimizer, tbe_layout
-from ..ops.tbe import output_dtype_of, pooling_code
+from ..ops.tbe import ForwardPlan, UpdatePlan, output_dtype_of, pooling_code, trust_device_layout
+from ..torch_bridge import tbe_backward_update, tbe_forward, tbe_grad_per_sample_weights, to_array
+from ..torch_bridge._call import _bump_versions, _watched
+from ..torch_bridge._convert import on_torch_stream
 from . import _state
 
 _POOLING_NAMES = ("sum", "mean", "none")
@@ -105,6 +108,7 @@ class _Tables(torch.nn.Module):
         self.backend = backend
         self._trusted = None  # (the layout buffers, len(weights), their versions) last trusted on a GPU
         self._plan = None  # (what the forward plan was made for, the plan): see forward_plan
+        self._weights_view = None  # (what the weights' array view was made for, the view): see weights_array
 
     def layout(self):
         """The three layout buffers. On a GPU they stay there: the first call (and the first after a
@@ -120,9 +124,6 @@ class _Tables(torch.nn.Module):
                 or any(a is not b for a, b in zip(last[:3], bufs))
                 or last[3:] != seen[3:]
             ):
-                from ..ops.tbe import trust_device_layout
-                from ..torch_bridge import to_array
-
                 w = to_array(self.weights.detach())
                 trust_device_layout(w, *(to_array(b) for b in bufs))
                 self._trusted = seen
@@ -155,13 +156,20 @@ class _Tables(torch.nn.Module):
         if kept is None or kept[0] != seen:  # (the kept entry holds the buffers: their ids stay theirs)
             if backend == "ref" or (weights.is_cuda != (backend == "cuda") and not _cuda_takes_host_arrays()):
                 return None
-            from ..ops.tbe import ForwardPlan
-            from ..torch_bridge import to_array
 
             bufs = self.layout()  # on a GPU: trusted once here, so the plan reads nothing back
             arrays = (to_array(weights.detach()), *(to_array(x) for x in bufs))
             plan = ForwardPlan(*arrays, self.pooling_mode, self.output_dtype, self.bounds_check_mode, backend)
             kept = self._plan = (seen, plan, bufs)
+        return kept[1]
+
+    def weights_array(self, weights):
+        """The array view of ``weights`` (``torch_bridge.to_array``), kept while the tensor's memory,
+        shape, strides and dtype stay the same (on a GPU a DLPack export per call saved)."""
+        seen = (weights.data_ptr(), weights.shape, weights.stride(), weights.dtype)
+        kept = self._weights_view
+        if kept is None or kept[0] != seen:
+            kept = self._weights_view = (seen, to_array(weights.detach()))
         return kept[1]
 
     def out_of_range_error(self, err, indices, offsets, features=None, tables=None):
@@ -217,7 +225,6 @@ class TBE(_Tables):
     is the dense float gradient, for any torch optimizer."""
 
     def forward(self, indices, offsets, per_sample_weights=None):
-        from ..torch_bridge import tbe_forward
 
         try:
             return tbe_forward(
@@ -241,13 +248,12 @@ class TBE(_Tables):
 class _FusedLookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, weights, per_sample_weights, module, indices, offsets):
-        from ..torch_bridge import tbe_forward
-
         ctx.module = module
         ctx.save_for_backward(indices, offsets, per_sample_weights)
-        out = _planned_forward(module, weights, indices, offsets, per_sample_weights)
-        if out is not None:
-            return out
+        planned = _planned_forward(module, weights, indices, offsets, per_sample_weights)
+        ctx.checked = None if planned is None else planned[1]
+        if planned is not None:
+            return planned[0]
         return tbe_forward(
             weights.detach(),
             *module.layout(),
@@ -262,9 +268,28 @@ class _FusedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        indices, offsets, psw = ctx.saved_tensors
-        psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, psw is not None and ctx.needs_input_grad[1])
+        indices, offsets, psw = ctx.saved_tensors  # (torch checks that none was written since)
+        want = psw is not None and ctx.needs_input_grad[1]
+        if ctx.checked is not None and not want and ctx.module.planned_update(grad, ctx.checked):
+            return None, None, None, None, None
+        psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, want)
         return None, psw_grad, None, None, None
+
+
+_transforms_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+_apply_fused = torch._C._FunctionBase.__dict__["apply"].__get__(None, _FusedLookup)
+
+
+def fused_lookup(weights, per_sample_weights, module, indices, offsets):
+    """``_FusedLookup.apply(...)`` (the module's autograd lookup) without torch's generic Python
+    wrapper of ``Function.apply`` (its default-argument binding test and the tuple it rebuilds
+    around each argument): what that wrapper then calls, with each tensor unwrapped as it unwraps
+    it. Under a functorch transform, the wrapper itself."""
+    if _transforms_active():
+        return _FusedLookup.apply(weights, per_sample_weights, module, indices, offsets)
+    psw = None if per_sample_weights is None else _unwrap_if_dead(per_sample_weights)
+    return _apply_fused(_unwrap_if_dead(weights), psw, module, _unwrap_if_dead(indices), _unwrap_if_dead(offsets))
 
 
 def _cuda_takes_host_arrays() -> bool:
@@ -275,18 +300,18 @@ def _cuda_takes_host_arrays() -> bool:
 
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
-_OUT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+_OUT_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16}
 
 
 def _planned_forward(module, weights, indices, offsets, psw):
     """The forward through the module's :meth:`_Tables.forward_plan`: the lookups validated and
     checked as the op does, the output from torch's allocator, one array view of each tensor, the
-    kernel called directly (no argument binding, backend choice or layout check per call). ``None``
+    kernel called directly (no argument binding, backend choice or layout check per call). Returns
+    the output and the checked lookups ``(plan, indices, offsets, B, per_sample_weights)`` (arrays) for
+    the backward's update (:meth:`FusedTBE.planned_update`); ``None``
     where the op's generic path must take the call: something watches the dispatcher (tracing,
     a mode, the profiler), a tensor is not a plain tensor on the weights' device, or of a dtype
     the op rejects (its error then names it)."""
-    from ..torch_bridge._call import _watched
-    from ..torch_bridge._convert import on_torch_stream, to_array
 
     device = weights.device
     if (
@@ -300,15 +325,15 @@ def _planned_forward(module, weights, indices, offsets, psw):
         or _watched()
     ):
         return None
-    plan = module.forward_plan(weights)
-    if plan is None:
-        return None
-    with on_torch_stream((weights,)):
+    with on_torch_stream((weights,)):  # (a plan made here holds its device tables in torch's memory)
+        plan = module.forward_plan(weights)
+        if plan is None:
+            return None
         p = None if psw is None else to_array(psw.detach())
         ids, off, B = plan.lookups(to_array(indices), to_array(offsets), p)
-        out = torch.empty(plan.shape(ids.shape[0], B), dtype=_OUT_DTYPES[str(plan.output_dtype)], device=device)
-        plan.run(to_array(weights), ids, off, B, p, to_array(out))
-    return out
+        out = torch.empty(plan.shape(ids.shape[0], B), dtype=_OUT_DTYPES[plan.output_dtype], device=device)
+        plan.run(module.weights_array(weights), ids, off, B, p, to_array(out))
+    return out, (plan, ids, off, B, p)
 
 
 class FusedTBE(_Tables):
@@ -336,6 +361,7 @@ class FusedTBE(_Tables):
             self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
         self._steps = StepCount(self.iter, 0)
+        self._update = None  # (what the update plan was made for, the plan): see update_plan
 
     def _state_rules(self) -> dict:
         rules = super()._state_rules()
@@ -360,14 +386,56 @@ class FusedTBE(_Tables):
         self._steps.advance(self.iter)
 
     def forward(self, indices, offsets, per_sample_weights=None):
-        _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
+        if type(indices) is not torch.Tensor or type(offsets) is not torch.Tensor or per_sample_weights is not None:
+            _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
         try:
-            return _FusedLookup.apply(self.weights, per_sample_weights, self, indices, offsets)
+            return fused_lookup(self.weights, per_sample_weights, self, indices, offsets)
         except IndexError as err:
             plain = self.out_of_range_error(err, indices, offsets)
             if plain is None:
                 raise
             raise plain from err
+
+    def update_plan(self, forward):
+        """The fused update prepared for the forward plan ``forward`` (``embnum.ops.tbe.UpdatePlan``:
+        optimizer, weights and state validated once, their array views kept), made again when the
+        forward plan, the optimizer, or where and how the weights or a state buffer is stored changed;
+        ``None`` unless ``forward`` is the module's current forward plan."""
+        kept = self._plan
+        if kept is None or kept[1] is not forward:
+            return None
+        tensors = (self.weights, self.momentum1, self.momentum2)
+        seen = [forward, self.optimizer]
+        for x in tensors:  # where and how each is stored (its device: the forward plan's, or another pointer)
+            seen += (None,) if x is None else (x.data_ptr(), x.shape, x.stride(), x.dtype)
+        found = self._update
+        if found is None or found[0] != seen:
+            arrays = [None if x is None else to_array(x.detach()) for x in tensors]
+            found = self._update = (seen, UpdatePlan(forward, self.optimizer, *arrays))
+        return found[1]
+
+    def planned_update(self, grad, checked) -> bool:
+        """The backward's optimizer step through :meth:`update_plan`, on the lookups the planned
+        forward checked (``checked``: what ``_planned_forward`` returned beside its output), as
+        :meth:`apply_gradient` without a ``per_sample_weights`` gradient; False (nothing done) where
+        it cannot take the call (the generic path then does)."""
+        plan_f, ids, off, B, p = checked
+        w = self.weights
+        if type(grad) is not torch.Tensor or grad.device != w.device or _watched():
+            return False
+        g = grad if grad.dtype == torch.float32 and grad.is_contiguous() else grad.contiguous().float()
+        opt = self.optimizer
+        if opt.max_gradient is not None:
+            g = g.clamp(-opt.max_gradient, opt.max_gradient)
+        step = self.step + 1 if opt.uses_step else None
+        with on_torch_stream((w,)):  # (a plan made here holds its device tables in torch's memory)
+            plan = self.update_plan(plan_f)
+            if plan is None:
+                return False
+            plan.run(to_array(g), ids, off, B, p, step)
+        _bump_versions(tuple(x for x in (w, self.momentum1, self.momentum2) if x is not None))
+        self._count_step()
+        return True
 
     def apply_gradient(self, grad, indices, offsets, per_sample_weights=None, want_psw_grad=False):
         """The backward pass's optimizer step for the output gradient ``grad`` ``[B, total_D]`` of the
@@ -421,7 +489,14 @@ class StepCount:
         """``buf += 1`` on its device (nothing read back)."""
         seen = self._seen
         current = seen is not None and seen[0] is buf and seen[1] == buf._version
-        buf.add_(1)
+        if (
+            buf.is_cpu and buf.dtype == torch.int64 and not (buf.requires_grad or buf.is_inference())
+        ):  # add_ minus dispatch
+            count = buf.numpy()
+            count += 1
+            _bump_versions((buf,))
+        else:
+            buf.add_(1)
         self._seen = (buf, buf._version, seen[2] + 1) if current and seen is not None else None
 
 
@@ -448,7 +523,6 @@ def fused_update(
     ``tbe_backward_update`` in place on ``weights`` and ``state = (momentum1, momentum2)`` at ``step``
     (the step being taken). Returns the ``psw`` gradient or ``None``. :class:`FusedTBE` and the
     fbgemm stand-in's training module share it; each keeps its own step counter."""
-    from ..torch_bridge import tbe_backward_update, tbe_grad_per_sample_weights
 
     g = grad.contiguous().float()
     if optimizer.max_gradient is not None:

@@ -392,12 +392,36 @@ class ForwardPlan:
         self.kernel = tbe_forward._load(self.backend)[0]
         self.weights_len, self.weights_dtype = weights.shape[0], weights.dtype
         self.total_D, self.D = int(self.doff[-1]), int(self.doff[1])
+        self.T = int(self.rows.shape[0])
+        self._array_type = type(self.backend.empty((0,), np.int64))
+        # "none" pooling takes one dim for every feature (else every call raises, from lookups())
+        self._plain = self.pooling != NONE or bool((np.diff(self.doff) == self.D).all())
         self._args = _plan_args(None, self.woff, self.doff, self.hcs, self.rows, None, None, 0, self.pooling, None)
         self._args["output_dtype"] = self.output_dtype
+        self._launch = _prepared_launch(self.backend, self.woff, self.doff, self.rows, self.pooling)
 
     def lookups(self, indices, offsets, per_sample_weights):
         """The call's lookups validated and checked as :func:`tbe_forward` does: ``(indices,
-        offsets, B)``."""
+        offsets, B)``. Lookups that pass :func:`lookups`' argument rules at a glance (the backend's
+        own 1-D index arrays, ``T * B + 1`` offsets, sizes within int32, no per-sample weights, a
+        pooling the layout takes) go straight to the bounds check; any other call takes
+        :func:`lookups` whole, which names what is wrong."""
+        a = self._array_type
+        if per_sample_weights is None and type(indices) is a and type(offsets) is a and self._plain:
+            n_bags = offsets.shape[0] - 1
+            B = n_bags // self.T
+            if (
+                indices.ndim == 1
+                and offsets.ndim == 1
+                and n_bags >= 0
+                and B * self.T == n_bags
+                and indices.dtype in v.INDEX_DTYPES
+                and offsets.dtype in v.INDEX_DTYPES
+                and indices.shape[0] <= v.INT32_MAX
+                and n_bags <= v.INT32_MAX
+            ):
+                indices, offsets = bounds.check(indices, offsets, B, self.rows, self.mode)
+                return indices, offsets, B
         indices, offsets, B, _, _ = lookups(
             indices, offsets, per_sample_weights, self.rows, self.pooling, self.doff, self.mode
         )
@@ -409,10 +433,78 @@ class ForwardPlan:
 
     def run(self, weights, indices, offsets, B, per_sample_weights, out) -> None:
         """The kernel on checked lookups (:meth:`lookups`), writing ``out`` (``shape``, ``output_dtype``)."""
+        if self._launch is not None:
+            self._launch(weights, indices, offsets, B, per_sample_weights, out)
+            return
         args = self._args.copy()
         args["weights"], args["indices"], args["offsets"] = weights, indices, offsets
         args["B"], args["per_sample_weights"] = B, per_sample_weights
         self.backend.run(self.kernel, args, out)
+
+
+def _prepared_launch(backend, woff, doff, rows, pooling, name="ForwardLaunch", hcs=None):
+    """The backend's launch prepared for one layout (its ``ForwardLaunch`` / ``UpdateLaunch``: layout
+    tables on the device once), or None where the backend has none (the plan then calls its kernel)."""
+    try:
+        prepare = backend.kernel("tbe", name)
+    except NotImplementedError:
+        return None
+    return prepare(woff, doff, rows, pooling) if hcs is None else prepare(woff, doff, hcs, rows, pooling)
+
+
+class UpdatePlan:
+    """:func:`tbe_backward_update` prepared once for a :class:`ForwardPlan`'s layout and settings, one
+    optimizer and the weights and state arrays a module owns (validated here, as every call of the op
+    validates them), for a module whose backward updates the lookups its forward checked: a call
+    takes those checked lookups (:meth:`ForwardPlan.lookups`), checks only the gradient, the step and
+    that no argument shares memory with an array it writes, and runs the kernel. No VBE."""
+
+    def __init__(self, forward: ForwardPlan, optimizer, weights, momentum1, momentum2):
+        if not isinstance(optimizer, TBEOptimizer):
+            raise TypeError(f"optimizer must be an embnum.TBEOptimizer, got {type(optimizer).__name__}")
+        if weights.shape[0] != forward.weights_len or weights.dtype != forward.weights_dtype:
+            raise ValueError("weights must have the length and dtype the forward plan was made for")
+        _writable("weights", weights)
+        sizes = optimizer.state_sizes(weights.shape[0], int(forward.hcs[-1]))
+        _state("momentum1", momentum1, "momentum1" in sizes, weights, sizes.get("momentum1"))
+        _state("momentum2", momentum2, "momentum2" in sizes, weights, sizes.get("momentum2"))
+        self.written = {"weights": weights, "momentum1": momentum1, "momentum2": momentum2}
+        v.no_alias(self.written, tuple(self.written))
+        self.forward, self.optimizer, self.backend = forward, optimizer, forward.backend
+        self.kernel = tbe_backward_update._load(self.backend)[0]
+        f = forward
+        self._launch = _prepared_launch(self.backend, f.woff, f.doff, f.rows, f.pooling, "UpdateLaunch", f.hcs)
+        self._args = _plan_args(weights, f.woff, f.doff, f.hcs, f.rows, None, None, 0, f.pooling, None)
+        self._args.update(optimizer=optimizer, momentum1=momentum1, momentum2=momentum2)
+
+    def run(self, grad_output, indices, offsets, B, per_sample_weights, step) -> None:
+        """The update of the checked lookups ``(indices, offsets, B, per_sample_weights)`` from
+        ``grad_output`` at ``step`` (as the op: an int >= 1 for the Adam and LAMB kinds, else None),
+        in place on the plan's weights and state."""
+        f, opt = self.forward, self.optimizer
+        _grad_output(grad_output, f.pooling, B, indices.shape[0], f.doff)
+        if opt.uses_step:
+            if step is None:
+                raise ValueError(f"step is required for {opt.kind} (an int >= 1)")
+            step = v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {opt.kind}")
+        elif step is not None:
+            raise ValueError(f"step must be None for {opt.kind}, got {step!r}")
+        read = {
+            "grad_output": grad_output,
+            "indices": indices,
+            "offsets": offsets,
+            "per_sample_weights": per_sample_weights,
+        }
+        v.no_alias({**read, **self.written}, tuple(self.written))
+        w = self.written
+        if self._launch is not None:
+            args = (grad_output, w["weights"], indices, offsets, B, per_sample_weights, opt)
+            self._launch(*args, w["momentum1"], w["momentum2"], step)
+            return
+        args = self._args.copy()
+        args.update(grad_output=grad_output, indices=indices, offsets=offsets, B=B, step=step)
+        args["per_sample_weights"] = per_sample_weights
+        self.backend.run(self.kernel, args, None)
 
 
 # -- backward --------------------------------------------------------------

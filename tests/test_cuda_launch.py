@@ -1,0 +1,48 @@
+"""``embnum.cuda._common.launch`` on a GPU keeps each configured launcher (``kernel[grid, block,
+stream]``) and reuses it. Checked without a GPU on a stand-in kernel, with the launch's GPU branch
+taken (the simulator's branch subscripts the kernel itself each call)."""
+
+from embnum.cuda import _common
+
+
+class _Kernel:
+    """Records each configuration (subscript) and each launch of a configured launcher."""
+
+    def __init__(self):
+        self.configured, self.launched = [], []
+
+    def __getitem__(self, config):
+        self.configured.append(config)
+        return lambda *args: self.launched.append((config, args))
+
+
+def test_a_repeated_launch_reuses_its_configured_launcher(monkeypatch):
+    monkeypatch.setattr(_common, "SIMULATED", False)
+    streams = iter(["s1", "s1", "s1", "s2"])
+    monkeypatch.setattr(_common, "_current_stream", lambda: next(streams))
+    monkeypatch.setattr(_common, "_CONFIGURED", {})
+    k = _Kernel()
+    _common.launch(k, 4, 256, 1, "a")
+    _common.launch(k, 4, 256, 2, "b")  # same grid, block and stream: configured once
+    _common.launch(k, 8, 256, 3)  # another grid
+    _common.launch(k, 4, 256, 4)  # another stream
+    assert k.configured == [(4, 256, "s1"), (8, 256, "s1"), (4, 256, "s2")]
+    assert k.launched == [
+        ((4, 256, "s1"), (1, "a")),
+        ((4, 256, "s1"), (2, "b")),
+        ((8, 256, "s1"), (3,)),
+        ((4, 256, "s2"), (4,)),
+    ]
+
+
+def test_the_kept_launchers_are_bounded(monkeypatch):
+    monkeypatch.setattr(_common, "SIMULATED", False)
+    monkeypatch.setattr(_common, "_current_stream", lambda: "s")
+    monkeypatch.setattr(_common, "_CONFIGURED", {})
+    monkeypatch.setattr(_common, "_MAX_CONFIGURED", 3)
+    k = _Kernel()
+    for n in range(5):
+        _common.launch(k, n + 1, 32)
+    assert len(_common._CONFIGURED) <= 3
+    assert [c[0] for c in k.configured] == [1, 2, 3, 4, 5]
+    assert len(k.launched) == 5
