@@ -437,19 +437,12 @@ _CKPT_INPUT = (np.array([0, 3, 2, 1, 0], np.int64), np.array([0, 2, 2, 3, 5], np
 
 
 def split_ckpt_call(args, kind):
-    import torch
 
     if kind != "torch":
         raise NotExpressible("the stand-in modules take tensors")
     seed = args["seed"] if is_int(args["seed"]) and 0 <= args["seed"] < 50 else 0
     m = _split_for_ckpt(seed)
-    before = {k: v.clone() for k, v in m.state_dict().items()}
-    try:
-        m.load_state_dict({k: on(kind, v) for k, v in args.items() if k != "seed"}, assign=bool(seed % 2))
-    except BaseException:
-        if any(not torch.equal(before[k], v) for k, v in m.state_dict().items()):
-            raise AssertionError("a rejected checkpoint changed the module") from None
-        raise
+    _load_checked(m, args, kind)
     out = m(tensor(_CKPT_INPUT[0].copy()), tensor(_CKPT_INPUT[1].copy()))
     # the state as TorchRec reads it: per-table views of the weights and of the optimizer state
     tables, states = m.split_embedding_weights(), m.get_optimizer_state()

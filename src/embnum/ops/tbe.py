@@ -483,12 +483,7 @@ class UpdatePlan:
         in place on the plan's weights and state."""
         f, opt = self.forward, self.optimizer
         _grad_output(grad_output, f.pooling, B, indices.shape[0], f.doff)
-        if opt.uses_step:
-            if step is None:
-                raise ValueError(f"step is required for {opt.kind} (an int >= 1)")
-            step = v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {opt.kind}")
-        elif step is not None:
-            raise ValueError(f"step must be None for {opt.kind}, got {step!r}")
+        step = _step(opt, step)
         read = {
             "grad_output": grad_output,
             "indices": indices,
@@ -663,6 +658,17 @@ def _state(name, a, kind_uses, weights, numel):
     _writable(name, a)  # memory shared with any other argument: v.no_alias (the registry, for every in-place op)
 
 
+def _step(optimizer, step):
+    """``step`` as the update takes it: an int >= 1 for the kinds that use one, else None."""
+    if optimizer.uses_step:
+        if step is None:
+            raise ValueError(f"step is required for {optimizer.kind} (an int >= 1)")
+        return v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {optimizer.kind}")
+    if step is not None:
+        raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
+    return None
+
+
 def _writable(name, a):
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (it is updated in place)")
@@ -717,12 +723,7 @@ def tbe_backward_update(
     sizes = optimizer.state_sizes(weights.shape[0], int(args["hash_size_cumsum"][-1]))
     _state("momentum1", momentum1, "momentum1" in sizes, weights, sizes.get("momentum1"))
     _state("momentum2", momentum2, "momentum2" in sizes, weights, sizes.get("momentum2"))
-    if optimizer.uses_step:
-        if step is None:
-            raise ValueError(f"step is required for {optimizer.kind} (an int >= 1)")
-        step = v.integer("step", step, min=1, max=v.INT64_MAX, what=f"an int >= 1 for {optimizer.kind}")
-    elif step is not None:
-        raise ValueError(f"step must be None for {optimizer.kind}, got {step!r}")
+    step = _step(optimizer, step)
     args.update(optimizer=optimizer, momentum1=momentum1, momentum2=momentum2, step=step)
     return (args, None)
 
