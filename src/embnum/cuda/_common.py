@@ -310,8 +310,9 @@ def _quiet_simulated_arithmetic() -> None:
     warn where the hardware quietly gives IEEE's answer (``inf - inf`` is NaN, ``x / 0`` is inf,
     overflow is inf): the kernels compute what a GPU computes, and the warnings are the
     simulator's. ``np.errstate`` cannot reach the simulator's threads (it is per context), so the
-    launch ignores NumPy's floating-point warnings raised in this package's kernel modules."""
-    warnings.filterwarnings("ignore", r".*encountered in", RuntimeWarning, r"embnum\.cuda\.")
+    launch ignores NumPy's floating-point warnings raised in this package's kernel modules and in
+    the shared rules they compile as device functions (``embnum._tbe_rows``, ``embnum._half``, ...)."""
+    warnings.filterwarnings("ignore", r".*encountered in", RuntimeWarning, r"embnum\.(cuda\.|_)")
 
 
 _CONSTANTS: dict = {}
