@@ -316,6 +316,10 @@ def split_model(args):
         return INVALID
     if psw32 is not None and (not np.all(np.isfinite(psw32)) or np.abs(psw32).max(initial=0) >= 2.0**60):
         return BEYOND_FLOAT32
+    if kind == "lars_sgd" and psw32 is not None and np.any((psw32 != 0) & (np.abs(psw32) < 1e-30)):
+        # gradients down to float32's subnormals: the kernels' step stays finite (each element divided
+        # by |g| first), but such a gradient holds a few significant bits, so it is not the float64 oracle's
+        return BEYOND_FLOAT32
     sizes = opt.state_sizes(lay.num_weights, int(lay.hash_size_cumsum[-1]))
     states = {k: np.zeros(n, np.float32) for k, n in sizes.items()}
     grad = np.ones(out.shape, np.float32)
