@@ -28,7 +28,7 @@ from hostile_models import (
     plain,
     tensor,
 )
-from hostile_modules import _f32
+from hostile_modules import _DECAY_OF, _f32
 
 # -- SplitTableBatchedEmbeddingBagsCodegen: construction, forward, the fused update -----------------------
 _KIND = {
@@ -47,16 +47,6 @@ _POOLING = ("SUM", "MEAN", "NONE")
 _BOUNDS = ("FATAL", "WARNING", "IGNORE", "NONE", "V2_IGNORE", "V2_WARNING", "V2_FATAL")
 _BOUNDS_OP = {"FATAL": "fatal", "WARNING": "warning", "IGNORE": "ignore", "NONE": "none"}
 _DECAY_MODES = ("NONE", "L2", "DECOUPLE", "COUNTER", "COWCLIP", "DECOUPLE_GLOBAL")
-# the decay modes each kind implements (fbgemm's); under NONE a decay > 0 is the first (rowwise
-# Adagrad: none, which the stand-in refuses rather than ignore the decay)
-_DECAY_OF = {
-    "rowwise_adagrad": ("l2", "decoupled"),
-    "adam": ("decoupled",),
-    "lamb": ("decoupled",),
-    "partial_rowwise_adam": ("decoupled",),
-    "partial_rowwise_lamb": ("decoupled",),
-    "lars_sgd": ("l2",),
-}
 
 
 def _enum_of(enum_cls, x):
@@ -107,6 +97,8 @@ def split_base(seed):
     # TorchRec's VBE on 2 ranks: feature t's batch per rank (pooled SUM/MEAN only, as the op)
     vbe = [[1 + (seed + t) % 2, (seed * t) % 3] for t in range(len(ftm or [0, 1]))] if seed % 3 == 2 else None
     optimizer = _OPTIMIZERS[seed % len(_OPTIMIZERS)]
+    # the decay modes the kind implements (fbgemm's); under NONE a decay > 0 is the first (rowwise
+    # Adagrad: none, which the stand-in refuses rather than ignore the decay)
     implements = _DECAY_OF.get(_KIND[optimizer], ())
     decay = (
         ("NONE", "L2", "DECOUPLE")[("none", "l2", "decoupled").index(implements[seed % len(implements)])]
