@@ -91,7 +91,7 @@ def test_bridge_passes_input_memory_and_returns_output_memory_without_copies(mon
         real(values, offsets, max_lengths, padding_value, out)
 
     cpu = embnum._backend.BACKENDS["cpu"]
-    monkeypatch.setitem(op._kernels, cpu, (spy, op._kernels[cpu][1]))
+    monkeypatch.setitem(op._kernels, cpu, (spy, op._kernels[cpu][1], cpu.runner(spy)))
     values = torch.arange(12.0).reshape(6, 2)
     offsets = torch.tensor([0, 2, 3, 3, 6])
     dense = tb.jagged_to_padded_dense(values, [offsets], [2])

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import inspect
+import operator
 import os
 from typing import Any
 
@@ -119,6 +121,11 @@ class Backend:
         (an op whose sizes depend on the data, or an in-place op) it returns its result."""
         return kernel(**args) if out is None else kernel(**args, out=out)
 
+    def runner(self, kernel):
+        """``run(args, out)``: :meth:`run` with ``kernel`` bound, made once when the registry
+        loads the kernel (a backend may settle there what each call would otherwise look up)."""
+        return functools.partial(self.run, kernel)
+
     def to_host(self, a) -> np.ndarray:
         return to_host(a)
 
@@ -174,10 +181,6 @@ class CpuBackend(Backend):
     name = "cpu"
     _common: Any = None  # embnum.cpu._common, once a kernel is loaded (importing embnum loads no Numba)
 
-    def __init__(self):
-        # kernel -> its one-thread threshold (cpu._common.serial_bytes), looked up when it is loaded
-        self._serial_bytes: dict = {}
-
     def available(self) -> bool:
         return _module_available("numba")
 
@@ -185,10 +188,8 @@ class CpuBackend(Backend):
         return is_numpy(a)
 
     def kernel(self, family: str, name: str):
-        self._common = common = importlib.import_module("embnum.cpu._common")
-        kernel = super().kernel(family, name)
-        self._serial_bytes[kernel] = common.SERIAL_BYTES_OF.get(kernel.__name__, common.SERIAL_BYTES)
-        return kernel
+        self._common = importlib.import_module("embnum.cpu._common")
+        return super().kernel(family, name)
 
     def allocator(self, family: str):
         """The family's ``empty_output`` where its cpu module has one (``embnum.cpu._pool``:
@@ -197,25 +198,53 @@ class CpuBackend(Backend):
 
     def run(self, kernel, args: dict, out):
         """:meth:`Backend.run`, on one Numba thread when the arrays the call touches hold fewer
-        bytes than the kernel's threshold (``cpu._common.serial_bytes``, looked up when
-        :meth:`kernel` loaded it; ``SERIAL_OVERRIDE`` is read on every call): a parallel region
-        waits for every thread, which on a busy machine costs far more than a small call's
-        work (kernels whose work their arrays do not tell apply the rule themselves)."""
-        common = self._common
-        limit = common.SERIAL_OVERRIDE
-        if limit is None:
-            limit = self._serial_bytes.get(kernel)
-            if limit is None:  # a kernel not loaded through kernel()
-                limit = common.serial_bytes(kernel.__name__)
-        if limit:
-            n = common.get_threads()
-            if n != 1 and common.array_bytes(args, out, limit) < limit:
-                common.set_threads(1)
-                try:
-                    return kernel(**args) if out is None else kernel(**args, out=out)
-                finally:
-                    common.set_threads(n)
-        return kernel(**args) if out is None else kernel(**args, out=out)
+        bytes than the kernel's threshold (``cpu._common.serial_bytes``; ``SERIAL_OVERRIDE`` when
+        set): a parallel region waits for every thread, which on a busy machine costs far more
+        than a small call's work (kernels whose work their arrays do not tell apply the rule
+        themselves)."""
+        return self.runner(kernel)(args, out)
+
+    def runner(self, kernel):
+        """:meth:`run` with ``kernel`` bound, settled here once: its threshold, and how it is
+        called. A kernel whose parameters are plain names then ``out`` (every cpu kernel but
+        TBE's) is called by position, its arguments picked from ``args`` by name (a keyword call
+        binds each name anew: about 0.25 us for one argument, 1 us for nine); any other by
+        keyword. ``SERIAL_OVERRIDE`` is read on every call; where it or the kernel's threshold
+        is set, the call takes the one-thread rule (``ruled``)."""
+        common = self._common or importlib.import_module("embnum.cpu._common")
+        threshold = common.SERIAL_BYTES_OF.get(kernel.__name__, common.SERIAL_BYTES)
+
+        def by_name(args: dict, out):
+            return kernel(**args) if out is None else kernel(**args, out=out)
+
+        def ruled(args: dict, out):
+            limit = common.SERIAL_OVERRIDE
+            if limit is None:
+                limit = threshold
+            if limit and common.get_threads() != 1 and common.array_bytes(args, out, limit) < limit:
+                return common.on_one_thread(by_name, args, out)
+            return by_name(args, out)
+
+        names = _names_before_out(kernel)
+        if names is None:
+            return ruled
+        if len(names) == 1:
+            (name,) = names
+
+            def run(args: dict, out):
+                if threshold or common.SERIAL_OVERRIDE is not None:
+                    return ruled(args, out)
+                return kernel(args[name], out)
+
+        else:
+            pick = operator.itemgetter(*names)
+
+            def run(args: dict, out):
+                if threshold or common.SERIAL_OVERRIDE is not None:
+                    return ruled(args, out)
+                return kernel(*pick(args), out)
+
+        return run
 
     @property
     def device(self) -> str:
@@ -227,6 +256,19 @@ class CpuBackend(Backend):
             return f"cpu ({threads} threads, {numba.threading_layer()})"
         except ValueError:  # no parallel kernel has run yet
             return f"cpu ({threads} threads)"
+
+
+def _names_before_out(kernel) -> list[str] | None:
+    """The names of ``kernel``'s parameters before its last, ``out``, where every parameter is a
+    plain name without a default (the kernel can then be called by position), else None."""
+    try:
+        params = list(inspect.signature(kernel).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+    if not plain or len(params) < 2 or params[-1].name != "out":
+        return None
+    return [p.name for p in params[:-1]]
 
 
 class CudaBackend(Backend):

@@ -24,7 +24,8 @@ The implementations are found by convention, never listed by hand:
 ``embnum.<name>(..., out=None, backend=None)`` is the :class:`Op` itself; a call
 (:meth:`Op.__call__`) picks the backend from the arrays (see
 ``embnum._backend.select_backend``), runs the declaration (which validates), checks or
-allocates ``out`` and hands the kernel to the backend (``Backend.run``). Tests, benchmarks,
+allocates ``out`` and hands the kernel to the backend (``Backend.run``, bound to the kernel
+once: ``Backend.runner``). Tests, benchmarks,
 the tour and the docs iterate over :func:`ops`.
 """
 
@@ -149,8 +150,8 @@ class Op:
         self.signature = inspect.signature(declaration)
         self.check_fn: Callable = exact_match
         self._example_fn: Callable | None = None
-        # backend -> (kernel, allocator): loaded on first use (importing embnum loads no Numba)
-        self._kernels: dict[Backend, tuple[Callable, Callable]] = {}
+        # backend -> (kernel, allocator, run): loaded on first use (importing embnum loads no Numba)
+        self._kernels: dict[Backend, tuple[Callable, Callable, Callable]] = {}
         self._names = tuple(self.signature.parameters)
         self._positional = sum(p.kind is not inspect.Parameter.KEYWORD_ONLY for p in self.signature.parameters.values())
         self._defaults = {
@@ -188,31 +189,36 @@ class Op:
         """The kernel of this op for ``backend`` (imported on first use)."""
         return self._load(get_backend(backend))[0]
 
-    def _load(self, backend: Backend) -> tuple[Callable, Callable]:
-        """``(kernel, allocator)`` of this op on ``backend``, loaded once."""
+    def _load(self, backend: Backend) -> tuple[Callable, Callable, Callable]:
+        """``(kernel, allocator, run)`` of this op on ``backend``, loaded once: ``run(args, out)``
+        is ``backend.run`` with the kernel bound (:meth:`Backend.runner`)."""
         loaded = self._kernels.get(backend)
         if loaded is None:
             if not backend.available():
                 raise RuntimeError(f"backend {backend.name!r} is not available in this process")
             kernel = backend.kernel(self.family, self.kernel_name)
-            loaded = self._kernels[backend] = (kernel, backend.allocator(self.family))
+            loaded = self._kernels[backend] = (kernel, backend.allocator(self.family), backend.runner(kernel))
         return loaded
 
     # -- the call --------------------------------------------------------
     def __call__(self, *args, out=None, backend=None, **kwargs):
-        """Run the op (see the class docstring). Plain NumPy arguments given by position, without
-        ``backend=``, run on the cpu backend with no further look at them; anything else goes
+        """Run the op (see the class docstring). Plain NumPy arrays and scalars without
+        ``backend=`` run on the cpu backend with no further look at them; anything else goes
         through :meth:`_route` first. Running out of memory for sizes below the limit is an
         :class:`embnum._validate.AllocationError` (a ``MemoryError`` and a ``ValueError``)."""
         if out is not None and not self.takes_out:
             raise TypeError(f"{self.name}() got an unexpected keyword argument 'out'")
         chosen = None
-        if backend is None and not kwargs:
+        if backend is None:  # plain arrays and scalars: the cpu backend, as select_backend picks it
+            chosen = _CPU
             for a in args:
                 if type(a) not in _FAST_TYPES:
+                    chosen = None
                     break
-            else:
-                chosen = _CPU  # plain arrays and scalars: what select_backend picks, without the search
+            for a in kwargs.values():
+                if type(a) not in _FAST_TYPES:
+                    chosen = None
+                    break
         if chosen is None:
             chosen, args, kwargs = self._route(args, kwargs, backend)
         try:
@@ -222,19 +228,20 @@ class Op:
             plan_args, planned = plan
             if self.mutates:
                 _validate.no_alias(self.bind(args, kwargs), self.mutates)
-            kernel, empty = self._kernels.get(chosen) or self._load(chosen)
-            if planned is None:  # the kernel returns its result ("computed") or writes in place ("none")
-                return chosen.run(kernel, plan_args, None)
+            _, empty, run = self._kernels.get(chosen) or self._load(chosen)
             if out is not None:
-                chosen.run(kernel, plan_args, self._given_outputs(planned, out, self.bind(args, kwargs), chosen))
+                run(plan_args, self._given_outputs(planned, out, self.bind(args, kwargs), chosen))
                 return out
+            if planned is None:  # the kernel returns its result ("computed") or writes in place ("none")
+                return run(plan_args, None)
             if self.returns == "array":
-                outputs = empty(*out_spec(*planned))
+                shape, dtype = planned
+                outputs = empty(*out_spec(shape, dtype))
             else:  # a list or tuple of outputs (None where one is not requested)
                 outputs = [None if s is None else empty(*out_spec(*s)) for s in planned]
                 if self.returns == "tuple":
                     outputs = tuple(outputs)
-            chosen.run(kernel, plan_args, outputs)
+            run(plan_args, outputs)
             return outputs
         except MemoryError as e:
             self._memory_error(e)
