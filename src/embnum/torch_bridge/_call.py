@@ -16,7 +16,13 @@ from ._values import check_value
 
 def _watched() -> bool:
     """Whether something watches the dispatcher: torch.compile tracing, a dispatch or
-    function mode, jit tracing, the profiler (a call must then go through ``torch.ops``)."""
+    function mode, jit tracing, the profiler (a call must then go through ``torch.ops``).
+
+    Dynamo's check comes first: Dynamo reads ``torch.compiler.is_dynamo_compiling()`` as True
+    and traces none of the rest. It is one frame where ``is_compiling()`` is two (it also asks
+    ``torch.jit.is_scripting``); what ``is_compiling()`` adds, non-strict export and AOT
+    tracing, runs under a dispatch mode (fake tensors), which the next test sees. Reading the
+    flag ``torch.compiler._is_compiling_flag`` directly would make Dynamo guard on its value."""
     return bool(
         _is_compiling()
         or _dispatch_stack_len()
@@ -26,7 +32,7 @@ def _watched() -> bool:
     )
 
 
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _function_mode_enabled = torch._C._is_torch_function_mode_enabled
 _tracing_state = torch._C._get_tracing_state
@@ -59,6 +65,7 @@ class BridgedOp:
 
     def __init__(self, op, spec: Bridge, torch_op, impl: Callable):
         self.op, self.spec, self.torch_op, self._impl = op, spec, torch_op, impl
+        self._numpy = op.__call__  # the NumPy op, bound once (calling the object looks its __call__ up each time)
         self._names = names = tuple(op.signature.parameters)
         kinds = [spec.types[n] for n in names]
         encode = [spec.codecs[n][0] if n in spec.codecs else None for n in names]
@@ -154,11 +161,11 @@ class BridgedOp:
         """The NumPy op on :meth:`_checked`'s arrays; its arrays as tensors (no copy)."""
         if self._keyword:
             k = self._positional
-            result = self.op(*arrays[:k], **dict(zip(self._keyword, arrays[k:])), backend=backend)
+            result = self._numpy(*arrays[:k], **dict(zip(self._keyword, arrays[k:])), backend=backend)
         elif backend is None:
-            result = self.op(*arrays)
+            result = self._numpy(*arrays)
         else:
-            result = self.op(*arrays, backend=backend)
+            result = self._numpy(*arrays, backend=backend)
         if type(result) is np.ndarray and self._as_is and result.flags.writeable:
             return _from_numpy(result)
         if result is None:
