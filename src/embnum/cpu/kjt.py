@@ -68,7 +68,7 @@ def _copy_run(dst, src, lo, hi, start):
         d[e] = s[e]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather(src, wsrc, src_offs, seg, dst_offs, dst, wdst):
     """Output segment ``j`` = source segment ``seg[j]``, of ``src`` into ``dst`` and, when
     ``wdst`` is not empty, of ``wsrc`` into ``wdst`` in the same pass (one walk of the
@@ -139,15 +139,15 @@ def _offsets_of(sizes):
     return offs
 
 
-@njit(cache=True)
-def _permute_offsets(permute, lengths, out_lengths):
+@njit(cache=True, inline="always")
+def _permute_offsets(permute, lengths, out_lengths, src_offs, dst_offs):
     """``out_lengths[j] = lengths[permute[j]]`` (rows of the ``[T, C]`` lengths; a 1-D permute
-    passes ``[S, 1]`` views) and the int64 offsets of the source and output segments,
-    ``(src_offs [T+1], dst_offs [len(permute)+1])``, in one pass over the lengths (row sums
+    passes ``[S, 1]`` views) and the int64 offsets of the source and output segments into
+    ``src_offs [T+1]`` and ``dst_offs [len(permute)+1]``, in one pass over the lengths (row sums
     vectorised). ``permute`` is in range and the lengths are ``>= 0`` with an exact total (the
-    declaration checked both), so no sum wraps."""
+    declaration checked both), so no sum wraps. The caller allocates the offsets: ``np.empty``
+    in a kernel is a compile of its own."""
     T, C = lengths.shape
-    src_offs = np.empty(T + 1, np.int64)
     acc = np.int64(0)
     src_offs[0] = 0
     for t in range(T):
@@ -155,7 +155,6 @@ def _permute_offsets(permute, lengths, out_lengths):
         for c in range(C):
             acc += row[c]
         src_offs[t + 1] = acc
-    dst_offs = np.empty(permute.shape[0] + 1, np.int64)
     dst_offs[0] = 0
     for j in range(permute.shape[0]):
         p = permute[j]
@@ -163,13 +162,13 @@ def _permute_offsets(permute, lengths, out_lengths):
         for c in range(C):
             dst[c] = src[c]
         dst_offs[j + 1] = dst_offs[j] + (src_offs[p + 1] - src_offs[p])
-    return src_offs, dst_offs
 
 
 @njit(cache=True)
-def _permute_serial(permute, lengths, src, wsrc, out_lengths, dst, wdst):
-    """A whole small permute in one compiled call: :func:`_permute_offsets`, then :func:`_gather`."""
-    src_offs, dst_offs = _permute_offsets(permute, lengths, out_lengths)
+def _permute_serial(permute, lengths, src, wsrc, out_lengths, dst, wdst, src_offs, dst_offs):
+    """A whole small permute in one compiled call (both helpers inlined into it: one compile on
+    a cold cache): :func:`_permute_offsets`, then :func:`_gather`."""
+    _permute_offsets(permute, lengths, out_lengths, src_offs, dst_offs)
     _gather(src, wsrc, src_offs, permute, dst_offs, dst, wdst)
 
 
@@ -178,13 +177,15 @@ def _permute(permute, lengths2d, values, weights, total, out, out_lengths2d):
     output is below :data:`SPLIT_BYTES` (the size from which the gather may split across threads)
     and ``SERIAL_OVERRIDE`` is unset; else the lengths pass, then :func:`_gather_segments`."""
     wbytes = 0 if weights is None else weights.itemsize
+    offs = np.empty(lengths2d.shape[0] + 1, np.int64), np.empty(permute.shape[0] + 1, np.int64)
     if total * (values.itemsize + wbytes) < SPLIT_BYTES and _common.SERIAL_OVERRIDE is None:
         dst = out[1]
         src = bits(values)
         w, wd = (src[:0], dst[:0]) if weights is None else (bits(weights), out[2])
-        _permute_serial(permute, lengths2d, src, w, out_lengths2d, dst.view(src.dtype), wd.view(w.dtype))
+        _permute_serial(permute, lengths2d, src, w, out_lengths2d, dst.view(src.dtype), wd.view(w.dtype), *offs)
         return
-    src_offs, dst_offs = _permute_offsets(permute, lengths2d, out_lengths2d)
+    src_offs, dst_offs = offs
+    _permute_offsets(permute, lengths2d, out_lengths2d, src_offs, dst_offs)
     _gather_segments(values, src_offs, permute, dst_offs, out[1], weights, None if weights is None else out[2])
 
 
@@ -196,14 +197,13 @@ def permute_1d_sparse_data(permute, lengths, values, weights, total, out):
     _permute(permute, lengths.reshape(-1, 1), values, weights, total, out, out[0].reshape(-1, 1))
 
 
-@njit(cache=True)
-def _select_offsets(lengths, indices, batch_size, out_lengths):
-    """Output bag ``t*n + j`` is input bag ``seg = t*batch_size + indices[j]``: its length copied to
-    ``out_lengths``; returns ``(seg, dst_offs)`` (int64; ``indices`` in range, lengths checked)."""
+@njit(cache=True, inline="always")
+def _select_offsets(lengths, indices, batch_size, out_lengths, seg, dst_offs):
+    """Output bag ``t*n + j`` is input bag ``seg[t*n + j] = t*batch_size + indices[j]``: its length
+    copied to ``out_lengths``, ``dst_offs`` the output's offsets (``seg`` and ``dst_offs`` int64
+    ``[T*n]`` and ``[T*n+1]``, allocated by the caller; ``indices`` in range, lengths checked)."""
     n = indices.shape[0]
     T = lengths.shape[0] // batch_size
-    seg = np.empty(T * n, np.int64)
-    dst_offs = np.empty(T * n + 1, np.int64)
     dst_offs[0] = 0
     for t in range(T):
         for j in range(n):
@@ -212,25 +212,28 @@ def _select_offsets(lengths, indices, batch_size, out_lengths):
             seg[k] = p
             out_lengths[k] = lengths[p]
             dst_offs[k + 1] = dst_offs[k] + lengths[p]
-    return seg, dst_offs
 
 
 @njit(cache=True)
-def _select_serial(lengths, offsets, indices, batch_size, src, wsrc, out_lengths, dst, wdst):
-    """A whole small index select in one compiled call: :func:`_select_offsets`, then :func:`_gather`."""
-    seg, dst_offs = _select_offsets(lengths, indices, batch_size, out_lengths)
+def _select_serial(lengths, offsets, indices, batch_size, src, wsrc, out_lengths, dst, wdst, seg, dst_offs):
+    """A whole small index select in one compiled call (the helpers inlined): :func:`_select_offsets`,
+    then :func:`_gather`."""
+    _select_offsets(lengths, indices, batch_size, out_lengths, seg, dst_offs)
     _gather(src, wsrc, offsets, seg, dst_offs, dst, wdst)
 
 
 def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size, weights, total, out):
     wbytes = 0 if weights is None else weights.itemsize
+    n = lengths.shape[0] // batch_size * indices.shape[0]
+    seg, dst_offs = np.empty(n, np.int64), np.empty(n + 1, np.int64)
     if total * (values.itemsize + wbytes) < SPLIT_BYTES and _common.SERIAL_OVERRIDE is None:
         dst = out[0]
         src = bits(values)
         w, wd = (src[:0], dst[:0]) if weights is None else (bits(weights), out[2])
-        _select_serial(lengths, offsets, indices, batch_size, src, w, out[1], dst.view(src.dtype), wd.view(w.dtype))
+        dst, wd = dst.view(src.dtype), wd.view(w.dtype)
+        _select_serial(lengths, offsets, indices, batch_size, src, w, out[1], dst, wd, seg, dst_offs)
         return
-    seg, dst_offs = _select_offsets(lengths, indices, batch_size, out[1])
+    _select_offsets(lengths, indices, batch_size, out[1], seg, dst_offs)
     _gather_segments(values, offsets, seg, dst_offs, out[0], weights, None if weights is None else out[2])
 
 

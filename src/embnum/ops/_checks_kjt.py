@@ -16,12 +16,13 @@ _jit = njit(cache=True, nogil=True)
 
 
 @_jit
-def permute_totals_2d(permute, lengths, limit):
+def permute_totals_2d(permute, lengths, limit, sizes):
     """``(N, M)`` of a 2-D permute (``permute_2d_sparse_data``): ``N`` the exact total of the
     ``[T, B]`` lengths, ``M`` the exact total of the rows ``permute`` selects; ``(-1, -1)`` when a
-    length is negative, a total passes ``limit`` or an entry of ``permute`` is outside ``[0, T)``."""
+    length is negative, a total passes ``limit`` or an entry of ``permute`` is outside ``[0, T)``.
+    ``sizes``: int64 ``[T]`` scratch for the row totals (allocated by the caller: ``np.empty`` in
+    a verdict is a compile of its own)."""
     T = lengths.shape[0]
-    sizes = np.empty(T, np.int64)
     N = np.int64(0)
     for t in range(T):
         row = row_total(lengths[t], limit)
@@ -41,7 +42,7 @@ def permute_totals_1d(permute, lengths, limit):
     return (N, M) if M >= 0 else (np.int64(-1), np.int64(-1))
 
 
-@_jit
+@njit(cache=True, nogil=True, inline="always")
 def _selected_total(permute, sizes, limit):
     """The exact total of ``sizes[permute[i]]`` (``sizes`` entries ``>= 0``) when every entry of
     ``permute`` lies in ``[0, len(sizes))`` and the total is at most ``limit``, else -1."""

@@ -141,8 +141,10 @@ def _permute_fast(permute, lengths, values, weights, permuted_lengths_sum, ndim)
     checks = _checks()
     if checks is None or not (_host_index(permute) and _host_index(lengths, ndim)):
         return None
-    totals = checks.permute_totals_2d if ndim == 2 else checks.permute_totals_1d
-    N, M = totals(permute, lengths, _MAX)
+    if ndim == 2:
+        N, M = checks.permute_totals_2d(permute, lengths, _MAX, np.empty(lengths.shape[0], np.int64))
+    else:
+        N, M = checks.permute_totals_1d(permute, lengths, _MAX)
     if N < 0 or not _host_data(values, weights, N) or not _hint_ok(permuted_lengths_sum, M):
         return None
     shape = (permute.shape[0], lengths.shape[1]) if ndim == 2 else (permute.shape[0],)
