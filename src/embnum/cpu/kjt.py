@@ -27,6 +27,7 @@ from numba import prange
 
 from .. import _bucketize
 from .._jit import njit
+from .._sort_numba import sort_keys
 from . import _common, _pool
 from ._common import bits, int64s
 
@@ -496,11 +497,12 @@ def _emit_unique(ids, bounds, order, base, unique, reverse):
 
 
 @njit(cache=True)
-def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, reverse):
+def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, reverse, scratch):
     """The whole op in one compiled call (the small case): per table ``g`` (features
-    ``tables[g, 0] .. tables[g, 1] - 1``) its ids sorted (any order among equal ids), the distinct
-    ones emitted in order, every id's rank in ``reverse``, the table's count spread over its bags as
-    :func:`jagged_unique_indices` spreads it, then the complete cumsum of the lengths."""
+    ``tables[g, 0] .. tables[g, 1] - 1``) a sorted copy of its ids (``embnum._sort_numba``, in
+    ``scratch``: int64, ``2 * len(ids) + 256`` entries), the distinct ones emitted in order, every
+    id's rank among them (a binary search) in ``reverse``, the table's count spread over its bags
+    as :func:`jagged_unique_indices` spreads it, then the complete cumsum of the lengths."""
     nb = offs.shape[0] - 1
     for i in range(nb):
         out_lengths[i] = 0
@@ -508,15 +510,26 @@ def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, rever
     for g in range(tables.shape[0]):
         a, b = tables[g, 0], tables[g, 1]
         lo, hi = offs[a * B], offs[b * B]
-        order = np.argsort(ids[lo:hi])
-        rank = np.int64(-1)
+        keys = scratch[: hi - lo]
         for r in range(hi - lo):
-            i = lo + order[r]
-            if r == 0 or ids[i] != ids[lo + order[r - 1]]:
-                rank += 1
-                unique[base + rank] = ids[i]
-            reverse[i] = base + rank
-        c = rank + 1
+            keys[r] = ids[lo + r]
+        sort_keys(keys, scratch[hi - lo :])
+        c = np.int64(0)
+        for r in range(hi - lo):
+            if r == 0 or keys[r] != keys[r - 1]:
+                keys[c] = keys[r]  # the distinct ids, in order, to the front
+                unique[base + c] = keys[r]
+                c += 1
+        for i in range(lo, hi):
+            x = np.int64(ids[i])
+            f, t = np.int64(0), c - 1  # keys[f] <= x <= keys[t]: find x
+            while f < t:
+                mid = (f + t) // 2
+                if keys[mid] < x:
+                    f = mid + 1
+                else:
+                    t = mid
+            reverse[i] = base + f
         n = (b - a) * B
         for k in range(n):
             out_lengths[a * B + k] = c // n + (1 if k < c % n else 0)
@@ -534,7 +547,8 @@ SERIAL_UNIQUE_IDS = 1 << 14  # ids below which one compiled call does it all (no
 def jagged_unique_indices(tables, B, offsets, indices, out):
     out_lengths, out_offsets, unique, reverse = out
     if indices.shape[0] < SERIAL_UNIQUE_IDS and _common.SERIAL_OVERRIDE is None:
-        _unique_serial(np.array(tables, np.int64).reshape(-1, 2), B, offsets, indices, *out)
+        scratch = np.empty(2 * indices.shape[0] + 256, np.int64)
+        _unique_serial(np.array(tables, np.int64).reshape(-1, 2), B, offsets, indices, *out, scratch)
         return
     offs = int64s(offsets)
     ids = np.ascontiguousarray(indices)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
+from .._sort_numba import sort_keys
 from .._validate_numba import bounded_add, offsets_last, row_total
 
 _jit = njit(cache=True, nogil=True)
@@ -141,13 +142,14 @@ def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max):
 
 
 @_jit
-def unique_count(hsc, hso, offsets, indices, B):
+def unique_count(hsc, hso, offsets, indices, B, scratch):
     """The output size ``K`` of ``jagged_unique_indices`` (``T = len(hsc) - 1 >= 1``,
     ``len(hso) = T + 1``, ``len(offsets) = T * B + 1``) when every rule holds: the three offsets
     arrays start at 0 and never decrease, ``hso[-1] = T``, ``offsets[-1] = len(indices)``, the
     features of a table share one ``hsc`` entry, ids are ``>= 0`` and below their table's hash size
     (the last table's: at most ``2**63 - 1 - hsc[a]``); else -1. ``K`` counts the distinct ids per
-    table (a sorted copy of each table's ids)."""
+    table (a sorted copy of each table's ids, in ``scratch``: int64, ``2 * len(indices) + 256``
+    entries, allocated by the caller)."""
     T = hsc.shape[0] - 1
     if offsets_last(hsc, True, -1) < 0 or offsets_last(hso, True, -1) < 0 or offsets_last(offsets, True, -1) < 0:
         return np.int64(-1)
@@ -169,8 +171,12 @@ def unique_count(hsc, hso, offsets, indices, B):
                 return np.int64(-1)
         # the last table's ids are unbounded above, but hsc[a] + id must not wrap (hsc[a] >= 0)
         cap = np.int64(9223372036854775807) - np.int64(hsc[a]) if g == last else np.int64(hsc[b]) - np.int64(hsc[a]) - 1
-        ids = np.sort(indices[offsets[a * B] : offsets[b * B]])
-        n = ids.shape[0]
+        lo = np.int64(offsets[a * B])
+        n = np.int64(offsets[b * B]) - lo
+        ids = scratch[:n]
+        for r in range(n):
+            ids[r] = indices[lo + r]
+        sort_keys(ids, scratch[n:])
         if n:
             if np.int64(ids[n - 1]) > cap:
                 return np.int64(-1)

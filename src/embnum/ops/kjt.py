@@ -858,7 +858,8 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     on_device = _on_device(hash_size_cumsum, hash_size_offsets, offsets, indices)
     checks = _checks()
     if checks is not None and not on_device:  # host data: one compiled pass checks every rule and counts K
-        K = checks.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T)
+        scratch = np.empty(2 * indices.shape[0] + 256, np.int64)
+        K = checks.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T, scratch)
         if K >= 0:
             h = hash_size_offsets.tolist()
             return _unique_plan([(a, b) for a, b in zip(h[:-1], h[1:]) if a < b], nb // T, offsets, indices, K)
