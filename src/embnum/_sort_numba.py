@@ -14,7 +14,7 @@ import numpy as np
 
 from ._jit import njit
 
-SMALL = 32  # keys up to which an insertion sort beats the radix passes' 256-entry histograms
+SMALL = 64  # keys up to which an insertion sort beats the radix passes' 256-entry histograms
 
 
 @njit(cache=True, nogil=True)
