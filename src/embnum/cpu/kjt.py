@@ -336,11 +336,86 @@ def _bucket_scatter(
                     w_out[slot] = w_in[i]
 
 
-# Serial twins of the two passes (the same code, prange run as range): a call that runs on one
-# thread anyway (the registry's small-call rule) skips the parallel runtime and its chunk-size
-# context; the order of the results is the same by construction (see the module docstring).
-_bucket_count_serial = _common.serial_twin(_bucket_count)
-_bucket_scatter_serial = _common.serial_twin(_bucket_scatter)
+@njit(cache=True)
+def _bucketize_serial(
+    lengths,
+    batch,
+    block_sizes,
+    total_num_blocks,
+    uidx,
+    mu,
+    pos,
+    has_pos,
+    mask,
+    keep,
+    new_lengths,
+    want_map,
+    mapping,
+    new_idx,
+    want_pos,
+    new_pos,
+    want_dst,
+    dst,
+    want_w,
+    w,
+    new_w,
+    counts,
+    bucket,
+    new_id,
+):
+    """The whole bucketize of a call that runs on one thread, in one compiled call: each key's
+    constants (as ``embnum._bucketize.key_constants`` computes them), the count pass (every id's
+    bucket and new id into the scratch ``bucket`` and ``new_id``, ``counts[p * n_bags + k]``), the
+    lengths and the bucket-major exclusive scan of ``counts``, then the scatter in input order,
+    ``counts`` its cursors. The same results as the parallel passes (the same rule functions, the
+    same order). One kernel, not four: a cold cache compiles it once (``bucket_of`` inlined once)."""
+    n_bags = lengths.shape[0]
+    m = np.int64(mu)
+    for j in range(counts.shape[0]):
+        counts[j] = 0
+    k = 0
+    i = np.int64(0)
+    for t in range(batch.shape[0]):
+        bs, G = np.uint64(block_sizes[t]), np.uint64(total_num_blocks[t])
+        lb = G // mu
+        width, limit = bs * lb, bs * G
+        for _ in range(batch[t]):
+            for _ in range(lengths[k]):
+                b, new = bucket_of(np.uint64(uidx[i]), bs, G, lb, width, limit, t, mu, pos, has_pos, mask)
+                bucket[i] = b
+                new_id[i] = new
+                counts[b * n_bags + k] += 1
+                i += 1
+            k += 1
+    for j in range(counts.shape[0]):
+        new_lengths[j] = counts[j]
+    if want_map:
+        for j in range(bucket.shape[0]):
+            mapping[j] = bucket[j]
+    acc = np.int64(0)
+    for j in range(counts.shape[0]):
+        c = counts[j]
+        counts[j] = acc
+        acc += c
+    k = 0
+    i = np.int64(0)
+    for t in range(batch.shape[0]):
+        kept = keep[t]
+        for _ in range(batch[t]):
+            start = i
+            for _ in range(lengths[k]):
+                cur = bucket[i] * n_bags + k
+                slot = counts[cur]
+                counts[cur] = slot + 1
+                new_idx[slot] = uidx[i] if kept else new_id[i]
+                if want_pos:
+                    new_pos[slot] = i - start
+                if want_dst:
+                    dst[i] = slot
+                if want_w:
+                    new_w[slot] = w[i]
+                i += 1
+            k += 1
 
 
 @njit(cache=True)
@@ -397,28 +472,11 @@ def block_bucketize_sparse_features(
     n_bags, N = lengths.shape[0], indices.shape[0]
     if n_bags == 0:
         return
-    offs, bag_key, kc = _bucketize_prep(lengths, batch, block_sizes, total_num_blocks, my_size)
     uidx = bits(indices)
-    params = (
-        kc,
-        np.uint64(my_size),
-        _NO_POS if pos is None else pos.reshape(-1).astype(np.uint64),
-        pos is not None,
-        np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
-    )
+    pos_arr = _NO_POS if pos is None else pos.reshape(-1).astype(np.uint64)
+    mask = np.uint64(2 ** (8 * indices.dtype.itemsize) - 1)
     bucket = np.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
     counts = np.empty(my_size * n_bags, np.int64)
-    serial = _common.one_thread()
-    if serial:
-        _bucket_count_serial(offs, uidx, bag_key, *params, bucket, counts)
-    else:
-        with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
-            _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
-    new_lengths[...] = counts
-    if mapping is not None:
-        mapping[...] = bucket
-    _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
-    slots = counts
     rows = weights is not None and weights.ndim == 2  # rows of weights: moved after the pass, by the slots
     if rows and not sequence:
         unbucketize = np.empty(N, indices.dtype)
@@ -427,11 +485,44 @@ def block_bucketize_sparse_features(
     no_w = np.empty(0, uidx.dtype)  # not a slice of the ids: they may be read-only, and new_w is written
     w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (no_w, no_w)
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
-    args = (offs, uidx, bag_key, *params, keep, bucket, slots, new_indices.view(uidx.dtype))
-    args += (bucketize_pos, pos_out, sequence or rows, dst, want_w, w, new_w)
-    if serial:
-        _bucket_scatter_serial(*args)
+    if _common.one_thread():
+        _bucketize_serial(
+            lengths,
+            batch,
+            block_sizes,
+            total_num_blocks,
+            uidx,
+            np.uint64(my_size),
+            pos_arr,
+            pos is not None,
+            mask,
+            keep,
+            new_lengths,
+            mapping is not None,
+            bucket if mapping is None else mapping,
+            new_indices.view(uidx.dtype),
+            bucketize_pos,
+            pos_out,
+            sequence or rows,
+            dst,
+            want_w,
+            w,
+            new_w,
+            counts,
+            bucket,
+            np.empty(N, np.uint64),
+        )
     else:
+        offs, bag_key, kc = _bucketize_prep(lengths, batch, block_sizes, total_num_blocks, my_size)
+        params = (kc, np.uint64(my_size), pos_arr, pos is not None, mask)
+        with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
+            _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
+        new_lengths[...] = counts
+        if mapping is not None:
+            mapping[...] = bucket
+        _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
+        args = (offs, uidx, bag_key, *params, keep, bucket, counts, new_indices.view(uidx.dtype))
+        args += (bucketize_pos, pos_out, sequence or rows, dst, want_w, w, new_w)
         with numba.parallel_chunksize(2):
             _bucket_scatter(*args)
     if rows:
