@@ -370,7 +370,6 @@ def _bucketize_serial(
     ``counts`` its cursors. The same results as the parallel passes (the same rule functions, the
     same order). One kernel, not four: a cold cache compiles it once (``bucket_of`` inlined once)."""
     n_bags = lengths.shape[0]
-    m = np.int64(mu)
     for j in range(counts.shape[0]):
         counts[j] = 0
     k = 0
