@@ -140,6 +140,13 @@ def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max, keys, fl
 
 
 @_jit
+def _offsets_ok(offs):
+    """Whether the offsets start at 0 and never decrease (``offsets_last`` inlined once, called
+    three times by :func:`unique_count`: three inlined copies compiled slower)."""
+    return offsets_last(offs, True, -1) >= 0
+
+
+@_jit
 def unique_count(hsc, hso, offsets, indices, B, scratch):
     """The output size ``K`` of ``jagged_unique_indices`` (``T = len(hsc) - 1 >= 1``,
     ``len(hso) = T + 1``, ``len(offsets) = T * B + 1``) when every rule holds: the three offsets
@@ -149,7 +156,7 @@ def unique_count(hsc, hso, offsets, indices, B, scratch):
     table (a sorted copy of each table's ids, in ``scratch``: int64, ``2 * len(indices) + 256``
     entries, allocated by the caller)."""
     T = hsc.shape[0] - 1
-    if offsets_last(hsc, True, -1) < 0 or offsets_last(hso, True, -1) < 0 or offsets_last(offsets, True, -1) < 0:
+    if not (_offsets_ok(hsc) and _offsets_ok(hso) and _offsets_ok(offsets)):
         return np.int64(-1)
     if np.int64(hso[T]) != T or np.int64(offsets[offsets.shape[0] - 1]) != indices.shape[0]:
         return np.int64(-1)
