@@ -62,7 +62,7 @@ def _first_zero(row, fallback):
     return fallback
 
 
-@njit(cache=True)
+@_jit
 def _min_max(row, bits):
     """Row minimum and maximum (float32): the first minimal/maximal element (which matters
     only among signed zeros: fbgemm's choice); both NaN when the row holds a NaN.
