@@ -62,7 +62,7 @@ def _first_zero(row, fallback):
     return fallback
 
 
-@njit(cache=True)
+@_jit
 def _min_max(row, bits):
     """Row minimum and maximum (float32): the first minimal/maximal element (which matters
     only among signed zeros: fbgemm's choice); both NaN when the row holds a NaN.
@@ -90,14 +90,11 @@ def _min_max(row, bits):
 
 @njit(cache=True)
 def _to_half(v):
-    """The float16 bits (int64) of the float32 ``v``, nearest-even (``_common``'s conversion)."""
-    return float32_bits_to_half_bits(np.float32(v).view(np.uint32))
-
-
-@njit(cache=True)
-def _half_value(h):
-    """The float32 value of the float16 bits ``h``."""
-    return half_bits_to_float32(h)
+    """``(h, value)``: the float16 bits (int64) of the float32 ``v``, nearest-even, and their float32
+    value (``_common``'s conversions, compiled once here and called per row: inlined at each use
+    they were most of the n-bit quantizer's compile)."""
+    h = float32_bits_to_half_bits(np.float32(v).view(np.uint32))
+    return h, half_bits_to_float32(h)
 
 
 @_jit
@@ -219,12 +216,10 @@ def _make_quantize_nbit(bit_rate):
             row = x[r]
             o = out[r]
             mn, mx = _min_max(row, xi[r])
-            bias16 = _to_half(mn)
-            b = _half_value(bias16)
+            bias16, b = _to_half(mn)
             rng = np.float32(mx - b)
             scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
-            scale16 = _to_half(scale)
-            s = _half_value(scale16)
+            scale16, s = _to_half(scale)
             if s == 0:  # float16 underflow
                 scale16 = np.int64(0x3C00)
                 s = np.float32(1.0)
