@@ -112,19 +112,17 @@ def expand_permute_ok(permute, input_offset, output_offset, output_size):
 
 
 @_jit
-def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max):
+def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max, keys, flags):
     """The host arrays ``block_bucketize_sparse_features`` hands its kernel in the plain case (no
-    per-key batch sizes, block counts, boundaries or keep flags): ``(N, block_sizes as int64,
-    batch [T], total_num_blocks [T], keep [T])``, ``N`` the exact total of the lengths; ``N = -1``
-    when a length or a block size is negative, the total passes ``limit``, ``len(lengths)`` is not a
-    multiple of ``T = len(block_sizes)`` (or not 0 when ``T = 0``) or a block size times ``my_size``
-    (``>= 1``) passes ``id_max`` (tested as ``block_size > id_max // my_size``)."""
+    per-key batch sizes, block counts, boundaries or keep flags), written into the caller's
+    ``keys`` (int64 ``[3, T]``: block sizes, batch sizes, block counts) and ``flags`` (bool ``[T]``,
+    the keep flags; ``T = len(block_sizes)``; allocated by the caller: ``np.empty`` in a verdict is
+    a compile of its own), and ``N``, the exact total of the lengths, returned; ``N = -1`` when a
+    length or a block size is negative, the total passes ``limit``, ``len(lengths)`` is not a
+    multiple of ``T`` (or not 0 when ``T = 0``) or a block size times ``my_size`` (``>= 1``) passes
+    ``id_max`` (tested as ``block_size > id_max // my_size``)."""
     T = block_sizes.shape[0]
     n_bags = lengths.shape[0]
-    bs = np.empty(T, np.int64)
-    batch = np.empty(T, np.int64)
-    blocks = np.empty(T, np.int64)
-    flags = np.empty(T, np.bool_)
     N = np.int64(0)
     if (T == 0 and n_bags != 0) or (T > 0 and n_bags % T != 0):
         N = np.int64(-1)
@@ -132,13 +130,20 @@ def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max):
         x = np.int64(block_sizes[t])
         if x < 0 or x > id_max // my_size:
             N = np.int64(-1)
-        bs[t] = x
-        batch[t] = n_bags // T
-        blocks[t] = my_size
+        keys[0, t] = x
+        keys[1, t] = n_bags // T
+        keys[2, t] = my_size
         flags[t] = keep
     if N == 0:
         N = row_total(lengths, limit)
-    return N, bs, batch, blocks, flags
+    return N
+
+
+@_jit
+def _offsets_ok(offs):
+    """Whether the offsets start at 0 and never decrease (``offsets_last`` inlined once, called
+    three times by :func:`unique_count`: three inlined copies compiled slower)."""
+    return offsets_last(offs, True, -1) >= 0
 
 
 @_jit
@@ -151,7 +156,7 @@ def unique_count(hsc, hso, offsets, indices, B, scratch):
     table (a sorted copy of each table's ids, in ``scratch``: int64, ``2 * len(indices) + 256``
     entries, allocated by the caller)."""
     T = hsc.shape[0] - 1
-    if offsets_last(hsc, True, -1) < 0 or offsets_last(hso, True, -1) < 0 or offsets_last(offsets, True, -1) < 0:
+    if not (_offsets_ok(hsc) and _offsets_ok(hso) and _offsets_ok(offsets)):
         return np.int64(-1)
     if np.int64(hso[T]) != T or np.int64(offsets[offsets.shape[0] - 1]) != indices.shape[0]:
         return np.int64(-1)

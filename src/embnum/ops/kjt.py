@@ -480,7 +480,9 @@ def _bucketize_fast(
         return None
     if my_size * max(lengths.shape[0], 1) > _MAX or not -v.INT64_MAX - 1 <= max_B <= v.INT64_MAX:
         return None
-    N, bs, batch, G, flags = checks.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype])
+    keys, flags = np.empty((3, block_sizes.shape[0]), np.int64), np.empty(block_sizes.shape[0], np.bool_)
+    N = checks.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype], keys, flags)
+    bs, batch, G = keys
     if N < 0 or indices.shape[0] != N:
         return None
     if weights is not None and not (
