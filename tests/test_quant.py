@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 import embnum
 from embnum import _half
 from harness import FLAVORS
-from tables.quant import F16, F32, float_rows, hfp8_params, qn_args
+from tables.quant import F16, F32, STRATEGIES, float_rows, hfp8_params, qn_args
 
 
 def test_output_dtype_float16_is_the_rounded_float32():
@@ -279,3 +279,29 @@ def test_simulated_kernels_give_ieee_specials_without_numpy_warnings():
         warnings.simplefilter("error")
         got = embnum.float_to_fused_8bit_rowwise(x, backend="cuda")
     assert got.tobytes() == embnum.float_to_fused_8bit_rowwise(x, backend="ref").tobytes()
+
+
+ROWWISE = ["float_to_fused_8bit_rowwise", "fused_8bit_rowwise_to_float", "float_to_fused_nbit_rowwise"]
+ROWWISE += ["fused_nbit_rowwise_to_float"]
+
+
+@pytest.mark.parametrize("name", ROWWISE)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_cpu_rowwise_parallel_kernel_is_ref(name, data):
+    """The row-wise codecs' parallel kernels (which small calls skip for their serial twins: the
+    test tables' inputs are small) give ref's bytes on the tables' drawn inputs, every call on
+    all threads."""
+    pytest.importorskip("numba")
+    from embnum.cpu import _common
+
+    args = data.draw(STRATEGIES[name])
+    want = getattr(embnum, name)(**args, backend="ref")
+    before = _common.SERIAL_OVERRIDE
+    try:
+        _common.SERIAL_OVERRIDE = 0  # no call is small: every kernel runs its parallel loop
+        got = getattr(embnum, name)(**args, backend="cpu")
+    finally:
+        _common.SERIAL_OVERRIDE = before
+    assert want.dtype == got.dtype and want.shape == got.shape
+    assert want.tobytes() == got.tobytes()

@@ -27,6 +27,7 @@ from numba import prange
 
 from .. import _bucketize
 from .._jit import njit
+from .._sort_numba import sort_keys
 from . import _common, _pool
 from ._common import bits, int64s
 
@@ -68,7 +69,7 @@ def _copy_run(dst, src, lo, hi, start):
         d[e] = s[e]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather(src, wsrc, src_offs, seg, dst_offs, dst, wdst):
     """Output segment ``j`` = source segment ``seg[j]``, of ``src`` into ``dst`` and, when
     ``wdst`` is not empty, of ``wsrc`` into ``wdst`` in the same pass (one walk of the
@@ -139,15 +140,15 @@ def _offsets_of(sizes):
     return offs
 
 
-@njit(cache=True)
-def _permute_offsets(permute, lengths, out_lengths):
+@njit(cache=True, inline="always")
+def _permute_offsets(permute, lengths, out_lengths, src_offs, dst_offs):
     """``out_lengths[j] = lengths[permute[j]]`` (rows of the ``[T, C]`` lengths; a 1-D permute
-    passes ``[S, 1]`` views) and the int64 offsets of the source and output segments,
-    ``(src_offs [T+1], dst_offs [len(permute)+1])``, in one pass over the lengths (row sums
+    passes ``[S, 1]`` views) and the int64 offsets of the source and output segments into
+    ``src_offs [T+1]`` and ``dst_offs [len(permute)+1]``, in one pass over the lengths (row sums
     vectorised). ``permute`` is in range and the lengths are ``>= 0`` with an exact total (the
-    declaration checked both), so no sum wraps."""
+    declaration checked both), so no sum wraps. The caller allocates the offsets: ``np.empty``
+    in a kernel is a compile of its own."""
     T, C = lengths.shape
-    src_offs = np.empty(T + 1, np.int64)
     acc = np.int64(0)
     src_offs[0] = 0
     for t in range(T):
@@ -155,7 +156,6 @@ def _permute_offsets(permute, lengths, out_lengths):
         for c in range(C):
             acc += row[c]
         src_offs[t + 1] = acc
-    dst_offs = np.empty(permute.shape[0] + 1, np.int64)
     dst_offs[0] = 0
     for j in range(permute.shape[0]):
         p = permute[j]
@@ -163,13 +163,13 @@ def _permute_offsets(permute, lengths, out_lengths):
         for c in range(C):
             dst[c] = src[c]
         dst_offs[j + 1] = dst_offs[j] + (src_offs[p + 1] - src_offs[p])
-    return src_offs, dst_offs
 
 
 @njit(cache=True)
-def _permute_serial(permute, lengths, src, wsrc, out_lengths, dst, wdst):
-    """A whole small permute in one compiled call: :func:`_permute_offsets`, then :func:`_gather`."""
-    src_offs, dst_offs = _permute_offsets(permute, lengths, out_lengths)
+def _permute_serial(permute, lengths, src, wsrc, out_lengths, dst, wdst, src_offs, dst_offs):
+    """A whole small permute in one compiled call (both helpers inlined into it: one compile on
+    a cold cache): :func:`_permute_offsets`, then :func:`_gather`."""
+    _permute_offsets(permute, lengths, out_lengths, src_offs, dst_offs)
     _gather(src, wsrc, src_offs, permute, dst_offs, dst, wdst)
 
 
@@ -178,13 +178,15 @@ def _permute(permute, lengths2d, values, weights, total, out, out_lengths2d):
     output is below :data:`SPLIT_BYTES` (the size from which the gather may split across threads)
     and ``SERIAL_OVERRIDE`` is unset; else the lengths pass, then :func:`_gather_segments`."""
     wbytes = 0 if weights is None else weights.itemsize
+    offs = np.empty(lengths2d.shape[0] + 1, np.int64), np.empty(permute.shape[0] + 1, np.int64)
     if total * (values.itemsize + wbytes) < SPLIT_BYTES and _common.SERIAL_OVERRIDE is None:
         dst = out[1]
         src = bits(values)
         w, wd = (src[:0], dst[:0]) if weights is None else (bits(weights), out[2])
-        _permute_serial(permute, lengths2d, src, w, out_lengths2d, dst.view(src.dtype), wd.view(w.dtype))
+        _permute_serial(permute, lengths2d, src, w, out_lengths2d, dst.view(src.dtype), wd.view(w.dtype), *offs)
         return
-    src_offs, dst_offs = _permute_offsets(permute, lengths2d, out_lengths2d)
+    src_offs, dst_offs = offs
+    _permute_offsets(permute, lengths2d, out_lengths2d, src_offs, dst_offs)
     _gather_segments(values, src_offs, permute, dst_offs, out[1], weights, None if weights is None else out[2])
 
 
@@ -196,14 +198,13 @@ def permute_1d_sparse_data(permute, lengths, values, weights, total, out):
     _permute(permute, lengths.reshape(-1, 1), values, weights, total, out, out[0].reshape(-1, 1))
 
 
-@njit(cache=True)
-def _select_offsets(lengths, indices, batch_size, out_lengths):
-    """Output bag ``t*n + j`` is input bag ``seg = t*batch_size + indices[j]``: its length copied to
-    ``out_lengths``; returns ``(seg, dst_offs)`` (int64; ``indices`` in range, lengths checked)."""
+@njit(cache=True, inline="always")
+def _select_offsets(lengths, indices, batch_size, out_lengths, seg, dst_offs):
+    """Output bag ``t*n + j`` is input bag ``seg[t*n + j] = t*batch_size + indices[j]``: its length
+    copied to ``out_lengths``, ``dst_offs`` the output's offsets (``seg`` and ``dst_offs`` int64
+    ``[T*n]`` and ``[T*n+1]``, allocated by the caller; ``indices`` in range, lengths checked)."""
     n = indices.shape[0]
     T = lengths.shape[0] // batch_size
-    seg = np.empty(T * n, np.int64)
-    dst_offs = np.empty(T * n + 1, np.int64)
     dst_offs[0] = 0
     for t in range(T):
         for j in range(n):
@@ -212,25 +213,28 @@ def _select_offsets(lengths, indices, batch_size, out_lengths):
             seg[k] = p
             out_lengths[k] = lengths[p]
             dst_offs[k + 1] = dst_offs[k] + lengths[p]
-    return seg, dst_offs
 
 
 @njit(cache=True)
-def _select_serial(lengths, offsets, indices, batch_size, src, wsrc, out_lengths, dst, wdst):
-    """A whole small index select in one compiled call: :func:`_select_offsets`, then :func:`_gather`."""
-    seg, dst_offs = _select_offsets(lengths, indices, batch_size, out_lengths)
+def _select_serial(lengths, offsets, indices, batch_size, src, wsrc, out_lengths, dst, wdst, seg, dst_offs):
+    """A whole small index select in one compiled call (the helpers inlined): :func:`_select_offsets`,
+    then :func:`_gather`."""
+    _select_offsets(lengths, indices, batch_size, out_lengths, seg, dst_offs)
     _gather(src, wsrc, offsets, seg, dst_offs, dst, wdst)
 
 
 def keyed_jagged_index_select_dim1(values, lengths, offsets, indices, batch_size, weights, total, out):
     wbytes = 0 if weights is None else weights.itemsize
+    n = lengths.shape[0] // batch_size * indices.shape[0]
+    seg, dst_offs = np.empty(n, np.int64), np.empty(n + 1, np.int64)
     if total * (values.itemsize + wbytes) < SPLIT_BYTES and _common.SERIAL_OVERRIDE is None:
         dst = out[0]
         src = bits(values)
         w, wd = (src[:0], dst[:0]) if weights is None else (bits(weights), out[2])
-        _select_serial(lengths, offsets, indices, batch_size, src, w, out[1], dst.view(src.dtype), wd.view(w.dtype))
+        dst, wd = dst.view(src.dtype), wd.view(w.dtype)
+        _select_serial(lengths, offsets, indices, batch_size, src, w, out[1], dst, wd, seg, dst_offs)
         return
-    seg, dst_offs = _select_offsets(lengths, indices, batch_size, out[1])
+    _select_offsets(lengths, indices, batch_size, out[1], seg, dst_offs)
     _gather_segments(values, offsets, seg, dst_offs, out[0], weights, None if weights is None else out[2])
 
 
@@ -332,11 +336,85 @@ def _bucket_scatter(
                     w_out[slot] = w_in[i]
 
 
-# Serial twins of the two passes (the same code, prange run as range): a call that runs on one
-# thread anyway (the registry's small-call rule) skips the parallel runtime and its chunk-size
-# context; the order of the results is the same by construction (see the module docstring).
-_bucket_count_serial = _common.serial_twin(_bucket_count)
-_bucket_scatter_serial = _common.serial_twin(_bucket_scatter)
+@njit(cache=True)
+def _bucketize_serial(
+    lengths,
+    batch,
+    block_sizes,
+    total_num_blocks,
+    uidx,
+    mu,
+    pos,
+    has_pos,
+    mask,
+    keep,
+    new_lengths,
+    want_map,
+    mapping,
+    new_idx,
+    want_pos,
+    new_pos,
+    want_dst,
+    dst,
+    want_w,
+    w,
+    new_w,
+    counts,
+    bucket,
+    new_id,
+):
+    """The whole bucketize of a call that runs on one thread, in one compiled call: each key's
+    constants (as ``embnum._bucketize.key_constants`` computes them), the count pass (every id's
+    bucket and new id into the scratch ``bucket`` and ``new_id``, ``counts[p * n_bags + k]``), the
+    lengths and the bucket-major exclusive scan of ``counts``, then the scatter in input order,
+    ``counts`` its cursors. The same results as the parallel passes (the same rule functions, the
+    same order). One kernel, not four: a cold cache compiles it once (``bucket_of`` inlined once)."""
+    n_bags = lengths.shape[0]
+    for j in range(counts.shape[0]):
+        counts[j] = 0
+    k = 0
+    i = np.int64(0)
+    for t in range(batch.shape[0]):
+        bs, G = np.uint64(block_sizes[t]), np.uint64(total_num_blocks[t])
+        lb = G // mu
+        width, limit = bs * lb, bs * G
+        for _ in range(batch[t]):
+            for _ in range(lengths[k]):
+                b, new = bucket_of(np.uint64(uidx[i]), bs, G, lb, width, limit, t, mu, pos, has_pos, mask)
+                bucket[i] = b
+                new_id[i] = new
+                counts[b * n_bags + k] += 1
+                i += 1
+            k += 1
+    for j in range(counts.shape[0]):
+        new_lengths[j] = counts[j]
+    if want_map:
+        for j in range(bucket.shape[0]):
+            mapping[j] = bucket[j]
+    acc = np.int64(0)
+    for j in range(counts.shape[0]):
+        c = counts[j]
+        counts[j] = acc
+        acc += c
+    k = 0
+    i = np.int64(0)
+    for t in range(batch.shape[0]):
+        kept = keep[t]
+        for _ in range(batch[t]):
+            start = i
+            for _ in range(lengths[k]):
+                cur = bucket[i] * n_bags + k
+                slot = counts[cur]
+                counts[cur] = slot + 1
+                new_idx[slot] = uidx[i] if kept else new_id[i]
+                if want_pos:
+                    new_pos[slot] = i - start
+                if want_dst:
+                    dst[i] = slot
+                if want_w:
+                    new_w[slot] = w[i]
+                i += 1
+            k += 1
 
 
 @njit(cache=True)
@@ -393,28 +471,11 @@ def block_bucketize_sparse_features(
     n_bags, N = lengths.shape[0], indices.shape[0]
     if n_bags == 0:
         return
-    offs, bag_key, kc = _bucketize_prep(lengths, batch, block_sizes, total_num_blocks, my_size)
     uidx = bits(indices)
-    params = (
-        kc,
-        np.uint64(my_size),
-        _NO_POS if pos is None else pos.reshape(-1).astype(np.uint64),
-        pos is not None,
-        np.uint64(2 ** (8 * indices.dtype.itemsize) - 1),
-    )
+    pos_arr = _NO_POS if pos is None else pos.reshape(-1).astype(np.uint64)
+    mask = np.uint64(2 ** (8 * indices.dtype.itemsize) - 1)
     bucket = np.empty(N, np.uint8 if my_size <= 256 else np.int64)  # a byte per id in the common case
     counts = np.empty(my_size * n_bags, np.int64)
-    serial = _common.one_thread()
-    if serial:
-        _bucket_count_serial(offs, uidx, bag_key, *params, bucket, counts)
-    else:
-        with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
-            _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
-    new_lengths[...] = counts
-    if mapping is not None:
-        mapping[...] = bucket
-    _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
-    slots = counts
     rows = weights is not None and weights.ndim == 2  # rows of weights: moved after the pass, by the slots
     if rows and not sequence:
         unbucketize = np.empty(N, indices.dtype)
@@ -423,11 +484,44 @@ def block_bucketize_sparse_features(
     no_w = np.empty(0, uidx.dtype)  # not a slice of the ids: they may be read-only, and new_w is written
     w, new_w = (bits(weights), new_weights.view(bits(new_weights).dtype)) if want_w else (no_w, no_w)
     pos_out = new_pos if bucketize_pos else np.empty(0, indices.dtype)
-    args = (offs, uidx, bag_key, *params, keep, bucket, slots, new_indices.view(uidx.dtype))
-    args += (bucketize_pos, pos_out, sequence or rows, dst, want_w, w, new_w)
-    if serial:
-        _bucket_scatter_serial(*args)
+    if _common.one_thread():
+        _bucketize_serial(
+            lengths,
+            batch,
+            block_sizes,
+            total_num_blocks,
+            uidx,
+            np.uint64(my_size),
+            pos_arr,
+            pos is not None,
+            mask,
+            keep,
+            new_lengths,
+            mapping is not None,
+            bucket if mapping is None else mapping,
+            new_indices.view(uidx.dtype),
+            bucketize_pos,
+            pos_out,
+            sequence or rows,
+            dst,
+            want_w,
+            w,
+            new_w,
+            counts,
+            bucket,
+            np.empty(N, np.uint64),
+        )
     else:
+        offs, bag_key, kc = _bucketize_prep(lengths, batch, block_sizes, total_num_blocks, my_size)
+        params = (kc, np.uint64(my_size), pos_arr, pos is not None, mask)
+        with numba.parallel_chunksize(2):  # dynamic scheduling: a descheduled thread does not hold up the pass
+            _bucket_count(offs, uidx, bag_key, *params, bucket, counts)
+        new_lengths[...] = counts
+        if mapping is not None:
+            mapping[...] = bucket
+        _exclusive_in_place(counts)  # counts -> bucket-major slots, no second array to fault in
+        args = (offs, uidx, bag_key, *params, keep, bucket, counts, new_indices.view(uidx.dtype))
+        args += (bucketize_pos, pos_out, sequence or rows, dst, want_w, w, new_w)
         with numba.parallel_chunksize(2):
             _bucket_scatter(*args)
     if rows:
@@ -493,11 +587,12 @@ def _emit_unique(ids, bounds, order, base, unique, reverse):
 
 
 @njit(cache=True)
-def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, reverse):
+def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, reverse, scratch):
     """The whole op in one compiled call (the small case): per table ``g`` (features
-    ``tables[g, 0] .. tables[g, 1] - 1``) its ids sorted (any order among equal ids), the distinct
-    ones emitted in order, every id's rank in ``reverse``, the table's count spread over its bags as
-    :func:`jagged_unique_indices` spreads it, then the complete cumsum of the lengths."""
+    ``tables[g, 0] .. tables[g, 1] - 1``) a sorted copy of its ids (``embnum._sort_numba``, in
+    ``scratch``: int64, ``2 * len(ids) + 256`` entries), the distinct ones emitted in order, every
+    id's rank among them (a binary search) in ``reverse``, the table's count spread over its bags
+    as :func:`jagged_unique_indices` spreads it, then the complete cumsum of the lengths."""
     nb = offs.shape[0] - 1
     for i in range(nb):
         out_lengths[i] = 0
@@ -505,15 +600,26 @@ def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, rever
     for g in range(tables.shape[0]):
         a, b = tables[g, 0], tables[g, 1]
         lo, hi = offs[a * B], offs[b * B]
-        order = np.argsort(ids[lo:hi])
-        rank = np.int64(-1)
+        keys = scratch[: hi - lo]
         for r in range(hi - lo):
-            i = lo + order[r]
-            if r == 0 or ids[i] != ids[lo + order[r - 1]]:
-                rank += 1
-                unique[base + rank] = ids[i]
-            reverse[i] = base + rank
-        c = rank + 1
+            keys[r] = ids[lo + r]
+        sort_keys(keys, scratch[hi - lo :])
+        c = np.int64(0)
+        for r in range(hi - lo):
+            if r == 0 or keys[r] != keys[r - 1]:
+                keys[c] = keys[r]  # the distinct ids, in order, to the front
+                unique[base + c] = keys[r]
+                c += 1
+        for i in range(lo, hi):
+            x = np.int64(ids[i])
+            f, t = np.int64(0), c - 1  # keys[f] <= x <= keys[t]: find x
+            while f < t:
+                mid = (f + t) // 2
+                if keys[mid] < x:
+                    f = mid + 1
+                else:
+                    t = mid
+            reverse[i] = base + f
         n = (b - a) * B
         for k in range(n):
             out_lengths[a * B + k] = c // n + (1 if k < c % n else 0)
@@ -531,7 +637,8 @@ SERIAL_UNIQUE_IDS = 1 << 14  # ids below which one compiled call does it all (no
 def jagged_unique_indices(tables, B, offsets, indices, out):
     out_lengths, out_offsets, unique, reverse = out
     if indices.shape[0] < SERIAL_UNIQUE_IDS and _common.SERIAL_OVERRIDE is None:
-        _unique_serial(np.array(tables, np.int64).reshape(-1, 2), B, offsets, indices, *out)
+        scratch = np.empty(2 * indices.shape[0] + 256, np.int64)
+        _unique_serial(np.array(tables, np.int64).reshape(-1, 2), B, offsets, indices, *out, scratch)
         return
     offs = int64s(offsets)
     ids = np.ascontiguousarray(indices)

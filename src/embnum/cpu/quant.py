@@ -26,6 +26,8 @@ from ._common import (
     half_bits_to_float32,
     half_table,
     rne,
+    serial_bytes,
+    serial_twin,
 )
 
 # The registry allocates this family's outputs with this (large ones reused across calls
@@ -61,13 +63,13 @@ def _first_zero(row, fallback):
 
 
 @_jit
-def _min_max(row):
+def _min_max(row, bits):
     """Row minimum and maximum (float32): the first minimal/maximal element (which matters
     only among signed zeros: fbgemm's choice); both NaN when the row holds a NaN.
 
-    The reduction runs on integer keys of the bit patterns, which the compiler
+    ``bits``: the row's int32 view (made by the caller, outside compiled code: an array ``view``
+    is a compile of its own). The reduction runs on integer keys of the bit patterns, which the compiler
     vectorizes (a float min/max reduction it does not, without fast-math)."""
-    bits = row.view(np.int32)
     kmin = np.int32(0x7FFFFFFF)
     kmax = np.int32(-0x80000000)
     for c in range(bits.shape[0]):
@@ -77,13 +79,22 @@ def _min_max(row):
     if kmax > np.int32(0x7F800000) or kmin < np.int32(-0x7F800001):  # outside [-inf, +inf]: a NaN
         nan = np.float32(np.nan)
         return nan, nan
-    mn = _key(kmin).view(np.float32)
-    mx = _key(kmax).view(np.float32)
+    mn = np.int32(_key(kmin)).view(np.float32)
+    mx = np.int32(_key(kmax)).view(np.float32)
     if mn == 0:
         mn = _first_zero(row, mn)
     if mx == 0:
         mx = _first_zero(row, mx)
     return mn, mx
+
+
+@njit(cache=True)
+def _to_half(v):
+    """``(h, value)``: the float16 bits (int64) of the float32 ``v``, nearest-even, and their float32
+    value (``_common``'s conversions, compiled once here and called per row: inlined at each use
+    they were most of the n-bit quantizer's compile)."""
+    h = float32_bits_to_half_bits(np.float32(v).view(np.uint32))
+    return h, half_bits_to_float32(h)
 
 
 @_jit
@@ -114,13 +125,13 @@ def _get_f32(row, at):
 
 # -- 1. fused 8-bit row-wise ----------------------------------------------------
 @njit(cache=True, parallel=True)
-def _quantize_8bit(x, out):
+def _quantize_8bit(x, xi, out):
     R, D = x.shape
     Q = np.float32(255.0)
     for r in prange(R):
         row = x[r]
         o = out[r]
-        mn, mx = _min_max(row)
+        mn, mx = _min_max(row, xi[r])
         rng = np.float32(mx - mn)
         scale = np.float32(rng / Q)
         inv = np.float32(Q / np.float32(rng + np.float32(1e-8)))
@@ -134,11 +145,37 @@ def _quantize_8bit(x, out):
         _put_u32(o, D + 4, float32_to_bits(mn))
 
 
+# Serial twins (the same code, prange run as range): a call the registry's small-call rule puts on
+# one thread takes them, so a small first call on a cold cache compiles no parallel kernel (Numba's
+# parfor passes, then the body once more as a gufunc: 2-3x the serial compile). Only small calls:
+# on large rows the twin ran 1.7-2x slower than the parallel kernel on one thread (whose body, a
+# function of its own, gets no-alias arguments).
+_quantize_8bit_serial = serial_twin(_quantize_8bit)
+
+
+def _small(name, *arrays):
+    """Whether the call's arrays are below the kernel's one-thread threshold (``serial_bytes``)."""
+    return sum(a.nbytes for a in arrays) < serial_bytes(name)
+
+
+# The quantizers' twins vectorize their code loops worse than the parallel body (1.7x slower at
+# [2048, 64] on one thread, 10% at [256, 128]): they take only calls where the parallel region's
+# entry matters, and a small first call still compiles no parallel kernel.
+_QUANTIZE_TWIN_BYTES = 1 << 15
+
+
+def _quantize_twin(name, x, out):
+    """Whether a quantizer call takes its serial twin (tiny and below the one-thread threshold)."""
+    return x.nbytes + out.nbytes < _QUANTIZE_TWIN_BYTES and _small(name, x, out)
+
+
 def float_to_fused_8bit_rowwise(input, out):
     D = input.shape[-1]
     if input.size == 0:
         return
-    _quantize_8bit(_float32_rows(input, D), out.reshape(-1, D + 8))
+    x = _float32_rows(input, D)
+    kernel = _quantize_8bit_serial if _quantize_twin("float_to_fused_8bit_rowwise", x, out) else _quantize_8bit
+    kernel(x, x.view(np.int32), out.reshape(-1, D + 8))
 
 
 @njit(cache=True, parallel=True)
@@ -164,59 +201,73 @@ def _float_then(out, output_dtype, fill):
             out[...] = tmp
 
 
+_dequantize_8bit_serial = serial_twin(_dequantize_8bit)
+
+
 def fused_8bit_rowwise_to_float(input, output_dtype, out):
     C = input.shape[-1]
     R = int(np.prod(input.shape[:-1]))
     q = np.ascontiguousarray(input).reshape(R, C)
-    _float_then(out, output_dtype, lambda o: _dequantize_8bit(q, o.reshape(R, C - 8)))
+    kernel = _dequantize_8bit_serial if _small("fused_8bit_rowwise_to_float", q, out) else _dequantize_8bit
+    _float_then(out, output_dtype, lambda o: kernel(q, o.reshape(R, C - 8)))
 
 
 # -- 2. fused N-bit row-wise ----------------------------------------------------
-@njit(cache=True, parallel=True)
-def _quantize_nbit(x, bit_rate, out):
-    R, D = x.shape
-    k = 8 // bit_rate
-    nbytes = D // k
-    Q = np.float32(2**bit_rate - 1)
-    for r in prange(R):
-        row = x[r]
-        o = out[r]
-        mn, mx = _min_max(row)
-        bias16 = float32_bits_to_half_bits(np.float32(mn).view(np.uint32))
-        b = half_bits_to_float32(bias16)
-        rng = np.float32(mx - b)
-        scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
-        scale16 = float32_bits_to_half_bits(np.float32(scale).view(np.uint32))
-        s = half_bits_to_float32(scale16)
-        if s == 0:  # float16 underflow
-            scale16 = np.int64(0x3C00)
-            s = np.float32(1.0)
-        inv = np.float32(np.float32(1.0) / s)
-        # codes stay float32 (exact small integers) and are combined into a byte arithmetically:
-        # one simple loop per rate, which the compiler vectorizes
-        if k == 1:
-            for j in range(nbytes):
-                o[j] = np.uint8(_qf(np.float32(np.float32(row[j] - b) * inv), Q))
-        elif k == 2:
-            for j in range(nbytes):
-                lo = _qf(np.float32(np.float32(row[2 * j] - b) * inv), Q)
-                hi = _qf(np.float32(np.float32(row[2 * j + 1] - b) * inv), Q)
-                o[j] = np.uint8(lo + hi * np.float32(16.0))
-        else:
-            for j in range(nbytes):
-                c0 = _qf(np.float32(np.float32(row[4 * j] - b) * inv), Q)
-                c1 = _qf(np.float32(np.float32(row[4 * j + 1] - b) * inv), Q)
-                c2 = _qf(np.float32(np.float32(row[4 * j + 2] - b) * inv), Q)
-                c3 = _qf(np.float32(np.float32(row[4 * j + 3] - b) * inv), Q)
-                o[j] = np.uint8((c0 + c1 * np.float32(4.0)) + (c2 * np.float32(16.0) + c3 * np.float32(64.0)))
-        o[nbytes] = np.uint8(scale16 & 0xFF)
-        o[nbytes + 1] = np.uint8(scale16 >> 8)
-        o[nbytes + 2] = np.uint8(bias16 & 0xFF)
-        o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
+def _make_quantize_nbit(bit_rate):
+    """The n-bit quantizer of one ``bit_rate`` (a compile-time constant: a call compiles one
+    rate's code loop, not all three)."""
+    k = 8 // bit_rate  # codes per byte
+
+    @njit(cache=True, parallel=True)
+    def kernel(x, xi, out):
+        R, D = x.shape
+        nbytes = D // k
+        Q = np.float32(2**bit_rate - 1)
+        for r in prange(R):
+            row = x[r]
+            o = out[r]
+            mn, mx = _min_max(row, xi[r])
+            bias16, b = _to_half(mn)
+            rng = np.float32(mx - b)
+            scale = np.float32(1.0) if rng == 0 else np.float32(rng / Q)
+            scale16, s = _to_half(scale)
+            if s == 0:  # float16 underflow
+                scale16 = np.int64(0x3C00)
+                s = np.float32(1.0)
+            inv = np.float32(np.float32(1.0) / s)
+            # codes stay float32 (exact small integers) and are combined into a byte arithmetically:
+            # one simple loop per rate, which the compiler vectorizes
+            if k == 1:
+                for j in range(nbytes):
+                    o[j] = np.uint8(_qf(np.float32(np.float32(row[j] - b) * inv), Q))
+            elif k == 2:
+                for j in range(nbytes):
+                    lo = _qf(np.float32(np.float32(row[2 * j] - b) * inv), Q)
+                    hi = _qf(np.float32(np.float32(row[2 * j + 1] - b) * inv), Q)
+                    o[j] = np.uint8(lo + hi * np.float32(16.0))
+            else:
+                for j in range(nbytes):
+                    c0 = _qf(np.float32(np.float32(row[4 * j] - b) * inv), Q)
+                    c1 = _qf(np.float32(np.float32(row[4 * j + 1] - b) * inv), Q)
+                    c2 = _qf(np.float32(np.float32(row[4 * j + 2] - b) * inv), Q)
+                    c3 = _qf(np.float32(np.float32(row[4 * j + 3] - b) * inv), Q)
+                    o[j] = np.uint8((c0 + c1 * np.float32(4.0)) + (c2 * np.float32(16.0) + c3 * np.float32(64.0)))
+            o[nbytes] = np.uint8(scale16 & 0xFF)
+            o[nbytes + 1] = np.uint8(scale16 >> 8)
+            o[nbytes + 2] = np.uint8(bias16 & 0xFF)
+            o[nbytes + 3] = np.uint8((bias16 >> 8) & 0xFF)
+
+    return kernel
+
+
+_QUANTIZE_NBIT = {r: _make_quantize_nbit(r) for r in (2, 4, 8)}
+_QUANTIZE_NBIT_SERIAL = {r: serial_twin(kernel) for r, kernel in _QUANTIZE_NBIT.items()}
 
 
 def float_to_fused_nbit_rowwise(input, bit_rate, out):
-    _quantize_nbit(_float32_rows(input, input.shape[1]), bit_rate, out)
+    x = _float32_rows(input, input.shape[1])
+    kernels = _QUANTIZE_NBIT_SERIAL if _quantize_twin("float_to_fused_nbit_rowwise", x, out) else _QUANTIZE_NBIT
+    kernels[bit_rate](x, x.view(np.int32), out)
 
 
 @njit(cache=True, parallel=True)
@@ -246,9 +297,13 @@ def _dequantize_nbit(q, bit_rate, out):
                 o[4 * j + 3] = np.float32((byte >> 6) * scale + bias)
 
 
+_dequantize_nbit_serial = serial_twin(_dequantize_nbit)
+
+
 def fused_nbit_rowwise_to_float(input, bit_rate, output_dtype, out):
     q = np.ascontiguousarray(input)
-    _float_then(out, output_dtype, lambda o: _dequantize_nbit(q, bit_rate, o))
+    kernel = _dequantize_nbit_serial if _small("fused_nbit_rowwise_to_float", q, out) else _dequantize_nbit
+    _float_then(out, output_dtype, lambda o: kernel(q, bit_rate, o))
 
 
 # -- 3. bfloat16 ------------------------------------------------------------------

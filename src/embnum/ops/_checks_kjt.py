@@ -10,18 +10,20 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
+from .._sort_numba import sort_keys
 from .._validate_numba import bounded_add, offsets_last, row_total
 
 _jit = njit(cache=True, nogil=True)
 
 
 @_jit
-def permute_totals_2d(permute, lengths, limit):
+def permute_totals_2d(permute, lengths, limit, sizes):
     """``(N, M)`` of a 2-D permute (``permute_2d_sparse_data``): ``N`` the exact total of the
     ``[T, B]`` lengths, ``M`` the exact total of the rows ``permute`` selects; ``(-1, -1)`` when a
-    length is negative, a total passes ``limit`` or an entry of ``permute`` is outside ``[0, T)``."""
+    length is negative, a total passes ``limit`` or an entry of ``permute`` is outside ``[0, T)``.
+    ``sizes``: int64 ``[T]`` scratch for the row totals (allocated by the caller: ``np.empty`` in
+    a verdict is a compile of its own)."""
     T = lengths.shape[0]
-    sizes = np.empty(T, np.int64)
     N = np.int64(0)
     for t in range(T):
         row = row_total(lengths[t], limit)
@@ -41,7 +43,7 @@ def permute_totals_1d(permute, lengths, limit):
     return (N, M) if M >= 0 else (np.int64(-1), np.int64(-1))
 
 
-@_jit
+@njit(cache=True, nogil=True, inline="always")
 def _selected_total(permute, sizes, limit):
     """The exact total of ``sizes[permute[i]]`` (``sizes`` entries ``>= 0``) when every entry of
     ``permute`` lies in ``[0, len(sizes))`` and the total is at most ``limit``, else -1."""
@@ -110,19 +112,17 @@ def expand_permute_ok(permute, input_offset, output_offset, output_size):
 
 
 @_jit
-def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max):
+def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max, keys, flags):
     """The host arrays ``block_bucketize_sparse_features`` hands its kernel in the plain case (no
-    per-key batch sizes, block counts, boundaries or keep flags): ``(N, block_sizes as int64,
-    batch [T], total_num_blocks [T], keep [T])``, ``N`` the exact total of the lengths; ``N = -1``
-    when a length or a block size is negative, the total passes ``limit``, ``len(lengths)`` is not a
-    multiple of ``T = len(block_sizes)`` (or not 0 when ``T = 0``) or a block size times ``my_size``
-    (``>= 1``) passes ``id_max`` (tested as ``block_size > id_max // my_size``)."""
+    per-key batch sizes, block counts, boundaries or keep flags), written into the caller's
+    ``keys`` (int64 ``[3, T]``: block sizes, batch sizes, block counts) and ``flags`` (bool ``[T]``,
+    the keep flags; ``T = len(block_sizes)``; allocated by the caller: ``np.empty`` in a verdict is
+    a compile of its own), and ``N``, the exact total of the lengths, returned; ``N = -1`` when a
+    length or a block size is negative, the total passes ``limit``, ``len(lengths)`` is not a
+    multiple of ``T`` (or not 0 when ``T = 0``) or a block size times ``my_size`` (``>= 1``) passes
+    ``id_max`` (tested as ``block_size > id_max // my_size``)."""
     T = block_sizes.shape[0]
     n_bags = lengths.shape[0]
-    bs = np.empty(T, np.int64)
-    batch = np.empty(T, np.int64)
-    blocks = np.empty(T, np.int64)
-    flags = np.empty(T, np.bool_)
     N = np.int64(0)
     if (T == 0 and n_bags != 0) or (T > 0 and n_bags % T != 0):
         N = np.int64(-1)
@@ -130,25 +130,33 @@ def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max):
         x = np.int64(block_sizes[t])
         if x < 0 or x > id_max // my_size:
             N = np.int64(-1)
-        bs[t] = x
-        batch[t] = n_bags // T
-        blocks[t] = my_size
+        keys[0, t] = x
+        keys[1, t] = n_bags // T
+        keys[2, t] = my_size
         flags[t] = keep
     if N == 0:
         N = row_total(lengths, limit)
-    return N, bs, batch, blocks, flags
+    return N
 
 
 @_jit
-def unique_count(hsc, hso, offsets, indices, B):
+def _offsets_ok(offs):
+    """Whether the offsets start at 0 and never decrease (``offsets_last`` inlined once, called
+    three times by :func:`unique_count`: three inlined copies compiled slower)."""
+    return offsets_last(offs, True, -1) >= 0
+
+
+@_jit
+def unique_count(hsc, hso, offsets, indices, B, scratch):
     """The output size ``K`` of ``jagged_unique_indices`` (``T = len(hsc) - 1 >= 1``,
     ``len(hso) = T + 1``, ``len(offsets) = T * B + 1``) when every rule holds: the three offsets
     arrays start at 0 and never decrease, ``hso[-1] = T``, ``offsets[-1] = len(indices)``, the
     features of a table share one ``hsc`` entry, ids are ``>= 0`` and below their table's hash size
     (the last table's: at most ``2**63 - 1 - hsc[a]``); else -1. ``K`` counts the distinct ids per
-    table (a sorted copy of each table's ids)."""
+    table (a sorted copy of each table's ids, in ``scratch``: int64, ``2 * len(indices) + 256``
+    entries, allocated by the caller)."""
     T = hsc.shape[0] - 1
-    if offsets_last(hsc, True, -1) < 0 or offsets_last(hso, True, -1) < 0 or offsets_last(offsets, True, -1) < 0:
+    if not (_offsets_ok(hsc) and _offsets_ok(hso) and _offsets_ok(offsets)):
         return np.int64(-1)
     if np.int64(hso[T]) != T or np.int64(offsets[offsets.shape[0] - 1]) != indices.shape[0]:
         return np.int64(-1)
@@ -168,8 +176,12 @@ def unique_count(hsc, hso, offsets, indices, B):
                 return np.int64(-1)
         # the last table's ids are unbounded above, but hsc[a] + id must not wrap (hsc[a] >= 0)
         cap = np.int64(9223372036854775807) - np.int64(hsc[a]) if g == last else np.int64(hsc[b]) - np.int64(hsc[a]) - 1
-        ids = np.sort(indices[offsets[a * B] : offsets[b * B]])
-        n = ids.shape[0]
+        lo = np.int64(offsets[a * B])
+        n = np.int64(offsets[b * B]) - lo
+        ids = scratch[:n]
+        for r in range(n):
+            ids[r] = indices[lo + r]
+        sort_keys(ids, scratch[n:])
         if n:
             if np.int64(ids[n - 1]) > cap:
                 return np.int64(-1)

@@ -141,8 +141,10 @@ def _permute_fast(permute, lengths, values, weights, permuted_lengths_sum, ndim)
     checks = _checks()
     if checks is None or not (_host_index(permute) and _host_index(lengths, ndim)):
         return None
-    totals = checks.permute_totals_2d if ndim == 2 else checks.permute_totals_1d
-    N, M = totals(permute, lengths, _MAX)
+    if ndim == 2:
+        N, M = checks.permute_totals_2d(permute, lengths, _MAX, np.empty(lengths.shape[0], np.int64))
+    else:
+        N, M = checks.permute_totals_1d(permute, lengths, _MAX)
     if N < 0 or not _host_data(values, weights, N) or not _hint_ok(permuted_lengths_sum, M):
         return None
     shape = (permute.shape[0], lengths.shape[1]) if ndim == 2 else (permute.shape[0],)
@@ -478,7 +480,9 @@ def _bucketize_fast(
         return None
     if my_size * max(lengths.shape[0], 1) > _MAX or not -v.INT64_MAX - 1 <= max_B <= v.INT64_MAX:
         return None
-    N, bs, batch, G, flags = checks.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype])
+    keys, flags = np.empty((3, block_sizes.shape[0]), np.int64), np.empty(block_sizes.shape[0], np.bool_)
+    N = checks.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype], keys, flags)
+    bs, batch, G = keys
     if N < 0 or indices.shape[0] != N:
         return None
     if weights is not None and not (
@@ -856,7 +860,8 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     on_device = _on_device(hash_size_cumsum, hash_size_offsets, offsets, indices)
     checks = _checks()
     if checks is not None and not on_device:  # host data: one compiled pass checks every rule and counts K
-        K = checks.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T)
+        scratch = np.empty(2 * indices.shape[0] + 256, np.int64)
+        K = checks.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T, scratch)
         if K >= 0:
             h = hash_size_offsets.tolist()
             return _unique_plan([(a, b) for a, b in zip(h[:-1], h[1:]) if a < b], nb // T, offsets, indices, K)
