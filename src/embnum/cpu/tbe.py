@@ -518,13 +518,19 @@ _FORWARD_POOLED = {D: _make_forward_pooled(D) for D in SPECIALISED_DIMS + (0,)}
 # The fused update keeps its parallel kernel for small calls too: its serial twin, without the
 # parallel body's no-alias arrays, ran small steps 25-50% slower (rowwise Adagrad, 50-130 lookups)
 _FORWARD_POOLED_SERIAL = {D: _common.serial_twin(k) for D, k in _FORWARD_POOLED.items()}
+# the generic kernel's twin only up to this many lookups: past ~100 it ran slower than the parallel
+# kernel on one thread (no-alias lost: +7 us at ~180 lookups, +15 us at ~400, dims 8-24); the
+# per-dim kernels' twins ran as fast at every size measured
+GENERIC_TWIN_LOOKUPS = 64
 
 
 def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out, small):
     stream = STREAM and out.nbytes >= STREAM_BYTES
-    kernels = _FORWARD_POOLED_SERIAL if small else _FORWARD_POOLED
+    generic_twin = small and indices.shape[0] <= GENERIC_TWIN_LOOKUPS
     for D, feats in _feature_groups(doff):
-        kernels[D](w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
+        twin = generic_twin if D == 0 else small
+        kernel = (_FORWARD_POOLED_SERIAL if twin else _FORWARD_POOLED)[D]
+        kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
 
 
 def _feature_groups(doff):
