@@ -518,13 +518,19 @@ _FORWARD_POOLED = {D: _make_forward_pooled(D) for D in SPECIALISED_DIMS + (0,)}
 # The fused update keeps its parallel kernel for small calls too: its serial twin, without the
 # parallel body's no-alias arrays, ran small steps 25-50% slower (rowwise Adagrad, 50-130 lookups)
 _FORWARD_POOLED_SERIAL = {D: _common.serial_twin(k) for D, k in _FORWARD_POOLED.items()}
+# the generic kernel's twin only up to this many lookups: past ~100 it ran slower than the parallel
+# kernel on one thread (no-alias lost: +7 us at ~180 lookups, +15 us at ~400, dims 8-24); the
+# per-dim kernels' twins ran as fast at every size measured
+GENERIC_TWIN_LOOKUPS = 64
 
 
 def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out, small):
     stream = STREAM and out.nbytes >= STREAM_BYTES
-    kernels = _FORWARD_POOLED_SERIAL if small else _FORWARD_POOLED
+    generic_twin = small and indices.shape[0] <= GENERIC_TWIN_LOOKUPS
     for D, feats in _feature_groups(doff):
-        kernels[D](w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
+        twin = generic_twin if D == 0 else small
+        kernel = (_FORWARD_POOLED_SERIAL if twin else _FORWARD_POOLED)[D]
+        kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
 
 
 def _feature_groups(doff):
@@ -1186,6 +1192,8 @@ def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, 
 _BAG_OF_POSITION = _one_or_all(_bag_of_position)
 _COUNT_TOUCHED = _one_or_all(_count_touched)
 _ZERO = _one_or_all(_zero)
-_DENSE_GRAD = _one_or_all(_dense_grad)
-_SPARSE_GRAD = _one_or_all(_sparse_grad)
+# The gradient walks have no twin: compiled serially they keep the Lookups fields' reference
+# counts in the inner loops and do not unroll (5-23x slower than the parallel kernel on one thread).
+_DENSE_GRAD = _dense_grad
+_SPARSE_GRAD = _sparse_grad
 _GRAD_PSW = _one_or_all(_grad_psw)
