@@ -211,6 +211,7 @@ def _stages(module, idx, off, calls: int, counts) -> None:
         "the planned path without the module": lambda: _planned_forward(module, w, idx, off, None),
         "tensor checks and _watched()": checks,
         "forward_plan(): the plan's cache check": lambda: module.forward_plan(w),
+        "forward_call(): plan, weights view, dtype (one check)": lambda: module.forward_call(w),
         "on_torch_stream (CPU: a null context)": lambda: on_torch_stream((w,)).__enter__(),
         "array views of 4 tensors (to_array)": lambda: (to_array(w), to_array(idx), to_array(off), to_array(out)),
         "plan.lookups: lookups validated + bounds checked": lambda: plan.lookups(ids_a, off_a, None),
