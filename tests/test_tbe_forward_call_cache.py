@@ -178,3 +178,21 @@ def test_cuda_moves_the_forward_call():
     assert m.forward_call(m.weights) is not first
     assert torch.equal(got.cpu(), _generic(m.cpu(), IDS, OFF))
     _same(m)
+
+
+@pytest.mark.parametrize("dims", [[4, 8], [4, 6], [3, 8]])
+def test_the_update_launch_keeps_the_layouts_half_of_the_gradient_alignment(dims):
+    """cuda's UpdateLaunch tests once whether every dim is a multiple of 4 (the layout's half of
+    whether the gradient's slices take vector loads); a call then tests only the gradient's pointer
+    and row length, and decides as the per-call test does."""
+    from embnum import _tbe_bounds
+    from embnum.cuda import tbe as cuda_tbe
+
+    woff, doff, hcs = embnum.tbe_layout([3, 2], dims).arrays()
+    prepared = cuda_tbe.UpdateLaunch(woff, doff, hcs, _tbe_bounds.rows_per_feature(hcs), 0)
+    assert prepared._dims4 == all(d % 4 == 0 for d in dims)
+    ids, off = np.zeros(2, np.int64), np.array([0, 1, 2], np.int64)
+    kept = cuda_tbe.Lookups(*prepared.dev, ids, off, 1, 2, int(hcs[-1]), prepared.host[1], prepared._dims4)
+    fresh = kept._replace(dims4=None)
+    for g in (np.ones((1, sum(dims)), np.float32), np.ones((1, sum(dims) + 1), np.float32)[:, 1:]):
+        assert cuda_tbe._gradient_rows(g, kept)[1:] == cuda_tbe._gradient_rows(g, fresh)[1:]

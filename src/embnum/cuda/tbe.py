@@ -109,6 +109,7 @@ class Lookups(NamedTuple):
     T: int
     n_rows: int  # hash_size_cumsum[T]: total rows, also the sort key of positions outside every bag
     D_offsets: object  # the host copy (the declaration's)
+    dims4: bool | None = None  # every dim of D_offsets a multiple of 4, where the caller knows it
 
 
 def _prepare(a: LookupArgs) -> Lookups:
@@ -552,7 +553,8 @@ def _gradient_rows(g, lk: Lookups):
     vector loads)``: the pointer on a 4-element boundary, the row length and every feature's dim (so
     every column offset) multiples of 4, from the host layout (no device read)."""
     gD = int(g.shape[1])
-    return g.reshape(-1), gD, _aligned4(g) and gD % 4 == 0 and not (np.asarray(lk.D_offsets) % 4).any()
+    dims4 = lk.dims4 if lk.dims4 is not None else not (np.asarray(lk.D_offsets) % 4).any()
+    return g.reshape(-1), gD, _aligned4(g) and gD % 4 == 0 and dims4
 
 
 @cuda.jit(device=True)
@@ -942,6 +944,7 @@ class UpdateLaunch:
         _, first = np.unique(self.host[2][:-1], return_index=True)  # one feature per table
         self._max_dim = int(dims.max())
         self._tables = [(int(self.host[3][t]), int(dims[t])) for t in first]
+        self._dims4 = not (self.host[1] % 4).any()  # (_gradient_rows' layout half, once)
 
     def n_values(self, N: int) -> int:
         """:func:`values_bound` of ``N`` lookups (Python ints: no wrap)."""
@@ -952,7 +955,7 @@ class UpdateLaunch:
             offsets = offsets.astype(indices.dtype)
         woff, doff, hcs, rows = self.dev
         ids, off = contiguous(indices), contiguous(offsets)
-        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows, self.host[1])
+        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows, self.host[1], self._dims4)
         a = LookupArgs(*self.host, ids, off, B, self.pooling, psw)
         rowwise = KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None  # the scratch's size
         n_values = self.n_values(int(ids.shape[0])) if rowwise else None
