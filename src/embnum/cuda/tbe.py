@@ -74,6 +74,7 @@ from .._tbe import (
 from . import _tbe_vbe as vbe
 from ._common import (
     LANES,
+    MAX_BLOCKS,
     TPB,
     blocks,
     constant,
@@ -325,7 +326,9 @@ class ForwardLaunch:
     holds it): the layout's device tables uploaded once and kept and the launch shape chosen
     (:func:`_forward_shape`), so a call passes only its checked lookups (int32/int64 ``indices
     [N]``, ``offsets [T*B+1]``), ``B``, float32 ``psw [N]`` or None, and ``out`` (``[B, total_D]``,
-    or ``[N, D]`` for ``"none"``). No VBE."""
+    or ``[N, D]`` for ``"none"``). No VBE. The common call (pooled, no ``psw``, both lookup arrays
+    contiguous arrays of the backend's own type and one index dtype) launches straight from here;
+    the weights' contiguous form, pointer alignment and so kernel are kept per weights array."""
 
     def __init__(self, woff, doff, rows, pooling: int):
         # copies: under the simulator a launch writes its host arguments back into them
@@ -333,20 +336,50 @@ class ForwardLaunch:
         self.pooling = pooling
         self.shape = None if pooling == NONE else _forward_shape(_bytes(woff), _bytes(doff))
         self.no_floats = _NO_FLOATS()
-        self._weights, self._aligned = None, False  # the last weights array and its alignment
+        self._weights: tuple = (None,)  # (the weights array last given, its contiguous form, kernel, alignment)
+        self._array = type(xp().empty(0, np.int64))  # the backend's own array type
+        self._pooled = self.shape is not None
+        if self.shape is not None:
+            rows4, log_g, chunks = self.shape
+            # T * B * chunks lane groups of 2**log_g lanes; TPB lanes a block
+            self._items, self._per_block = int(woff.shape[0]) * chunks, TPB >> log_g
+            self._tail = (self.pooling == MEAN, self.no_floats, False, log_g, chunks)
+
+    def _keep(self, weights) -> tuple:
+        """``(weights, their contiguous form, the pooled kernel their alignment allows, the
+        alignment)``, kept until another weights array comes."""
+        w = contiguous(weights)
+        aligned = _aligned4(w)
+        kernel = _FORWARD_POOLED["vector" if self._pooled and self.shape[0] and aligned else "element"]
+        kept = self._weights = (weights, w, kernel, aligned)
+        return kept
 
     def __call__(self, weights, indices, offsets, B, psw, out) -> None:
         if out.size == 0:
+            return
+        kept = self._weights
+        if kept[0] is not weights:
+            kept = self._keep(weights)
+        a = self._array
+        if (
+            self._pooled
+            and psw is None
+            and type(indices) is a
+            and type(offsets) is a
+            and indices.dtype == offsets.dtype
+            and indices.flags.c_contiguous
+            and offsets.flags.c_contiguous
+        ):  # the common call: _launch_forward's pooled launch, its per-layout parts done once
+            n_blocks = min(MAX_BLOCKS, -(-B * self._items // self._per_block))  # (B >= 1: out is not empty)
+            w, woff, doff, rows = kept[1], self.woff, self.doff, self.rows
+            launch(kept[2], n_blocks, TPB, w, woff, doff, rows, indices, offsets, B, *self._tail, out)
             return
         if offsets.dtype != indices.dtype:
             offsets = offsets.astype(indices.dtype)
         psw = None if psw is None else contiguous(psw)
         ids, off = contiguous(indices), contiguous(offsets)
-        w = contiguous(weights)
-        if w is not self._weights:  # the alignment of the weights' pointer, tested once per array
-            self._weights, self._aligned = w, _aligned4(w)
-        args = (w, self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.shape)
-        _launch_forward(*args, self.no_floats, self._aligned)
+        args = (kept[1], self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.shape)
+        _launch_forward(*args, self.no_floats, kept[3])
 
 
 @functools.lru_cache(maxsize=256)
