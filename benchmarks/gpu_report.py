@@ -56,10 +56,16 @@ class Clock:
         if not SIMULATED:
             self.cp.cuda.get_current_stream().synchronize()
 
+    def warm_up(self, fn):
+        """One untimed call on a GPU (first-launch costs). None in the simulator: there is nothing
+        to warm, its times mean nothing, and every simulated call runs the kernel in Python threads."""
+        if not SIMULATED:
+            fn()
+            self.sync()
+
     def device(self, fn) -> tuple[float, float, float]:
         """Median, first and third quartile of the seconds per call (after one warm-up call)."""
-        fn()
-        self.sync()
+        self.warm_up(fn)
         times = []
         for _ in range(self.repeats):
             if SIMULATED:
@@ -80,8 +86,7 @@ class Clock:
 
     def host(self, fn) -> float:
         """Median seconds from call to return (the queue is not drained between calls)."""
-        fn()
-        self.sync()
+        self.warm_up(fn)
         times = []
         for _ in range(self.repeats * self.burst):
             t0 = time.perf_counter()

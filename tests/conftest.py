@@ -91,7 +91,48 @@ def _stand_in_refused():
     return None if real is None else f"runs in the tier without fbgemm_gpu: a real fbgemm_gpu ({real}) is importable"
 
 
+# The README's ``-n 2 --dist loadfile`` runs each file whole in one worker, and the run ends when
+# the busier worker does. pytest-xdist hands out files with the most tests first, which leaves the
+# long files of few tests (the simulated GPU tier, the process groups) for the end; instead files
+# go out longest first (seconds of one file in a cold-cache CI run, rounded), the rest after them
+# in collection order, so the two workers finish together.
+LONGEST_FIRST = {
+    "test_ops.py": 380,
+    "test_tbe.py": 240,
+    "test_gpu_report.py": 140,
+    "test_distributed.py": 110,
+    "test_gpu_check.py": 80,
+    "test_tbe_update_plan.py": 75,
+    "test_cuda_compile.py": 75,
+    "test_cuda_blocks.py": 60,
+    "test_fbgemm_compat.py": 35,
+    "test_host_reads.py": 35,
+    "test_tbe_update_scratch.py": 30,
+    "test_jit_cache.py": 25,
+}
+
+
+def _loadfile(config) -> bool:
+    return getattr(config.option, "dist", "no") == "loadfile"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """The controller tells each xdist worker (whose own ``dist`` option reads "no") to sort."""
+    node.workerinput["longest_first"] = _loadfile(node.config)
+
+
+def _longest_first(config, items):
+    """Under xdist's ``--dist loadfile``: hand out files by :data:`LONGEST_FIRST`, not by count.
+    Every worker collects and sorts alike (a stable sort: each file's tests keep their order); the
+    controller keeps that order (:func:`pytest_configure`)."""
+    if not getattr(config, "workerinput", {}).get("longest_first"):
+        return
+    items.sort(key=lambda item: -LONGEST_FIRST.get(item.path.name, 0))
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_first(config, items)
     refused = "unchecked"
     for item in items:
         name = getattr(item, "originalname", None) or item.name
@@ -118,6 +159,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.hostile_counts = collections.Counter()
+    if _loadfile(config):
+        config.option.loadscopereorder = False  # hand files out in the order of _longest_first
     import progress  # one line per finished file, the skips by reason (tests/progress.py)
 
     progress.pytest_configure(config)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import embnum
 from embnum import TBEOptimizer, tbe_layout
-from harness import check_matches_ref, check_rejects
+from harness import FLAVORS, check_matches_ref, check_rejects
+from tables import strategy
 from tables.tbe import DIMS, GRAD, IND, LAY, OFF, OPTIMIZERS, W12, _uargs, state_for, tbe_args, vbe_batch
 
 
@@ -981,3 +982,20 @@ def test_layout_check_orders_tables_as_a_stable_argsort(values, presorted):
 
     a = np.array(sorted(values) if presorted else values, dtype=np.int64)
     assert np.array_equal(_stable_order(a), np.argsort(a, kind="mergesort"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_cpu_parallel_forward_is_ref(data):
+    """The pooled forward's parallel kernels, which small calls skip for their serial twins (the
+    tables' drawn inputs are small), match ref with every call on all threads."""
+    pytest.importorskip("numba")
+    from embnum.cpu import _common
+
+    args = data.draw(strategy("tbe_forward"))
+    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
+    try:
+        _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = 0  # no call is small
+        check_matches_ref("tbe_forward", args, FLAVORS[0])
+    finally:
+        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved

@@ -78,10 +78,15 @@ def _load_checks():
     return _tbe_bounds_numba
 
 
-def _checks():
+def compiled_checks():
     """The compiled checks of these rules (``_tbe_bounds_numba.py``, loaded on first use), or None
-    where the shared compiled checks are not (Numba missing, or ``_validate.compiled`` stubbed)."""
+    where the shared compiled checks are not (Numba missing, or ``_validate.compiled`` stubbed).
+    Their ``tbe_lookups_ok`` is :func:`check`'s verdict on host lookups, for a caller that has
+    already tested what :func:`check` tests before it (array types, shapes, dtypes)."""
     return _load_checks() if _validate.compiled() is not None else None
+
+
+_checks = compiled_checks
 
 
 def check_offsets(offsets, n_indices: int, mode: str):

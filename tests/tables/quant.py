@@ -128,7 +128,7 @@ def _row(*xs, dtype=F32):
 _SIGNED_ZEROS = np.ones((2, 40), F32)
 _SIGNED_ZEROS[0, 5], _SIGNED_ZEROS[0, 38], _SIGNED_ZEROS[1, 5], _SIGNED_ZEROS[1, 38] = 0.0, -0.0, -0.0, 0.0
 
-_WIDE_Q = np.random.default_rng(5).standard_normal((20, 152)).astype(F32)  # more rows than a grid pass
+_WIDE_Q = np.random.default_rng(5).standard_normal((12, 152)).astype(F32)  # more rows than a grid pass (8 simulated)
 _WIDE_Q[3, [40, 41]] = -50.0  # equal minima: the first is the bias
 _WIDE_Q[4] = np.abs(_WIDE_Q[4]) + 1
 _WIDE_Q[4, [2, 130]] = -0.0, 0.0  # signed zeros tie as the minimum: the first, -0.0, is the bias

@@ -209,15 +209,22 @@ def _one_thread_when_small(entry):
 
     @functools.wraps(entry)
     def run(*args, **kw):
-        idx, doff = kw.get("indices"), kw.get("D_offsets")
-        if idx is not None and doff is not None and doff.shape[0] > 1:
-            work = idx.shape[0] * (int(doff[-1]) // (doff.shape[0] - 1) + 1) * 8
-            limit = _common.SERIAL_OVERRIDE
-            if work < (_common.SERIAL_BYTES if limit is None else limit):
-                return _common.on_one_thread(entry, *args, **kw)
+        if _small(kw):
+            return _common.on_one_thread(entry, *args, **kw)
         return entry(*args, **kw)
 
     return run
+
+
+def _small(lookup):
+    """Whether a call with these lookup arguments is small (see ``_one_thread_when_small``): it
+    then runs on one thread, and the pooled forward takes its serial twins."""
+    idx, doff = lookup.get("indices"), lookup.get("D_offsets")
+    if idx is None or doff is None or doff.shape[0] <= 1:
+        return False
+    work = idx.shape[0] * (int(doff[-1]) // (doff.shape[0] - 1) + 1) * 8
+    limit = _common.SERIAL_OVERRIDE
+    return work < (_common.SERIAL_BYTES if limit is None else limit)
 
 
 def _checked(indices, offsets):
@@ -505,17 +512,30 @@ def _make_forward_pooled(DC, vector=True, columns=POOL_COLUMNS, far=PREFETCH_FAR
 # dims with their own compiled forward (the common recsys dims); others share the generic one
 SPECIALISED_DIMS = (32, 64, 128, 256)
 _FORWARD_POOLED = {D: _make_forward_pooled(D) for D in SPECIALISED_DIMS + (0,)}
+# their serial twins, for small calls: a cold first call then compiles no parallel region (the
+# parfor passes and the body compiled a second time as a gufunc: ~3.3 of the ~4 s CPU of a cold
+# small forward); a large call (or any at NUMBA_NUM_THREADS=1 past the size) keeps the parallel one.
+# The fused update keeps its parallel kernel for small calls too: its serial twin, without the
+# parallel body's no-alias arrays, ran small steps 25-50% slower (rowwise Adagrad, 50-130 lookups)
+_FORWARD_POOLED_SERIAL = {D: _common.serial_twin(k) for D, k in _FORWARD_POOLED.items()}
+# the generic kernel's twin only up to this many lookups: past ~100 it ran slower than the parallel
+# kernel on one thread (no-alias lost: +7 us at ~180 lookups, +15 us at ~400, dims 8-24); the
+# per-dim kernels' twins ran as fast at every size measured
+GENERIC_TWIN_LOOKUPS = 64
 
 
-def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out):
+def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out, small):
     stream = STREAM and out.nbytes >= STREAM_BYTES
-    for kernel, feats in _feature_groups(doff):
+    generic_twin = small and indices.shape[0] <= GENERIC_TWIN_LOOKUPS
+    for D, feats in _feature_groups(doff):
+        twin = generic_twin if D == 0 else small
+        kernel = (_FORWARD_POOLED_SERIAL if twin else _FORWARD_POOLED)[D]
         kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
 
 
 def _feature_groups(doff):
-    """The forward's kernel calls for ``D_offsets``: ``((kernel, features int64 [n]), ...)``, one
-    per specialised dim present, then the generic kernel with the other features (if any).
+    """The forward's kernel calls for ``D_offsets``: ``((dim, features int64 [n]), ...)``, one per
+    specialised dim present, then the generic kernel's key 0 with the other features (if any).
 
     Grouping with NumPy cost ~13 us per call, most of a small forward's time, and a
     model passes the same ``D_offsets`` on every call: cached by content. The key is the array's
@@ -531,14 +551,9 @@ def _feature_groups(doff):
 
 def _group_features(doff):
     dims = np.diff(doff).tolist()
-    groups = [
-        (_FORWARD_POOLED[D], np.array([t for t, d in enumerate(dims) if d == D], dtype=np.int64))
-        for D in SPECIALISED_DIMS
-    ]
-    groups.append(
-        (_FORWARD_POOLED[0], np.array([t for t, d in enumerate(dims) if d not in SPECIALISED_DIMS], np.int64))
-    )
-    return tuple((kernel, feats) for kernel, feats in groups if feats.shape[0])
+    groups = [(D, np.array([t for t, d in enumerate(dims) if d == D], dtype=np.int64)) for D in SPECIALISED_DIMS]
+    groups.append((0, np.array([t for t, d in enumerate(dims) if d not in SPECIALISED_DIMS], np.int64)))
+    return tuple((D, feats) for D, feats in groups if feats.shape[0])
 
 
 _GROUPS = BoundedCache(256)  # D_offsets (dtype, bytes) -> _group_features(D_offsets)
@@ -574,9 +589,9 @@ def tbe_forward(weights, output_dtype, out, **lookup):
         _forward_none(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, target)
     else:
         psw = _psw(a)
-        _forward_pooled(
-            w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, a.pooling == MEAN, psw, a.has_psw, target
-        )
+        mean = a.pooling == MEAN
+        small = _small(lookup)
+        _forward_pooled(w, lut, a.weights_offsets, a.D_offsets, idx, offs, a.B, mean, psw, a.has_psw, target, small)
     round_once(target, out)
 
 
@@ -1177,6 +1192,8 @@ def _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, 
 _BAG_OF_POSITION = _one_or_all(_bag_of_position)
 _COUNT_TOUCHED = _one_or_all(_count_touched)
 _ZERO = _one_or_all(_zero)
-_DENSE_GRAD = _one_or_all(_dense_grad)
-_SPARSE_GRAD = _one_or_all(_sparse_grad)
+# The gradient walks have no twin: compiled serially they keep the Lookups fields' reference
+# counts in the inner loops and do not unroll (5-23x slower than the parallel kernel on one thread).
+_DENSE_GRAD = _dense_grad
+_SPARSE_GRAD = _sparse_grad
 _GRAD_PSW = _one_or_all(_grad_psw)

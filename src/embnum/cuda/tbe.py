@@ -74,6 +74,7 @@ from .._tbe import (
 from . import _tbe_vbe as vbe
 from ._common import (
     LANES,
+    MAX_BLOCKS,
     TPB,
     blocks,
     constant,
@@ -108,6 +109,7 @@ class Lookups(NamedTuple):
     T: int
     n_rows: int  # hash_size_cumsum[T]: total rows, also the sort key of positions outside every bag
     D_offsets: object  # the host copy (the declaration's)
+    dims4: bool | None = None  # every dim of D_offsets a multiple of 4, where the caller knows it
 
 
 def _prepare(a: LookupArgs) -> Lookups:
@@ -325,7 +327,9 @@ class ForwardLaunch:
     holds it): the layout's device tables uploaded once and kept and the launch shape chosen
     (:func:`_forward_shape`), so a call passes only its checked lookups (int32/int64 ``indices
     [N]``, ``offsets [T*B+1]``), ``B``, float32 ``psw [N]`` or None, and ``out`` (``[B, total_D]``,
-    or ``[N, D]`` for ``"none"``). No VBE."""
+    or ``[N, D]`` for ``"none"``). No VBE. The common call (pooled, no ``psw``, both lookup arrays
+    contiguous arrays of the backend's own type and one index dtype) launches straight from here;
+    the weights' contiguous form, pointer alignment and so kernel are kept per weights array."""
 
     def __init__(self, woff, doff, rows, pooling: int):
         # copies: under the simulator a launch writes its host arguments back into them
@@ -333,20 +337,50 @@ class ForwardLaunch:
         self.pooling = pooling
         self.shape = None if pooling == NONE else _forward_shape(_bytes(woff), _bytes(doff))
         self.no_floats = _NO_FLOATS()
-        self._weights, self._aligned = None, False  # the last weights array and its alignment
+        self._weights: tuple = (None,)  # (the weights array last given, its contiguous form, kernel, alignment)
+        self._array = type(xp().empty(0, np.int64))  # the backend's own array type
+        self._pooled = self.shape is not None
+        if self.shape is not None:
+            rows4, log_g, chunks = self.shape
+            # T * B * chunks lane groups of 2**log_g lanes; TPB lanes a block
+            self._items, self._per_block = int(woff.shape[0]) * chunks, TPB >> log_g
+            self._tail = (self.pooling == MEAN, self.no_floats, False, log_g, chunks)
+
+    def _keep(self, weights) -> tuple:
+        """``(weights, their contiguous form, the pooled kernel their alignment allows, the
+        alignment)``, kept until another weights array comes."""
+        w = contiguous(weights)
+        aligned = _aligned4(w)
+        kernel = _FORWARD_POOLED["vector" if self._pooled and self.shape[0] and aligned else "element"]
+        kept = self._weights = (weights, w, kernel, aligned)
+        return kept
 
     def __call__(self, weights, indices, offsets, B, psw, out) -> None:
         if out.size == 0:
+            return
+        kept = self._weights
+        if kept[0] is not weights:
+            kept = self._keep(weights)
+        a = self._array
+        if (
+            self._pooled
+            and psw is None
+            and type(indices) is a
+            and type(offsets) is a
+            and indices.dtype == offsets.dtype
+            and indices.flags.c_contiguous
+            and offsets.flags.c_contiguous
+        ):  # the common call: _launch_forward's pooled launch, its per-layout parts done once
+            n_blocks = min(MAX_BLOCKS, -(-B * self._items // self._per_block))  # (B >= 1: out is not empty)
+            w, woff, doff, rows = kept[1], self.woff, self.doff, self.rows
+            launch(kept[2], n_blocks, TPB, w, woff, doff, rows, indices, offsets, B, *self._tail, out)
             return
         if offsets.dtype != indices.dtype:
             offsets = offsets.astype(indices.dtype)
         psw = None if psw is None else contiguous(psw)
         ids, off = contiguous(indices), contiguous(offsets)
-        w = contiguous(weights)
-        if w is not self._weights:  # the alignment of the weights' pointer, tested once per array
-            self._weights, self._aligned = w, _aligned4(w)
-        args = (w, self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.shape)
-        _launch_forward(*args, self.no_floats, self._aligned)
+        args = (kept[1], self.woff, self.doff, self.rows, ids, off, B, self.pooling, psw, out, self.shape)
+        _launch_forward(*args, self.no_floats, kept[3])
 
 
 @functools.lru_cache(maxsize=256)
@@ -519,7 +553,8 @@ def _gradient_rows(g, lk: Lookups):
     vector loads)``: the pointer on a 4-element boundary, the row length and every feature's dim (so
     every column offset) multiples of 4, from the host layout (no device read)."""
     gD = int(g.shape[1])
-    return g.reshape(-1), gD, _aligned4(g) and gD % 4 == 0 and not (np.asarray(lk.D_offsets) % 4).any()
+    dims4 = lk.dims4 if lk.dims4 is not None else not (np.asarray(lk.D_offsets) % 4).any()
+    return g.reshape(-1), gD, _aligned4(g) and gD % 4 == 0 and dims4
 
 
 @cuda.jit(device=True)
@@ -909,6 +944,7 @@ class UpdateLaunch:
         _, first = np.unique(self.host[2][:-1], return_index=True)  # one feature per table
         self._max_dim = int(dims.max())
         self._tables = [(int(self.host[3][t]), int(dims[t])) for t in first]
+        self._dims4 = not (self.host[1] % 4).any()  # (_gradient_rows' layout half, once)
 
     def n_values(self, N: int) -> int:
         """:func:`values_bound` of ``N`` lookups (Python ints: no wrap)."""
@@ -919,7 +955,7 @@ class UpdateLaunch:
             offsets = offsets.astype(indices.dtype)
         woff, doff, hcs, rows = self.dev
         ids, off = contiguous(indices), contiguous(offsets)
-        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows, self.host[1])
+        lk = Lookups(woff, doff, hcs, rows, ids, off, B, self.T, self.n_rows, self.host[1], self._dims4)
         a = LookupArgs(*self.host, ids, off, B, self.pooling, psw)
         rowwise = KIND_CODES[optimizer.kind] >= LAMB or optimizer.max_norm is not None  # the scratch's size
         n_values = self.n_values(int(ids.shape[0])) if rowwise else None

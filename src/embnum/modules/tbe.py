@@ -109,6 +109,7 @@ class _Tables(torch.nn.Module):
         self._trusted = None  # (the layout buffers, len(weights), their versions) last trusted on a GPU
         self._plan = None  # (what the forward plan was made for, the plan): see forward_plan
         self._weights_view = None  # (what the weights' array view was made for, the view): see weights_array
+        self._call = None  # (what the forward's call was prepared for, its parts): see forward_call
 
     def layout(self):
         """The three layout buffers. On a GPU they stay there: the first call (and the first after a
@@ -162,6 +163,39 @@ class _Tables(torch.nn.Module):
             plan = ForwardPlan(*arrays, self.pooling_mode, self.output_dtype, self.bounds_check_mode, backend)
             kept = self._plan = (seen, plan, bufs)
         return kept[1]
+
+    def forward_call(self, weights):
+        """What a planned forward on ``weights`` needs: ``(forward_plan(weights),
+        weights_array(weights), the output's torch dtype)``, or ``None`` where
+        :meth:`forward_plan` is. Kept while everything both depend on stays the same (one test per
+        call of the layout buffers, their versions, where and how the weights are stored, and the
+        settings), so a call looks up neither."""
+        b = self._buffers  # the three layout buffers, read past nn.Module's attribute lookup
+        wo, do, hc = b["weights_offsets"], b["D_offsets"], b["hash_size_cumsum"]
+        seen = (
+            id(wo),
+            id(do),
+            id(hc),
+            wo._version,
+            do._version,
+            hc._version,
+            weights.data_ptr(),
+            weights.shape,
+            weights.stride(),
+            weights.dtype,
+            weights.is_cuda,
+            self.backend,
+            self.pooling_mode,
+            self.output_dtype,
+            self.bounds_check_mode,
+        )
+        kept = self._call
+        if kept is not None and kept[0] == seen:
+            return kept[1]
+        plan = self.forward_plan(weights)  # (a superset of the keys of both: neither is stale)
+        found = None if plan is None else (plan, self.weights_array(weights), _OUT_DTYPES[plan.output_dtype])
+        self._call = (seen, found, (wo, do, hc))  # (the entry holds the buffers: their ids stay theirs)
+        return found
 
     def weights_array(self, weights):
         """The array view of ``weights`` (``torch_bridge.to_array``), kept while the tensor's memory,
@@ -304,35 +338,51 @@ _OUT_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.
 
 
 def _planned_forward(module, weights, indices, offsets, psw):
-    """The forward through the module's :meth:`_Tables.forward_plan`: the lookups validated and
-    checked as the op does, the output from torch's allocator, one array view of each tensor, the
-    kernel called directly (no argument binding, backend choice or layout check per call). Returns
-    the output and the checked lookups ``(plan, indices, offsets, B, per_sample_weights)`` (arrays) for
-    the backward's update (:meth:`FusedTBE.planned_update`); ``None``
-    where the op's generic path must take the call: something watches the dispatcher (tracing,
-    a mode, the profiler), a tensor is not a plain tensor on the weights' device, or of a dtype
-    the op rejects (its error then names it)."""
+    """The forward through the module's :meth:`_Tables.forward_call`: the lookups validated and
+    checked as the op does, the output from torch's allocator, one array view of each per-call
+    tensor, the kernel called directly (no argument binding, backend choice or layout check per
+    call). Returns the output and the checked lookups ``(plan, indices, offsets, B,
+    per_sample_weights)`` (arrays) for the backward's update (:meth:`FusedTBE.planned_update`);
+    ``None`` where the op's generic path must take the call: something watches the dispatcher
+    (tracing, a mode, the profiler), a tensor is not a plain tensor on the weights' device, or of a
+    dtype the op rejects (its error then names it)."""
 
-    device = weights.device
+    cpu = weights.is_cpu
     if (
         type(indices) is not torch.Tensor
         or type(offsets) is not torch.Tensor
-        or indices.device != device
-        or offsets.device != device
         or indices.dtype not in _INDEX_DTYPES
         or offsets.dtype not in _INDEX_DTYPES
-        or (psw is not None and (type(psw) is not torch.Tensor or psw.device != device or psw.dtype != torch.float32))
+        or not (indices.is_cpu and offsets.is_cpu if cpu else indices.device == offsets.device == weights.device)
+        or (
+            psw is not None
+            and (type(psw) is not torch.Tensor or psw.device != weights.device or psw.dtype != torch.float32)
+        )
         or _watched()
     ):
         return None
+    if cpu:
+        return _run_planned(module, weights, indices, offsets, psw)
     with on_torch_stream((weights,)):  # (a plan made here holds its device tables in torch's memory)
-        plan = module.forward_plan(weights)
-        if plan is None:
-            return None
-        p = None if psw is None else to_array(psw.detach())
-        ids, off, B = plan.lookups(to_array(indices), to_array(offsets), p)
-        out = torch.empty(plan.shape(ids.shape[0], B), dtype=_OUT_DTYPES[plan.output_dtype], device=device)
-        plan.run(module.weights_array(weights), ids, off, B, p, to_array(out))
+        return _run_planned(module, weights, indices, offsets, psw)
+
+
+def _run_planned(module, weights, indices, offsets, psw):
+    """:func:`_planned_forward` once its tensors passed (on torch's stream on a GPU)."""
+    call = module.forward_call(weights)
+    if call is None:
+        return None
+    plan, w, out_dtype = call
+    p = None if psw is None else to_array(psw)
+    # (integer tensors never need a gradient: to_array's detach is not needed for them)
+    ids, off, B = plan.lookups(
+        indices.numpy() if indices.is_cpu else to_array(indices),
+        offsets.numpy() if offsets.is_cpu else to_array(offsets),
+        p,
+    )
+    # (the sizes apart, not as a tuple: torch parses them faster)
+    out = torch.empty(*plan.shape(ids.shape[0], B), dtype=out_dtype, device=weights.device)
+    plan.run(w, ids, off, B, p, out.numpy() if out.is_cpu else to_array(out))
     return out, (plan, ids, off, B, p)
 
 
@@ -388,8 +438,8 @@ class FusedTBE(_Tables):
     def forward(self, indices, offsets, per_sample_weights=None):
         if type(indices) is not torch.Tensor or type(offsets) is not torch.Tensor or per_sample_weights is not None:
             _tensors(indices=indices, offsets=offsets, per_sample_weights=per_sample_weights)
-        try:
-            return fused_lookup(self.weights, per_sample_weights, self, indices, offsets)
+        try:  # (the weights read past nn.Module's __getattr__, which a failed attribute lookup costs)
+            return fused_lookup(self._parameters["weights"], per_sample_weights, self, indices, offsets)
         except IndexError as err:
             plain = self.out_of_range_error(err, indices, offsets)
             if plain is None:

@@ -399,13 +399,16 @@ class ForwardPlan:
         self._args = _plan_args(None, self.woff, self.doff, self.hcs, self.rows, None, None, 0, self.pooling, None)
         self._args["output_dtype"] = self.output_dtype
         self._launch = _prepared_launch(self.backend, self.woff, self.doff, self.rows, self.pooling)
+        checks = bounds.compiled_checks()  # (None where Numba is not, or where a test stubs it)
+        self._verdict = None if checks is None else checks.tbe_lookups_ok
 
     def lookups(self, indices, offsets, per_sample_weights):
         """The call's lookups validated and checked as :func:`tbe_forward` does: ``(indices,
         offsets, B)``. Lookups that pass :func:`lookups`' argument rules at a glance (the backend's
         own 1-D index arrays, ``T * B + 1`` offsets, sizes within int32, no per-sample weights, a
-        pooling the layout takes) go straight to the bounds check; any other call takes
-        :func:`lookups` whole, which names what is wrong."""
+        pooling the layout takes) go straight to the bounds check (host arrays to its compiled
+        verdict first, looked up once per plan); any other call takes :func:`lookups` whole, which
+        names what is wrong."""
         a = self._array_type
         if per_sample_weights is None and type(indices) is a and type(offsets) is a and self._plain:
             n_bags = offsets.shape[0] - 1
@@ -420,6 +423,9 @@ class ForwardPlan:
                 and indices.shape[0] <= v.INT32_MAX
                 and n_bags <= v.INT32_MAX
             ):
+                verdict = self._verdict if a is np.ndarray else None  # (bounds.check's, on host lookups)
+                if verdict is not None and verdict(indices, offsets, B, self.rows, False):
+                    return indices, offsets, B
                 indices, offsets = bounds.check(indices, offsets, B, self.rows, self.mode)
                 return indices, offsets, B
         indices, offsets, B, _, _ = lookups(
