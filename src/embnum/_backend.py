@@ -181,6 +181,9 @@ class CpuBackend(Backend):
     name = "cpu"
     _common: Any = None  # embnum.cpu._common, once a kernel is loaded (importing embnum loads no Numba)
 
+    def __init__(self):
+        self._runs: dict = {}  # kernel -> run(args, out), for run() calls with a kernel
+
     def available(self) -> bool:
         return _module_available("numba")
 
@@ -202,7 +205,10 @@ class CpuBackend(Backend):
         set): a parallel region waits for every thread, which on a busy machine costs far more
         than a small call's work (kernels whose work their arrays do not tell apply the rule
         themselves)."""
-        return self.runner(kernel)(args, out)
+        run = self._runs.get(kernel)
+        if run is None:  # bound once per kernel (the registry keeps its own; TBE launch plans call run)
+            run = self._runs[kernel] = self.runner(kernel)
+        return run(args, out)
 
     def runner(self, kernel):
         """:meth:`run` with ``kernel`` bound, settled here once: its threshold, and how it is
