@@ -1,6 +1,12 @@
 """``embnum.cuda._common.launch`` on a GPU keeps each configured launcher (``kernel[grid, block,
 stream]``) and reuses it. Checked without a GPU on a stand-in kernel, with the launch's GPU branch
-taken (the simulator's branch subscripts the kernel itself each call)."""
+taken (the simulator's branch subscripts the kernel itself each call); and the simulator's branch
+keeps the simulator's float warnings out of a run."""
+
+import warnings
+
+import numpy as np
+import pytest
 
 from embnum.cuda import _common
 
@@ -46,3 +52,18 @@ def test_the_kept_launchers_are_bounded(monkeypatch):
     assert len(_common._CONFIGURED) <= 3
     assert [c[0] for c in k.configured] == [1, 2, 3, 4, 5]
     assert len(k.launched) == 5
+
+
+@pytest.mark.skipif(not _common.SIMULATED, reason="the simulator's own warnings (NUMBA_ENABLE_CUDASIM=1)")
+def test_a_simulated_store_beyond_float16_is_inf_without_a_warning():
+    from numba import cuda
+
+    @cuda.jit
+    def store(out, x):
+        out[0] = x[0]
+
+    out = np.zeros(1, np.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _common.launch(store, 1, 1, out, np.array([1e6], np.float32))
+    assert np.isposinf(out[0])

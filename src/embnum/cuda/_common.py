@@ -310,9 +310,13 @@ def _quiet_simulated_arithmetic() -> None:
     warn where the hardware quietly gives IEEE's answer (``inf - inf`` is NaN, ``x / 0`` is inf,
     overflow is inf): the kernels compute what a GPU computes, and the warnings are the
     simulator's. ``np.errstate`` cannot reach the simulator's threads (it is per context), so the
-    launch ignores NumPy's floating-point warnings raised in this package's kernel modules and in
-    the shared rules they compile as device functions (``embnum._tbe_rows``, ``embnum._half``, ...)."""
-    warnings.filterwarnings("ignore", r".*encountered in", RuntimeWarning, r"embnum\.(cuda\.|_)")
+    launch ignores NumPy's floating-point warnings raised in this package's kernel modules, in
+    the shared rules they compile as device functions (``embnum._tbe_rows``, ``embnum._half``, ...)
+    and in the simulator's array store (a float32 beyond float16's range cast on ``out[i] = x``,
+    where the hardware stores inf)."""
+    warnings.filterwarnings(
+        "ignore", r".*encountered in", RuntimeWarning, r"embnum\.(cuda\.|_)|numba\.cuda\.simulator\."
+    )
 
 
 _CONSTANTS: dict = {}
