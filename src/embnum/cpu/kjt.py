@@ -255,6 +255,19 @@ def _key_row(kc, t):
     return kc[5 * t], kc[5 * t + 1], kc[5 * t + 2], kc[5 * t + 3], kc[5 * t + 4]
 
 
+@njit(cache=True, inline="always")
+def _place(i, start, slot, new, new_idx, want_pos, new_pos, want_dst, dst, want_w, w, new_w):
+    """Id ``i`` (of the bag that starts at ``start``) into output ``slot``: its new id ``new``
+    and, when asked, its position in the bag, its slot (``dst[i]``) and its weight."""
+    new_idx[slot] = new
+    if want_pos:
+        new_pos[slot] = i - start
+    if want_dst:
+        dst[i] = slot
+    if want_w:
+        new_w[slot] = w[i]
+
+
 @njit(cache=True, parallel=True)
 def _bucket_count(offs, uidx, bag_key, kc, mu, pos, has_pos, mask, bucket, counts):
     """Pass 1: ``bucket[i]`` of every id and ``counts[p * n_bags + k]`` = ids of bag ``k`` in bucket ``p``."""
@@ -323,17 +336,12 @@ def _bucket_scatter(
                 slot = cursor[b]
                 cursor[b] = slot + 1
                 if kept:
-                    out_idx[slot] = u
+                    new = u
                 elif has_pos:
-                    out_idx[slot] = bucket_of(u, bs, G, lb, width, limit, t, mu, posl, has_pos, mask)[1]
+                    new = bucket_of(u, bs, G, lb, width, limit, t, mu, posl, has_pos, mask)[1]
                 else:
-                    out_idx[slot] = uniform_new_id(u, b, G, width, limit)
-                if want_pos:
-                    out_pos[slot] = i - start
-                if want_dst:
-                    out_dst[i] = slot
-                if want_w:
-                    w_out[slot] = w_in[i]
+                    new = uniform_new_id(u, b, G, width, limit)
+                _place(i, start, slot, new, out_idx, want_pos, out_pos, want_dst, out_dst, want_w, w_in, w_out)
 
 
 @njit(cache=True)
@@ -406,13 +414,8 @@ def _bucketize_serial(
                 cur = bucket[i] * n_bags + k
                 slot = counts[cur]
                 counts[cur] = slot + 1
-                new_idx[slot] = uidx[i] if kept else new_id[i]
-                if want_pos:
-                    new_pos[slot] = i - start
-                if want_dst:
-                    dst[i] = slot
-                if want_w:
-                    new_w[slot] = w[i]
+                new = uidx[i] if kept else new_id[i]
+                _place(i, start, slot, new, new_idx, want_pos, new_pos, want_dst, dst, want_w, w, new_w)
                 i += 1
             k += 1
 
