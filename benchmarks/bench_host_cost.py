@@ -145,7 +145,7 @@ def main(argv=None) -> int:
         "FusedTBE forward + backward (tensors)": step,
     }
     generic = FusedTBE([s["rows"]] * s["T"], [s["D"]] * s["T"], optimizer=opt, backend="cuda")
-    generic.forward_plan = lambda weights: None  # the module as before its plan: every call through the op
+    generic.forward_call = lambda weights: None  # the module as before its plan: every call through the op
     cases["FusedTBE forward, generic path (tensors)"] = lambda: generic(idx, off)
     generic_update = FusedTBE([s["rows"]] * s["T"], [s["D"]] * s["T"], optimizer=opt, backend="cuda")
     generic_update.planned_update = lambda grad, checked: False  # the backward before its plan
@@ -178,7 +178,7 @@ def _stages(module, idx, off, calls: int, counts) -> None:
     from embnum.torch_bridge._convert import on_torch_stream, to_array
 
     w = module.weights
-    plan = module.forward_plan(w)
+    plan = module.forward_call(w)[0]
     ids_a, off_a = to_array(idx), to_array(off)
     ids_c, off_c, B = plan.lookups(ids_a, off_a, None)
     w_a = to_array(w)
@@ -210,8 +210,7 @@ def _stages(module, idx, off, calls: int, counts) -> None:
         "module + autograd Function (whole call)": lambda: module(idx, off),
         "the planned path without the module": lambda: _planned_forward(module, w, idx, off, None),
         "tensor checks and _watched()": checks,
-        "forward_plan(): the plan's cache check": lambda: module.forward_plan(w),
-        "forward_call(): plan, weights view, dtype (one check)": lambda: module.forward_call(w),
+        "forward_call(): plan, weights view, dtype (one cache)": lambda: module.forward_call(w),
         "on_torch_stream (CPU: a null context)": lambda: on_torch_stream((w,)).__enter__(),
         "array views of 4 tensors (to_array)": lambda: (to_array(w), to_array(idx), to_array(off), to_array(out)),
         "plan.lookups: lookups validated + bounds checked": lambda: plan.lookups(ids_a, off_a, None),

@@ -1,7 +1,7 @@
 """What a planned FusedTBE forward keeps between calls, and when it stops trusting it.
 
-The module keeps its forward's parts (``FusedTBE.forward_call``: the plan, the weights' array view,
-the output dtype) while the layout buffers, where and how the weights are stored, and the settings
+The module keeps its forward's parts (``FusedTBE.forward_call``, one cache: the plan, the weights'
+array view, the output dtype) while the layout buffers, where and how the weights are stored, and the settings
 stay the same; the backend's prepared launch (``cuda.tbe.ForwardLaunch``) keeps the weights'
 contiguous form and the kernel their alignment allows per weights array. Each test changes one of
 those things between two calls and checks that the next call reads what is there now: the op's
@@ -59,7 +59,12 @@ def test_the_forward_call_is_kept_while_nothing_changes(backend):
     first = m.forward_call(m.weights)
     _same(m)
     assert m.forward_call(m.weights) is first
-    assert first[0] is m.forward_plan(m.weights) and first[1] is m.weights_array(m.weights)
+    assert _address(first[1]) == m.weights.data_ptr() and first[1].shape == tuple(m.weights.shape)
+
+
+def _address(a):
+    """Where an array's first element lives (a NumPy array here: CPU, or the simulator's)."""
+    return a.__array_interface__["data"][0]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -94,6 +99,31 @@ def test_weights_given_another_storage_in_place_are_read(backend):
         m.weights.set_(torch.arange(n, dtype=torch.float32) / n)
     after = _same(m)
     assert not torch.equal(before, after)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shift", [1, 2, 4])
+def test_weights_moved_to_another_alignment_are_read(backend, shift):
+    """``set_`` onto the same values ``shift`` float32 elements further into another storage (a
+    pointer 16-byte aligned only when ``shift`` is 4): a new entry whose view is at the new place,
+    the same bits as the op's generic path, and the original weights read again after."""
+    m = _module(backend)
+    first = _same(m)
+    kept = m.forward_call(m.weights)
+    n = m.weights.shape[0]
+    room = torch.zeros(n + 8)
+    room[shift : shift + n] = m.weights.detach()
+    original = m.weights.detach().clone()
+    with torch.no_grad():
+        m.weights.set_(room.untyped_storage(), shift, (n,))
+    assert room.data_ptr() % 16 == 0 and (m.weights.data_ptr() % 16 == 0) == (shift == 4)
+    moved = _same(m)
+    now = m.forward_call(m.weights)
+    assert now is not kept and _address(now[1]) == m.weights.data_ptr()
+    assert torch.equal(moved, first)
+    with torch.no_grad():
+        m.weights.set_(original)
+    assert torch.equal(_same(m), first)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

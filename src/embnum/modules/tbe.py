@@ -29,6 +29,17 @@ def _tensors(**named):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
+def line_aligned_zeros(n: int) -> np.ndarray:
+    """float32 zeros ``[n]`` starting on a 64-byte cache line (a module's weights and row state).
+    NumPy starts large arrays 16 bytes past a line, so a row of 128 float32 spans nine lines
+    instead of eight (the one-thread forward, T=26 x 100K x 128: 60-63 -> 56.5 ms); torch's
+    allocator aligns but leaves the pages at 4 KiB, where NumPy's ask for huge pages on Linux
+    (fewer TLB misses on random rows). Both wanted: a NumPy buffer, cut at a line."""
+    buf = np.zeros(4 * n + 64, dtype=np.uint8)
+    first = -buf.ctypes.data % 64
+    return buf[first : first + 4 * n].view(np.float32)
+
+
 def first_out_of_range(indices, offsets, rows, feature_table_map, *, pruned_ok=False):
     """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
     when ``indices``/``offsets`` are not integer tensors of the layout, which the op's own error
@@ -95,7 +106,7 @@ class _Tables(torch.nn.Module):
         for name, a in zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), lay.arrays()):
             self.register_buffer(name, torch.from_numpy(a.copy()))
         rng = np.random.default_rng(seed)
-        flat = np.empty(lay.num_weights, dtype=np.float32)
+        flat = line_aligned_zeros(lay.num_weights)
         start = 0
         for r, d in zip(rows, dims):  # fbgemm's default init: uniform(+-sqrt(1/rows)) per table
             bound = init_scale if init_scale is not None else float(np.sqrt(1.0 / r))
@@ -107,9 +118,7 @@ class _Tables(torch.nn.Module):
         self.bounds_check_mode = bounds_check_mode
         self.backend = backend
         self._trusted = None  # (the layout buffers, len(weights), their versions) last trusted on a GPU
-        self._plan = None  # (what the forward plan was made for, the plan): see forward_plan
-        self._weights_view = None  # (what the weights' array view was made for, the view): see weights_array
-        self._call = None  # (what the forward's call was prepared for, its parts): see forward_call
+        self._call = None  # (what the forward's call was prepared for, its parts, the buffers): see forward_call
 
     def layout(self):
         """The three layout buffers. On a GPU they stay there: the first call (and the first after a
@@ -130,46 +139,18 @@ class _Tables(torch.nn.Module):
                 self._trusted = seen
         return bufs
 
-    def forward_plan(self, weights):
-        """The forward prepared for this module's layout and settings (``embnum.ops.tbe.ForwardPlan``:
-        layout validated, kernel chosen), made again only when the layout buffers, the weights'
-        length, dtype or device, or a setting changed; ``None`` where the call takes the op's
-        generic path (the ``"ref"`` backend, or weights on a device the backend does not take)."""
-        b = self._buffers  # the three layout buffers, read past nn.Module's attribute lookup
-        wo, do, hc = b["weights_offsets"], b["D_offsets"], b["hash_size_cumsum"]
-        backend = self.backend if self.backend is not None else ("cuda" if weights.is_cuda else "cpu")
-        seen = (
-            id(wo),
-            id(do),
-            id(hc),
-            wo._version,
-            do._version,
-            hc._version,
-            weights.shape[0],
-            weights.dtype,
-            weights.is_cuda,
-            backend,
-            self.pooling_mode,
-            self.output_dtype,
-            self.bounds_check_mode,
-        )
-        kept = self._plan
-        if kept is None or kept[0] != seen:  # (the kept entry holds the buffers: their ids stay theirs)
-            if backend == "ref" or (weights.is_cuda != (backend == "cuda") and not _cuda_takes_host_arrays()):
-                return None
-
-            bufs = self.layout()  # on a GPU: trusted once here, so the plan reads nothing back
-            arrays = (to_array(weights.detach()), *(to_array(x) for x in bufs))
-            plan = ForwardPlan(*arrays, self.pooling_mode, self.output_dtype, self.bounds_check_mode, backend)
-            kept = self._plan = (seen, plan, bufs)
-        return kept[1]
-
     def forward_call(self, weights):
-        """What a planned forward on ``weights`` needs: ``(forward_plan(weights),
-        weights_array(weights), the output's torch dtype)``, or ``None`` where
-        :meth:`forward_plan` is. Kept while everything both depend on stays the same (one test per
-        call of the layout buffers, their versions, where and how the weights are stored, and the
-        settings), so a call looks up neither."""
+        """What a planned forward on ``weights`` needs: ``(plan, the weights' array view, the
+        output's torch dtype)``, or ``None`` where the call takes the op's generic path (the
+        ``"ref"`` backend, or weights on a device the backend does not take). ``plan``: the forward
+        prepared for this module's layout and settings (``embnum.ops.tbe.ForwardPlan``: layout
+        validated and, on a GPU, trusted once; kernel chosen; the backend's launch prepared); the
+        view: ``torch_bridge.to_array`` of the weights (on a GPU a DLPack export per call saved).
+        One key, tested once per call: the layout buffers and their versions, where and how the
+        weights are stored (pointer, shape, strides, dtype, device) and the settings; on a miss all
+        three are made again. (A plan kept apart from the weights' pointer would only be reused when
+        the weights move to other memory of the same length and dtype with the layout unchanged,
+        which training in place never does.)"""
         b = self._buffers  # the three layout buffers, read past nn.Module's attribute lookup
         wo, do, hc = b["weights_offsets"], b["D_offsets"], b["hash_size_cumsum"]
         seen = (
@@ -192,19 +173,20 @@ class _Tables(torch.nn.Module):
         kept = self._call
         if kept is not None and kept[0] == seen:
             return kept[1]
-        plan = self.forward_plan(weights)  # (a superset of the keys of both: neither is stale)
-        found = None if plan is None else (plan, self.weights_array(weights), _OUT_DTYPES[plan.output_dtype])
+        found = self._prepare_call(weights)
         self._call = (seen, found, (wo, do, hc))  # (the entry holds the buffers: their ids stay theirs)
         return found
 
-    def weights_array(self, weights):
-        """The array view of ``weights`` (``torch_bridge.to_array``), kept while the tensor's memory,
-        shape, strides and dtype stay the same (on a GPU a DLPack export per call saved)."""
-        seen = (weights.data_ptr(), weights.shape, weights.stride(), weights.dtype)
-        kept = self._weights_view
-        if kept is None or kept[0] != seen:
-            kept = self._weights_view = (seen, to_array(weights.detach()))
-        return kept[1]
+    def _prepare_call(self, weights):
+        """:meth:`forward_call`'s parts made afresh (on its cache miss)."""
+        backend = self.backend if self.backend is not None else ("cuda" if weights.is_cuda else "cpu")
+        if backend == "ref" or (weights.is_cuda != (backend == "cuda") and not _cuda_takes_host_arrays()):
+            return None
+        bufs = self.layout()  # on a GPU: trusted once here, so the plan reads nothing back
+        w = to_array(weights.detach())
+        layout = (to_array(x) for x in bufs)
+        plan = ForwardPlan(w, *layout, self.pooling_mode, self.output_dtype, self.bounds_check_mode, backend)
+        return plan, w, _OUT_DTYPES[plan.output_dtype]
 
     def out_of_range_error(self, err, indices, offsets, features=None, tables=None):
         """The error to raise in the user's terms when the lookup of ``(indices, offsets)`` failed
@@ -408,7 +390,7 @@ class FusedTBE(_Tables):
         self.optimizer = optimizer
         sizes = optimizer.state_sizes(self.weights.shape[0], int(self.hash_size_cumsum[-1]))
         for name in ("momentum1", "momentum2"):
-            self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
+            self.register_buffer(name, torch.from_numpy(line_aligned_zeros(sizes[name])) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
         self._steps = StepCount(self.iter, 0)
         self._update = None  # (what the update plan was made for, the plan): see update_plan
@@ -451,8 +433,8 @@ class FusedTBE(_Tables):
         optimizer, weights and state validated once, their array views kept), made again when the
         forward plan, the optimizer, or where and how the weights or a state buffer is stored changed;
         ``None`` unless ``forward`` is the module's current forward plan."""
-        kept = self._plan
-        if kept is None or kept[1] is not forward:
+        kept = self._call
+        if kept is None or kept[1] is None or kept[1][0] is not forward:
             return None
         tensors = (self.weights, self.momentum1, self.momentum2)
         seen = [forward, self.optimizer]
