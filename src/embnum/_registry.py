@@ -215,10 +215,11 @@ class Op:
                 if type(a) not in _FAST_TYPES:
                     chosen = None
                     break
-            for a in kwargs.values():
-                if type(a) not in _FAST_TYPES:
-                    chosen = None
-                    break
+            if kwargs:  # (an empty dict's values view is not free: most calls pass none)
+                for a in kwargs.values():
+                    if type(a) not in _FAST_TYPES:
+                        chosen = None
+                        break
         if chosen is None:
             chosen, args, kwargs = self._route(args, kwargs, backend)
         try:
