@@ -49,11 +49,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _bench  # noqa: E402
 import embnum  # noqa: E402
 from embnum.cpu.tbe import (  # noqa: E402
-    PREFETCH_DISTANCE,
-    PREFETCH_FAR,
     _per_line,
     _prefetch_whole_row,
     _prefetch_whole_row_far,
+    forward_prefetch,
 )
 from embnum.examples.tbe import make_batch  # noqa: E402
 
@@ -95,24 +94,25 @@ def torch_tables(torch, a, b, dtype):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _read_rows(w, woff, D, idx, starts, tables, sink):
+def _read_rows(w, woff, D, idx, starts, tables, sink, far, near):
     """Job ``j`` reads the rows ``w[woff[t] + idx[p] * D :][:D]`` of table ``t = tables[j]`` for
     ``p`` in ``starts[j]:starts[j + 1]`` (prefetched as the forward does) and xor-folds one element of
     each cache line they touch into ``sink[j, 0]`` (``w``: the weights' bits as unsigned integers;
-    ``sink``: ``[jobs, D]``): the least work that brings every line of every row to the core."""
+    ``sink``: ``[jobs, D]``; ``far``, ``near``: the forward's prefetch distances for ``D``): the least
+    work that brings every line of every row to the core."""
     for j in prange(tables.shape[0]):
         w0 = woff[tables[j]]
         p0, p1 = starts[j], starts[j + 1]
         acc = w[0] ^ w[0]
-        for q in range(p0, min(p0 + PREFETCH_FAR, p1)):
+        for q in range(p0, min(p0 + far, p1)):
             _prefetch_whole_row_far(w, w0 + np.int64(idx[q]) * D, D)
-        for q in range(p0, min(p0 + PREFETCH_DISTANCE, p1)):
+        for q in range(p0, min(p0 + near, p1)):
             _prefetch_whole_row(w, w0 + np.int64(idx[q]) * D, D)
         for p in range(p0, p1):
-            if p + PREFETCH_FAR < p1:
-                _prefetch_whole_row_far(w, w0 + np.int64(idx[p + PREFETCH_FAR]) * D, D)
-            if p + PREFETCH_DISTANCE < p1:
-                _prefetch_whole_row(w, w0 + np.int64(idx[p + PREFETCH_DISTANCE]) * D, D)
+            if p + far < p1:
+                _prefetch_whole_row_far(w, w0 + np.int64(idx[p + far]) * D, D)
+            if p + near < p1:
+                _prefetch_whole_row(w, w0 + np.int64(idx[p + near]) * D, D)
             base = np.uint64(w0 + np.int64(idx[p]) * D)
             for d in range(0, D, _per_line(w)):
                 acc ^= w[base + np.uint64(d)]
@@ -128,7 +128,8 @@ def gather_floor(a, b):
     tables = (firsts // a.B).astype(np.int64)
     sink = np.empty((tables.shape[0], a.D), w.dtype)
     woff, idx = b["weights_offsets"], b["indices"]
-    return lambda: _read_rows(w, woff, a.D, idx, starts, tables, sink)
+    far, near = forward_prefetch(a.D)
+    return lambda: _read_rows(w, woff, a.D, idx, starts, tables, sink, far, near)
 
 
 def forward_contenders(torch, a, b, fp16):

@@ -22,6 +22,7 @@
 import collections
 import json
 import os
+import sys
 
 # torch and Numba each start an OpenMP pool; spinning waiters of one starve the
 # other on a 2-core machine, so idle threads sleep instead.
@@ -39,6 +40,16 @@ if numba.core.config.ENABLE_CUDASIM != (os.environ.get("NUMBA_ENABLE_CUDASIM", "
         "numba was imported before tests/conftest.py could switch the CUDA simulator on; "
         "set NUMBA_ENABLE_CUDASIM=1 in the environment (and keep numba out of pytest's ini options)"
     )
+
+# Every simulated CUDA thread is a Python thread, and the launching thread polls them in a loop that
+# never blocks: a thread released from a barrier (a __syncthreads, a shuffle) waits for the GIL
+# until the poller's switch interval ends, 5 ms by default, so barrier-heavy kernels (the TBE
+# update) spent most of their time polling. At 0.1 ms they run about 3 times faster (the simulated
+# rows of tests/test_ops.py: 106 s of CPU before, 35 s after); other Python threads in the tests
+# (the thread-safety checks) only take turns more often.
+SIM_SWITCH_INTERVAL = 1e-4
+if numba.core.config.ENABLE_CUDASIM:
+    sys.setswitchinterval(SIM_SWITCH_INTERVAL)
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

@@ -151,3 +151,21 @@ def test_fused_tbe_rejected_update_leaves_the_step():
     assert m.step == 0
     m.apply_gradient(torch.ones(1, 2), torch.tensor([1]), torch.tensor([0, 1]))
     assert m.step == 1
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "rowwise_adagrad", "adam"])
+def test_fused_tbe_state_starts_on_a_cache_line(kind):
+    """The weights and the row state start on 64-byte lines (NumPy's large arrays start 16 bytes
+    past one, torch's do not ask for huge pages), so a row of 128 float32 spans 8 lines, not 9;
+    the state starts at zero and stays float32 whatever torch's default dtype."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        m = FusedTBE([3000, 1000], [128, 64], optimizer=embnum.TBEOptimizer(kind, 0.1))
+    finally:
+        torch.set_default_dtype(before)
+    states = [m.momentum1] + ([] if m.momentum2 is None else [m.momentum2])
+    for t in [m.weights, *states]:
+        assert t.data_ptr() % 64 == 0 and t.dtype == torch.float32
+    assert all(bool((s == 0).all()) for s in states)
+    assert m.weights.shape == (3000 * 128 + 1000 * 64,) and bool(m.weights.abs().max() > 0)

@@ -290,8 +290,9 @@ def test_out_accepts_an_array_whose_flags_have_no_writeable():
 @pytest.mark.parametrize("op", embnum.ops(), ids=lambda o: o.name)
 def test_bind_is_the_signatures_binding(op):
     """``Op.bind`` (every argument by name, in the signature's order, defaults filled in) gives
-    what ``inspect.Signature.bind`` gives for the example call passed by keyword, positionally
-    and mixed, and the same TypeError for an unknown, a repeated and a missing argument."""
+    what ``inspect.Signature.bind`` gives for the example call passed by keyword (as given and
+    with every parameter named), positionally and mixed, and the same TypeError for an unknown
+    (added, or in place of a known one), a repeated and a missing argument."""
     args = op.example_fn(np.random.default_rng(0), "small").args
 
     def exact(a, k):
@@ -303,10 +304,13 @@ def test_bind_is_the_signatures_binding(op):
     positional = [v for (n, v), p in zip(full, op.signature.parameters.values()) if p.kind is not p.KEYWORD_ONLY]
     keyword = {n: v for n, v in full[len(positional) :]}
     head = tuple(positional[:1])
-    for a, k in [((), args), (tuple(positional), keyword), (head, dict(full[len(head) :]))]:
+    every = [((), args), ((), dict(full)), (tuple(positional), keyword), (head, dict(full[len(head) :]))]
+    for a, k in every:
         assert list(op.bind(a, k).items()) == exact(a, k)
     first, value = full[0]
-    wrong = [((), {**args, "no_such_argument": 1}), ((value,), {first: value})]
+    # an unknown name in place of a known one (as many keywords as parameters) too
+    swapped = {**dict(full[1:]), "no_such_argument": 1}
+    wrong = [((), {**args, "no_such_argument": 1}), ((), swapped), ((value,), {first: value})]
     if any(p.default is p.empty for p in op.signature.parameters.values()):
         wrong.append(((), {}))
     for a, k in wrong:

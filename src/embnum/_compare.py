@@ -37,7 +37,10 @@ def _max_finite(err) -> float:
 def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True, tol=None) -> tuple[float, bool]:
     """Equal bytes; with ``any_nan`` a NaN matches any NaN (payloads of computed NaNs are not
     specified); floats may differ by ``ulps`` units in the last place of ``want``, or by
-    ``tol`` (absolute, an array broadcast against ``want`` or a number) where given."""
+    ``tol`` (absolute, an array broadcast against ``want`` or a number) where given.
+
+    Elements whose bytes are equal match under every rule and add nothing to the error, so
+    :func:`element_verdict` runs only on the others (none: nothing is converted)."""
     pairs = _pairs(got, want)
     if pairs is None:
         return float("inf"), False
@@ -45,27 +48,39 @@ def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True, tol=
     for g, w in pairs:
         if g.size == 0:
             continue
-        same = g.view(f"u{g.itemsize}") == w.view(f"u{w.itemsize}") if g.dtype.kind in "fiub" else g == w
-        if g.dtype.kind != "f":
-            ok &= bool(np.all(same))
-            with np.errstate(over="ignore"):
-                err = max(err, float(np.abs(g.astype(np.float64) - w.astype(np.float64)).max()))
-            continue
-        with np.errstate(invalid="ignore", over="ignore"):
-            g64, w64 = g.astype(np.float64), w.astype(np.float64)
-            diff = np.abs(g64 - w64)
-        if any_nan:
-            same = same | (np.isnan(g64) & np.isnan(w64))
-        err = max(err, _max_finite(np.where(same, 0.0, diff)))  # what differs, allowed or not
-        if ulps:
-            with np.errstate(invalid="ignore", over="ignore"):
-                close = (diff <= ulps * np.spacing(np.abs(w)).astype(np.float64)) & np.isfinite(g64)
-            same = same | close
-        if tol is not None:
-            with np.errstate(invalid="ignore"):
-                same = same | (g64 == w64) | (diff <= tol)
-        ok &= bool(np.all(same))
+        t = None if tol is None else np.broadcast_to(tol, w.shape)
+        if g.dtype.kind in "fiub":
+            differ = g.view(f"u{g.itemsize}") != w.view(f"u{w.itemsize}")
+            if not differ.any():
+                continue
+            g, w, t = g[differ], w[differ], None if t is None else t[differ]
+        e, o = element_verdict(g, w, ulps=ulps, any_nan=any_nan, tol=t)
+        err, ok = max(err, e), ok and o
     return err, ok
+
+
+def element_verdict(g, w, *, ulps: int = 0, any_nan: bool = True, tol=None) -> tuple[float, bool]:
+    """:func:`same_bits`' rule on one pair of arrays of one shape and dtype, every element
+    converted and compared (``tol`` already of ``w``'s shape, or None)."""
+    same = g.view(f"u{g.itemsize}") == w.view(f"u{w.itemsize}") if g.dtype.kind in "fiub" else g == w
+    if g.dtype.kind != "f":
+        with np.errstate(over="ignore"):
+            err = float(np.abs(g.astype(np.float64) - w.astype(np.float64)).max())
+        return err, bool(np.all(same))
+    with np.errstate(invalid="ignore", over="ignore"):
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        diff = np.abs(g64 - w64)
+    if any_nan:
+        same = same | (np.isnan(g64) & np.isnan(w64))
+    err = _max_finite(np.where(same, 0.0, diff))  # what differs, allowed or not
+    if ulps:
+        with np.errstate(invalid="ignore", over="ignore"):
+            close = (diff <= ulps * np.spacing(np.abs(w)).astype(np.float64)) & np.isfinite(g64)
+        same = same | close
+    if tol is not None:
+        with np.errstate(invalid="ignore"):
+            same = same | (g64 == w64) | (diff <= tol)
+    return err, bool(np.all(same))
 
 
 def exact_match(got, want, args=None) -> tuple[float, bool]:

@@ -215,10 +215,11 @@ class Op:
                 if type(a) not in _FAST_TYPES:
                     chosen = None
                     break
-            for a in kwargs.values():
-                if type(a) not in _FAST_TYPES:
-                    chosen = None
-                    break
+            if kwargs:  # (an empty dict's values view is not free: most calls pass none)
+                for a in kwargs.values():
+                    if type(a) not in _FAST_TYPES:
+                        chosen = None
+                        break
         if chosen is None:
             chosen, args, kwargs = self._route(args, kwargs, backend)
         try:
@@ -272,6 +273,14 @@ class Op:
     def ordered(self, args, kwargs) -> list:
         """The arguments of a call in the signature's order, defaults filled in (a ``TypeError``
         as Python words it for a call that does not fit the signature)."""
+        if not args and len(kwargs) == len(self._names):  # every argument by keyword
+            values = []
+            for name in self._names:
+                if name not in kwargs:
+                    break  # an unknown keyword in place of this one: the rules below
+                values.append(kwargs[name])
+            else:
+                return values
         if len(args) <= self._positional:
             values = list(args)
             taken = 0  # keyword arguments used

@@ -61,6 +61,12 @@ BAGS_PER_JOB = 64
 # One stage (prefetcht0, 8 ahead) kept ~24 lines in flight: 72 -> 57 ms on the issue's case, 1 thread.
 PREFETCH_DISTANCE = 6
 PREFETCH_FAR = 32
+# Rows of 64 dims and more (256 bytes of float32): further ahead in both stages. On the Xeon of
+# 2026-11-28 (2 MiB L2 per core), T=26 x 100K x 128, B=2048, L~20, one thread: 76-77 -> 62-63 ms
+# (fbgemm 71-72); 32 -> 48 rows ahead is a cliff, 48-128 a plateau. 32 dims kept the near ones
+# (24.7 vs 21.7-22.6 ms at 100K rows, 27.4-28.7 vs 26.7 at 400K: the further rows only evict).
+WIDE_PREFETCH_FAR = 64
+WIDE_PREFETCH_DISTANCE = 8
 UPDATE_PREFETCH_DISTANCE = 8  # fused update: touched rows ahead into the L1 ...
 UPDATE_PREFETCH_FAR = 32  # ... and this many ahead towards the L2 (two stages, as the forward)
 GRAD_PREFETCH_DISTANCE = 16  # backward: sorted lookups ahead whose output gradient is prefetched
@@ -466,13 +472,21 @@ def _pool_bag_scalar(w, lut, indices, s, e, pend, w0, D, psw, has_psw, acc, flat
             flat[uo + np.uint64(d)] = acc[d]
 
 
-def _make_forward_pooled(DC, vector=True, columns=POOL_COLUMNS, far=PREFETCH_FAR, near=PREFETCH_DISTANCE):
+def forward_prefetch(DC):
+    """``(far, near)``: how many lookups ahead the vector forward of dim ``DC`` prefetches its rows."""
+    return (WIDE_PREFETCH_FAR, WIDE_PREFETCH_DISTANCE) if DC >= 64 else (PREFETCH_FAR, PREFETCH_DISTANCE)
+
+
+def _make_forward_pooled(DC, vector=True, columns=POOL_COLUMNS, far=None, near=None):
     """The pooled forward for features of one embedding dim: ``DC`` (a constant the
     compiler unrolls and vectorises the row loops for) or, when ``DC == 0``, the dim
     read from ``D_offsets`` per feature. ``vector``: a constant ``DC`` that is a multiple of 8
     pools each bag in 8-lane register accumulators (``_pool_bag8``) when the weights allow
     it (``_vector_rows``); else element by element through a float32 block in memory. ``far``,
-    ``near``: the vector path's prefetch distances (lookups ahead towards the L2 and into the L1)."""
+    ``near``: the vector path's prefetch distances (lookups ahead towards the L2 and into the L1;
+    :func:`forward_prefetch` by default)."""
+    if far is None:
+        far, near = forward_prefetch(DC)
 
     @njit(cache=True, parallel=True, nogil=True)
     def kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream):

@@ -29,6 +29,17 @@ def _tensors(**named):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
+def line_aligned_zeros(n: int) -> np.ndarray:
+    """float32 zeros ``[n]`` starting on a 64-byte cache line (a module's weights and row state).
+    NumPy starts large arrays 16 bytes past a line, so a row of 128 float32 spans nine lines
+    instead of eight (the one-thread forward, T=26 x 100K x 128: 60-63 -> 56.5 ms); torch's
+    allocator aligns but leaves the pages at 4 KiB, where NumPy's ask for huge pages on Linux
+    (fewer TLB misses on random rows). Both wanted: a NumPy buffer, cut at a line."""
+    buf = np.zeros(4 * n + 64, dtype=np.uint8)
+    first = -buf.ctypes.data % 64
+    return buf[first : first + 4 * n].view(np.float32)
+
+
 def first_out_of_range(indices, offsets, rows, feature_table_map, *, pruned_ok=False):
     """``(feature position, sample, id)`` of the first id outside its table, or ``None`` (also
     when ``indices``/``offsets`` are not integer tensors of the layout, which the op's own error
@@ -95,7 +106,7 @@ class _Tables(torch.nn.Module):
         for name, a in zip(("weights_offsets", "D_offsets", "hash_size_cumsum"), lay.arrays()):
             self.register_buffer(name, torch.from_numpy(a.copy()))
         rng = np.random.default_rng(seed)
-        flat = np.empty(lay.num_weights, dtype=np.float32)
+        flat = line_aligned_zeros(lay.num_weights)
         start = 0
         for r, d in zip(rows, dims):  # fbgemm's default init: uniform(+-sqrt(1/rows)) per table
             bound = init_scale if init_scale is not None else float(np.sqrt(1.0 / r))
@@ -383,7 +394,7 @@ class FusedTBE(_Tables):
         self.optimizer = optimizer
         sizes = optimizer.state_sizes(self.weights.shape[0], int(self.hash_size_cumsum[-1]))
         for name in ("momentum1", "momentum2"):
-            self.register_buffer(name, torch.zeros(sizes[name]) if name in sizes else None)
+            self.register_buffer(name, torch.from_numpy(line_aligned_zeros(sizes[name])) if name in sizes else None)
         self.register_buffer("iter", torch.zeros((), dtype=torch.int64))
         self._steps = StepCount(self.iter, 0)
         self._update = None  # (what the update plan was made for, the plan): see update_plan

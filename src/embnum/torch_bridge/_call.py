@@ -22,13 +22,14 @@ def _watched() -> bool:
     and traces none of the rest. It is one frame where ``is_compiling()`` is two (it also asks
     ``torch.jit.is_scripting``); what ``is_compiling()`` adds, non-strict export and AOT
     tracing, runs under a dispatch mode (fake tensors), which the next test sees. Reading the
-    flag ``torch.compiler._is_compiling_flag`` directly would make Dynamo guard on its value."""
-    return bool(
+    flag ``torch.compiler._is_compiling_flag`` directly would make Dynamo guard on its value.
+    Each test is a bool already (no ``bool()`` around them: a builtin call per bridge call)."""
+    return (
         _is_compiling()
-        or _dispatch_stack_len()
+        or _dispatch_stack_len() > 0
         or _function_mode_enabled()
         or _tracing_state() is not None
-        or torch.autograd.profiler._is_profiler_enabled
+        or _profiler._is_profiler_enabled
     )
 
 
@@ -36,10 +37,12 @@ _is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _function_mode_enabled = torch._C._is_torch_function_mode_enabled
 _tracing_state = torch._C._get_tracing_state
+_profiler = torch.autograd.profiler
 _grad_enabled = torch.is_grad_enabled
 _bump_versions = torch._C._increment_version
 _Tensor = torch.Tensor
 _from_numpy = torch.from_numpy
+_ndarray = np.ndarray
 _SLOW = object()  # what the eager autograd call returns when the call must go through the dispatcher
 _TENSOR_KINDS = ("Tensor", "Tensor?")
 _LIST_KINDS = ("Tensor[]", "Tensor?[]", "Tensor[]?")
@@ -74,11 +77,14 @@ class BridgedOp:
         self._decode = tuple(
             (i, spec.codecs[n][1]) for i, n in enumerate(names) if n in spec.codecs and spec.codecs[n][1] is not same
         )
+        self._count = len(names)
         self._tensors = tuple(i for i, k in enumerate(kinds) if k in _TENSOR_KINDS)
         self._lists = tuple(i for i, k in enumerate(kinds) if k in _LIST_KINDS)
         self._written = tuple(i for i, n in enumerate(names) if n in op.mutates)
         # the host path's views need a second look (lists, written tensors, codecs to decode)
         self._more = bool(self._lists or self._written or self._decode)
+        # every parameter a ``Tensor`` (no codec, none written): :meth:`_checked` views them in one short loop
+        self._all_tensors = all(k == "Tensor" for k in kinds) and not spec.codecs and not self._more
         # the NumPy op takes the values positionally up to its keyword-only parameters
         self._positional = op._positional
         self._keyword = names[op._positional :]
@@ -95,7 +101,7 @@ class BridgedOp:
         self.__signature__ = op.signature.replace(parameters=[*op.signature.parameters.values(), backend])
 
     def __call__(self, *args, backend=None, **kwargs):
-        if kwargs or len(args) != len(self._params):
+        if kwargs or len(args) != self._count:  # all by position: nothing to order
             args = self.op.ordered(args, kwargs)
         watched = _watched()
         values, arrays = self._checked(args, self._host and not watched)
@@ -118,6 +124,17 @@ class BridgedOp:
         without ``host``, or where a tensor is not a plain CPU tensor of a NumPy dtype, needs a
         gradient, or is an inference tensor the op writes (the dispatcher's rules for those stay
         its own)."""
+        if host and self._all_tensors:  # each a plain tensor that Tensor.numpy() takes: no check needed
+            arrays = []
+            for x in args:
+                if type(x) is not _Tensor:
+                    break
+                try:
+                    arrays.append(x.numpy())
+                except Exception:  # noqa: BLE001 - not a view the host path takes: the loop below
+                    break
+            else:
+                return args, arrays
         values, arrays = [], []
         for (name, kind, encode, tensor_kind), x in zip(self._params, args):
             if encode is not None:
@@ -166,11 +183,11 @@ class BridgedOp:
             result = self._numpy(*arrays)
         else:
             result = self._numpy(*arrays, backend=backend)
-        if type(result) is np.ndarray and self._as_is and result.flags.writeable:
+        if type(result) is _ndarray and self._as_is and result.flags.writeable:
             return _from_numpy(result)
         if result is None:
             return None
-        if type(result) is np.ndarray:
+        if type(result) is _ndarray:
             return convert_output(result, self.spec, False)
         if isinstance(result, tuple):
             return tuple(convert_output(r, self.spec, False) for r in result)
