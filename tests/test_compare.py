@@ -93,3 +93,29 @@ def test_signed_zero_and_nan_payload():
     assert same_bits(nan2, want, any_nan=False) == (0.0, False)
     assert same_bits(got, want, tol=np.zeros(3)) == (0.0, True)
     assert same_bits(want.astype(np.float64), want) == (float("inf"), False)
+
+
+def _update_rule(got, want):
+    """The fused update's tolerance (tbe.md) on every element: relative 2e-5 plus 1e-6 of
+    ``max(1, largest |value|)``, float16 one ulp more."""
+    err, ok = 0.0, True
+    for g, w in zip(got, want):
+        w64 = w.astype(np.float64)
+        tol = 2e-5 * np.abs(w64) + 1e-6 * max(1.0, np.abs(w64).max(initial=0.0))
+        if w.dtype == np.float16:
+            with np.errstate(invalid="ignore"):
+                tol = tol + np.spacing(np.abs(w)).astype(np.float64)
+        e, o = within(g, w, tol)
+        err, ok = max(err, e), ok and o
+    return err, ok
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(pairs().filter(lambda p: p[1].dtype.kind == "f"), min_size=1, max_size=3))
+def test_update_check_tolerates_only_the_differing_elements_as_the_full_rule(pair_list):
+    from embnum import _registry
+
+    check = _registry.get("tbe_backward_update").check_fn
+    got, want = [g for g, _ in pair_list], [w for _, w in pair_list]
+    with np.errstate(all="ignore"):
+        assert check(got, want, None) == _update_rule(got, want)

@@ -10,6 +10,9 @@ The backends' timed runs are interleaved (one run of each backend per round),
 so a neighbour's load on a shared machine falls on all of them alike.
 Without a GPU the cuda backend runs under Numba's CUDA simulator on the op's
 small example (the simulator runs every GPU thread as a Python thread).
+On a machine with several cores, worker processes compile the cpu kernels of the ops still
+ahead while the tour runs (``embnum._warmup.Ahead``; ``--jobs 0``: every kernel compiled in the
+tour's own process, on its first call).
 Exit status 1 on any mismatch.
 """
 
@@ -102,10 +105,38 @@ def tour(args) -> int:
         print(f"  not available here: {', '.join(_why_missing(name) for name in missing)}")
     header = f"{'op':30s} {'backend':11s} {'input':34s} {'max |err|':>10s} {'median':>11s} {'quartiles':>18s}  status"
     print("\n" + header + "\n" + "-" * len(header))
+    ops = [op for op in embnum.ops() if not args.op or op.name in args.op]
+    ahead = _compile_ahead(ops, backends, args.jobs)
+    try:
+        failures, slower = _tour_ops(ops, backends, args, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+    print(f"\n{'all ops match the oracle' if not failures else f'{failures} mismatches'}")
+    if slower:
+        print(f"{slower} fast paths slower than the oracle (SLOWER above; on a busy machine, see docs/using.md)")
+    return 1 if failures else 0
+
+
+def _compile_ahead(ops, backends, jobs: int):
+    """Workers warming the compiled backends' kernels of ``ops`` ahead of the tour, when there
+    are ``jobs`` and the ops span at least two families (else None: nothing to overlap)."""
+    from . import _warmup
+
+    compiled = tuple(b for b in _warmup.compiled_backends() if b in backends)
+    if jobs < 1 or not compiled or len({op.family for op in ops}) < 2:
+        return None
+    return _warmup.Ahead([op.name for op in ops], compiled, jobs)
+
+
+def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
+    """Run and print each of ``ops``; return ``(failures, rows slower than the oracle)``."""
+    import numpy as np
+
+    from embnum._backend import BACKENDS
+
     failures = slower = 0
-    for op in embnum.ops():
-        if args.op and op.name not in args.op:
-            continue
+    for op in ops:
         rows, runs, repeats = {}, {}, {}
         for name in backends:
             backend = BACKENDS[name]
@@ -113,6 +144,8 @@ def tour(args) -> int:
             size = "small" if simulated or args.small else "large"
             example = op.example_fn(np.random.default_rng(0), size)
             label = name + (" (sim)" if simulated else "")
+            if ahead is not None and name != "ref" and not simulated:
+                ahead.wait(op.name)
             try:
                 run, err, ok = _prepare(op, backend, name, example)
                 status = "ok" if ok else "MISMATCH"
@@ -142,10 +175,7 @@ def tour(args) -> int:
                 f"{op.name:30s} {label:11s} {input_label:34s} {err:10.3g} {median:>11s} {spread:>18s}  {status}",
                 flush=True,
             )
-    print(f"\n{'all ops match the oracle' if not failures else f'{failures} mismatches'}")
-    if slower:
-        print(f"{slower} fast paths slower than the oracle (SLOWER above; on a busy machine, see docs/using.md)")
-    return 1 if failures else 0
+    return failures, slower
 
 
 def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
@@ -262,6 +292,12 @@ def main(argv=None) -> int:
     t.add_argument("--small", action="store_true", help="small inputs everywhere (quick check)")
     t.add_argument("--repeats", type=int, default=7, help="timed runs per fast backend (median and quartiles)")
     t.add_argument("--no-sim", action="store_true", help="do not run the cuda backend in the simulator")
+    t.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes compiling the kernels of the ops ahead while the tour runs (default: the CPU count; 0: none)",
+    )
     sub.add_parser("list", help="list the registered ops")
     g = sub.add_parser("gpu-check", help="versions, compile, smoke, pytest -m gpu and the GPU report on a GPU")
     g.add_argument("--out", required=True, help="folder for the results (at most 8 files, 0-summary.md first)")

@@ -83,6 +83,13 @@ def element_verdict(g, w, *, ulps: int = 0, any_nan: bool = True, tol=None) -> t
     return err, bool(np.all(same))
 
 
+def differing(g, w):
+    """``(g[d], w[d])``, ``d`` where the bytes of two arrays of one shape and dtype differ (1-D):
+    the only elements a tolerance can be needed for."""
+    d = g.view(f"u{g.itemsize}") != w.view(f"u{w.itemsize}")
+    return g[d], w[d]
+
+
 def exact_match(got, want, args=None) -> tuple[float, bool]:
     """The default check: bit-identical arrays (same shape, dtype and bytes, NaN payloads too)."""
     return same_bits(got, want, args, any_nan=False)

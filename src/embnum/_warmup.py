@@ -87,6 +87,49 @@ def _by_family(names: list[str]) -> list[list[str]]:
     return list(groups.values())
 
 
+def _front_and_back(groups: list) -> list:
+    """``groups`` taken from the front and the back in turn: the first a caller reaches is
+    ready soonest, and the last (the TBE families, the heaviest) start early too."""
+    order = []
+    while groups:
+        order.append(groups.pop(0))
+        if groups:
+            order.append(groups.pop())
+    return order
+
+
+class Ahead:
+    """Worker processes that warm the families of ``names`` (in the order a caller will run
+    them) while the caller goes on; :meth:`wait` before the caller's first call of an op.
+
+    A family a worker has started is waited for (its kernels are then loaded from the cache, not
+    compiled a second time); one no worker has started yet is dropped from the queue and the
+    caller compiles it on its own first call. A worker's failure only costs its head start: the
+    caller's own call reports the op's error."""
+
+    def __init__(self, names: list[str], backends: tuple[str, ...], jobs: int):
+        ctx = multiprocessing.get_context("spawn")  # a fork would copy Numba's started thread pool
+        self._pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+        self._futures: dict[str, concurrent.futures.Future] = {}
+        for group in _front_and_back(_by_family(names)):
+            future = self._pool.submit(warm_ops, group, backends)
+            self._futures.update(dict.fromkeys(group, future))
+
+    def wait(self, name: str) -> None:
+        """Return once op ``name``'s family is warm, or at once when no worker has started it."""
+        future = self._futures.get(name)
+        if future is None or future.cancel():
+            return
+        try:
+            future.result()
+        except Exception:  # noqa: BLE001 - a broken worker: the caller compiles on its own
+            pass
+
+    def close(self) -> None:
+        """Stop the workers (a family still queued is not started)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print) -> int:
     """Warm ``names`` on ``backends`` with ``jobs`` worker processes; ``report`` each op's line.
     Returns the number of ops that failed."""

@@ -22,7 +22,7 @@ from .. import _tbe_bounds as bounds
 from .. import _tbe_vbe as vbe_map
 from .. import _validate as v
 from .._cache import BoundedCache
-from .._compare import within
+from .._compare import differing, within
 from .._registry import check, op
 from .._tbe import MEAN, NONE, POOLING_CODES, TBELayout, TBEOptimizer, TBESparseGrad, tbe_layout  # noqa: F401 - re-exported (HELPERS)
 
@@ -787,9 +787,13 @@ def _update_close(got, want, args):
     ``max(1, largest value)``; float16 weights: one float16 ulp more."""
     err, ok = 0.0, True
     for g, w in zip(got, want):
-        w64 = np.asarray(w).astype(np.float64)
-        tol = 2e-5 * np.abs(w64) + 1e-6 * max(1.0, np.abs(w64).max(initial=0.0))
-        if np.asarray(w).dtype == np.float16:
+        g, w = np.asarray(g), np.asarray(w)
+        floor = 1e-6 * max(1.0, float(np.abs(w).max(initial=0.0)))
+        if g.shape == w.shape and g.dtype == w.dtype and w.dtype.kind == "f":
+            g, w = differing(g, w)  # equal bytes match under any tolerance
+        w64 = w.astype(np.float64)
+        tol = 2e-5 * np.abs(w64) + floor
+        if w.dtype == np.float16:
             with np.errstate(invalid="ignore"):  # no ulp at inf (NaN tolerance): inf and NaN must match exactly
                 tol = tol + np.spacing(np.abs(w)).astype(np.float64)
         e, o = within(g, w, tol)
