@@ -90,3 +90,35 @@ def test_the_first_simulated_launch_makes_python_threads_take_turns_sooner(tpb, 
     assert run.returncode == 0, run.stderr[-2000:]
     before, first, after = map(float, run.stdout.split())
     assert before == 0.005 and first == pytest.approx(interval) and after == pytest.approx(0.002)
+
+
+@pytest.mark.skipif(not _common.SIMULATED, reason="the simulator's shared arrays (on a GPU the hardware's)")
+def test_a_blocks_threads_get_one_shared_array_per_line(monkeypatch):
+    """Threads of a simulated block calling ``cuda.shared.array`` on one line together all get one
+    array (the simulator made it by a check then a store: two threads could each make their own).
+    Making an array here waits 1 ms, so every thread arrives while the first is still making it."""
+    import threading
+    import time
+
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    empty = np.empty
+
+    def slow_empty(*args, **kw):
+        time.sleep(0.001)
+        return empty(*args, **kw)
+
+    monkeypatch.setattr(np, "empty", slow_empty)
+    shared, got = FakeCUDAShared(0), []
+    start = threading.Barrier(8)
+
+    def call():
+        start.wait()
+        got.append(shared.array(8, np.int64))
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and all(g is got[0] for g in got)

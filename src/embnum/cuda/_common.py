@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import warnings
 
 import numpy as np
-from numba import cuda
+from numba import cuda, types
+from numba.np import numpy_support
 
 from .. import _half, _offsets_walk
 from .._backend import cuda_simulated, to_host  # noqa: F401 - to_host: the one device-to-host copy
@@ -324,6 +326,36 @@ def _switch_often() -> None:
 
 
 _SWITCH_SET: list = []
+
+
+def _one_shared_array_per_line() -> None:
+    """The simulator keeps a block's shared arrays by source line, made on a line's first call
+    by a check then a store with no lock: two of the block's threads arriving together could each
+    make and use an array of their own (seen as a shuffle through shared memory that read another
+    bag's id, a few times in a hundred launches once threads switch every 0.1 ms). The check and
+    the store now hold a lock, so every thread of the block gets the one array."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    made = FakeCUDAShared.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory (one buffer), or the simulator's error
+            return made(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            found = self._allocations.get(key)
+            if found is None:
+                kind = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+                found = self._allocations[key] = np.empty(shape, kind)
+        return found
+
+    FakeCUDAShared.array = array
+
+
+if SIMULATED:
+    _one_shared_array_per_line()
 
 
 def _quiet_simulated_arithmetic() -> None:
