@@ -39,11 +39,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _bench import optional_fbgemm  # noqa: E402
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-if SIMULATED:
-    # every simulated CUDA thread is a Python thread; a thread leaving a barrier waits for the
-    # GIL until the launcher's polling loop reaches its switch interval (5 ms by default): at
-    # 0.1 ms the simulated kernels run about 3 times faster (as in tests/conftest.py)
-    sys.setswitchinterval(1e-4)
 
 
 # -- timing ----------------------------------------------------------------------------------------

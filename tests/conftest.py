@@ -22,7 +22,6 @@
 import collections
 import json
 import os
-import sys
 
 # torch and Numba each start an OpenMP pool; spinning waiters of one starve the
 # other on a 2-core machine, so idle threads sleep instead.
@@ -40,16 +39,6 @@ if numba.core.config.ENABLE_CUDASIM != (os.environ.get("NUMBA_ENABLE_CUDASIM", "
         "numba was imported before tests/conftest.py could switch the CUDA simulator on; "
         "set NUMBA_ENABLE_CUDASIM=1 in the environment (and keep numba out of pytest's ini options)"
     )
-
-# Every simulated CUDA thread is a Python thread, and the launching thread polls them in a loop that
-# never blocks: a thread released from a barrier (a __syncthreads, a shuffle) waits for the GIL
-# until the poller's switch interval ends, 5 ms by default, so barrier-heavy kernels (the TBE
-# update) spent most of their time polling. At 0.1 ms they run about 3 times faster (the simulated
-# rows of tests/test_ops.py: 106 s of CPU before, 35 s after); other Python threads in the tests
-# (the thread-safety checks) only take turns more often.
-SIM_SWITCH_INTERVAL = 1e-4
-if numba.core.config.ENABLE_CUDASIM:
-    sys.setswitchinterval(SIM_SWITCH_INTERVAL)
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
@@ -105,21 +94,24 @@ def _stand_in_refused():
 # The README's ``-n 2 --dist loadfile`` runs each file whole in one worker, and the run ends when
 # the busier worker does. pytest-xdist hands out files with the most tests first, which leaves the
 # long files of few tests (the simulated GPU tier, the process groups) for the end; instead files
-# go out longest first (seconds of one file in a cold-cache CI run, rounded), the rest after them
-# in collection order, so the two workers finish together.
+# go out longest first (seconds of one file in a fresh-cache run of 28 November at load 7-12, after
+# the simulator's switch interval: only their order matters), the rest after them in collection
+# order, so the two workers finish together.
 LONGEST_FIRST = {
-    "test_ops.py": 380,
-    "test_tbe.py": 240,
-    "test_gpu_report.py": 140,
-    "test_distributed.py": 110,
-    "test_gpu_check.py": 80,
-    "test_tbe_update_plan.py": 75,
-    "test_cuda_compile.py": 75,
-    "test_cuda_blocks.py": 60,
-    "test_fbgemm_compat.py": 35,
-    "test_host_reads.py": 35,
-    "test_tbe_update_scratch.py": 30,
-    "test_jit_cache.py": 25,
+    "test_ops.py": 740,
+    "test_tbe.py": 510,
+    "test_distributed.py": 330,
+    "test_cuda_compile.py": 240,
+    "test_fbgemm_compat.py": 160,
+    "test_cuda_blocks.py": 70,
+    "test_gpu_check.py": 60,
+    "test_jit_cache.py": 50,
+    "test_gpu_report.py": 45,
+    "test_containers.py": 45,
+    "test_fbgemm_aliases.py": 40,
+    "test_check_agreement.py": 30,
+    "test_embedding_bag_collection.py": 25,
+    "test_tbe_update_plan.py": 20,
 }
 
 

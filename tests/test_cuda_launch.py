@@ -67,3 +67,26 @@ def test_a_simulated_store_beyond_float16_is_inf_without_a_warning():
         warnings.simplefilter("error")
         _common.launch(store, 1, 1, out, np.array([1e6], np.float32))
     assert np.isposinf(out[0])
+
+
+@pytest.mark.parametrize("tpb, interval", [("8", 1e-4), ("256", 1e-3)])
+def test_the_first_simulated_launch_makes_python_threads_take_turns_sooner(tpb, interval):
+    """A simulated thread released from a barrier waits for the GIL until the launcher's polling
+    loop ends its switch interval: the first simulated launch of a process shortens it (once: the
+    caller's own later setting stands)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import numpy as np; import embnum; "
+        "before = sys.getswitchinterval(); "
+        "embnum.complete_cumsum(np.arange(5), backend='cuda'); first = sys.getswitchinterval(); "
+        "sys.setswitchinterval(0.002); embnum.complete_cumsum(np.arange(5), backend='cuda'); "
+        "print(before, first, sys.getswitchinterval())"
+    )
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", EMBNUM_SIM_TPB=tpb)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    before, first, after = map(float, run.stdout.split())
+    assert before == 0.005 and first == pytest.approx(interval) and after == pytest.approx(0.002)

@@ -20,12 +20,8 @@ def test_every_stage_runs_in_the_simulator(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "check"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    # ``python -m embnum gpu-check --sim``, its threads switching every 0.1 ms (SIM_SWITCH_INTERVAL
-    # in tests/conftest.py: the smoke stage's simulated kernels run about 3 times faster)
-    main = "import runpy, sys; sys.setswitchinterval(1e-4); "
-    main += "runpy.run_module('embnum', run_name='__main__', alter_sys=True)"
     done = subprocess.run(
-        [sys.executable, "-c", main, "gpu-check", "--sim", "--out", str(out)],
+        [sys.executable, "-m", "embnum", "gpu-check", "--sim", "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,

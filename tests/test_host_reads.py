@@ -54,7 +54,6 @@ BUDGET = {
 _CHILD = textwrap.dedent(
     """
     import importlib, json, sys
-    sys.setswitchinterval(1e-4)  # simulated threads take turns every 0.1 ms, as in tests/conftest.py
     import numpy as np
     import embnum
     from embnum import _backend

@@ -262,8 +262,12 @@ class TBE(_Tables):
 
 
 class _FusedLookup(torch.autograd.Function):
+    # ``call``: ``(module, indices, offsets)`` as one argument. Only ``weights`` and
+    # ``per_sample_weights`` take a gradient, and each further argument costs ``apply`` a check
+    # per call (a tuple is one).
     @staticmethod
-    def forward(ctx, weights, per_sample_weights, module, indices, offsets):
+    def forward(ctx, weights, per_sample_weights, call):
+        module, indices, offsets = call
         ctx.module = module
         ctx.save_for_backward(indices, offsets, per_sample_weights)
         planned = _planned_forward(module, weights, indices, offsets, per_sample_weights)
@@ -287,9 +291,9 @@ class _FusedLookup(torch.autograd.Function):
         indices, offsets, psw = ctx.saved_tensors  # (torch checks that none was written since)
         want = psw is not None and ctx.needs_input_grad[1]
         if ctx.checked is not None and not want and ctx.module.planned_update(grad, ctx.checked):
-            return None, None, None, None, None
+            return None, None, None
         psw_grad = ctx.module.apply_gradient(grad, indices, offsets, psw, want)
-        return None, psw_grad, None, None, None
+        return None, psw_grad, None
 
 
 _transforms_active = torch._C._are_functorch_transforms_active
@@ -303,9 +307,9 @@ def fused_lookup(weights, per_sample_weights, module, indices, offsets):
     around each argument): what that wrapper then calls, with each tensor unwrapped as it unwraps
     it. Under a functorch transform, the wrapper itself."""
     if _transforms_active():
-        return _FusedLookup.apply(weights, per_sample_weights, module, indices, offsets)
+        return _FusedLookup.apply(weights, per_sample_weights, (module, indices, offsets))
     psw = None if per_sample_weights is None else _unwrap_if_dead(per_sample_weights)
-    return _apply_fused(_unwrap_if_dead(weights), psw, module, _unwrap_if_dead(indices), _unwrap_if_dead(offsets))
+    return _apply_fused(_unwrap_if_dead(weights), psw, (module, _unwrap_if_dead(indices), _unwrap_if_dead(offsets)))
 
 
 def _cuda_takes_host_arrays() -> bool:
