@@ -50,7 +50,7 @@ def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True, tol=
             continue
         t = None if tol is None else np.broadcast_to(tol, w.shape)
         if g.dtype.kind in "fiub":
-            differ = g.view(f"u{g.itemsize}") != w.view(f"u{w.itemsize}")
+            differ = differing(g, w)
             if not differ.any():
                 continue
             g, w, t = g[differ], w[differ], None if t is None else t[differ]
@@ -62,7 +62,7 @@ def same_bits(got, want, args=None, *, ulps: int = 0, any_nan: bool = True, tol=
 def element_verdict(g, w, *, ulps: int = 0, any_nan: bool = True, tol=None) -> tuple[float, bool]:
     """:func:`same_bits`' rule on one pair of arrays of one shape and dtype, every element
     converted and compared (``tol`` already of ``w``'s shape, or None)."""
-    same = g.view(f"u{g.itemsize}") == w.view(f"u{w.itemsize}") if g.dtype.kind in "fiub" else g == w
+    same = ~differing(g, w) if g.dtype.kind in "fiub" else g == w
     if g.dtype.kind != "f":
         with np.errstate(over="ignore"):
             err = float(np.abs(g.astype(np.float64) - w.astype(np.float64)).max())
@@ -84,10 +84,9 @@ def element_verdict(g, w, *, ulps: int = 0, any_nan: bool = True, tol=None) -> t
 
 
 def differing(g, w):
-    """``(g[d], w[d])``, ``d`` where the bytes of two arrays of one shape and dtype differ (1-D):
+    """Where the bytes of two arrays of one shape and dtype differ (a bool mask of their shape):
     the only elements a tolerance can be needed for."""
-    d = g.view(f"u{g.itemsize}") != w.view(f"u{w.itemsize}")
-    return g[d], w[d]
+    return g.view(f"u{g.itemsize}") != w.view(f"u{w.itemsize}")
 
 
 def exact_match(got, want, args=None) -> tuple[float, bool]:

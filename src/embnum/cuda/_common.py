@@ -320,12 +320,13 @@ SIM_SWITCH_INTERVAL = 1e-4 if TPB <= 32 else 1e-3
 def _switch_often() -> None:
     """The interpreter's switch interval set to :data:`SIM_SWITCH_INTERVAL` at the first simulated
     launch of the process (once: a value the caller sets later stands)."""
-    if not _SWITCH_SET:
-        _SWITCH_SET.append(True)
+    global _switched
+    if not _switched:
+        _switched = True
         sys.setswitchinterval(SIM_SWITCH_INTERVAL)
 
 
-_SWITCH_SET: list = []
+_switched = False
 
 
 def _one_shared_array_per_line() -> None:
