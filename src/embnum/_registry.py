@@ -459,14 +459,13 @@ def check(public: Callable):
 
 
 def ops(family: str | None = None) -> list[Op]:
-    """Every registered op (of ``family`` when given), in declaration order."""
-    from . import ops as _families  # noqa: F401 - importing registers every family
-
+    """Every registered op (of ``family`` when given), in declaration order. (``embnum``'s
+    ``__init__`` imports the declarations, ``embnum.ops``, which registers them all before any
+    module of the package can ask.)"""
     return [o for o in _OPS.values() if family is None or o.family == family]
 
 
 def get(name: str) -> Op:
-    ops()
     try:
         return _OPS[name]
     except KeyError:

@@ -1,7 +1,7 @@
 """The few array operations the containers need, for each kind of array they hold.
 
 A container holds arrays of one kind: NumPy, CuPy or torch tensors. Its
-methods call embnum ops (:func:`ops_for`: ``embnum`` for NumPy/CuPy arrays,
+methods call embnum ops (:func:`ops_for`: the public ops for NumPy/CuPy arrays,
 ``embnum.torch_bridge`` for tensors, so that torch results are differentiable
 and trace under ``torch.compile``) plus the handful of plain operations below
 (concatenate, make a small index array, ...). torch is looked up in
@@ -10,9 +10,13 @@ and trace under ``torch.compile``) plus the handful of plain operations below
 
 from __future__ import annotations
 
+import functools
 import sys
+import types
 
 import numpy as np
+
+from .. import _registry
 
 
 def _torch():
@@ -57,14 +61,18 @@ def same_place(name: str, a, ref, ref_name: str) -> None:
 
 
 def ops_for(a):
-    """The namespace whose ops take arrays like ``a``: ``embnum`` or ``embnum.torch_bridge``."""
+    """The namespace whose ops take arrays like ``a``: ``embnum.torch_bridge`` for tensors, else
+    the registry's public functions (the ops ``embnum`` exports)."""
     if is_tensor(a):
-        from .. import torch_bridge
+        from .. import torch_bridge  # (here: the bridge imports torch, which NumPy users may not have)
 
         return torch_bridge
-    import embnum
+    return _array_ops()
 
-    return embnum
+
+@functools.cache
+def _array_ops() -> types.SimpleNamespace:
+    return types.SimpleNamespace(**{op.name: op.public for op in _registry.ops()})
 
 
 def compiling() -> bool:
