@@ -626,3 +626,35 @@ def test_kt_against_torchrec():
         assert back.keys() == ours[0].keys() and back.values() is ours[0].values()
 
     inner()
+
+
+@pytest.mark.torchrec
+def test_jt_against_torchrec():
+    """A JaggedTensor on NumPy arrays goes to torchrec through DLPack (no copy) and comes back
+    holding torchrec's tensors; anything else is refused by name."""
+    torch, trj = _torchrec()
+
+    @given(
+        lengths=st.lists(st.integers(0, 4), max_size=6),
+        weighted=st.booleans(),
+        dtype=st.sampled_from([np.int32, np.int64]),
+    )
+    def inner(lengths, weighted, dtype):
+        n = sum(lengths)
+        values = np.arange(n, dtype=np.float32) * 1.5
+        weights = np.arange(n, dtype=np.float32) + 0.25 if weighted else None
+        ours = JT(values, weights, lengths=np.array(lengths, dtype=dtype))
+        theirs = ours.to_torchrec()
+        assert isinstance(theirs, trj.JaggedTensor)
+        assert theirs.values().data_ptr() == values.ctypes.data or n == 0
+        assert theirs.lengths().tolist() == lengths and theirs.values().tolist() == values.tolist()
+        assert (theirs.weights_or_none() is None) == (weights is None)
+        back = embnum.from_torchrec(theirs)
+        assert isinstance(back, JT) and back.values() is theirs.values() and back.lengths() is theirs.lengths()
+        assert JT.from_torchrec(theirs).values() is theirs.values()
+
+    inner()
+    with pytest.raises(TypeError, match="from_torchrec takes a torchrec .* got ndarray"):
+        embnum.from_torchrec(np.zeros(3))
+    with pytest.raises(TypeError, match="expected a torchrec KeyedTensor, got JaggedTensor"):
+        KT.from_torchrec(trj.JaggedTensor(values=torch.zeros(2), lengths=torch.tensor([2])))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import _arrays as A
 from . import _checks as C
+from . import _torchrec as T
 
 
 class JaggedArrays(A.Held):
@@ -122,9 +123,15 @@ class JaggedTensor(JaggedArrays):
     def to_torchrec(self):
         """A ``torchrec.sparse.jagged_tensor.JaggedTensor`` sharing this one's memory (torch tensors;
         NumPy/CuPy arrays are viewed through DLPack)."""
-        from ._torchrec import jt_to_torchrec
+        return T.sparse().JaggedTensor(
+            values=T.tensor(self.values()), weights=T.tensor(self.weights_or_none()), lengths=T.tensor(self.lengths())
+        )
 
-        return jt_to_torchrec(self)
+    @staticmethod
+    def from_torchrec(obj, *, backend=None):
+        """The JaggedTensor of a ``torchrec.sparse.jagged_tensor.JaggedTensor`` (its tensors, not copies)."""
+        T.checked(obj, "JaggedTensor")
+        return JaggedTensor(obj.values(), obj.weights_or_none(), lengths=obj.lengths(), backend=backend)
 
     def __repr__(self) -> str:
         v = self._values

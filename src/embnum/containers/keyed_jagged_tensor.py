@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from . import _arrays as A
 from . import _checks as C
+from . import _torchrec as T
 from .jagged_tensor import JaggedArrays, JaggedTensor, empty_arrays, padded_dense
 
 _UNSET = object()
@@ -456,15 +457,30 @@ class KeyedJaggedTensor(JaggedArrays):
     # -- interop -------------------------------------------------------------------------------
     def to_torchrec(self):
         """A ``torchrec.sparse.jagged_tensor.KeyedJaggedTensor`` sharing this one's memory."""
-        from ._torchrec import kjt_to_torchrec
-
-        return kjt_to_torchrec(self)
+        return T.sparse().KeyedJaggedTensor(
+            keys=list(self.keys()),
+            values=T.tensor(self.values()),
+            weights=T.tensor(self.weights_or_none()),
+            lengths=T.tensor(self.lengths()),
+            stride=self.stride(),
+            stride_per_key_per_rank=self.stride_per_key_per_rank() if self.variable_stride_per_key() else None,
+            inverse_indices=self.inverse_indices_or_none(),
+        )
 
     @staticmethod
     def from_torchrec(obj, *, backend=None):
-        from ._torchrec import kjt_from_torchrec
-
-        return kjt_from_torchrec(obj, backend=backend)
+        """The KeyedJaggedTensor of a torchrec ``KeyedJaggedTensor`` (its tensors, not copies)."""
+        T.checked(obj, "KeyedJaggedTensor")
+        return KeyedJaggedTensor(
+            list(obj.keys()),
+            obj.values(),
+            obj.weights_or_none(),
+            lengths=obj.lengths(),
+            stride=obj.stride(),
+            stride_per_key_per_rank=obj.stride_per_key_per_rank() if obj.variable_stride_per_key() else None,
+            inverse_indices=obj.inverse_indices_or_none(),
+            backend=backend,
+        )
 
     def to(self, device, non_blocking=False):
         """torch tensors only: a copy on ``device``."""

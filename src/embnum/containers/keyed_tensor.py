@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import _arrays as A
 from . import _checks as C
+from . import _torchrec as T
 
 
 class KeyedTensor(A.Held):
@@ -126,15 +127,18 @@ class KeyedTensor(A.Held):
 
     def to_torchrec(self):
         """A ``torchrec.sparse.jagged_tensor.KeyedTensor`` sharing this one's memory."""
-        from ._torchrec import kt_to_torchrec
-
-        return kt_to_torchrec(self)
+        return T.sparse().KeyedTensor(
+            keys=list(self.keys()),
+            length_per_key=list(self.length_per_key()),
+            values=T.tensor(self.values()),
+            key_dim=self.key_dim(),
+        )
 
     @staticmethod
     def from_torchrec(obj, *, backend=None):
-        from ._torchrec import kt_from_torchrec
-
-        return kt_from_torchrec(obj, backend=backend)
+        """The KeyedTensor of a torchrec ``KeyedTensor`` (its values tensor, not a copy)."""
+        T.checked(obj, "KeyedTensor")
+        return KeyedTensor(list(obj.keys()), list(obj.length_per_key()), obj.values(), obj.key_dim(), backend=backend)
 
     def to(self, device, non_blocking=False):
         if not A.is_tensor(self._values):

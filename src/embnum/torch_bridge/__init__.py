@@ -11,19 +11,20 @@ The torch modules built on these ops are in :mod:`embnum.modules`.
 import importlib
 
 from ..ops import FAMILIES
-from ._library import BRIDGES, build, to_array, to_tensor
+from ._library import BRIDGES, BUILT, build, to_array, to_tensor
 
 for _family in FAMILIES:  # each family's module here describes its bridges (one module per family)
     importlib.import_module(f"{__name__}.{_family}")
 
-_FUNCTIONS = {name: build(spec) for name, spec in BRIDGES.items()}
-__all__ = ["to_array", "to_tensor", *_FUNCTIONS]
-del _family
+for _spec in BRIDGES.values():
+    build(_spec)
+__all__ = ["to_array", "to_tensor", *BUILT]
+del _family, _spec
 
 
 def __getattr__(name: str):
     """``embnum.torch_bridge.<op>``: the op on tensors (``_library.BridgedOp``)."""
-    found = _FUNCTIONS.get(name)
+    found = BUILT.get(name)
     if found is None:
         raise AttributeError(f"module 'embnum.torch_bridge' has no attribute {name!r}")
     return found

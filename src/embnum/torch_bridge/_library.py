@@ -26,11 +26,31 @@ from ._call import BridgedOp
 from ._convert import convert_inputs, convert_output, on_torch_stream, round_to_bfloat16, to_array, to_tensor
 from ._spec import BRIDGES, Bridge, bridge, same, schema_of
 
-__all__ = ["BRIDGES", "Bridge", "bridge", "build", "round_to_bfloat16", "same", "to_array", "to_tensor"]
+__all__ = [
+    "BRIDGES",
+    "BUILT",
+    "Bridge",
+    "bridge",
+    "build",
+    "round_to_bfloat16",
+    "same",
+    "to_array",
+    "to_tensor",
+    "user_function",
+]
+
+BUILT: dict[str, BridgedOp] = {}  # name -> ``embnum.torch_bridge.<name>``, filled by :func:`build`
+
+
+def user_function(name: str) -> BridgedOp:
+    """``embnum.torch_bridge.<name>``, for a family module's backward that calls another op: a plain
+    CPU call (grad mode off) skips the dispatcher; anything it watches (torch.compile, modes) still
+    goes through ``torch.ops``."""
+    return BUILT[name]
 
 
 def build(spec: Bridge) -> BridgedOp:
-    """Register ``torch.ops.embnum.<name>`` and return the user-facing function."""
+    """Register ``torch.ops.embnum.<name>`` and return the user-facing function (also kept in :data:`BUILT`)."""
     op = get_op(spec.name)
     names = list(op.signature.parameters)
     every = [*names, "backend"]
@@ -61,7 +81,8 @@ def build(spec: Bridge) -> BridgedOp:
             _register_autograd(custom.register_autograd, spec, every)
     else:
         _register_functional(spec, impl, schema, every)
-    return BridgedOp(op, spec, getattr(torch.ops.embnum, spec.name).default, impl)
+    built = BUILT[spec.name] = BridgedOp(op, spec, getattr(torch.ops.embnum, spec.name).default, impl)
+    return built
 
 
 @functools.cache

@@ -27,6 +27,8 @@ import sys
 
 import torch
 
+from ._library import user_function
+
 # fbgemm name -> (fbgemm_gpu 1.8.0 schema without the name, embnum op or None for a bridge-only alias,
 # adapter (the whole implementation of a bridge-only alias) or None for "same arguments")
 ALIASES: dict[str, tuple[str, str | None, object]] = {}
@@ -259,16 +261,10 @@ _alias("is_uvm_tensor", "(Tensor t) -> bool", None, is_uvm_tensor)
 def _implementation(embnum_name, adapter):
     if embnum_name is None:
         return adapter
-    op = _user_function(embnum_name)
+    op = user_function(embnum_name)
     if adapter is None:
         return lambda *args: op(*args)
     return lambda *args: adapter(op, *args)
-
-
-def _user_function(name):
-    from .. import torch_bridge
-
-    return getattr(torch_bridge, name)
 
 
 def register_fbgemm_aliases() -> list[str]:

@@ -15,13 +15,7 @@ import math
 
 import torch
 
-from ._library import bridge
-
-
-def _call(name):
-    from .. import torch_bridge
-
-    return getattr(torch_bridge, name)
+from ._library import bridge, user_function
 
 
 # -- group_index_select_dim0 --------------------------------------------------------------
@@ -37,7 +31,7 @@ def _group_backward(ctx, *grads):
     if len(grads) == 1 and isinstance(grads[0], (list, tuple)):
         grads = grads[0]
     indices = ctx.saved_tensors
-    backward = _call("batch_index_select_dim0_backward")
+    backward = user_function("batch_index_select_dim0_backward")
     out = []
     for g, idx, shape, is_float in zip(grads, indices, ctx.shapes, ctx.floats):
         if not is_float or g is None:
@@ -81,7 +75,9 @@ def _batch_setup(ctx, args, output):
 def _batch_backward(ctx, grad):
     (indices,) = ctx.saved_tensors
     return {
-        "inputs": _call("batch_index_select_dim0_backward")(grad.contiguous(), indices, *ctx.lists, backend=ctx.backend)
+        "inputs": user_function("batch_index_select_dim0_backward")(
+            grad.contiguous(), indices, *ctx.lists, backend=ctx.backend
+        )
     }
 
 

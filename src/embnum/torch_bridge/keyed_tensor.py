@@ -20,20 +20,11 @@ import torch
 
 from .. import _permute_plan
 from ..ops.keyed_tensor import kt_regroup_arguments as _kt_regroup_numpy
-from ._library import bridge
+from ._library import bridge, user_function
 
 
 def _op(name):
     return getattr(torch.ops.embnum, name).default
-
-
-def _call(name):
-    """The bridge's user function of ``name``: a plain CPU call (a backward's, grad mode off)
-    skips the dispatcher; anything it watches (torch.compile, modes) still goes through
-    ``torch.ops``."""
-    from .. import torch_bridge
-
-    return getattr(torch_bridge, name)
 
 
 # -- permute_pooled_embs -------------------------------------------------------------
@@ -96,7 +87,7 @@ def _regroup_backward(ctx, grads, permutes, in_shapes, out_shapes):
     if ctx.dtype == torch.bfloat16:
         return {"pooled_embs": _bf16_backward(full, permutes, in_shapes, out_shapes, ctx.in_lengths, ctx.backend)}
     return {
-        "pooled_embs": _call("permute_multi_embedding_backward")(
+        "pooled_embs": user_function("permute_multi_embedding_backward")(
             full, permutes, in_shapes, out_shapes, ctx.in_lengths, backend=ctx.backend
         )
     }
