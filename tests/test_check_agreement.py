@@ -767,7 +767,20 @@ _DIMS = st.one_of(
 )
 OUT_CASES = st.tuples(
     st.lists(_DIMS, max_size=4).flatmap(lambda s: st.sampled_from([tuple(s), list(s)])),
-    st.sampled_from([np.dtype(np.int32), np.dtype(np.float16), np.dtype(np.uint8), np.float64, "int64"]),
+    st.sampled_from(
+        [
+            np.dtype(np.int32),
+            np.dtype(np.float16),
+            np.dtype(np.uint8),
+            np.float64,
+            "int64",
+            np.dtype(">i4"),  # another byte order: the same class and size as int32
+            np.dtype("M8[ns]"),
+            np.dtype("U3"),  # the item size varies within the class: the exact rule
+            np.dtype("S5"),
+            np.dtype([("a", np.int8), ("b", np.float64)]),
+        ]
+    ),
 )
 OUT_EDGES = (((LIMIT // 4 + 1,), np.int32), ((0, LIMIT + 1), np.uint8), ((LIMIT // 4,), np.int32))
 

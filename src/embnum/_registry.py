@@ -49,12 +49,11 @@ def out_spec(shape, dtype) -> tuple[tuple, np.dtype]:
     ``np.dtype``. An output above the size limit (or with a negative dimension) is a
     ``ValueError`` here, before anything is allocated.
 
-    The common case (a tuple of non-negative Python ints, a ``np.dtype``, within the limit) is
-    recognised in one loop; anything else takes :func:`_out_shape`, the exact rule."""
-    if type(dtype) not in _DTYPE_TYPES:
-        dtype = np.dtype(dtype)
-    if type(shape) is tuple:
-        n = dtype.itemsize
+    The common case (a tuple of non-negative Python ints, a ``np.dtype`` of a fixed item size,
+    within the limit) is recognised in one loop; anything else takes :func:`_out_shape`, the
+    exact rule."""
+    n = _ITEMSIZE.get(type(dtype))
+    if n is not None and type(shape) is tuple:
         for d in shape:
             if type(d) is not int or d < 0:  # negative or not a Python int: the exact rule
                 break
@@ -63,6 +62,7 @@ def out_spec(shape, dtype) -> tuple[tuple, np.dtype]:
         else:
             if n <= _MAX_SIZE:
                 return shape, dtype
+    dtype = np.dtype(dtype)  # (a dtype is returned as it is)
     return _out_shape(shape, dtype), dtype
 
 
@@ -92,10 +92,11 @@ def _out_shape(shape, dtype: np.dtype) -> tuple:
     return shape
 
 
-# The classes of every NumPy dtype instance (np.dtype(np.int32) is a numpy.dtypes.Int32DType): a set
-# test is ~3x cheaper than isinstance(dtype, np.dtype), whose metaclass check is slow. Others (new
-# dtypes) still pass np.dtype(dtype), which returns a dtype as it is.
-_DTYPE_TYPES = frozenset(type(np.dtype(c)) for c in np.typecodes["All"])
+# The item size by the class of a NumPy dtype instance (np.dtype(np.int32) is a
+# numpy.dtypes.Int32DType, 4 bytes) for every class whose instances all have one size (not strings,
+# bytes or void): one lookup answers "a dtype?" and its size, without isinstance(dtype, np.dtype) (slow:
+# its metaclass) or the dtype.itemsize getter. Other dtypes take np.dtype().
+_ITEMSIZE = {type(np.dtype(c)): np.dtype(c).itemsize for c in np.typecodes["All"] if np.dtype(c).kind not in "SUV"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +147,7 @@ class Op:
         self.differentiable = differentiable
         self.returns = returns
         self.takes_out = returns in ("array", "list", "tuple")
+        self._single = returns == "array"  # one output (a call reads this flag, not a string compare)
         self.mutates = tuple(mutates)
         self.signature = inspect.signature(declaration)
         self.check_fn: Callable = exact_match
@@ -223,7 +225,8 @@ class Op:
         if chosen is None:
             chosen, args, kwargs = self._route(args, kwargs, backend)
         try:
-            plan = self.declaration(*args, **kwargs)
+            # (a call with **kwargs costs a dict merge even when empty: most calls pass none)
+            plan = self.declaration(*args, **kwargs) if kwargs else self.declaration(*args)
             if chosen is _REF:
                 _check_returns(self, plan)
             plan_args, planned = plan
@@ -235,9 +238,9 @@ class Op:
                 return out
             if planned is None:  # the kernel returns its result ("computed") or writes in place ("none")
                 return run(plan_args, None)
-            if self.returns == "array":
-                shape, dtype = planned
-                outputs = empty(*out_spec(shape, dtype))
+            if self._single:
+                shape, dtype = out_spec(*planned)
+                outputs = empty(shape, dtype)
             else:  # a list or tuple of outputs (None where one is not requested)
                 outputs = [None if s is None else empty(*out_spec(*s)) for s in planned]
                 if self.returns == "tuple":
@@ -302,7 +305,7 @@ class Op:
     def _given_outputs(self, planned, out, arguments: dict, backend: Backend):
         """``out=`` checked against the plan (shapes, dtypes, the backend's arrays, no overlap
         with an input), in the form the kernel takes."""
-        single = self.returns == "array"
+        single = self._single
         shapes = [None if s is None else out_spec(*s) for s in ([planned] if single else planned)]
         if single and isinstance(out, (list, tuple)):
             raise TypeError("out must be one array for this op, got a list")

@@ -46,12 +46,11 @@ def _int32_bound_fits(a, drop_last: bool) -> bool:
     return hi * n <= _INT32_MAX and lo * n >= -_INT32_MAX
 
 
-def _cumsum_fits_int32(name, lengths, *, drop_last):
-    """ValueError when an int32 prefix sum (the output) would leave int32."""
-    if lengths.dtype != _INT32:
-        return
-    if type(lengths) is np.ndarray:  # host data: one verdict; a failing one runs the exact rule below
-        checks = _checks()
+def _cumsum_fits_int32(name, lengths, drop_last):
+    """ValueError when an int32 prefix sum (the output) would leave int32 (``lengths``: an int32
+    index array; its callers have tested the dtype)."""
+    if type(lengths) is _ND:  # host data: one verdict; a failing one runs the exact rule below
+        checks = _load_checks() if v.compiled() is not None else None  # _checks() without its frame
         if (
             checks.int32_prefix_fits(lengths, drop_last)
             if checks is not None
@@ -163,17 +162,17 @@ def complete_cumsum(lengths):
     """
     if type(lengths) is not _ND or lengths.dtype not in _INDEX or not 1 <= lengths.ndim <= 2:
         v.index_array("lengths", lengths, ndim=(1, 2))  # the exact rule (the common case tested inline above)
-    if lengths.dtype == _INT32:
-        _cumsum_fits_int32("lengths", lengths, drop_last=False)
-    shape = lengths.shape[:-1] + (lengths.shape[-1] + 1,)
-    return {"lengths": lengths}, (shape, lengths.dtype)
+    dtype, shape = lengths.dtype, lengths.shape  # read once: each read is a getter call (shape builds a tuple)
+    if dtype == _INT32:
+        _cumsum_fits_int32("lengths", lengths, False)
+    return {"lengths": lengths}, (shape[:-1] + (shape[-1] + 1,), dtype)
 
 
 def _same_length_scan(lengths, drop_last):
     if type(lengths) is not _ND or lengths.dtype not in _INDEX or lengths.ndim != 1:
         v.index_array("lengths", lengths, ndim=1)  # the exact rule (the common case tested inline above)
     if lengths.dtype == _INT32:
-        _cumsum_fits_int32("lengths", lengths, drop_last=drop_last)
+        _cumsum_fits_int32("lengths", lengths, drop_last)
     return {"lengths": lengths}, (lengths.shape, lengths.dtype)
 
 

@@ -90,6 +90,10 @@ class BridgedOp:
         self._keyword = names[op._positional :]
         # a NumPy result becomes a tensor as it is (quant's bfloat16 patterns are converted)
         self._as_is = not spec.bf16_patterns
+        # ... and needs no look at its flags where it is the one array the NumPy op allocated
+        # (returns="array": its ``empty`` output, always writeable); torch.from_numpy warns on a
+        # read-only array, which an op that computes its own result may return (a view)
+        self._fresh = self._as_is and op.returns == "array"
         # an in-place op whose written arguments are not all tensors always takes the dispatcher
         self._host = all(i in self._tensors for i in self._written)
         self._eager = None if op.mutates else _eager_autograd(spec, list(names), self._no_grad_call)
@@ -104,6 +108,17 @@ class BridgedOp:
         if kwargs or len(args) != self._count:  # all by position: nothing to order
             args = self.op.ordered(args, kwargs)
         watched = _watched()
+        if self._all_tensors and not watched:  # each a plain tensor that Tensor.numpy() takes: no check needed
+            arrays = []
+            for x in args:
+                if type(x) is not _Tensor:
+                    break
+                try:
+                    arrays.append(x.numpy())
+                except Exception:  # noqa: BLE001 - not a view the host path takes: the full rules
+                    break
+            else:
+                return self._run_host(arrays, backend)
         values, arrays = self._checked(args, self._host and not watched)
         if arrays is not None:
             if self._written:
@@ -124,17 +139,6 @@ class BridgedOp:
         without ``host``, or where a tensor is not a plain CPU tensor of a NumPy dtype, needs a
         gradient, or is an inference tensor the op writes (the dispatcher's rules for those stay
         its own)."""
-        if host and self._all_tensors:  # each a plain tensor that Tensor.numpy() takes: no check needed
-            arrays = []
-            for x in args:
-                if type(x) is not _Tensor:
-                    break
-                try:
-                    arrays.append(x.numpy())
-                except Exception:  # noqa: BLE001 - not a view the host path takes: the loop below
-                    break
-            else:
-                return args, arrays
         values, arrays = [], []
         for (name, kind, encode, tensor_kind), x in zip(self._params, args):
             if encode is not None:
@@ -183,7 +187,7 @@ class BridgedOp:
             result = self._numpy(*arrays)
         else:
             result = self._numpy(*arrays, backend=backend)
-        if type(result) is _ndarray and self._as_is and result.flags.writeable:
+        if type(result) is _ndarray and (self._fresh or (self._as_is and result.flags.writeable)):
             return _from_numpy(result)
         if result is None:
             return None
