@@ -15,10 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
-import inspect
-import operator
 import os
-from typing import Any
 
 import numpy as np
 
@@ -178,8 +175,11 @@ def _check_oracle(name: str, results: list, outs: list) -> None:
 
 
 class CpuBackend(Backend):
+    """Numba host kernels on NumPy arrays. How a kernel is called (small calls on one thread,
+    arguments by position) is the cpu package's rule, :func:`embnum.cpu._common.runner`, loaded
+    by name like the kernels themselves (:meth:`Backend.kernel`): importing embnum loads no Numba."""
+
     name = "cpu"
-    _common: Any = None  # embnum.cpu._common, once a kernel is loaded (importing embnum loads no Numba)
 
     def __init__(self):
         self._runs: dict = {}  # kernel -> run(args, out), for run() calls with a kernel
@@ -190,91 +190,27 @@ class CpuBackend(Backend):
     def owns(self, a) -> bool:
         return is_numpy(a)
 
-    def kernel(self, family: str, name: str):
-        self._common = importlib.import_module("embnum.cpu._common")
-        return super().kernel(family, name)
+    def _common(self):
+        return importlib.import_module(f"embnum.{self.name}._common")
 
     def allocator(self, family: str):
         """The family's ``empty_output`` where its cpu module has one (``embnum.cpu._pool``:
         reused large outputs), else ``np.empty``."""
-        return getattr(importlib.import_module(f"embnum.cpu.{family}"), "empty_output", np.empty)
+        return getattr(importlib.import_module(f"embnum.{self.name}.{family}"), "empty_output", np.empty)
 
     def run(self, kernel, args: dict, out):
-        """:meth:`Backend.run`, on one Numba thread when the arrays the call touches hold fewer
-        bytes than the kernel's threshold (``cpu._common.serial_bytes``; ``SERIAL_OVERRIDE`` when
-        set): a parallel region waits for every thread, which on a busy machine costs far more
-        than a small call's work (kernels whose work their arrays do not tell apply the rule
-        themselves)."""
+        """:meth:`Backend.run` by the cpu package's rule (:meth:`runner`)."""
         run = self._runs.get(kernel)
         if run is None:  # bound once per kernel (the registry keeps its own; TBE launch plans call run)
             run = self._runs[kernel] = self.runner(kernel)
         return run(args, out)
 
     def runner(self, kernel):
-        """:meth:`run` with ``kernel`` bound, settled here once: its threshold, and how it is
-        called. A kernel whose parameters are plain names then ``out`` (every cpu kernel but
-        TBE's) is called by position, its arguments picked from ``args`` by name (a keyword call
-        binds each name anew: about 0.25 us for one argument, 1 us for nine); any other by
-        keyword. ``SERIAL_OVERRIDE`` is read on every call; where it or the kernel's threshold
-        is set, the call takes the one-thread rule (``ruled``)."""
-        common = self._common or importlib.import_module("embnum.cpu._common")
-        threshold = common.SERIAL_BYTES_OF.get(kernel.__name__, common.SERIAL_BYTES)
-
-        def by_name(args: dict, out):
-            return kernel(**args) if out is None else kernel(**args, out=out)
-
-        def ruled(args: dict, out):
-            limit = common.SERIAL_OVERRIDE
-            if limit is None:
-                limit = threshold
-            if limit and common.get_threads() != 1 and common.array_bytes(args, out, limit) < limit:
-                return common.on_one_thread(by_name, args, out)
-            return by_name(args, out)
-
-        names = _names_before_out(kernel)
-        if names is None:
-            return ruled
-        if len(names) == 1:
-            (name,) = names
-
-            def run(args: dict, out):
-                if threshold or common.SERIAL_OVERRIDE is not None:
-                    return ruled(args, out)
-                return kernel(args[name], out)
-
-        else:
-            pick = operator.itemgetter(*names)
-
-            def run(args: dict, out):
-                if threshold or common.SERIAL_OVERRIDE is not None:
-                    return ruled(args, out)
-                return kernel(*pick(args), out)
-
-        return run
+        return self._common().runner(kernel)
 
     @property
     def device(self) -> str:
-        import numba
-
-        threads = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
-        importlib.import_module("embnum.cpu._common")  # starts Numba's threads (the layer is chosen then)
-        try:
-            return f"cpu ({threads} threads, {numba.threading_layer()})"
-        except ValueError:  # no parallel kernel has run yet
-            return f"cpu ({threads} threads)"
-
-
-def _names_before_out(kernel) -> list[str] | None:
-    """The names of ``kernel``'s parameters before its last, ``out``, where every parameter is a
-    plain name without a default (the kernel can then be called by position), else None."""
-    try:
-        params = list(inspect.signature(kernel).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
-    if not plain or len(params) < 2 or params[-1].name != "out":
-        return None
-    return [p.name for p in params[:-1]]
+        return self._common().describe()
 
 
 class CudaBackend(Backend):

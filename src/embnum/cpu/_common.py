@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
+import operator
 import os
 import site
 import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 
+import numba
 import numpy as np
 
 from .. import _half, _offsets_walk
@@ -192,7 +195,6 @@ TBB_LOADED = _load_tbb()
 def _thread_control():
     """``(get, set)`` of Numba's thread count: the runtime's own C entry points where this
     Numba exposes them (a fraction of a microsecond), else the public functions."""
-    import numba
     from numba.np.ufunc import parallel
 
     parallel._launch_threads()
@@ -236,7 +238,7 @@ def on_one_thread(fn, *args, **kwargs):
 def serial_bytes(name: str) -> int:
     """The one-thread threshold of the kernel ``name``: ``SERIAL_OVERRIDE`` when set, else
     ``SERIAL_BYTES_OF[name]``, else ``SERIAL_BYTES`` (0: never switch the thread count). The
-    cpu backend's ``run`` (``embnum._backend.CpuBackend``) applies it to every call."""
+    cpu backend's ``run`` (:func:`runner`) applies it to every call."""
     if SERIAL_OVERRIDE is not None:
         return SERIAL_OVERRIDE
     return SERIAL_BYTES_OF.get(name, SERIAL_BYTES)
@@ -269,3 +271,71 @@ def one_thread() -> bool:
     """Whether Numba runs this thread's parallel regions on one thread now (``NUMBA_NUM_THREADS=1``,
     or inside the cpu backend's one-thread window): then a :func:`serial_twin` does the same work."""
     return get_threads() == 1
+
+
+def runner(kernel):
+    """``run(args, out)`` for ``kernel`` (the cpu backend's ``run``), settled once per kernel: on
+    one Numba thread when the arrays the call touches hold fewer bytes than the kernel's threshold
+    (:func:`serial_bytes`; a parallel region waits for every thread, which on a busy machine costs
+    far more than a small call's work; kernels whose work their arrays do not tell apply the rule
+    themselves). A kernel whose parameters are plain names then ``out`` (every cpu kernel but
+    TBE's) is called by position, its arguments picked from ``args`` by name (a keyword call binds
+    each name anew: about 0.25 us for one argument, 1 us for nine); any other by keyword.
+    ``SERIAL_OVERRIDE`` is read on every call; where it or the kernel's threshold is set, the call
+    takes the one-thread rule (``ruled``)."""
+    threshold = SERIAL_BYTES_OF.get(kernel.__name__, SERIAL_BYTES)
+
+    def by_name(args: dict, out):
+        return kernel(**args) if out is None else kernel(**args, out=out)
+
+    def ruled(args: dict, out):
+        limit = SERIAL_OVERRIDE
+        if limit is None:
+            limit = threshold
+        if limit and get_threads() != 1 and array_bytes(args, out, limit) < limit:
+            return on_one_thread(by_name, args, out)
+        return by_name(args, out)
+
+    names = _names_before_out(kernel)
+    if names is None:
+        return ruled
+    if len(names) == 1:
+        (name,) = names
+
+        def run(args: dict, out):
+            if threshold or SERIAL_OVERRIDE is not None:
+                return ruled(args, out)
+            return kernel(args[name], out)
+
+    else:
+        pick = operator.itemgetter(*names)
+
+        def run(args: dict, out):
+            if threshold or SERIAL_OVERRIDE is not None:
+                return ruled(args, out)
+            return kernel(*pick(args), out)
+
+    return run
+
+
+def _names_before_out(kernel) -> list[str] | None:
+    """The names of ``kernel``'s parameters before its last, ``out``, where every parameter is a
+    plain name without a default (the kernel can then be called by position), else None."""
+    try:
+        params = list(inspect.signature(kernel).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+    if not plain or len(params) < 2 or params[-1].name != "out":
+        return None
+    return [p.name for p in params[:-1]]
+
+
+def describe() -> str:
+    """``cpu (N threads, layer)``: Numba's thread count and its threading layer (importing this
+    module started the threads; the layer is known once a parallel kernel has run)."""
+    threads = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
+    try:
+        return f"cpu ({threads} threads, {numba.threading_layer()})"
+    except ValueError:  # no parallel kernel has run yet
+        return f"cpu ({threads} threads)"
