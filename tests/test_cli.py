@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import embnum
@@ -96,3 +97,45 @@ def test_tour_marks_the_slower_rows(monkeypatch, capsys):
     assert cli.main(["tour", "--op", "inclusive_cumsum", "--backend", "ref", "--backend", "cpu", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "ok, SLOWER than ref (3.0x)" in out and "1 fast paths slower than the oracle" in out
+
+
+def test_the_oracle_answers_each_example_once_and_in_place_rows_get_their_own_copies(monkeypatch, capsys):
+    """Every backend's row of one op shares its example and the oracle's answer (one ref call
+    per example size for the answers, then the ref row's timed runs); an in-place op writes only
+    the row's own copies, so each row starts from the example as made and matches the oracle."""
+    op = embnum.get_op("tbe_backward_update")
+    made, ref_calls, inputs_seen = [], [], []
+    example_fn = op.example_fn
+
+    def counting_example(rng, size):
+        ex = example_fn(rng, size)
+        made.append((size, ex))
+        return ex
+
+    real_public = op.public.__class__.__call__
+
+    def watching(self, *a, **kw):
+        if self is op:
+            if kw.get("backend") == "ref":
+                ref_calls.append(kw["weights"].sum())
+            inputs_seen.append((kw.get("backend"), kw["weights"].copy()))
+        return real_public(self, *a, **kw)
+
+    monkeypatch.setattr(type(op), "example_fn", property(lambda self: counting_example if self is op else example_fn))
+    monkeypatch.setattr(type(op), "__call__", watching)
+    argv = ["tour", "--op", op.name, "--small", "--no-sim", "--backend", "ref", "--backend", "cpu", "--repeats", "2"]
+    code = cli.main([*argv, "--jobs", "0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert [size for size, _ in made] == ["small"]  # one example, shared by both rows
+    example = made[0][1]
+    # the answer (1) + the ref row's three timed runs; the cpu row reuses the answer
+    assert len(ref_calls) == 4, ref_calls
+    # the example's own arrays were never written, and every row's first call saw them as made
+    original = example_fn(np.random.default_rng(0), "small").args["weights"]
+    assert (example.args["weights"] == original).all()
+    first_of = {}
+    for backend, w in inputs_seen:
+        first_of.setdefault(backend, w)
+    assert set(first_of) == {"ref", "cpu"}
+    assert all((w == original).all() for w in first_of.values())

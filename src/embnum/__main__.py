@@ -3,6 +3,8 @@
 For each registered op it builds the op's realistic example input, runs the
 NumPy oracle and each fast backend on it, and prints the largest absolute
 difference and the time: the median and the quartiles of the timed runs.
+The example and the oracle's answer are made once per input size and shared by
+every backend's row; the simulator's one timed run is its first call.
 On the cpu backend the op's small example is run and checked first as well: small
 calls take one-thread kernels of their own, which a later small call (the README's
 snippet) would otherwise compile.
@@ -131,40 +133,46 @@ def _compile_ahead(ops, backends, jobs: int):
 
 def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
     """Run and print each of ``ops``; return ``(failures, rows slower than the oracle)``."""
-    import numpy as np
-
     from embnum._backend import BACKENDS
 
     failures = slower = 0
     for op in ops:
-        rows, runs, repeats = {}, {}, {}
+        rows, runs, repeats, firsts = {}, {}, {}, {}
+        answers = _Answers(op)
         for name in backends:
             backend = BACKENDS[name]
             simulated = name == "cuda" and getattr(backend, "simulated", False)
             size = "small" if simulated or args.small else "large"
-            example = op.example_fn(np.random.default_rng(0), size)
             label = name + (" (sim)" if simulated else "")
             if ahead is not None and name != "ref" and not simulated:
                 ahead.wait(op.name)
             try:
-                run, err, ok = _prepare(op, backend, name, example)
+                example = answers.example(size)
+                run, err, ok, first = _prepare(op, backend, name, example, answers.want(size))
                 status = "ok" if ok else "MISMATCH"
                 if name == "cpu" and size == "large":  # the one-thread kernels of small calls: compiled and checked too
-                    small = op.example_fn(np.random.default_rng(0), "small")
-                    if not _prepare(op, backend, name, small)[2]:
+                    small = answers.example("small")
+                    if not _prepare(op, backend, name, small, answers.want("small"))[2]:
                         ok, status = False, f"MISMATCH on the small example ({small.label})"
                 runs[name] = run
-                repeats[name] = 1 if simulated else (3 if name == "ref" else args.repeats)
+                if simulated:  # (the simulator compiles nothing: its first call is its one sample)
+                    firsts[name], repeats[name] = [first], 0
+                else:
+                    repeats[name] = 3 if name == "ref" else args.repeats
             except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
                 err, ok, status = float("nan"), False, f"ERROR {type(exc).__name__}: {exc}"
+                example = None
             failures += not ok
-            rows[name] = (label, example.label, err, status)
+            rows[name] = (label, example.label if example is not None else "-", err, status)
         try:
             times = interleaved_times(runs, repeats)
         except Exception as exc:  # noqa: BLE001
             times = {}
             failures += 1
             rows = {n: (*r[:3], f"ERROR while timing {type(exc).__name__}: {exc}") for n, r in rows.items()}
+        for name, first in firsts.items():
+            if name in times:
+                times[name][:0] = first
         for name, (label, input_label, err, status) in rows.items():
             median, spread = _fmt_spread(times.get(name, []))
             ratio = slower_than_oracle(name, times, rows)
@@ -178,6 +186,35 @@ def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
     return failures, slower
 
 
+class _Answers:
+    """One op's examples and the oracle's answers to them, made once per size and shared by every
+    backend's row: ``want(size)`` is the oracle's result (for an in-place op, the arrays it wrote,
+    computed on copies: the example's arrays stay as made)."""
+
+    def __init__(self, op):
+        self.op = op
+        self._examples: dict = {}
+        self._answers: dict = {}
+
+    def example(self, size: str):
+        if size not in self._examples:
+            import numpy as np
+
+            self._examples[size] = self.op.example_fn(np.random.default_rng(0), size)
+        return self._examples[size]
+
+    def want(self, size: str):
+        if size not in self._answers:
+            op, args = self.op, self.example(size).args
+            if op.mutates:
+                host_args = _copy_arrays(args)
+                op.public(**host_args, backend="ref")
+                self._answers[size] = [host_args[k] for k in op.mutates if host_args.get(k) is not None]
+            else:
+                self._answers[size] = op.public(**args, backend="ref")
+        return self._answers[size]
+
+
 def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
     """How many times slower than the oracle backend ``name``'s median was, when it was slower
     on the same input (``None`` otherwise, for the oracle itself and for a simulated backend)."""
@@ -189,33 +226,32 @@ def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
     return ratio if ratio > 1 else None
 
 
-def _prepare(op, backend, name, example):
-    """Run ``op`` once on ``backend`` (compiling it), compare with the oracle; return the
-    timed call (the op, then the backend's synchronize), the error and whether it matched."""
-
-    if op.returns == "none":  # in-place op: run on copies, compare what it wrote
-        host_args = _copy_arrays(example.args)
-        op.public(**host_args, backend="ref")
-        want = [host_args[k] for k in op.mutates if host_args.get(k) is not None]
-    else:
-        want = op.public(**example.args, backend="ref")
-    dev_args = {k: _to_backend(backend, v) for k, v in example.args.items()}
+def _prepare(op, backend, name, example, want):
+    """Run ``op`` once on ``backend`` (compiling it) and compare with the oracle's answer ``want``
+    (the ref row is the answer itself: nothing to run or compare); return the timed call (the op,
+    then the backend's synchronize), the error, whether it matched and the first call's seconds.
+    An in-place op runs on this row's own copies of the arrays it writes."""
+    own = _copy_arrays(example.args) if op.mutates else example.args
+    dev_args = {k: _to_backend(backend, v) for k, v in own.items()}
 
     def run():
-        if op.returns == "none":
-            dev_args.update({k: _to_backend(backend, v) for k, v in example.args.items() if k in op.mutates})
+        if op.mutates:
+            dev_args.update({k: _to_backend(backend, v) for k, v in own.items() if k in op.mutates})
             op.public(**dev_args, backend=name)
             return [dev_args[k] for k in op.mutates if dev_args.get(k) is not None]
         return op.public(**dev_args, backend=name)
-
-    got = _to_host(backend, run())  # first call: compiles
-    err, ok = op.check_fn(got, want, example.args)
 
     def timed():
         run()
         backend.synchronize()
 
-    return timed, err, ok
+    if name == "ref":
+        return timed, 0.0, True, None
+    t0 = time.perf_counter()
+    got = _to_host(backend, run())  # first call: compiles
+    first = time.perf_counter() - t0
+    err, ok = op.check_fn(got, want, example.args)
+    return timed, err, ok, first
 
 
 def _to_backend(backend, value):
