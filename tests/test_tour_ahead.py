@@ -59,3 +59,32 @@ def test_the_tour_prints_the_same_rows_with_and_without_workers(tmp_path):
         rows[jobs] = [re.split(r"\s{2,}", line)[:4] for line in lines]  # op, backend, input, error
         assert "all ops match the oracle" in done.stdout
     assert len(rows["2"]) == 4 and rows["2"] == rows["0"]
+
+
+PER_OP = textwrap.dedent(
+    """
+    import json, os
+    from embnum import _warmup
+
+    # one family (jagged), one worker: the caller waits for the first op only, not the family
+    ahead = _warmup.Ahead(["inclusive_cumsum", "jagged_to_padded_dense"], ("cpu",), 1)
+    ahead.wait("inclusive_cumsum")
+    family = ahead._futures["inclusive_cumsum"]
+    first_warm = os.path.exists(os.path.join(ahead._done, "inclusive_cumsum"))
+    family_done_then = family.done()
+    ahead.wait("jagged_to_padded_dense")
+    second_warm = os.path.exists(os.path.join(ahead._done, "jagged_to_padded_dense"))
+    ahead.close()
+    print(json.dumps([first_warm, family_done_then, second_warm, [e for _, _, e in family.result()]]))
+    """
+)
+
+
+def test_the_caller_waits_for_its_op_not_the_whole_family(tmp_path):
+    """On a cold cache the family's second op still compiles in the worker when the first is
+    handed over (its marker written), and is waited for in its turn."""
+    done = subprocess.run(
+        [sys.executable, "-c", PER_OP], env=_env(tmp_path / "cache"), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, False, True, [None, None]]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import shutil
+import tempfile
 import time
 
 # families whose kernels take longest to compile go first, so the pool ends together
@@ -29,7 +31,10 @@ def _copies(args: dict) -> dict:
     return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
 
 
-def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES) -> tuple[str, float, str | None]:
+Warmed = tuple[str, float, str | None]  # (op name, seconds, error or None)
+
+
+def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES) -> Warmed:
     """Run op ``name``'s examples of ``sizes`` on ``backends`` in this process; return
     ``(name, seconds, error or None)``."""
     import numpy as np
@@ -52,9 +57,17 @@ def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES
     return name, time.perf_counter() - t0, None
 
 
-def warm_ops(names: list[str], backends: tuple[str, ...]) -> list[tuple[str, float, str | None]]:
-    """:func:`warm_op` for each of ``names``, in order, in this process."""
-    return [warm_op(name, backends) for name in names]
+def warm_ops(
+    names: list[str], backends: tuple[str, ...], done_dir: str | None = None
+) -> list[tuple[str, float, str | None]]:
+    """:func:`warm_op` for each of ``names``, in order, in this process; with ``done_dir``, an
+    empty file named after each op there once it is warm (what :meth:`Ahead.wait` looks for)."""
+    results = []
+    for name in names:
+        results.append(warm_op(name, backends))
+        if done_dir is not None:
+            open(os.path.join(done_dir, name), "wb").close()
+    return results
 
 
 def plan(families=None, ops=None) -> list[str]:
@@ -102,32 +115,37 @@ class Ahead:
     """Worker processes that warm the families of ``names`` (in the order a caller will run
     them) while the caller goes on; :meth:`wait` before the caller's first call of an op.
 
-    A family a worker has started is waited for (its kernels are then loaded from the cache, not
-    compiled a second time); one no worker has started yet is dropped from the queue and the
-    caller compiles it on its own first call. A worker's failure only costs its head start: the
+    An op whose family a worker has started is waited for until that op is warm (its kernels
+    are then loaded from the cache, not compiled a second time; the rest of its family goes on
+    in the worker); a family no worker has started yet is dropped from the queue and the caller
+    compiles it on its own first call. A worker's failure only costs its head start: the
     caller's own call reports the op's error."""
+
+    POLL_SECONDS = 0.01
 
     def __init__(self, names: list[str], backends: tuple[str, ...], jobs: int):
         ctx = multiprocessing.get_context("spawn")  # a fork would copy Numba's started thread pool
+        self._done = tempfile.mkdtemp(prefix="embnum-ahead-")
         self._pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
         self._futures: dict[str, concurrent.futures.Future] = {}
         for group in _front_and_back(_by_family(names)):
-            future = self._pool.submit(warm_ops, group, backends)
+            future = self._pool.submit(warm_ops, group, backends, self._done)
             self._futures.update(dict.fromkeys(group, future))
 
     def wait(self, name: str) -> None:
-        """Return once op ``name``'s family is warm, or at once when no worker has started it."""
+        """Return once op ``name`` is warm (or its worker ended), or at once when no worker has
+        started its family."""
         future = self._futures.get(name)
         if future is None or future.cancel():
             return
-        try:
-            future.result()
-        except Exception:  # noqa: BLE001 - a broken worker: the caller compiles on its own
-            pass
+        marker = os.path.join(self._done, name)
+        while not future.done() and not os.path.exists(marker):
+            time.sleep(self.POLL_SECONDS)
 
     def close(self) -> None:
         """Stop the workers (a family still queued is not started)."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(self._done, ignore_errors=True)
 
 
 def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print) -> int:
