@@ -4,7 +4,8 @@ For each registered op it builds the op's realistic example input, runs the
 NumPy oracle and each fast backend on it, and prints the largest absolute
 difference and the time: the median and the quartiles of the timed runs.
 The example and the oracle's answer are made once per input size and shared by
-every backend's row; the simulator's one timed run is its first call.
+every backend's row; the simulator's one timed run is its first call, and an
+oracle whose answer took more than a quarter of a second is timed once more only.
 On the cpu backend the op's small example is run and checked first as well: small
 calls take one-thread kernels of their own, which a later small call (the README's
 snippet) would otherwise compile.
@@ -131,6 +132,9 @@ def _compile_ahead(ops, backends, jobs: int):
     return _warmup.Ahead([op.name for op in ops], compiled, jobs)
 
 
+SLOW_ORACLE = 0.25  # seconds
+
+
 def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
     """Run and print each of ``ops``; return ``(failures, rows slower than the oracle)``."""
     from embnum._backend import BACKENDS
@@ -157,8 +161,10 @@ def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
                 runs[name] = run
                 if simulated:  # (the simulator compiles nothing: its first call is its one sample)
                     firsts[name], repeats[name] = [first], 0
+                elif name == "ref":  # (an oracle slower than SLOW_ORACLE is timed once: the answer timed it already)
+                    repeats[name] = 1 if answers.seconds(size) > SLOW_ORACLE else 3
                 else:
-                    repeats[name] = 3 if name == "ref" else args.repeats
+                    repeats[name] = args.repeats
             except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
                 err, ok, status = float("nan"), False, f"ERROR {type(exc).__name__}: {exc}"
                 example = None
@@ -189,7 +195,8 @@ def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
 class _Answers:
     """One op's examples and the oracle's answers to them, made once per size and shared by every
     backend's row: ``want(size)`` is the oracle's result (for an in-place op, the arrays it wrote,
-    computed on copies: the example's arrays stay as made)."""
+    computed on copies: the example's arrays stay as made), ``seconds(size)`` how long that call
+    took (its first: with the declaration's compiled checks, when they were not loaded yet)."""
 
     def __init__(self, op):
         self.op = op
@@ -206,13 +213,19 @@ class _Answers:
     def want(self, size: str):
         if size not in self._answers:
             op, args = self.op, self.example(size).args
+            t0 = time.perf_counter()
             if op.mutates:
                 host_args = _copy_arrays(args)
                 op.public(**host_args, backend="ref")
-                self._answers[size] = [host_args[k] for k in op.mutates if host_args.get(k) is not None]
+                want = [host_args[k] for k in op.mutates if host_args.get(k) is not None]
             else:
-                self._answers[size] = op.public(**args, backend="ref")
-        return self._answers[size]
+                want = op.public(**args, backend="ref")
+            self._answers[size] = (want, time.perf_counter() - t0)
+        return self._answers[size][0]
+
+    def seconds(self, size: str) -> float:
+        self.want(size)
+        return self._answers[size][1]
 
 
 def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
