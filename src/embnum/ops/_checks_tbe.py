@@ -15,30 +15,39 @@ _jit = njit(cache=True, nogil=True)
 @_jit
 def _stable_order(a):
     """``np.argsort(a, kind="mergesort")`` of int64 ``a``: the identity when ``a`` is already
-    non-decreasing (a TBE's tables usually are), else a bottom-up merge sort. Written out:
-    Numba's own ``argsort`` costs ~1 s to compile, which every TBE op's first call paid."""
+    non-decreasing (a TBE's tables usually are), else a bottom-up merge sort. Written out, in
+    plain loops: Numba's own ``argsort`` costs ~1 s to compile, which every TBE op's first call
+    paid, and ``np.arange``, ``min`` and swapping the two buffers' names 0.37 s more."""
     n = a.shape[0]
-    order = np.arange(n)
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        order[i] = i
     j = 1
     while j < n and a[j - 1] <= a[j]:
         j += 1
     if j >= n:
         return order
-    other = np.empty(n, np.int64)
+    merged = np.empty(n, np.int64)
     width = 1
     while width < n:
         for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            i, k = lo, mid
+            mid = lo + width
+            if mid > n:
+                mid = n
+            hi = lo + 2 * width
+            if hi > n:
+                hi = n
+            i = lo
+            k = mid
             for o in range(lo, hi):
                 if k >= hi or (i < mid and a[order[i]] <= a[order[k]]):
-                    other[o] = order[i]
+                    merged[o] = order[i]
                     i += 1
                 else:
-                    other[o] = order[k]
+                    merged[o] = order[k]
                     k += 1
-        order, other = other, order
+        for o in range(n):
+            order[o] = merged[o]
         width *= 2
     return order
 
