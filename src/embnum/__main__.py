@@ -150,6 +150,7 @@ def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
             label = name + (" (sim)" if simulated else "")
             if ahead is not None and name != "ref" and not simulated:
                 ahead.wait(op.name)
+            example = None
             try:
                 example = answers.example(size)
                 run, err, ok, first = _prepare(op, backend, name, example, answers.want(size))
@@ -167,7 +168,6 @@ def _tour_ops(ops, backends, args, ahead) -> tuple[int, int]:
                     repeats[name] = args.repeats
             except Exception as exc:  # noqa: BLE001 - the tour reports every failure and goes on
                 err, ok, status = float("nan"), False, f"ERROR {type(exc).__name__}: {exc}"
-                example = None
             failures += not ok
             rows[name] = (label, example.label if example is not None else "-", err, status)
         try:

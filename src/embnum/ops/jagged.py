@@ -50,7 +50,7 @@ def _cumsum_fits_int32(name, lengths, drop_last):
     """ValueError when an int32 prefix sum (the output) would leave int32 (``lengths``: an int32
     index array; its callers have tested the dtype)."""
     if type(lengths) is _ND:  # host data: one verdict; a failing one runs the exact rule below
-        checks = _load_checks() if v.compiled() is not None else None  # _checks() without its frame
+        checks = _checks()
         if (
             checks.int32_prefix_fits(lengths, drop_last)
             if checks is not None

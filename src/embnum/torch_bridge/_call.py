@@ -83,7 +83,7 @@ class BridgedOp:
         self._written = tuple(i for i, n in enumerate(names) if n in op.mutates)
         # the host path's views need a second look (lists, written tensors, codecs to decode)
         self._more = bool(self._lists or self._written or self._decode)
-        # every parameter a ``Tensor`` (no codec, none written): :meth:`_checked` views them in one short loop
+        # every parameter a ``Tensor`` (no codec, none written): :meth:`__call__` views them in one short loop
         self._all_tensors = all(k == "Tensor" for k in kinds) and not spec.codecs and not self._more
         # the NumPy op takes the values positionally up to its keyword-only parameters
         self._positional = op._positional
