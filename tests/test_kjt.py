@@ -150,25 +150,3 @@ def test_cpu_split_gather_any_number_of_parts(sizes, picks, parts):
     cpu_kjt._gather_split(src, wsrc, src_offs, seg, dst_offs, got, wgot, parts)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(wgot, wwant)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.integers(-3, 3) | st.integers(-(2**63), 2**63 - 1) | st.integers(0, 2**20), max_size=300),
-    st.booleans(),
-)
-def test_written_out_sort_is_numpys_sort(values, presorted):
-    """The sort the unique verdict and kernel share (written out, not Numba's quicksort) sorts as
-    NumPy does: both sides of its insertion-sort size, ties, negative keys, keys at int64's ends,
-    keys sharing their high bytes (the radix passes it skips); the scratch past ``n + 256`` is
-    never touched."""
-    pytest.importorskip("numba")
-    from embnum._sort_numba import SMALL, sort_keys
-
-    a = np.array(sorted(values) if presorted else values, dtype=np.int64)
-    keys = a.copy()
-    scratch = np.full(a.shape[0] + 256 + 4, -7, np.int64)
-    sort_keys(keys, scratch[: a.shape[0] + 256])
-    assert np.array_equal(keys, np.sort(a))
-    assert (scratch[a.shape[0] + 256 :] == -7).all()
-    assert SMALL < 300  # both paths drawn

@@ -27,7 +27,6 @@ from numba import prange
 
 from .. import _bucketize
 from .._jit import njit
-from .._sort_numba import sort_keys
 from . import _common, _pool
 from ._common import bits, int64s
 
@@ -590,39 +589,26 @@ def _emit_unique(ids, bounds, order, base, unique, reverse):
 
 
 @njit(cache=True)
-def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, reverse, scratch):
+def _unique_serial(tables, B, ids, bounds, order, out_lengths, out_offsets, unique, reverse):
     """The whole op in one compiled call (the small case): per table ``g`` (features
-    ``tables[g, 0] .. tables[g, 1] - 1``) a sorted copy of its ids (``embnum._sort_numba``, in
-    ``scratch``: int64, ``2 * len(ids) + 256`` entries), the distinct ones emitted in order, every
-    id's rank among them (a binary search) in ``reverse``, the table's count spread over its bags
-    as :func:`jagged_unique_indices` spreads it, then the complete cumsum of the lengths."""
-    nb = offs.shape[0] - 1
+    ``tables[g, 0] .. tables[g, 1] - 1``, its ids at the sorted positions ``bounds[g] :
+    bounds[g + 1]`` of ``order``) the distinct ids emitted in order, every id's rank among them
+    in ``reverse``, the table's count spread over its bags as :func:`jagged_unique_indices`
+    spreads it, then the complete cumsum of the lengths."""
+    nb = out_lengths.shape[0]
     for i in range(nb):
         out_lengths[i] = 0
     base = np.int64(0)
     for g in range(tables.shape[0]):
+        rank = np.int64(-1)
+        for r in range(bounds[g], bounds[g + 1]):
+            i = order[r]
+            if r == bounds[g] or ids[i] != ids[order[r - 1]]:
+                rank += 1
+                unique[base + rank] = ids[i]
+            reverse[i] = base + rank
+        c = rank + 1
         a, b = tables[g, 0], tables[g, 1]
-        lo, hi = offs[a * B], offs[b * B]
-        keys = scratch[: hi - lo]
-        for r in range(hi - lo):
-            keys[r] = ids[lo + r]
-        sort_keys(keys, scratch[hi - lo :])
-        c = np.int64(0)
-        for r in range(hi - lo):
-            if r == 0 or keys[r] != keys[r - 1]:
-                keys[c] = keys[r]  # the distinct ids, in order, to the front
-                unique[base + c] = keys[r]
-                c += 1
-        for i in range(lo, hi):
-            x = np.int64(ids[i])
-            f, t = np.int64(0), c - 1  # keys[f] <= x <= keys[t]: find x
-            while f < t:
-                mid = (f + t) // 2
-                if keys[mid] < x:
-                    f = mid + 1
-                else:
-                    t = mid
-            reverse[i] = base + f
         n = (b - a) * B
         for k in range(n):
             out_lengths[a * B + k] = c // n + (1 if k < c % n else 0)
@@ -634,15 +620,11 @@ def _unique_serial(tables, B, offs, ids, out_lengths, out_offsets, unique, rever
         out_offsets[i + 1] = acc
 
 
-SERIAL_UNIQUE_IDS = 1 << 14  # ids below which one compiled call does it all (no NumPy sorts, no parallel runtime)
+SERIAL_UNIQUE_IDS = 1 << 14  # ids below which one compiled call does it all (no parallel runtime)
 
 
 def jagged_unique_indices(tables, B, offsets, indices, out):
     out_lengths, out_offsets, unique, reverse = out
-    if indices.shape[0] < SERIAL_UNIQUE_IDS and _common.SERIAL_OVERRIDE is None:
-        scratch = np.empty(2 * indices.shape[0] + 256, np.int64)
-        _unique_serial(np.array(tables, np.int64).reshape(-1, 2), B, offsets, indices, *out, scratch)
-        return
     offs = int64s(offsets)
     ids = np.ascontiguousarray(indices)
     bounds = np.array([offs[a * B] for a, _ in tables] + [offs[tables[-1][1] * B]], np.int64)
@@ -650,6 +632,9 @@ def jagged_unique_indices(tables, B, offsets, indices, out):
     order = np.concatenate(
         [lo + np.argsort(ids[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])] + [np.zeros(0, np.int64)]
     )
+    if indices.shape[0] < SERIAL_UNIQUE_IDS and _common.SERIAL_OVERRIDE is None:
+        _unique_serial(np.array(tables, np.int64).reshape(-1, 2), B, ids, bounds, order, *out)
+        return
     counts = np.empty(len(tables), np.int64)
     with numba.parallel_chunksize(1):  # tables differ in size: hand them out one by one
         _count_distinct(ids, bounds, order, counts)

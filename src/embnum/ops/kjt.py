@@ -859,12 +859,11 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     # table-by-table rules need no (table, id) sort
     on_device = _on_device(hash_size_cumsum, hash_size_offsets, offsets, indices)
     checks = _checks()
-    if checks is not None and not on_device:  # host data: one compiled pass checks every rule and counts K
-        scratch = np.empty(2 * indices.shape[0] + 256, np.int64)
-        K = checks.unique_count(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T, scratch)
-        if K >= 0:
+    if checks is not None and not on_device:  # host data: one compiled pass checks every rule
+        if checks.unique_ids_ok(hash_size_cumsum, hash_size_offsets, offsets, indices, nb // T):
             h = hash_size_offsets.tolist()
-            return _unique_plan([(a, b) for a, b in zip(h[:-1], h[1:]) if a < b], nb // T, offsets, indices, K)
+            tables = [(a, b) for a, b in zip(h[:-1], h[1:]) if a < b]
+            return _unique_plan(tables, nb // T, offsets, indices, _distinct_ids(tables, nb // T, offsets, indices))
     fast = (
         None if not on_device else _unique_read_once(hash_size_cumsum, hash_size_offsets, offsets, indices, T, nb // T)
     )
@@ -873,6 +872,17 @@ def jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices)
     else:
         tables, K = fast
     return _unique_plan(tables, nb // T, offsets, indices, K)
+
+
+def _distinct_ids(tables, B, offsets, indices) -> int:
+    """K: the number of distinct ids summed over ``tables`` (``(first, end)`` feature ranges),
+    host data whose rules hold."""
+    K = 0
+    for a, b in tables:
+        ids = np.sort(indices[int(offsets[a * B]) : int(offsets[b * B])])
+        if ids.shape[0]:
+            K += 1 + int(np.count_nonzero(ids[1:] != ids[:-1]))
+    return K
 
 
 def _unique_plan(tables, B, offsets, indices, K):
