@@ -972,18 +972,6 @@ def test_cuda_backward_sort_key_is_narrow_and_keeps_row_position_order(n_rows, p
     np.testing.assert_array_equal(order, np.lexsort((np.arange(lid.shape[0]), lid)))
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(-3, 3) | st.integers(-(2**63), 2**63 - 1), max_size=70), st.booleans())
-def test_layout_check_orders_tables_as_a_stable_argsort(values, presorted):
-    """The layout verdict's table order (written out, not Numba's argsort) is NumPy's stable
-    argsort: on sorted starts (the identity shortcut), on ties and on any order."""
-    pytest.importorskip("numba")
-    from embnum.ops._checks_tbe import _stable_order
-
-    a = np.array(sorted(values) if presorted else values, dtype=np.int64)
-    assert np.array_equal(_stable_order(a), np.argsort(a, kind="mergesort"))
-
-
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_cpu_parallel_forward_is_ref(data):

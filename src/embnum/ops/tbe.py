@@ -13,7 +13,6 @@ rows of each feature's table (``rows``), the batch size ``B`` and ``pooling``
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import numpy as np
@@ -130,27 +129,9 @@ def trust_device_layout(weights, weights_offsets, D_offsets, hash_size_cumsum) -
     _TRUSTED.put(key, (*kept, (weights_offsets, D_offsets, hash_size_cumsum)))
 
 
-@functools.cache
-def _load_checks():
-    from . import _checks_tbe
-
-    return _checks_tbe
-
-
-def _checks():
-    """This family's compiled verdict (``ops/_checks_tbe.py``, loaded on first use), or None where
-    the shared compiled checks are not (Numba missing, or ``v.compiled`` stubbed by a test)."""
-    return _load_checks() if v.compiled() is not None else None
-
-
 def _layout_rules(weights, weights_offsets, D_offsets, hash_size_cumsum, T):
     """The layout's rules on host int64 copies; returns ``(woff, doff, hcs, rows)``."""
     woff, doff, hcs = _host(weights_offsets), _host(D_offsets), _host(hash_size_cumsum)
-    checks = _checks()
-    if checks is not None:  # every rule below in one compiled pass; the exact code names a failure
-        rows = checks.tbe_layout_rows(woff, doff, hcs, weights.shape[0])
-        if rows.shape[0] == T:
-            return woff, doff, hcs, rows
     # comparisons only (a difference of two int64 entries may wrap); sizes below as Python ints
     if doff[0] != 0:
         raise ValueError(f"D_offsets[0] must be 0, got {doff[0]}")
