@@ -111,34 +111,6 @@ def expand_permute_ok(permute, input_offset, output_offset, output_size):
 
 
 @_jit
-def bucketize_plain(lengths, block_sizes, my_size, keep, limit, id_max, keys, flags):
-    """The host arrays ``block_bucketize_sparse_features`` hands its kernel in the plain case (no
-    per-key batch sizes, block counts, boundaries or keep flags), written into the caller's
-    ``keys`` (int64 ``[3, T]``: block sizes, batch sizes, block counts) and ``flags`` (bool ``[T]``,
-    the keep flags; ``T = len(block_sizes)``; allocated by the caller: ``np.empty`` in a verdict is
-    a compile of its own), and ``N``, the exact total of the lengths, returned; ``N = -1`` when a
-    length or a block size is negative, the total passes ``limit``, ``len(lengths)`` is not a
-    multiple of ``T`` (or not 0 when ``T = 0``) or a block size times ``my_size`` (``>= 1``) passes
-    ``id_max`` (tested as ``block_size > id_max // my_size``)."""
-    T = block_sizes.shape[0]
-    n_bags = lengths.shape[0]
-    N = np.int64(0)
-    if (T == 0 and n_bags != 0) or (T > 0 and n_bags % T != 0):
-        N = np.int64(-1)
-    for t in range(T):
-        x = np.int64(block_sizes[t])
-        if x < 0 or x > id_max // my_size:
-            N = np.int64(-1)
-        keys[0, t] = x
-        keys[1, t] = n_bags // T
-        keys[2, t] = my_size
-        flags[t] = keep
-    if N == 0:
-        N = row_total(lengths, limit)
-    return N
-
-
-@_jit
 def _offsets_ok(offs):
     """Whether the offsets start at 0 and never decrease (``offsets_last`` inlined once, called
     three times by :func:`unique_ids_ok`: three inlined copies compiled slower)."""

@@ -470,9 +470,8 @@ def _bucketize_fast(
     lengths, indices, bucketize_pos, sequence, block_sizes, my_size, weights, max_B, keep, plain, mapping
 ):
     """The plan of a ``plain`` block bucketize (no per-key batch sizes, block counts, boundaries or
-    keep flags) from one compiled pass when every rule holds on host data, else None."""
-    checks = _checks()
-    if not (checks is not None and plain and _host_index(lengths) and _host_index(block_sizes)):
+    keep flags) from a few NumPy passes when every rule holds on host data, else None."""
+    if not (plain and _host_index(lengths) and _host_index(block_sizes)):
         return None
     if not (_host_index(indices) and type(my_size) is int and 1 <= my_size and type(max_B) is int):
         return None
@@ -480,11 +479,17 @@ def _bucketize_fast(
         return None
     if my_size * max(lengths.shape[0], 1) > _MAX or not -v.INT64_MAX - 1 <= max_B <= v.INT64_MAX:
         return None
-    keys, flags = np.empty((3, block_sizes.shape[0]), np.int64), np.empty(block_sizes.shape[0], np.bool_)
-    N = checks.bucketize_plain(lengths, block_sizes, my_size, keep, _MAX, _ID_MAX[indices.dtype], keys, flags)
-    bs, batch, G = keys
-    if N < 0 or indices.shape[0] != N:
+    T, n_bags = block_sizes.shape[0], lengths.shape[0]
+    if (T == 0 and n_bags != 0) or (T > 0 and n_bags % T != 0):
         return None
+    bs = block_sizes.astype(np.int64)
+    if T and (bs.min() < 0 or bs.max() > _ID_MAX[indices.dtype] // my_size):
+        return None
+    N = _plain_total(lengths)
+    if N is None or indices.shape[0] != N:
+        return None
+    batch, G = np.full(T, n_bags // max(T, 1), np.int64), np.full(T, my_size, np.int64)
+    flags = np.full(T, keep)
     if weights is not None and not (
         type(weights) is _ND and weights.ndim == 1 and weights.shape[0] == N and weights.dtype in W_DTYPES
     ):
@@ -494,6 +499,20 @@ def _bucketize_fast(
     return _bucketize_plan(
         lengths, indices, weights, bs, my_size, batch, G, None, flags, bucketize_pos, sequence, N, mapping
     )
+
+
+def _plain_total(lengths) -> int | None:
+    """The exact total of the host index array ``lengths`` when every entry is >= 0 and the total is
+    at most ``_MAX``, else None (the exact rules then name the error). NumPy's int64 sum is exact
+    when ``len * max`` stays below 2**63 (every int32 array shorter than 2**32); otherwise None.
+    (A compiled verdict did this in one pass; its compile was 0.15-0.3 s of the op's first call.)"""
+    n = lengths.shape[0]
+    if n == 0:
+        return 0
+    if lengths.min() < 0 or int(lengths.max()) > v.INT64_MAX // n:
+        return None
+    N = int(lengths.sum(dtype=np.int64))
+    return N if N <= _MAX else None
 
 
 def _bucketize_plan(lengths, indices, weights, bs, my_size, batch, G, pos, keep, bucketize_pos, sequence, N, mapping):
