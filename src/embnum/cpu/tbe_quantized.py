@@ -14,7 +14,7 @@ from numba import prange
 from .. import _qrow
 from .._jit import njit
 from .._tbe import MEAN, NONE
-from ._common import bits_to_float32, float32_result, half_bits_to_float32, round_once
+from ._common import bits_to_float32, float32_result, half_bits_to_float32, one_thread, round_once, serial_twin
 
 _element = njit(inline="always")(_qrow.make_tbe_element(half_bits_to_float32, bits_to_float32))  # float32 element c
 
@@ -27,7 +27,8 @@ def _pooled(weights, layout, indices, offsets, B, mean, psw, has_psw, out):
         b = bag - t * B
         start, code, col, D, R = layout[t, 0], layout[t, 1], layout[t, 2], layout[t, 3], layout[t, 4]
         o = out[b, col : col + D]
-        o[:] = 0
+        for c in range(D):
+            o[c] = 0
         lo, hi = offsets[bag], offsets[bag + 1]
         for p in range(lo, hi):
             i = np.int64(indices[p])
@@ -51,7 +52,8 @@ def _rows(weights, layout, indices, offsets, B, out):
     first, last = offsets[0], offsets[T * B]
     for p in prange(N):
         o = out[p]
-        o[:] = 0
+        for c in range(D):
+            o[c] = 0
         if p < first or p >= last:
             continue  # in no bag
         i = np.int64(indices[p])
@@ -64,6 +66,12 @@ def _rows(weights, layout, indices, offsets, B, out):
             o[c] = _element(weights, start + i * R, code, c)
 
 
+# serial twins for calls that run on one thread (the same code, prange as range): a cold first call
+# then compiles no parallel region, about half the compile
+_POOLED = (_pooled, serial_twin(_pooled))
+_ROWS = (_rows, serial_twin(_rows))
+
+
 def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sample_weights, output_dtype, out):
     target = float32_result(out)
     w = np.ascontiguousarray(weights)
@@ -71,10 +79,10 @@ def tbe_forward_quantized(weights, layout, indices, offsets, B, pooling, per_sam
     offs = np.ascontiguousarray(offsets, dtype=np.int64)
     if pooling == NONE:
         if target.size:
-            _rows(w, layout, idx, offs, B, target)
+            _ROWS[one_thread()](w, layout, idx, offs, B, target)
     else:
         has = per_sample_weights is not None
         psw = np.ascontiguousarray(per_sample_weights) if has else np.zeros(0, np.float32)
         if target.size:
-            _pooled(w, layout, idx, offs, B, pooling == MEAN, psw, has, target)
+            _POOLED[one_thread()](w, layout, idx, offs, B, pooling == MEAN, psw, has, target)
     round_once(target, out)
