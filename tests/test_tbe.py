@@ -972,10 +972,46 @@ def test_cuda_backward_sort_key_is_narrow_and_keeps_row_position_order(n_rows, p
     np.testing.assert_array_equal(order, np.lexsort((np.arange(lid.shape[0]), lid)))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from((1, 3, 8, 12, 32, 64, 128, 256)), min_size=1, max_size=4),
+    st.integers(0, 5),
+    st.sampled_from((np.float32, np.float16)),
+    st.sampled_from(("sum", "mean", "psw")),
+    st.integers(0, 2**32 - 1),
+)
+def test_cpu_small_forward_is_the_kernels_bit_for_bit(dims, B, dtype, pooling, seed):
+    """``_forward_small`` (every small call) gives the bits of the pooled kernels it stands in for
+    (the per-dim vector kernels and the generic one, float32 and float16 rows, per-sample weights,
+    mean over empty and full bags), NaN and infinite weights included."""
+    pytest.importorskip("numba")
+    from embnum.cpu import _common
+
+    rng = np.random.default_rng(seed)
+    lay = tbe_layout([7] * len(dims), dims)
+    weights = rng.standard_normal(lay.num_weights).astype(dtype)
+    weights[rng.integers(0, lay.num_weights, 3)] = [np.nan, np.inf, -0.0]
+    lengths = rng.integers(0, 4, len(dims) * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    args = dict(weights=weights, **lay.by_name(), indices=rng.integers(0, 7, offsets[-1]), offsets=offsets)
+    args["pooling_mode"] = "mean" if pooling == "mean" else "sum"
+    if pooling == "psw":
+        args["per_sample_weights"] = rng.standard_normal(offsets[-1]).astype(np.float32)
+    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
+    got = {}
+    try:
+        for limit in (0, 1 << 62):  # no call small (the pooled kernels), every call small
+            _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
+            got[limit] = embnum.tbe_forward(**args, backend="cpu")
+    finally:
+        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
+    assert got[0].tobytes() == got[1 << 62].tobytes()
+
+
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_cpu_parallel_forward_is_ref(data):
-    """The pooled forward's parallel kernels, which small calls skip for their serial twins (the
+    """The pooled forward's parallel kernels, which small calls skip for ``_forward_small`` (the
     tables' drawn inputs are small), match ref with every call on all threads."""
     pytest.importorskip("numba")
     from embnum.cpu import _common

@@ -224,7 +224,7 @@ def _one_thread_when_small(entry):
 
 def _small(lookup):
     """Whether a call with these lookup arguments is small (see ``_one_thread_when_small``): it
-    then runs on one thread, and the pooled forward takes its serial twins."""
+    then runs on one thread, and the pooled forward takes :func:`_forward_small`."""
     idx, doff = lookup.get("indices"), lookup.get("D_offsets")
     if idx is None or doff is None or doff.shape[0] <= 1:
         return False
@@ -526,25 +526,44 @@ def _make_forward_pooled(DC, vector=True, columns=POOL_COLUMNS, far=None, near=N
 # dims with their own compiled forward (the common recsys dims); others share the generic one
 SPECIALISED_DIMS = (32, 64, 128, 256)
 _FORWARD_POOLED = {D: _make_forward_pooled(D) for D in SPECIALISED_DIMS + (0,)}
-# their serial twins, for small calls: a cold first call then compiles no parallel region (the
-# parfor passes and the body compiled a second time as a gufunc: ~3.3 of the ~4 s CPU of a cold
-# small forward); a large call (or any at NUMBA_NUM_THREADS=1 past the size) keeps the parallel one.
-# The fused update keeps its parallel kernel for small calls too: its serial twin, without the
-# parallel body's no-alias arrays, ran small steps 25-50% slower (rowwise Adagrad, 50-130 lookups)
-_FORWARD_POOLED_SERIAL = {D: _common.serial_twin(k) for D, k in _FORWARD_POOLED.items()}
-# the generic kernel's twin only up to this many lookups: past ~100 it ran slower than the parallel
-# kernel on one thread (no-alias lost: +7 us at ~180 lookups, +15 us at ~400, dims 8-24); the
-# per-dim kernels' twins ran as fast at every size measured
-GENERIC_TWIN_LOOKUPS = 64
+
+
+@njit(cache=True, nogil=True)
+def _forward_small(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out):
+    """The pooled forward of a small call (one thread, every feature, any dim) in plain loops:
+    ``out [B, total_D]`` (float32) gets each bag's rows summed in float32 in index order, each row
+    times ``psw[p]`` when ``has_psw``, divided by the bag's length when ``mean`` and not empty:
+    the pooled kernels' arithmetic in their order, so the same bits. Small calls need none of
+    their prefetching or per-dim code, and a cold first call compiles this in about 0.3 s where
+    their serial twins took 1.0 s."""
+    OC = out.shape[1]
+    flat = out.reshape(-1)
+    for t in range(woff.shape[0]):
+        D, w0, c0 = doff[t + 1] - doff[t], woff[t], doff[t]
+        for b in range(B):
+            s, e = offsets[t * B + b], offsets[t * B + b + 1]
+            o = np.uint64(b * OC + c0)
+            for d in range(D):
+                flat[o + np.uint64(d)] = 0.0
+            for p in range(s, e):
+                row = np.uint64(w0 + np.int64(indices[p]) * D)
+                c = psw[p] if has_psw else np.float32(1.0)
+                for d in range(D):
+                    x = _load(w, lut, row + np.uint64(d))
+                    flat[o + np.uint64(d)] += c * x if has_psw else x
+            if mean and e > s:
+                L = np.float32(e - s)
+                for d in range(D):
+                    flat[o + np.uint64(d)] /= L
 
 
 def _forward_pooled(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out, small):
+    if small:
+        _forward_small(w, lut, woff, doff, indices, offsets, B, mean, psw, has_psw, out)
+        return
     stream = STREAM and out.nbytes >= STREAM_BYTES
-    generic_twin = small and indices.shape[0] <= GENERIC_TWIN_LOOKUPS
     for D, feats in _feature_groups(doff):
-        twin = generic_twin if D == 0 else small
-        kernel = (_FORWARD_POOLED_SERIAL if twin else _FORWARD_POOLED)[D]
-        kernel(w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
+        _FORWARD_POOLED[D](w, lut, woff, doff, feats, indices, offsets, B, mean, psw, has_psw, out, stream)
 
 
 def _feature_groups(doff):
