@@ -1008,6 +1008,47 @@ def test_cpu_small_forward_is_the_kernels_bit_for_bit(dims, B, dtype, pooling, s
     assert got[0].tobytes() == got[1 << 62].tobytes()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 2), min_size=1, max_size=5),
+    st.sampled_from((1, 3, 8, 32)),
+    st.integers(0, 5),
+    st.sampled_from(("sum", "mean", "psw", "none")),
+    st.sampled_from((np.float32, np.float16)),
+    st.integers(0, 2**32 - 1),
+)
+def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, gdtype, seed):
+    """``_dense_grad_small`` (every small ``tbe_backward``) gives the bits of ``_dense_grad``:
+    features sharing a table (their lookups summed across features), repeated rows, empty bags,
+    per-sample weights, mean, pooling ``"none"``, float16 gradients, NaN/inf/-0.0 gradients."""
+    pytest.importorskip("numba")
+    from embnum.cpu import _common
+
+    rng = np.random.default_rng(seed)
+    fmap = [sorted(set(table_of)).index(t) for t in sorted(table_of)]  # non-decreasing, every table used
+    lay = tbe_layout([5] * (max(fmap) + 1), [D] * (max(fmap) + 1), fmap)
+    T = len(fmap)
+    lengths = rng.integers(0, 4, T * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    N = int(offsets[-1])
+    grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(gdtype)
+    if grad.size:
+        grad.reshape(-1)[rng.integers(0, grad.size, 3)] = [np.nan, np.inf, -0.0]
+    args = dict(weights=np.zeros(lay.num_weights, np.float32), **lay.by_name())
+    args.update(indices=rng.integers(0, 5, N), offsets=offsets, pooling_mode="sum" if pooling == "psw" else pooling)
+    if pooling == "psw":
+        args["per_sample_weights"] = rng.standard_normal(N).astype(np.float32)
+    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
+    got = {}
+    try:
+        for limit in (0, 1 << 62):  # no call small (the parallel kernel), every call small
+            _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
+            got[limit] = embnum.tbe_backward(grad, **args, backend="cpu")
+    finally:
+        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
+    assert got[0].tobytes() == got[1 << 62].tobytes()
+
+
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_cpu_parallel_forward_is_ref(data):

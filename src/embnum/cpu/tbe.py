@@ -1120,10 +1120,47 @@ def _value_offsets(row_start, tables):
 @vbe.backward
 @_one_thread_when_small
 def tbe_backward(grad_output, weights, out, **lookup):
+    if _small(lookup):
+        a = LookupArgs(**lookup)
+        idx, offs = _checked(a.indices, a.offsets)
+        g = np.ascontiguousarray(grad_output, dtype=np.float32).reshape(-1)
+        args = (idx, offs, int(a.B), a.weights_offsets, a.D_offsets, int(a.pooling), g, _psw(a), a.has_psw)
+        _dense_grad_small(*args, out)
+        return
     lk = _prepare(grad_output, lookup)
     _ZERO(out)
     with _tables_one_by_one():
         _DENSE_GRAD(lk, out)
+
+
+@njit(cache=True, nogil=True)
+def _dense_grad_small(indices, offsets, B, woff, doff, pooling, grad, psw, has_psw, dense):
+    """``tbe_backward`` of a small call (one thread) in plain loops: ``dense`` (float32, the
+    weights' length) zeroed, then every lookup's output gradient, times its coefficient (its
+    per-sample weight, one over its bag's length for ``mean``), added to its row in position
+    order: :func:`_dense_grad`'s sums in its order (each touched row's lookups by position, from
+    zero), so the same bits, without the sort by row, the per-table records or a parallel region
+    to compile (0.3 s cold against 3 s)."""
+    for i in range(dense.shape[0]):
+        dense[i] = 0.0
+    TD = doff[doff.shape[0] - 1]
+    for t in range(woff.shape[0]):
+        D, w0 = doff[t + 1] - doff[t], woff[t]
+        for b in range(B):
+            s, e = offsets[t * B + b], offsets[t * B + b + 1]
+            for p in range(s, e):
+                src = np.uint64(p * D if pooling == NONE else b * TD + doff[t])
+                if pooling == NONE:
+                    c = np.float32(1.0)
+                elif has_psw:
+                    c = psw[p]
+                elif pooling == MEAN:
+                    c = np.float32(1.0) / np.float32(e - s)
+                else:
+                    c = np.float32(1.0)
+                row = np.uint64(w0 + np.int64(indices[p]) * D)
+                for d in range(D):
+                    dense[row + np.uint64(d)] += c * grad[src + np.uint64(d)]
 
 
 @njit(cache=True, parallel=True)
