@@ -1018,8 +1018,9 @@ def test_cpu_small_forward_is_the_kernels_bit_for_bit(dims, B, dtype, pooling, s
     st.integers(0, 2**32 - 1),
 )
 def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, gdtype, seed):
-    """``_dense_grad_small`` (every small ``tbe_backward``) gives the bits of ``_dense_grad``:
-    features sharing a table (their lookups summed across features), repeated rows, empty bags,
+    """``_dense_grad_small`` and ``_sparse_grad_small`` (every small ``tbe_backward`` and
+    ``tbe_backward_sparse``) give the bits of ``_dense_grad`` and ``_sparse_grad``: features
+    sharing a table (their lookups summed across features), repeated rows, empty bags,
     per-sample weights, mean, pooling ``"none"``, float16 gradients, NaN/inf/-0.0 gradients."""
     pytest.importorskip("numba")
     from embnum.cpu import _common
@@ -1043,10 +1044,12 @@ def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, g
     try:
         for limit in (0, 1 << 62):  # no call small (the parallel kernel), every call small
             _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
-            got[limit] = embnum.tbe_backward(grad, **args, backend="cpu")
+            sparse = embnum.tbe_backward_sparse(grad, **args, backend="cpu")
+            got[limit] = [embnum.tbe_backward(grad, **args, backend="cpu"), *sparse]
     finally:
         _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
-    assert got[0].tobytes() == got[1 << 62].tobytes()
+    for a, b in zip(got[0], got[1 << 62]):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 @settings(max_examples=30, deadline=None)
