@@ -1052,6 +1052,53 @@ def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, g
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 2), min_size=1, max_size=4),
+    st.sampled_from((1, 4, 8, 24)),
+    st.integers(0, 5),
+    st.sampled_from(("sum", "mean", "psw", "none")),
+    st.sampled_from([o for o in OPTIMIZERS if o.kind in ("sgd", "adagrad", "rowwise_adagrad", "adam")]),
+    st.sampled_from((np.float32, np.float16)),
+    st.integers(0, 2**32 - 1),
+)
+def test_cpu_small_update_is_the_fused_kernel_bit_for_bit(table_of, D, B, pooling, opt, wdtype, seed):
+    """A small ``tbe_backward_update`` (``_update_small``: the small sparse gradient, then the
+    fused kernel's row rule in a serial loop) leaves the bits the fused kernel leaves in the
+    weights (float32 in place, float16 rounded once) and the optimizer state, for each kind with a
+    fused kernel: shared tables, repeated rows, empty bags, psw, mean, none, clipping."""
+    pytest.importorskip("numba")
+    from embnum.cpu import _common
+
+    rng = np.random.default_rng(seed)
+    fmap = [sorted(set(table_of)).index(t) for t in sorted(table_of)]
+    lay = tbe_layout([5] * (max(fmap) + 1), [D] * (max(fmap) + 1), fmap)
+    T = len(fmap)
+    lengths = rng.integers(0, 4, T * B)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    N = int(offsets[-1])
+    grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(np.float32)
+    weights = rng.standard_normal(lay.num_weights).astype(wdtype)
+    args = dict(**lay.by_name(), indices=rng.integers(0, 5, N), offsets=offsets, optimizer=opt)
+    args["pooling_mode"] = "sum" if pooling == "psw" else pooling
+    if pooling == "psw":
+        args["per_sample_weights"] = rng.standard_normal(N).astype(np.float32)
+    state = state_for(opt, weights, lay.hash_size_cumsum, rng)
+    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
+    got = {}
+    try:
+        for limit in (0, 1 << 62):  # no call small (the fused kernel), every call small
+            _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
+            w = weights.copy()
+            st_ = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+            embnum.tbe_backward_update(grad, w, **args, **st_, backend="cpu")
+            got[limit] = [w] + [v for v in st_.values() if isinstance(v, np.ndarray)]
+    finally:
+        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
+    for a, b in zip(got[0], got[1 << 62]):
+        assert a.tobytes() == b.tobytes()
+
+
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_cpu_parallel_forward_is_ref(data):

@@ -1192,7 +1192,7 @@ def tbe_backward_sparse(grad_output, weights, max_rows=None, **lookup):
     return out if max_rows is None else pad_sparse(out, max_rows, int(np.diff(lookup["D_offsets"]).max()))
 
 
-def _sparse_small(grad_output, a):
+def _sparse_small(grad_output, a, with_bases=False):
     """``tbe_backward_sparse`` of a small call (one thread): the touched linear ids (``hash_size_cumsum``
     of the feature plus the row) and each lookup's slot among them from NumPy's ``unique``, then
     :func:`_sparse_grad_small` sums the gradients into the slots: no sort by row or parallel region
@@ -1210,8 +1210,13 @@ def _sparse_small(grad_output, a):
     values = np.zeros(int(value_offsets[-1]), np.float32)
     g = np.ascontiguousarray(grad_output, dtype=np.float32).reshape(-1)
     args = (idx, offs, B, a.D_offsets, int(a.pooling), g, _psw(a), a.has_psw)
-    _sparse_grad_small(*args, slot.reshape(-1).astype(np.int64), value_offsets, values)
-    return TBESparseGrad(lids.astype(np.int64), values, value_offsets)
+    _sparse_grad_small(*args, slot.reshape(-1).astype(np.int64, copy=False), value_offsets, values)
+    out = TBESparseGrad(lids.astype(np.int64, copy=False), values, value_offsets)
+    if not with_bases:
+        return out
+    row_base = np.zeros(lids.shape[0], np.int64)  # each touched row's first element in the weights
+    row_base[slot] = a.weights_offsets[feature] + idx[starts[0] : starts[T]] * dims[feature]
+    return out, row_base
 
 
 @njit(cache=True, nogil=True)
@@ -1266,10 +1271,13 @@ def tbe_grad_per_sample_weights(grad_output, weights, out, **lookup):
 def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, step, **lookup):
     if uses_row_rule(optimizer):
         return _update_rows(grad_output, weights, lookup, optimizer, momentum1, momentum2, step)
-    lk = _prepare(grad_output, lookup, optimizer.float32()["max_gradient"])
     opt = optimizer.kernel_args(step)
     m1 = _NO_F32 if momentum1 is None else momentum1
     m2 = _NO_F32 if momentum2 is None else momentum2
+    if _small(lookup):
+        g = clipped_gradient(np, grad_output, optimizer.float32()["max_gradient"])
+        return _update_small(g, weights, LookupArgs(**lookup), opt, m1, m2)
+    lk = _prepare(grad_output, lookup, optimizer.float32()["max_gradient"])
     if weights.dtype == np.float32:
         no_starts = np.zeros(lk.tables.shape[0] + 1, np.int64)
         with _tables_one_by_one():
@@ -1284,6 +1292,42 @@ def tbe_backward_update(grad_output, weights, optimizer, momentum1, momentum2, s
         _FUSED_UPDATE[False, opt.kind](lk, w, lut, m1, m2, opt, value_start, new, pos)
     with np.errstate(over="ignore"):
         weights[pos] = new.astype(np.float16)
+
+
+def _update_small(grad, weights, a, opt, m1, m2):
+    """The fused update of a small call (one thread): the touched rows' summed gradients as
+    :func:`_sparse_small` makes them, then :func:`_update_row` on each row in increasing linear
+    id, as the fused kernel applies it to the same sums: the same bits, with no parallel region
+    to compile."""
+    sparse, row_base = _sparse_small(grad, a, with_bases=True)
+    w, lut = _weights(weights)
+    in_place = weights.dtype == np.float32
+    n = 0 if in_place else sparse.values.shape[0]
+    new, pos = np.empty(n, np.float32), np.empty(n, np.int64)
+    args = (sparse.linear_ids, sparse.values, sparse.value_offsets, row_base, w, lut, m1, m2, opt, new, pos)
+    _UPDATE_SMALL[in_place, opt.kind](*args, np.empty(16, np.float32))
+    if not in_place:
+        with np.errstate(over="ignore"):
+            weights[pos] = new.astype(np.float16)
+
+
+def _make_update_small(in_place, kind):
+    """The serial loop of :func:`_update_small` for ``kind``'s rule (``in_place`` and ``kind``
+    compile-time constants, as in the fused kernel)."""
+
+    @njit(cache=True, nogil=True)
+    def kernel(lids, values, voff, row_base, w, lut, m1, m2, opt, new, pos, part):
+        for u in range(lids.shape[0]):
+            vo = voff[u]
+            D = voff[u + 1] - vo
+            _update_row(
+                values[vo : vo + D], D, row_base[u], lids[u], w, lut, m1, m2, opt, in_place, new, pos, vo, part, kind
+            )
+
+    return kernel
+
+
+_UPDATE_SMALL = {(p, k): _make_update_small(p, k) for p in (True, False) for k in (SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM)}
 
 
 # -- the other optimizers and max_norm: sparse gradient, then the shared row rule ----------
