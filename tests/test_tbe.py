@@ -972,6 +972,44 @@ def test_cuda_backward_sort_key_is_narrow_and_keeps_row_position_order(n_rows, p
     np.testing.assert_array_equal(order, np.lexsort((np.arange(lid.shape[0]), lid)))
 
 
+def _large_then_small(call):
+    """``call()`` with no cpu call small (the parallel kernels), then with every call small (the
+    one-thread kernels): its two results as flat lists of arrays."""
+    pytest.importorskip("numba")
+    from embnum.cpu import _common
+
+    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
+    got = []
+    try:
+        for limit in (0, 1 << 62):
+            _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
+            got.append([np.asarray(x) for x in call()])
+    finally:
+        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
+    return got
+
+
+def _same_bits(got):
+    for a, b in zip(*got, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _drawn_lookups(rng, table_of, D, B, pooling):
+    """Lookups into tables of 5 rows x ``D`` that the features ``table_of`` share (numbered as
+    drawn), bags of 0-3 ids, ``pooling`` one of sum/mean/none or ``"psw"`` (sum with per-sample
+    weights): ``(layout, T, N, the op's lookup arguments)``."""
+    fmap = [sorted(set(table_of)).index(t) for t in sorted(table_of)]  # non-decreasing, every table used
+    lay = tbe_layout([5] * (max(fmap) + 1), [D] * (max(fmap) + 1), fmap)
+    T = len(fmap)
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(0, 4, T * B))])
+    N = int(offsets[-1])
+    args = dict(**lay.by_name(), indices=rng.integers(0, 5, N), offsets=offsets)
+    args["pooling_mode"] = "sum" if pooling == "psw" else pooling
+    if pooling == "psw":
+        args["per_sample_weights"] = rng.standard_normal(N).astype(np.float32)
+    return lay, T, N, args
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.sampled_from((1, 3, 8, 12, 32, 64, 128, 256)), min_size=1, max_size=4),
@@ -984,28 +1022,16 @@ def test_cpu_small_forward_is_the_kernels_bit_for_bit(dims, B, dtype, pooling, s
     """``_forward_small`` (every small call) gives the bits of the pooled kernels it stands in for
     (the per-dim vector kernels and the generic one, float32 and float16 rows, per-sample weights,
     mean over empty and full bags), NaN and infinite weights included."""
-    pytest.importorskip("numba")
-    from embnum.cpu import _common
-
     rng = np.random.default_rng(seed)
     lay = tbe_layout([7] * len(dims), dims)
     weights = rng.standard_normal(lay.num_weights).astype(dtype)
     weights[rng.integers(0, lay.num_weights, 3)] = [np.nan, np.inf, -0.0]
-    lengths = rng.integers(0, 4, len(dims) * B)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(0, 4, len(dims) * B))])
     args = dict(weights=weights, **lay.by_name(), indices=rng.integers(0, 7, offsets[-1]), offsets=offsets)
     args["pooling_mode"] = "mean" if pooling == "mean" else "sum"
     if pooling == "psw":
         args["per_sample_weights"] = rng.standard_normal(offsets[-1]).astype(np.float32)
-    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
-    got = {}
-    try:
-        for limit in (0, 1 << 62):  # no call small (the pooled kernels), every call small
-            _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
-            got[limit] = embnum.tbe_forward(**args, backend="cpu")
-    finally:
-        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
-    assert got[0].tobytes() == got[1 << 62].tobytes()
+    _same_bits(_large_then_small(lambda: [embnum.tbe_forward(**args, backend="cpu")]))
 
 
 @settings(max_examples=60, deadline=None)
@@ -1022,34 +1048,18 @@ def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, g
     ``tbe_backward_sparse``) give the bits of ``_dense_grad`` and ``_sparse_grad``: features
     sharing a table (their lookups summed across features), repeated rows, empty bags,
     per-sample weights, mean, pooling ``"none"``, float16 gradients, NaN/inf/-0.0 gradients."""
-    pytest.importorskip("numba")
-    from embnum.cpu import _common
-
     rng = np.random.default_rng(seed)
-    fmap = [sorted(set(table_of)).index(t) for t in sorted(table_of)]  # non-decreasing, every table used
-    lay = tbe_layout([5] * (max(fmap) + 1), [D] * (max(fmap) + 1), fmap)
-    T = len(fmap)
-    lengths = rng.integers(0, 4, T * B)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    N = int(offsets[-1])
+    lay, T, N, args = _drawn_lookups(rng, table_of, D, B, pooling)
     grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(gdtype)
     if grad.size:
         grad.reshape(-1)[rng.integers(0, grad.size, 3)] = [np.nan, np.inf, -0.0]
-    args = dict(weights=np.zeros(lay.num_weights, np.float32), **lay.by_name())
-    args.update(indices=rng.integers(0, 5, N), offsets=offsets, pooling_mode="sum" if pooling == "psw" else pooling)
-    if pooling == "psw":
-        args["per_sample_weights"] = rng.standard_normal(N).astype(np.float32)
-    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
-    got = {}
-    try:
-        for limit in (0, 1 << 62):  # no call small (the parallel kernel), every call small
-            _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
-            sparse = embnum.tbe_backward_sparse(grad, **args, backend="cpu")
-            got[limit] = [embnum.tbe_backward(grad, **args, backend="cpu"), *sparse]
-    finally:
-        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
-    for a, b in zip(got[0], got[1 << 62]):
-        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    weights = np.zeros(lay.num_weights, np.float32)
+
+    def both():
+        dense = embnum.tbe_backward(grad, weights, **args, backend="cpu")
+        return [dense, *embnum.tbe_backward_sparse(grad, weights, **args, backend="cpu")]
+
+    _same_bits(_large_then_small(both))
 
 
 @settings(max_examples=60, deadline=None)
@@ -1067,36 +1077,19 @@ def test_cpu_small_update_is_the_fused_kernel_bit_for_bit(table_of, D, B, poolin
     fused kernel's row rule in a serial loop) leaves the bits the fused kernel leaves in the
     weights (float32 in place, float16 rounded once) and the optimizer state, for each kind with a
     fused kernel: shared tables, repeated rows, empty bags, psw, mean, none, clipping."""
-    pytest.importorskip("numba")
-    from embnum.cpu import _common
-
     rng = np.random.default_rng(seed)
-    fmap = [sorted(set(table_of)).index(t) for t in sorted(table_of)]
-    lay = tbe_layout([5] * (max(fmap) + 1), [D] * (max(fmap) + 1), fmap)
-    T = len(fmap)
-    lengths = rng.integers(0, 4, T * B)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    N = int(offsets[-1])
+    lay, T, N, args = _drawn_lookups(rng, table_of, D, B, pooling)
     grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(np.float32)
     weights = rng.standard_normal(lay.num_weights).astype(wdtype)
-    args = dict(**lay.by_name(), indices=rng.integers(0, 5, N), offsets=offsets, optimizer=opt)
-    args["pooling_mode"] = "sum" if pooling == "psw" else pooling
-    if pooling == "psw":
-        args["per_sample_weights"] = rng.standard_normal(N).astype(np.float32)
     state = state_for(opt, weights, lay.hash_size_cumsum, rng)
-    saved = _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE
-    got = {}
-    try:
-        for limit in (0, 1 << 62):  # no call small (the fused kernel), every call small
-            _common.SERIAL_BYTES = _common.SERIAL_OVERRIDE = limit
-            w = weights.copy()
-            st_ = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
-            embnum.tbe_backward_update(grad, w, **args, **st_, backend="cpu")
-            got[limit] = [w] + [v for v in st_.values() if isinstance(v, np.ndarray)]
-    finally:
-        _common.SERIAL_BYTES, _common.SERIAL_OVERRIDE = saved
-    for a, b in zip(got[0], got[1 << 62]):
-        assert a.tobytes() == b.tobytes()
+
+    def step():
+        w = weights.copy()
+        kept = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+        embnum.tbe_backward_update(grad, w, **args, optimizer=opt, **kept, backend="cpu")
+        return [w] + [v for v in kept.values() if isinstance(v, np.ndarray)]
+
+    _same_bits(_large_then_small(step))
 
 
 @settings(max_examples=30, deadline=None)
