@@ -994,7 +994,7 @@ def _same_bits(got):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def _drawn_lookups(rng, table_of, D, B, pooling):
+def _shared_table_lookups(rng, table_of, D, B, pooling):
     """Lookups into tables of 5 rows x ``D`` that the features ``table_of`` share (numbered as
     drawn), bags of 0-3 ids, ``pooling`` one of sum/mean/none or ``"psw"`` (sum with per-sample
     weights): ``(layout, T, N, the op's lookup arguments)``."""
@@ -1049,7 +1049,7 @@ def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, g
     sharing a table (their lookups summed across features), repeated rows, empty bags,
     per-sample weights, mean, pooling ``"none"``, float16 gradients, NaN/inf/-0.0 gradients."""
     rng = np.random.default_rng(seed)
-    lay, T, N, args = _drawn_lookups(rng, table_of, D, B, pooling)
+    lay, T, N, args = _shared_table_lookups(rng, table_of, D, B, pooling)
     grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(gdtype)
     if grad.size:
         grad.reshape(-1)[rng.integers(0, grad.size, 3)] = [np.nan, np.inf, -0.0]
@@ -1078,7 +1078,7 @@ def test_cpu_small_update_is_the_fused_kernel_bit_for_bit(table_of, D, B, poolin
     weights (float32 in place, float16 rounded once) and the optimizer state, for each kind with a
     fused kernel: shared tables, repeated rows, empty bags, psw, mean, none, clipping."""
     rng = np.random.default_rng(seed)
-    lay, T, N, args = _drawn_lookups(rng, table_of, D, B, pooling)
+    lay, T, N, args = _shared_table_lookups(rng, table_of, D, B, pooling)
     grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(np.float32)
     weights = rng.standard_normal(lay.num_weights).astype(wdtype)
     state = state_for(opt, weights, lay.hash_size_cumsum, rng)
