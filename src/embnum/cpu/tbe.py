@@ -1111,15 +1111,20 @@ def _value_offsets(row_start, tables):
 def tbe_backward(grad_output, weights, out, **lookup):
     if _small(lookup):
         a = LookupArgs(**lookup)
-        idx, offs = _checked(a.indices, a.offsets)
-        g = np.ascontiguousarray(grad_output, dtype=np.float32).reshape(-1)
-        args = (idx, offs, int(a.B), a.weights_offsets, a.D_offsets, int(a.pooling), g, _psw(a), a.has_psw)
-        _dense_grad_small(*args, out)
+        _dense_grad_small(a.weights_offsets, *_small_grad_args(grad_output, a), out)
         return
     lk = _prepare(grad_output, lookup)
     _ZERO(out)
     with _tables_one_by_one():
         _DENSE_GRAD(lk, out)
+
+
+def _small_grad_args(grad_output, a):
+    """The leading arguments of the small backward kernels: ``(indices, offsets, B, D_offsets,
+    pooling, flat float32 gradient, per-sample weights, has_psw)``."""
+    idx, offs = _checked(a.indices, a.offsets)
+    g = np.ascontiguousarray(grad_output, dtype=np.float32).reshape(-1)
+    return idx, offs, int(a.B), a.D_offsets, int(a.pooling), g, _psw(a), a.has_psw
 
 
 @njit(cache=True, inline="always")
@@ -1138,7 +1143,7 @@ def _source_and_scale(pooling, has_psw, psw, p, s, e, b, D, TD, c0):
 
 
 @njit(cache=True, nogil=True)
-def _dense_grad_small(indices, offsets, B, woff, doff, pooling, grad, psw, has_psw, dense):
+def _dense_grad_small(woff, indices, offsets, B, doff, pooling, grad, psw, has_psw, dense):
     """``tbe_backward`` of a small call (one thread) in plain loops: ``dense`` (float32, the
     weights' length) zeroed, then every lookup's output gradient, times its coefficient (its
     per-sample weight, one over its bag's length for ``mean``), added to its row in position
@@ -1186,25 +1191,25 @@ def _sparse_small(grad_output, a, with_bases=False):
     of the feature plus the row) and each lookup's slot among them from NumPy's ``unique``, then
     :func:`_sparse_grad_small` sums the gradients into the slots: no sort by row or parallel region
     to compile (0.3 s cold against 3 s)."""
-    idx, offs = _checked(a.indices, a.offsets)
-    T, B = a.weights_offsets.shape[0], int(a.B)
+    args = _small_grad_args(grad_output, a)
+    idx, offs, B = args[:3]
+    T = a.weights_offsets.shape[0]
     starts = offs[np.arange(T + 1) * B].astype(np.int64)  # each feature's first position, then the end
     feature = np.repeat(np.arange(T), np.diff(starts))
-    lids, slot = np.unique(a.hash_size_cumsum[feature] + idx[starts[0] : starts[T]], return_inverse=True)
-    dims = np.diff(a.D_offsets)
+    ids = idx[starts[0] : starts[T]]  # the lookups in bags, in position order
+    lids, slot = np.unique(a.hash_size_cumsum[feature] + ids, return_inverse=True)
+    dims = np.diff(a.D_offsets)[feature]  # each lookup's dim
     row_dims = np.zeros(lids.shape[0], np.int64)
-    row_dims[slot] = dims[feature]  # every lookup of a row has its table's dim
+    row_dims[slot] = dims  # every lookup of a row has its table's dim
     value_offsets = np.zeros(lids.shape[0] + 1, np.int64)
     np.cumsum(row_dims, out=value_offsets[1:])
     values = np.zeros(int(value_offsets[-1]), np.float32)
-    g = np.ascontiguousarray(grad_output, dtype=np.float32).reshape(-1)
-    args = (idx, offs, B, a.D_offsets, int(a.pooling), g, _psw(a), a.has_psw)
     _sparse_grad_small(*args, slot.reshape(-1).astype(np.int64, copy=False), value_offsets, values)
     out = TBESparseGrad(lids.astype(np.int64, copy=False), values, value_offsets)
     if not with_bases:
         return out
     row_base = np.zeros(lids.shape[0], np.int64)  # each touched row's first element in the weights
-    row_base[slot] = a.weights_offsets[feature] + idx[starts[0] : starts[T]] * dims[feature]
+    row_base[slot] = a.weights_offsets[feature] + ids * dims
     return out, row_base
 
 
