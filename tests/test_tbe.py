@@ -994,10 +994,20 @@ def _same_bits(got):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def _shared_table_lookups(rng, table_of, D, B, pooling):
+# (table of each feature, dim, bags per feature, pooling): what _shared_table_lookups builds from
+_SHARED_TABLE_CASES = st.tuples(
+    st.lists(st.integers(0, 2), min_size=1, max_size=5),
+    st.sampled_from((1, 3, 4, 8, 24, 32)),
+    st.integers(0, 5),
+    st.sampled_from(("sum", "mean", "psw", "none")),
+)
+
+
+def _shared_table_lookups(rng, case):
     """Lookups into tables of 5 rows x ``D`` that the features ``table_of`` share (numbered as
     drawn), bags of 0-3 ids, ``pooling`` one of sum/mean/none or ``"psw"`` (sum with per-sample
-    weights): ``(layout, T, N, the op's lookup arguments)``."""
+    weights), ``case = (table_of, D, B, pooling)``: ``(layout, T, N, the op's lookup arguments)``."""
+    table_of, D, B, pooling = case
     fmap = [sorted(set(table_of)).index(t) for t in sorted(table_of)]  # non-decreasing, every table used
     lay = tbe_layout([5] * (max(fmap) + 1), [D] * (max(fmap) + 1), fmap)
     T = len(fmap)
@@ -1035,21 +1045,15 @@ def test_cpu_small_forward_is_the_kernels_bit_for_bit(dims, B, dtype, pooling, s
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.integers(0, 2), min_size=1, max_size=5),
-    st.sampled_from((1, 3, 8, 32)),
-    st.integers(0, 5),
-    st.sampled_from(("sum", "mean", "psw", "none")),
-    st.sampled_from((np.float32, np.float16)),
-    st.integers(0, 2**32 - 1),
-)
-def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, gdtype, seed):
+@given(_SHARED_TABLE_CASES, st.sampled_from((np.float32, np.float16)), st.integers(0, 2**32 - 1))
+def test_cpu_small_backward_is_the_kernel_bit_for_bit(case, gdtype, seed):
     """``_dense_grad_small`` and ``_sparse_grad_small`` (every small ``tbe_backward`` and
     ``tbe_backward_sparse``) give the bits of ``_dense_grad`` and ``_sparse_grad``: features
     sharing a table (their lookups summed across features), repeated rows, empty bags,
     per-sample weights, mean, pooling ``"none"``, float16 gradients, NaN/inf/-0.0 gradients."""
     rng = np.random.default_rng(seed)
-    lay, T, N, args = _shared_table_lookups(rng, table_of, D, B, pooling)
+    lay, T, N, args = _shared_table_lookups(rng, case)
+    D, B, pooling = case[1:]
     grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(gdtype)
     if grad.size:
         grad.reshape(-1)[rng.integers(0, grad.size, 3)] = [np.nan, np.inf, -0.0]
@@ -1064,21 +1068,19 @@ def test_cpu_small_backward_is_the_kernel_bit_for_bit(table_of, D, B, pooling, g
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.integers(0, 2), min_size=1, max_size=4),
-    st.sampled_from((1, 4, 8, 24)),
-    st.integers(0, 5),
-    st.sampled_from(("sum", "mean", "psw", "none")),
+    _SHARED_TABLE_CASES,
     st.sampled_from([o for o in OPTIMIZERS if o.kind in ("sgd", "adagrad", "rowwise_adagrad", "adam")]),
     st.sampled_from((np.float32, np.float16)),
     st.integers(0, 2**32 - 1),
 )
-def test_cpu_small_update_is_the_fused_kernel_bit_for_bit(table_of, D, B, pooling, opt, wdtype, seed):
+def test_cpu_small_update_is_the_fused_kernel_bit_for_bit(case, opt, wdtype, seed):
     """A small ``tbe_backward_update`` (``_update_small``: the small sparse gradient, then the
     fused kernel's row rule in a serial loop) leaves the bits the fused kernel leaves in the
     weights (float32 in place, float16 rounded once) and the optimizer state, for each kind with a
     fused kernel: shared tables, repeated rows, empty bags, psw, mean, none, clipping."""
     rng = np.random.default_rng(seed)
-    lay, T, N, args = _shared_table_lookups(rng, table_of, D, B, pooling)
+    lay, T, N, args = _shared_table_lookups(rng, case)
+    D, B, pooling = case[1:]
     grad = rng.standard_normal((N, D) if pooling == "none" else (B, T * D)).astype(np.float32)
     weights = rng.standard_normal(lay.num_weights).astype(wdtype)
     state = state_for(opt, weights, lay.hash_size_cumsum, rng)
