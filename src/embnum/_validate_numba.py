@@ -3,7 +3,7 @@
 Each NumPy reduction on a small array costs about 1-3 us of Python and dispatch; a
 warm Numba call about 0.2 us. The reductions that checks must read the data with (the
 summary of an offsets array, the range of ids, an exact bounded sum, a permutation's
-flags, an array's byte span) therefore run here, each in one pass, when the array is a
+flags) therefore run here, each in one pass, when the array is a
 NumPy array and Numba is importable (``embnum._validate.compiled`` loads this module on first
 use; ``_validate`` keeps its NumPy formulation for CuPy arrays and when Numba is missing).
 They only report; the callers raise, with the messages of their exact rules.
@@ -174,44 +174,3 @@ def row_total(row, limit):
         if total < 0:
             break
     return total
-
-
-# -- in-place ops' alias check --------------------------------------------------------------------
-_SPAN_LIMIT = np.int64(2**62)
-
-
-@_jit
-def array_span(a):
-    """``(first byte, one past the last byte)`` that the NumPy array ``a`` can touch, as
-    int64: the extents ``np.may_share_memory`` compares by default (a zero-length axis: an
-    empty span). ``(0, 0)`` also when the bounds are not plainly representable (data pointer
-    or an extent beyond 2**62, or a first byte below address 0, where NumPy's unsigned sums
-    would wrap): the caller treats ``lo >= hi`` as "ask the exact rule". Each extent is
-    compared by division before it is added: never wraps."""
-    ptr = np.int64(a.ctypes.data)
-    if ptr < 0 or ptr >= _SPAN_LIMIT:
-        return np.int64(0), np.int64(0)
-    used = np.int64(0)  # the sum of |stride| * (n - 1) so far, <= _SPAN_LIMIT
-    lo = ptr
-    hi = ptr
-    for k in range(a.ndim):
-        if a.shape[k] == 0:
-            return np.int64(0), np.int64(0)
-    for k in range(a.ndim):
-        m = np.int64(a.shape[k]) - 1
-        st = np.int64(a.strides[k])
-        if m == 0 or st == 0:
-            continue
-        if st < -_SPAN_LIMIT or st > _SPAN_LIMIT:
-            return np.int64(0), np.int64(0)
-        size = st if st > 0 else -st
-        if m > (_SPAN_LIMIT - used) // size:
-            return np.int64(0), np.int64(0)
-        used += m * size
-        if st > 0:
-            hi += m * size
-        else:
-            lo -= m * size
-    if lo < 0:
-        return np.int64(0), np.int64(0)
-    return lo, hi + np.int64(a.itemsize)
