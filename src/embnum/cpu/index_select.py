@@ -13,7 +13,7 @@ import numpy as np
 from numba import prange
 
 from .._jit import njit
-from ._common import bits, copy_run, int64s, round_once, serial_twin
+from ._common import bits, copy_run, int64s, one_thread, round_once, serial_twin
 
 
 @njit(cache=True, parallel=True)
@@ -60,16 +60,22 @@ def _batch_scatter_add(grad, idx, in_offs, idx_offs, cols, base, step, acc):
                 acc[s + c] += grad[d + c]
 
 
+_batch_gather_serial = serial_twin(_batch_gather)
+_batch_scatter_add_serial = serial_twin(_batch_scatter_add)
+
+
 def batch_index_select_dim0(inputs, indices, in_offs, idx_offs, sel_offs, cols, base, step, rows, out):
     src = bits(inputs)
-    _batch_gather(src, np.ascontiguousarray(indices), in_offs, idx_offs, cols, base, step, out.view(src.dtype))
+    kernel = _batch_gather_serial if one_thread() else _batch_gather
+    kernel(src, np.ascontiguousarray(indices), in_offs, idx_offs, cols, base, step, out.view(src.dtype))
 
 
 def batch_index_select_dim0_backward(grad_output, indices, in_offs, idx_offs, sel_offs, cols, base, step, rows, out):
     half = grad_output.dtype == np.float16
     grad = np.ascontiguousarray(grad_output, np.float32 if half else grad_output.dtype)  # float16 widens exactly
     acc = np.empty(out.shape, np.float32) if half else out
-    _batch_scatter_add(grad, np.ascontiguousarray(indices), in_offs, idx_offs, cols, base, step, acc)
+    kernel = _batch_scatter_add_serial if one_thread() else _batch_scatter_add
+    kernel(grad, np.ascontiguousarray(indices), in_offs, idx_offs, cols, base, step, acc)
     round_once(acc, out)
 
 

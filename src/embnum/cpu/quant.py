@@ -11,6 +11,7 @@ written as uint16 bit patterns through ``embnum._half`` (compiled in ``._common`
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -317,8 +318,12 @@ def _to_bfloat16(u, out):
             out[i] = np.uint16((x + 0x8000) >> 16)  # ties away from zero (fbgemm)
 
 
+_to_bfloat16_serial = serial_twin(_to_bfloat16)
+
+
 def float_to_bfloat16(input, out):
-    _to_bfloat16(np.ascontiguousarray(input).reshape(-1).view(np.uint32), out.reshape(-1))
+    u, o = np.ascontiguousarray(input).reshape(-1).view(np.uint32), out.reshape(-1)
+    (_to_bfloat16_serial if _small("float_to_bfloat16", u, o) else _to_bfloat16)(u, o)
 
 
 @njit(cache=True, parallel=True)
@@ -327,8 +332,12 @@ def _from_bfloat16(h, out):
         out[i] = np.uint32(h[i]) << 16
 
 
+_from_bfloat16_serial = serial_twin(_from_bfloat16)
+
+
 def bfloat16_to_float(input, out):
-    _from_bfloat16(np.ascontiguousarray(input).reshape(-1), out.reshape(-1).view(np.uint32))
+    h, o = np.ascontiguousarray(input).reshape(-1), out.reshape(-1).view(np.uint32)
+    (_from_bfloat16_serial if _small("bfloat16_to_float", h, o) else _from_bfloat16)(h, o)
 
 
 # -- 4. float16 -------------------------------------------------------------------
@@ -341,8 +350,12 @@ def _to_fp16(u, saturate, out):
         out[i] = np.uint16(float32_bits_to_half_bits(x))
 
 
+_to_fp16_serial = serial_twin(_to_fp16)
+
+
 def float_to_fp16(input, saturate, out):
-    _to_fp16(np.ascontiguousarray(input).reshape(-1).view(np.uint32), saturate, out.reshape(-1).view(np.uint16))
+    u, o = np.ascontiguousarray(input).reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint16)
+    (_to_fp16_serial if _small("float_to_fp16", u, o) else _to_fp16)(u, saturate, o)
 
 
 @njit(cache=True, parallel=True)
@@ -351,8 +364,17 @@ def _gather(table, codes, out):
         out[i] = table[codes[i]]
 
 
+_gather_serial = serial_twin(_gather)
+
+
+def _gather_codes(name, table, codes, out):
+    (_gather_serial if _small(name, codes, out) else _gather)(table, codes, out)
+
+
 def fp16_to_float(input, out):
-    _gather(half_table(), np.ascontiguousarray(input).reshape(-1).view(np.uint16), out.reshape(-1))
+    _gather_codes(
+        "fp16_to_float", half_table(), np.ascontiguousarray(input).reshape(-1).view(np.uint16), out.reshape(-1)
+    )
 
 
 # -- 5. HFP8 ----------------------------------------------------------------------
@@ -375,27 +397,32 @@ def _to_hfp8(u, m, bias, max_bits, out):
         out[i] = np.uint8(sign | code)
 
 
+_to_hfp8_serial = serial_twin(_to_hfp8)
+
+
 def float_to_hfp8(input, ebits, exponent_bias, max_pos, out):
     max_bits = np.int64(np.array(max_pos, np.float32).view(np.uint32))
-    _to_hfp8(
-        np.ascontiguousarray(input).reshape(-1).view(np.uint32), 7 - ebits, exponent_bias, max_bits, out.reshape(-1)
-    )
+    u, o = np.ascontiguousarray(input).reshape(-1).view(np.uint32), out.reshape(-1)
+    (_to_hfp8_serial if _small("float_to_hfp8", u, o) else _to_hfp8)(u, 7 - ebits, exponent_bias, max_bits, o)
 
 
-@njit(cache=True)
+@functools.cache
 def _hfp8_table(ebits, bias):
+    """The float32 value of each of the 256 codes (read-only): a power of two times a fraction of
+    ``7 - ebits`` bits, exact in float64, rounded once to float32 (past its range: inf). NumPy,
+    once per format: a compiled loop cost the op's cold first call 0.5 s."""
     m = 7 - ebits
-    t = np.empty(256, np.float32)
-    for c in range(256):
-        E = (c >> m) & ((1 << ebits) - 1)
-        M = c & ((1 << m) - 1)
-        if E > 0:
-            v = 2.0 ** (E - bias) * (1.0 + M / 2.0**m)
-        else:
-            v = 2.0 ** (1 - bias) * (M / 2.0**m)
-        t[c] = -v if c & 0x80 else v
+    c = np.arange(256)
+    E = (c >> m) & ((1 << ebits) - 1)
+    M = c & ((1 << m) - 1)
+    v = np.ldexp(np.where(E > 0, 1.0, 0.0) + M / 2.0**m, np.maximum(E, 1) - bias)
+    with np.errstate(over="ignore"):
+        t = np.where(c & 0x80, -v, v).astype(np.float32)
+    t.flags.writeable = False
     return t
 
 
 def hfp8_to_float(input, ebits, exponent_bias, out):
-    _gather(_hfp8_table(ebits, exponent_bias), np.ascontiguousarray(input).reshape(-1), out.reshape(-1))
+    _gather_codes(
+        "hfp8_to_float", _hfp8_table(ebits, exponent_bias), np.ascontiguousarray(input).reshape(-1), out.reshape(-1)
+    )
