@@ -180,12 +180,39 @@ class _SafeIndex:
             self._save_index({})
 
 
+def _cell_value(x):
+    """A closure cell's value as the cache key sees it: a Numba dispatcher as its function's module,
+    name, bytecode, own closure and options; anything else as it is."""
+    f = getattr(x, "py_func", None)
+    if f is None or not hasattr(x, "targetoptions"):
+        return x
+    options = repr(sorted(x.targetoptions.items()))
+    return ("dispatcher", f.__module__, f.__qualname__, f.__code__.co_code, closure_cells(f), options)
+
+
+def closure_cells(fn) -> tuple:
+    """What ``fn``'s closure holds, the same in every process (:func:`_cell_value` per cell)."""
+    return tuple(_cell_value(c.cell_contents) for c in fn.__closure__ or ())
+
+
 def _safe_cache(cache_class, index_class, compiler=()):
     """``cache_class`` (a Numba ``Cache``) whose index file is ``index_class`` made safe."""
     safe_index = type("Safe" + index_class.__name__, (_SafeIndex, index_class), {"_compiler": compiler})
 
     class SafeCache(cache_class):
         index_class = safe_index
+
+        def _index_key(self, sig, codegen):
+            """Numba's key, with the closure's hash taken over :func:`closure_cells`: Numba pickles
+            a dispatcher with an id drawn anew in each process, so a kernel closing over one (the
+            optimizer rule a factory picked) missed the cache in every new process."""
+            key = super()._index_key(sig, codegen)
+            if self._py_func.__closure__ is None:
+                return key
+            from numba.core.serialize import dumps
+
+            *head, (code, _) = key
+            return (*head, (code, hashlib.sha256(dumps(closure_cells(self._py_func))).hexdigest()))
 
         def __init__(self, py_func):
             super().__init__(py_func)
