@@ -150,3 +150,31 @@ def test_cpu_split_gather_any_number_of_parts(sizes, picks, parts):
     cpu_kjt._gather_split(src, wsrc, src_offs, seg, dst_offs, got, wgot, parts)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(wgot, wwant)
+
+
+@given(
+    st.sampled_from([np.int32, np.int64]).flatmap(
+        lambda dt: st.lists(
+            st.one_of(
+                st.integers(0, 5),
+                st.integers(int(np.iinfo(dt).min), int(np.iinfo(dt).max)),
+                st.sampled_from([int(np.iinfo(dt).min), int(np.iinfo(dt).max), 0, -1]),
+            ),
+            max_size=40,
+        ).map(lambda x: np.array(x, dt))
+    )
+)
+def test_unique_ids_sort_order_is_a_stable_argsort(ids):
+    """The unique-ids kernel's order (a sort of packed ``id * n + position`` keys, NumPy's argsort
+    when the ids span too wide a range) sorts the ids, equal ids by position, on any int32/int64 values."""
+    from embnum.cpu import kjt as cpu_kjt
+
+    copy = ids.copy()
+    order = cpu_kjt._id_order(ids)
+    assert np.array_equal(ids, copy)
+    assert order.dtype == np.int64
+    assert np.array_equal(ids[order], np.sort(ids))
+    if ids.size and int(ids.max()) - int(ids.min()) < (1 << 62) // ids.size:
+        assert np.array_equal(order, np.argsort(ids, kind="stable"))
+    else:
+        assert np.array_equal(np.sort(order), np.arange(ids.size))
