@@ -85,6 +85,37 @@ def _batch_layout(indices, input_num_indices, input_rows, input_columns, permute
     n_idx = sum(num)
     if indices.shape[0] != n_idx:
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal sum(input_num_indices) = {n_idx}")
+    known = _LAYOUTS.get((tuple(num), tuple(rows), tuple(cols), permute))
+    if known is None:
+        known = _tables_layout(num, rows, cols, permute)
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)))
+        _LAYOUTS[(tuple(num), tuple(rows), tuple(cols), permute)] = known
+    arrays, table, limit, n_in, n_out = known
+    if T and indices.shape[0]:
+        xp = v.xp_of(indices)
+        bad = (indices < 0) | (indices >= (limit if xp is np else xp.asarray(limit)))
+        if bool(bad.any()):
+            k = int(xp.argmax(bad))
+            t = int(table[k])
+            raise IndexError(
+                f"indices[{k}] = {int(indices[k])} (table {t}, entry {k - int(arrays['idx_offs'][t])}) is out of "
+                f"range [0, {rows[t]}) (input_rows[{t}])"
+            )
+    return dict(indices=indices, **arrays), n_in, n_out
+
+
+# The layouts of recent table lists, by their (num, rows, cols, permute): a training loop passes
+# the same lists every step, and building the arrays took most of a small call (~100 us).
+_LAYOUTS: dict = {}
+_LAYOUTS_KEPT = 64
+
+
+def _tables_layout(num, rows, cols, permute):
+    """``(arrays, table of each index, its table's row count, input size, output size)`` for the
+    checked lists. The arrays are shared by every call with these lists: the kernels only read them
+    (left writeable: the CUDA simulator copies into the arrays it was given as device arrays)."""
+    T = len(num)
     n_in = sum(r * c for r, c in zip(rows, cols))
     n_out = sum(n * c for n, c in zip(num, cols))
     _fits("the inputs", n_in)
@@ -99,20 +130,9 @@ def _batch_layout(indices, input_num_indices, input_rows, input_columns, permute
         base, step = np.cumsum([0] + cols[:-1], dtype=np.int64)[:T], np.full(T, sum(cols), np.int64)
     else:  # each table's selected rows, tables one after another
         base, step = sel_offs[:T].copy(), np.array(cols, np.int64)
-    if T and indices.shape[0]:
-        xp = v.xp_of(indices)
-        table = np.repeat(np.arange(T), num)
-        limit = np.array(rows, np.int64)[table]
-        bad = (indices < 0) | (indices >= (limit if xp is np else xp.asarray(limit)))
-        if bool(bad.any()):
-            k = int(xp.argmax(bad))
-            t = int(table[k])
-            raise IndexError(
-                f"indices[{k}] = {int(indices[k])} (table {t}, entry {k - int(idx_offs[t])}) is out of range "
-                f"[0, {rows[t]}) (input_rows[{t}])"
-            )
-    layout = dict(
-        indices=indices,
+    table = np.repeat(np.arange(T), num)
+    limit = np.array(rows, np.int64)[table]
+    arrays = dict(
         in_offs=in_offs,
         idx_offs=idx_offs,
         sel_offs=sel_offs,
@@ -121,7 +141,7 @@ def _batch_layout(indices, input_num_indices, input_rows, input_columns, permute
         step=step,
         rows=np.array(rows, np.int64),
     )
-    return layout, n_in, n_out
+    return arrays, table, limit, n_in, n_out
 
 
 @op("index_select", differentiable=("inputs",))
