@@ -85,12 +85,14 @@ def _batch_layout(indices, input_num_indices, input_rows, input_columns, permute
     n_idx = sum(num)
     if indices.shape[0] != n_idx:
         raise ValueError(f"len(indices) = {indices.shape[0]} must equal sum(input_num_indices) = {n_idx}")
-    known = _LAYOUTS.get((tuple(num), tuple(rows), tuple(cols), permute))
+    key = (tuple(num), tuple(rows), tuple(cols), permute)
+    known = _LAYOUTS.get(key)
     if known is None:
         known = _tables_layout(num, rows, cols, permute)
-        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
-            _LAYOUTS.pop(next(iter(_LAYOUTS)))
-        _LAYOUTS[(tuple(num), tuple(rows), tuple(cols), permute)] = known
+        if n_idx <= _LAYOUT_MAX_INDICES:
+            if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = known
     arrays, table, limit, n_in, n_out = known
     if T and indices.shape[0]:
         xp = v.xp_of(indices)
@@ -106,9 +108,12 @@ def _batch_layout(indices, input_num_indices, input_rows, input_columns, permute
 
 
 # The layouts of recent table lists, by their (num, rows, cols, permute): a training loop passes
-# the same lists every step, and building the arrays took most of a small call (~100 us).
+# the same lists every step, and building the arrays took most of a small call (~100 us). Only
+# calls of at most _LAYOUT_MAX_INDICES indices (a layout holds two int64 arrays of that length:
+# at most 4 MiB kept); for larger calls the arrays are a small part of the work.
 _LAYOUTS: dict = {}
-_LAYOUTS_KEPT = 64
+_LAYOUTS_KEPT = 16
+_LAYOUT_MAX_INDICES = 1 << 14
 
 
 def _tables_layout(num, rows, cols, permute):
