@@ -406,7 +406,7 @@ def float_to_hfp8(input, ebits, exponent_bias, max_pos, out):
     (_to_hfp8_serial if _small("float_to_hfp8", u, o) else _to_hfp8)(u, 7 - ebits, exponent_bias, max_bits, o)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def _hfp8_table(ebits, bias):
     """The float32 value of each of the 256 codes (read-only): a power of two times a fraction of
     ``7 - ebits`` bits, exact in float64, rounded once to float32 (past its range: inf). NumPy,

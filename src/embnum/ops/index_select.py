@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as v
+from .._cache import BoundedCache
 from .._registry import op
 
 _VALUES = v.VALUE_DTYPES
@@ -90,9 +91,7 @@ def _batch_layout(indices, input_num_indices, input_rows, input_columns, permute
     if known is None:
         known = _tables_layout(num, rows, cols, permute)
         if n_idx <= _LAYOUT_MAX_INDICES:
-            if len(_LAYOUTS) >= _LAYOUTS_KEPT:
-                _LAYOUTS.clear()
-            _LAYOUTS[key] = known
+            known = _LAYOUTS.put(key, known)
     arrays, table, limit, n_in, n_out = known
     if T and indices.shape[0]:
         xp = v.xp_of(indices)
@@ -111,8 +110,7 @@ def _batch_layout(indices, input_num_indices, input_rows, input_columns, permute
 # the same lists every step, and building the arrays took most of a small call (~100 us). Only
 # calls of at most _LAYOUT_MAX_INDICES indices (a layout holds two int64 arrays of that length:
 # at most 4 MiB kept); for larger calls the arrays are a small part of the work.
-_LAYOUTS: dict = {}
-_LAYOUTS_KEPT = 16
+_LAYOUTS = BoundedCache(16)
 _LAYOUT_MAX_INDICES = 1 << 14
 
 
