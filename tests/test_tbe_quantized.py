@@ -18,6 +18,12 @@ def test_pack_worked_example():
     assert weights.tolist() == PACKED and offsets.tolist() == [0, 12]
 
 
+@pytest.mark.parametrize("backend", ["ref", "cpu"])
+def test_pack_with_either_backends_quantizers(backend):
+    weights, offsets = embnum.tbe_pack_quantized([T0, T1], ["int4", "int8"], backend=backend)
+    assert weights.tolist() == PACKED and offsets.tolist() == [0, 12]
+
+
 def test_pack_alignment_and_padding():
     w, o = embnum.tbe_pack_quantized([T0, T1], ["int4", "fp16"], row_alignment=16, table_alignment=128)
     assert o.tolist() == [0, 128] and w.size == 256

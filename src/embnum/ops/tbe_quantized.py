@@ -81,7 +81,7 @@ def _check_dim(name, code, D):
 
 
 # -- the packing helper -----------------------------------------------------------
-def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=1):
+def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=1, backend=None):
     """Pack float tables into a quantized TBE buffer (fbgemm's inference layout, CPU).
 
     tables: list of 2-D float32/float16 NumPy arrays ``[rows_i >= 1, D_i >= 1]``;
@@ -93,7 +93,8 @@ def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=
     int8 rows are ``float_to_fused_8bit_rowwise`` codes with its float32 scale and
     bias rounded to float16; int4/int2 rows are ``float_to_fused_nbit_rowwise`` with
     its trailing scale and bias moved to the front. Works for any ``D`` allowed by
-    the row type (fbgemm's ``quantize_embs(INT8)`` needs ``D % 4 == 0``).
+    the row type (fbgemm's ``quantize_embs(INT8)`` needs ``D % 4 == 0``). ``backend``: the
+    quantizers' (``"ref"``: the NumPy oracle's, which compiles nothing; default: the cpu's).
     """
     tables = v.array_list("tables", tables, min_len=1)
     codes = _type_codes(weights_tys, len(tables))
@@ -117,7 +118,7 @@ def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=
         R = _round_up(raw, row_alignment)
         start = _round_up(end, table_alignment)
         block = np.zeros((rows, R), np.uint8)
-        block[:, :raw] = _encode_rows(t, code)
+        block[:, :raw] = _encode_rows(t, code, backend)
         blocks.append((start, block))
         offsets.append(start)
         end = start + rows * R
@@ -127,7 +128,7 @@ def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=
     return weights, np.array(offsets, dtype=np.int64)
 
 
-def _encode_rows(t, code):
+def _encode_rows(t, code, backend):
     """uint8 ``[rows, raw]``: the rows of ``t`` in row type ``code``."""
     x = np.ascontiguousarray(t)
     if code == 0:
@@ -136,13 +137,13 @@ def _encode_rows(t, code):
         with np.errstate(over="ignore"):
             return x.astype("<f2").view(np.uint8)
     if code == 2:
-        q = float_to_fused_8bit_rowwise(x)
+        q = float_to_fused_8bit_rowwise(x, backend=backend)
         D = x.shape[1]
         sb = np.ascontiguousarray(q[:, D:]).view("<f4")
         with np.errstate(over="ignore"):
             front = sb.astype("<f2").view(np.uint8)
         return np.concatenate([front, q[:, :D]], axis=1)
-    q = float_to_fused_nbit_rowwise(x, {3: 4, 4: 2}[code])
+    q = float_to_fused_nbit_rowwise(x, {3: 4, 4: 2}[code], backend=backend)
     return np.concatenate([q[:, -4:], q[:, :-4]], axis=1)
 
 
