@@ -156,7 +156,10 @@ def int_list(name: str, v, *, length=None) -> list[int]:
         v = v.tolist()
     if not isinstance(v, (list, tuple)):
         raise TypeError(f"{name} must be a list or tuple of ints, got {type(v).__name__}")
-    out = [size(f"{name}[{i}]", x) for i, x in enumerate(v)]
+    if all(type(x) is int and 0 <= x <= MAX_SIZE for x in v):  # the usual case: no name built per entry
+        out = list(v)
+    else:
+        out = [size(f"{name}[{i}]", x) for i, x in enumerate(v)]
     if length is not None and len(out) != length:
         raise ValueError(f"{name} must have {length} entries, got {len(out)}")
     return out
