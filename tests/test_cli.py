@@ -143,3 +143,51 @@ def test_the_oracle_answers_each_example_once_and_in_place_rows_get_their_own_co
         first_of.setdefault(backend, w)
     assert set(first_of) == {"ref", "cpu"}
     assert all((w == original).all() for w in first_of.values())
+
+
+@pytest.mark.parametrize("compiled, ref_calls", [(False, 1), (True, 2)])
+def test_a_slow_oracle_is_timed_by_its_answer_unless_that_call_compiled(monkeypatch, capsys, compiled, ref_calls):
+    """Over ``SLOW_ORACLE`` the oracle's row is its answer's call alone; when Numba compiled
+    during that call (the declaration's checks), one more call is timed instead."""
+    op = embnum.get_op("inclusive_cumsum")
+    calls = []
+    real_public = op.public.__class__.__call__
+
+    def watching(self, *a, **kw):
+        if self is op and kw.get("backend") == "ref":
+            calls.append(1)
+        return real_public(self, *a, **kw)
+
+    real_counter = cli._compile_counter
+
+    def counter():
+        event, compiles = real_counter()
+        compiles.on_start = lambda ev: None  # whatever this worker's cache holds
+        compiles.count = int(compiled)
+        return event, compiles
+
+    monkeypatch.setattr(type(op), "__call__", watching)
+    monkeypatch.setattr(cli, "_compile_counter", counter)
+    monkeypatch.setattr(cli, "SLOW_ORACLE", -1.0)
+    argv = ["tour", "--op", op.name, "--small", "--no-sim", "--backend", "ref", "--backend", "cpu", "--repeats", "2"]
+    assert cli.main([*argv, "--jobs", "0"]) == 0
+    assert len(calls) == ref_calls
+    ref_row = next(line for line in capsys.readouterr().out.splitlines() if line.split()[:2] == [op.name, "ref"])
+    assert ref_row.endswith("-  ok")  # one timed run: no quartiles
+
+
+def test_the_small_answer_comes_first(monkeypatch):
+    """On the large inputs the oracle answers the small example first, so that the op's one-time
+    costs (imports, kernels loaded from the cache) do not fall on the large answer's time."""
+    op = embnum.get_op("inclusive_cumsum")
+    sizes = []
+    real_public = op.public.__class__.__call__
+
+    def watching(self, *a, **kw):
+        if self is op and kw.get("backend") == "ref":
+            sizes.append(len(kw["lengths"] if "lengths" in kw else a[0]))
+        return real_public(self, *a, **kw)
+
+    monkeypatch.setattr(type(op), "__call__", watching)
+    assert cli.main(["tour", "--op", op.name, "--no-sim", "--backend", "ref", "--repeats", "1", "--jobs", "0"]) == 0
+    assert len(sizes) >= 2 and sizes[0] < sizes[1]
