@@ -79,16 +79,20 @@ def bag_magnitudes(a, shape):
     psw = host(a["per_sample_weights"])
     T = layout.shape[0]
     scale = np.zeros(shape, np.float64)
+    row_max = {}  # byte offset of a row -> its max |element|: a row looked up again is not decoded again
     for t, b, positions in _bags(indices, offsets, a["B"], T):
         start, code, col, D, R = (int(x) for x in layout[t])
         for p in positions:
             i = int(indices[p])
             if i == -1:
                 continue
-            # NaN elements (a NaN scale or bias) are matched as NaN; they must not void the other columns' bound
-            m = float(
-                np.nanmax(np.abs(dequantize_row(weights, start + i * R, code, D).astype(np.float64)), initial=0.0)
-            )
+            at = start + i * R
+            m = row_max.get(at)
+            if m is None:
+                # NaN elements (a NaN scale or bias) are matched as NaN; they must not void the other columns' bound
+                m = row_max[at] = float(
+                    np.nanmax(np.abs(dequantize_row(weights, at, code, D).astype(np.float64)), initial=0.0)
+                )
             w = 1.0 if psw is None else abs(float(psw[p]))
             if a["pooling"] == 2:
                 scale[p] = m
