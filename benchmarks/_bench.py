@@ -38,6 +38,29 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def top_level_compiles():
+    """``(listener, compiles)``: a Numba ``numba:compile`` listener (install it with
+    ``numba.core.event.install_listener("numba:compile", listener)``) that appends
+    ``[qualname, CPU seconds]`` to ``compiles`` for each top-level compile (a kernel's callees
+    compiled on its behalf count in its time)."""
+    from numba.core import event
+
+    depth, compiles = [0], []
+
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            depth[0] += 1
+            if depth[0] == 1:
+                compiles.append([ev.data["dispatcher"].py_func.__qualname__, time.process_time()])
+
+        def on_end(self, ev):
+            depth[0] -= 1
+            if depth[0] == 0:
+                compiles[-1][1] = time.process_time() - compiles[-1][1]
+
+    return Compiles(), compiles
+
+
 def interleaved(
     contenders: dict, *, rounds: int = 15, block_s: float = 0.002, timer=time.perf_counter, threads=None, warm=False
 ):

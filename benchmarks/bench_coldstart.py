@@ -59,23 +59,13 @@ COMPILES = textwrap.dedent(
     import numpy as np
     from numba.core import event
     import embnum
+    sys.path.insert(0, sys.argv[3])
+    from _bench import top_level_compiles
 
-    depth, top = [0], []
-
-    class Compiles(event.Listener):
-        def on_start(self, ev):
-            depth[0] += 1
-            if depth[0] == 1:
-                top.append([ev.data["dispatcher"].py_func.__qualname__, time.process_time()])
-
-        def on_end(self, ev):
-            depth[0] -= 1
-            if depth[0] == 0:
-                top[-1][1] = time.process_time() - top[-1][1]
-
+    listener, top = top_level_compiles()
     op = next(o for o in embnum.ops() if o.name == sys.argv[1])
     example = op.example_fn(np.random.default_rng(0), sys.argv[2])
-    with event.install_listener("numba:compile", Compiles()):
+    with event.install_listener("numba:compile", listener):
         t = time.process_time()
         op.public(**example.args, backend="cpu")
         cpu = time.process_time() - t
@@ -86,7 +76,8 @@ COMPILES = textwrap.dedent(
 
 def _child(name: str, size: str, cache: str, code: str = CHILD) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-    done = subprocess.run([sys.executable, "-c", code, name, size], env=env, capture_output=True, text=True)
+    here = os.path.dirname(os.path.abspath(__file__))  # (the COMPILES child imports _bench from here)
+    done = subprocess.run([sys.executable, "-c", code, name, size, here], env=env, capture_output=True, text=True)
     if done.returncode:
         return {"error": done.stderr.strip().splitlines()[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -11,32 +11,25 @@ worker). Process CPU seconds.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/, for _bench
 
 
 def _compiles(names):
     """``[(op, CPU seconds of its warmup, [(qualname, CPU seconds), ...])]``, top-level compiles only."""
     from numba.core import event
 
+    from _bench import top_level_compiles
     from embnum import _warmup
 
-    depth, top, done = [0], [], []
-
-    class Compiles(event.Listener):
-        def on_start(self, ev):
-            depth[0] += 1
-            if depth[0] == 1:
-                top.append([ev.data["dispatcher"].py_func.__qualname__, time.process_time()])
-
-        def on_end(self, ev):
-            depth[0] -= 1
-            if depth[0] == 0:
-                top[-1][1] = time.process_time() - top[-1][1]
-
+    listener, top = top_level_compiles()
+    done = []
     for name in names:
         top.clear()
-        with event.install_listener("numba:compile", Compiles()):
+        with event.install_listener("numba:compile", listener):
             t = time.process_time()
             error = _warmup.warm_op(name, ("cpu",))[2]
             cpu = time.process_time() - t
