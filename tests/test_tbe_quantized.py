@@ -24,6 +24,12 @@ def test_pack_with_either_backends_quantizers(backend):
     assert weights.tolist() == PACKED and offsets.tolist() == [0, 12]
 
 
+@pytest.mark.parametrize("backend", ["cuda", "numpy", 1])
+def test_pack_takes_only_a_host_backend(backend):
+    with pytest.raises(ValueError, match="backend must be 'cpu' or 'ref'"):
+        embnum.tbe_pack_quantized([T0, T1], ["int4", "int8"], backend=backend)
+
+
 def test_pack_alignment_and_padding():
     w, o = embnum.tbe_pack_quantized([T0, T1], ["int4", "fp16"], row_alignment=16, table_alignment=128)
     assert o.tolist() == [0, 128] and w.size == 256

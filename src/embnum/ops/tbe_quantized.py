@@ -100,6 +100,8 @@ def tbe_pack_quantized(tables, weights_tys, *, row_alignment=1, table_alignment=
     codes = _type_codes(weights_tys, len(tables))
     row_alignment = v.positive("row_alignment", row_alignment)
     table_alignment = v.positive("table_alignment", table_alignment)
+    if backend not in (None, "cpu", "ref"):
+        raise ValueError(f"backend must be 'cpu' or 'ref' (tbe_pack_quantized is a host helper), got {backend!r}")
     blocks, offsets, end = [], [], 0
     for i, (t, code) in enumerate(zip(tables, codes)):
         name = f"tables[{i}]"
