@@ -11,6 +11,8 @@ arguments and returns its plan ``(args, out)``; the implementations live in
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import _validate as v
@@ -66,7 +68,7 @@ def group_index_select_dim0(input_group, indices_group):
             raise ValueError(f"input_group[{g}] must be at least 1-D, got a 0-D array")
         _in_range(f"indices_group[{g}]", i, a.shape[0], f" (input_group[{g}] has {a.shape[0]} rows)")
         shape = (i.shape[0],) + tuple(a.shape[1:])
-        _fits(f"output {g}", int(np.prod(shape, dtype=object)))
+        _fits(f"output {g}", math.prod(shape))  # (Python ints: exact at any size)
         outs.append((shape, a.dtype))
     return (dict(input_group=inputs, indices_group=indices), outs)
 
