@@ -119,6 +119,27 @@ def _total(draw, lengths):
     return int(lengths.clip(0, 10).sum()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
 
 
+# -- integer lists: the one-expression common case against the rule entry by entry ----------------
+INT_LIST_ITEMS = st.one_of(
+    HOSTILE,
+    HOSTILE.map(np.int64),
+    st.integers(0, 255).map(np.uint8),
+    st.booleans(),
+    st.sampled_from([np.True_, 1.0, 2**48 + 0.0, None, "3"]),
+)
+INT_LISTS = st.one_of(st.lists(INT_LIST_ITEMS, max_size=5), st.lists(INT_LIST_ITEMS, max_size=5).map(tuple))
+
+
+def int_list_exact(items):
+    """The rule of ``_validate.int_list`` for a list or tuple: each entry a size, by name."""
+    return outcome(lambda: [v.size(f"input_rows[{i}]", x) for i, x in enumerate(items)])
+
+
+def same_ints(a, b):
+    """Equal outcomes, and a list of exact Python ints where the list passed."""
+    return a == b and (not isinstance(a, list) or all(type(x) is int for x in a))
+
+
 # -- declarations: the plan through the compiled verdict, or with it stubbed ----------------------
 def plan_outcome(decl, args, kwargs=None):
     """The declaration's plan as plain data, or ``(error type name, message)``."""
@@ -920,6 +941,16 @@ RULES = [
         ),
         bfloat16_fast,
         bfloat16_exact,
+    ),
+    # integer lists (table sizes, counts): exact non-negative ints within MAX_SIZE in one expression
+    Rule(
+        "validate-int-list",
+        INT_LISTS,
+        lambda items: outcome(v.int_list, "input_rows", items),
+        int_list_exact,
+        examples=DECLARATION,
+        edges=([], [0, 2**48], [0, 2**48 + 1], [True, 1], [1, -1], (3, np.int64(4)), [2**48 - 1, 0, 5]),
+        agree=same_ints,
     ),
     # in-place ops: no_alias against np.may_share_memory's bounds verdict, pair by pair
     Rule(
