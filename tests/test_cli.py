@@ -1,9 +1,11 @@
 """``python -m embnum``: --version, the aligned ``list``, and the tour's timing
 (median and quartiles of interleaved runs)."""
 
+import contextlib
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -158,16 +160,12 @@ def test_a_slow_oracle_is_timed_by_its_answer_unless_that_call_compiled(monkeypa
             calls.append(1)
         return real_public(self, *a, **kw)
 
-    real_counter = cli._compile_counter
-
-    def counter():
-        event, compiles = real_counter()
-        compiles.on_start = lambda ev: None  # whatever this worker's cache holds
-        compiles.count = int(compiled)
-        return event, compiles
+    @contextlib.contextmanager
+    def counting():  # whatever this worker's cache holds
+        yield types.SimpleNamespace(count=int(compiled))
 
     monkeypatch.setattr(type(op), "__call__", watching)
-    monkeypatch.setattr(cli, "_compile_counter", counter)
+    monkeypatch.setattr(cli, "_counting_compiles", counting)
     monkeypatch.setattr(cli, "SLOW_ORACLE", -1.0)
     argv = ["tour", "--op", op.name, "--small", "--no-sim", "--backend", "ref", "--backend", "cpu", "--repeats", "2"]
     assert cli.main([*argv, "--jobs", "0"]) == 0

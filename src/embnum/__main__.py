@@ -24,6 +24,7 @@ Exit status 1 on any mismatch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import platform
@@ -223,8 +224,7 @@ class _Answers:
     def want(self, size: str):
         if size not in self._answers:
             op, args = self.op, self.example(size).args
-            event, compiles = _compile_counter()
-            with event.install_listener("numba:compile", compiles):
+            with _counting_compiles() as compiles:
                 t0 = time.perf_counter()
                 if op.mutates:
                     host_args = _copy_arrays(args)
@@ -245,9 +245,10 @@ class _Answers:
         return self._answers[size][2]
 
 
-def _compile_counter():
-    """``(numba.core.event, a listener counting compiles in its count)``: a kernel loaded from
-    the disk cache is no compile."""
+@contextlib.contextmanager
+def _counting_compiles():
+    """A block in which Numba's compiles are counted (the yielded listener's ``count``; a kernel
+    loaded from the disk cache is no compile)."""
     from numba.core import event
 
     class Compiles(event.Listener):
@@ -259,7 +260,9 @@ def _compile_counter():
         def on_end(self, ev):
             pass
 
-    return event, Compiles()
+    listener = Compiles()
+    with event.install_listener("numba:compile", listener):
+        yield listener
 
 
 def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:
