@@ -97,6 +97,7 @@ def tour(args) -> int:
     import numpy as np
 
     import embnum
+    from embnum import _prebuilt
     from embnum._backend import BACKENDS, available_backends
 
     backends = [b for b in available_backends() if not args.backend or b in args.backend]
@@ -106,6 +107,8 @@ def tour(args) -> int:
     )
     for name in backends:
         print(f"  backend {name:5s} {BACKENDS[name].device}")
+    if "cpu" in backends and _prebuilt.describe():
+        print(f"  {_prebuilt.describe()} (loaded where the cache lacks a kernel; docs/using.md)")
     missing = sorted(set(BACKENDS) - set(available_backends()))
     if missing:
         print(f"  not available here: {', '.join(_why_missing(name) for name in missing)}")
@@ -363,6 +366,8 @@ def warmup(args) -> int:
     if not names:
         print("no op matches the given --family/--op")
         return 1
+    if args.prebuilt:
+        return 1 if _warmup.prebuild(names, args.jobs, args.prebuilt) else 0
     return 1 if _warmup.warmup(names, _warmup.compiled_backends(), args.jobs) else 0
 
 
@@ -393,6 +398,14 @@ def main(argv=None) -> int:
     w.add_argument("--family", action="append", help="only this family (repeatable)")
     w.add_argument("--op", action="append", help="only this op (repeatable)")
     w.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the CPU count)")
+    w.add_argument(
+        "--prebuilt",
+        nargs="?",
+        const=os.path.join(os.path.dirname(os.path.abspath(__file__)), "_prebuilt"),
+        metavar="DIR",
+        help="compile the cpu kernels for the x86-64-v3 baseline into DIR (default: the package's _prebuilt, "
+        "which a wheel built afterwards ships) instead of this machine's cache",
+    )
     args = parser.parse_args(argv)
     if args.command == "list":
         print(op_table())

@@ -21,6 +21,9 @@ stale code after those changed. The stamp here (:func:`source_stamp`) hashes the
 module and every embnum module it imports, transitively, as its import statements say (the
 layer rules keep that set small: the backend's ``_common`` and the shared ``embnum._*`` helpers).
 
+A CPU kernel missing from the cache is looked up once more among the kernels compiled ahead
+for a baseline CPU and shipped in the package (:class:`_PrebuiltLoad`, ``embnum._prebuilt``).
+
 ``njit`` replaces ``numba.njit``; ``cuda_kernel`` replaces ``numba.cuda.jit(cache=True)``.
 """
 
@@ -225,11 +228,41 @@ def _safe_cache(cache_class, index_class, compiler=()):
     return SafeCache
 
 
+class _PrebuiltLoad:
+    """Mixed into the CPU cache: a signature missing from the process's own cache is looked up
+    among the kernels compiled ahead for the baseline CPU (``embnum._prebuilt``), where this host
+    can run them; their index key is the host's with the baseline's CPU name and features."""
+
+    _prebuilt_index = None
+
+    def _load_overload(self, sig, target_context):
+        data = super()._load_overload(sig, target_context)
+        if data is not None or not self._enabled:
+            return data
+        from . import _prebuilt
+
+        if self._prebuilt_index is None:
+            where = _prebuilt.directory_of(self._cache_file._stamp_of)
+            if where is None:
+                return None
+            self._prebuilt_index = type(self._cache_file)(where, self._impl.filename_base, None)
+            self._prebuilt_index._stamp_of = self._cache_file._stamp_of
+        key = self._index_key(sig, target_context.codegen())
+        stored = self._prebuilt_index.load((key[0], _prebuilt.magic(key[1]), *key[2:]))
+        if stored is None:
+            return None
+        try:
+            return self._impl.rebuild(target_context, stored)
+        except Exception:  # noqa: BLE001 - a shipped file this Numba cannot rebuild: compile instead
+            return None
+
+
 @functools.cache
 def _cpu_cache():
     from numba.core.caching import FunctionCache, IndexDataCacheFile
 
-    return _safe_cache(FunctionCache, IndexDataCacheFile)
+    safe = _safe_cache(FunctionCache, IndexDataCacheFile)
+    return type(safe.__name__, (_PrebuiltLoad, safe), {})
 
 
 @functools.cache

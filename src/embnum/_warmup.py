@@ -8,17 +8,21 @@ forked), heaviest first; a family's ops run in one process, in turn. Other argum
 optimizer) compile on their own first call.
 
 For a container image or a CI cache: run it once with ``NUMBA_CACHE_DIR`` pointing at the
-directory to keep (or with the sources writable: ``__pycache__`` next to them).
+directory to keep (or with the sources writable: ``__pycache__`` next to them). For a wheel:
+``--prebuilt`` (:func:`prebuild`) compiles for a baseline CPU into the package instead.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import shutil
 import tempfile
 import time
+
+from . import _prebuilt
 
 # families whose kernels take longest to compile go first, so the pool ends together
 _ORDER = ("tbe", "tbe_quantized", "kjt", "quant", "keyed_tensor", "jagged")
@@ -166,3 +170,58 @@ def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print)
         f" (cache: {os.environ.get('NUMBA_CACHE_DIR') or '__pycache__ beside the sources'})"
     )
     return failed
+
+
+@contextlib.contextmanager
+def _environ(values: dict):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def prebuild(names: list[str], jobs: int, into: str = _prebuilt.DEFAULT_ROOT, report=print) -> int:
+    """``warmup --prebuilt``: compile the cpu kernels of ops ``names`` for the baseline CPU
+    (``embnum._prebuilt``) on an empty cache, then keep that cache's files in ``into``, one
+    directory per package (replacing what was there); returns the number of ops that failed
+    (then ``into`` is left as it was)."""
+    from numba.core.caching import _CacheLocator
+
+    into = os.path.abspath(into)
+    packages = [d for d, _, _ in os.walk(_prebuilt.PACKAGE) if "__pycache__" not in d and not d.startswith(into)]
+    cache = tempfile.mkdtemp(prefix="embnum-prebuilt-")
+    staged = cache + ".staged"
+    try:
+        env = {
+            "NUMBA_CACHE_DIR": cache,
+            "NUMBA_CPU_NAME": _prebuilt.BASELINE_CPU,
+            "NUMBA_CPU_FEATURES": _prebuilt.features(),
+        }
+        with _environ(env):  # the spawned workers' Numba reads them at its import
+            failed = warmup(names, ("cpu",), jobs, report)
+        if failed:
+            return failed
+        kept = 0
+        for directory in packages:
+            # where Numba's NUMBA_CACHE_DIR locator put the kernels of this package's modules
+            source = os.path.join(cache, _CacheLocator.get_suitable_cache_subpath(os.path.join(directory, "x.py")))
+            entries = [e for e in os.listdir(source) if e.endswith((".nbi", ".nbc"))] if os.path.isdir(source) else []
+            if entries:
+                target = os.path.join(staged, _prebuilt.package_key(directory))
+                os.makedirs(target)
+                for e in entries:
+                    shutil.copy2(os.path.join(source, e), target)
+                kept += len(entries)
+        shutil.rmtree(into, ignore_errors=True)
+        shutil.move(staged, into)
+        report(f"prebuilt for {_prebuilt.BASELINE_CPU}: {kept} files in {into}")
+        return 0
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(staged, ignore_errors=True)
