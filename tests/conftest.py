@@ -26,6 +26,9 @@ import os
 # torch and Numba each start an OpenMP pool; spinning waiters of one starve the
 # other on a 2-core machine, so idle threads sleep instead.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The tests run the kernels compiled from the sources under test and count cache hits; kernels a
+# `warmup --prebuilt` left in the tree would be loaded instead (tests/test_prebuilt.py tests that).
+os.environ.setdefault("EMBNUM_PREBUILT_DIR", "")
 
 from embnum._backend import gpu_present  # noqa: E402
 
