@@ -113,3 +113,17 @@ def test_build_keeps_only_cache_files_per_package(built):
     files = [f for p in packages for f in os.listdir(os.path.join(built, p))]
     assert files and all(f.endswith((".nbi", ".nbc")) for f in files), files
     assert any(f.startswith("jagged._to_dense-") for f in os.listdir(os.path.join(built, "embnum.cpu")))
+
+
+def test_the_tour_starts_no_cpu_workers_where_kernels_are_prebuilt(monkeypatch):
+    """Workers warming the cpu kernels would only load the prebuilt ones again."""
+    from embnum import __main__ as cli
+    from embnum import _prebuilt, _warmup
+
+    ops = embnum.ops()
+    monkeypatch.setattr(_warmup, "compiled_backends", lambda: ("cpu",))
+    monkeypatch.setattr(_warmup, "Ahead", lambda names, backends, jobs: ("ahead", backends))
+    monkeypatch.setattr(_prebuilt, "describe", lambda: "")
+    assert cli._compile_ahead(ops, ["ref", "cpu"], 2) == ("ahead", ("cpu",))
+    monkeypatch.setattr(_prebuilt, "describe", lambda: f"kernels prebuilt for {_prebuilt.BASELINE_CPU}")
+    assert cli._compile_ahead(ops, ["ref", "cpu"], 2) is None

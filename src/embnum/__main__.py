@@ -129,10 +129,12 @@ def tour(args) -> int:
 
 def _compile_ahead(ops, backends, jobs: int):
     """Workers warming the compiled backends' kernels of ``ops`` ahead of the tour, when there
-    are ``jobs`` and the ops span at least two families (else None: nothing to overlap)."""
-    from . import _warmup
+    are ``jobs`` and the ops span at least two families (else None: nothing to overlap). Not the
+    cpu kernels where this process loads prebuilt ones (the workers would only load them too)."""
+    from . import _prebuilt, _warmup
 
-    compiled = tuple(b for b in _warmup.compiled_backends() if b in backends)
+    prebuilt = ("cpu",) if _prebuilt.describe() else ()
+    compiled = tuple(b for b in _warmup.compiled_backends() if b in backends and b not in prebuilt)
     if jobs < 1 or not compiled or len({op.family for op in ops}) < 2:
         return None
     return _warmup.Ahead([op.name for op in ops], compiled, jobs)
