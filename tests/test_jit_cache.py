@@ -392,3 +392,41 @@ def test_closure_kernels_keep_their_cache_key_across_processes(tmp_path):
     assert any("_FUSED_UPDATE" in k for k in first) and any("_UPDATE_SMALL" in k for k in first)
     assert first == second
     assert len(set(first.values())) == len(first)  # (a twin's key adds "serial" to its kernel's)
+
+
+INT32_WARM = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import embnum
+    from embnum import _warmup
+    from embnum.cpu import tbe
+
+    if sys.argv[1] == "warm":
+        print(json.dumps(_warmup.warm_op("tbe_forward", ("cpu",), ("small",), int32_lookups=True)))
+    else:
+        example = embnum.tbe_forward.op.example_fn(np.random.default_rng(0), "small")
+        args = dict(example.args, indices=example.args["indices"].astype(np.int32),
+                    offsets=example.args["offsets"].astype(np.int32))
+        got = embnum.tbe_forward(**args, backend="cpu")
+        want = embnum.tbe_forward(**example.args, backend="ref")
+        k = tbe._forward_small
+        print(json.dumps([bool(np.allclose(got, want, rtol=1e-5, atol=1e-5)),
+                          sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values())]))
+    """
+)
+
+
+def test_warmup_compiles_the_tbe_ops_for_int32_lookups_too(tmp_path):
+    """TorchRec's KeyedJaggedTensors hand the TBE ops int32 indices and offsets: a warmed cache
+    holds that signature, so a fresh process's int32 call loads it (and agrees with the oracle)."""
+    env = _env(tmp_path / "cache")
+    for mode in ("warm", "check"):
+        done = subprocess.run(
+            [sys.executable, "-c", INT32_WARM, mode], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        if mode == "warm":
+            assert found[2] is None, found
+    assert found == [True, 1, 0]

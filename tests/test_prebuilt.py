@@ -127,3 +127,16 @@ def test_the_tour_starts_no_cpu_workers_where_kernels_are_prebuilt(monkeypatch):
     assert cli._compile_ahead(ops, ["ref", "cpu"], 2) == ("ahead", ("cpu",))
     monkeypatch.setattr(_prebuilt, "describe", lambda: f"kernels prebuilt for {_prebuilt.BASELINE_CPU}")
     assert cli._compile_ahead(ops, ["ref", "cpu"], 2) is None
+
+
+def test_a_second_build_into_the_same_directory_compiles_everything_again(built, tmp_path):
+    """The build's workers load nothing from the directory they rebuild (else the kernels they
+    loaded would be missing from the new build)."""
+    before = sorted(f for p in os.listdir(built) for f in os.listdir(os.path.join(built, p)))
+    env = dict(_env(tmp_path, None), EMBNUM_PREBUILT_DIR=built)  # what the build must not read
+    cmd = [sys.executable, "-m", "embnum", "warmup", "--jobs", "1", "--prebuilt", built]
+    for name in OPS:
+        cmd += ["--op", name]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert sorted(f for p in os.listdir(built) for f in os.listdir(os.path.join(built, p))) == before

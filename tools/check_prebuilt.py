@@ -2,7 +2,8 @@
 
     NUMBA_CACHE_DIR=$(mktemp -d) python tools/check_prebuilt.py
 
-Runs each op's small and large tour examples on the cpu backend (``embnum._warmup.warm_op``) in
+Runs each op's small and large tour examples (the TBE ops' with int32 lookups too) on the cpu
+backend (``embnum._warmup.warm_op``, as ``warmup --prebuilt`` ran them) in
 this process, on an empty cache directory, and lists every kernel Numba compiled meanwhile: with
 a complete ``embnum/_prebuilt`` for these sources, Python and Numba, on a host with the baseline's
 features, there are none. Exit status 1 when any kernel compiled or an op failed (each named).
@@ -39,7 +40,7 @@ def main() -> int:
     for name in _warmup.plan():
         listener = _Compiles()
         with event.install_listener("numba:compile", listener):
-            _, seconds, error = _warmup.warm_op(name, ("cpu",))
+            _, seconds, error = _warmup.warm_op(name, ("cpu",), int32_lookups=True)
         if error or listener.names:
             bad += 1
             print(f"{name:34s} {seconds:6.2f} s  {error or 'compiled: ' + ', '.join(listener.names)}")

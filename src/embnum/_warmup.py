@@ -4,8 +4,9 @@ Each op runs its tour examples (the small one, which takes the one-thread kernel
 large one, which takes the parallel ones) on the chosen backends, so that every kernel those
 calls reach is compiled and saved (``embnum._jit``: safe with several processes writing
 one cache). The families are shared out among ``jobs`` worker processes (started fresh, not
-forked), heaviest first; a family's ops run in one process, in turn. Other argument types (another index dtype, another
-optimizer) compile on their own first call.
+forked), heaviest first; a family's ops run in one process, in turn. The TBE ops run their
+examples with int32 lookups too (:data:`INT32_LOOKUPS`). Other argument types (another index
+dtype, another optimizer) compile on their own first call.
 
 For a container image or a CI cache: run it once with ``NUMBA_CACHE_DIR`` pointing at the
 directory to keep (or with the sources writable: ``__pycache__`` next to them). For a wheel:
@@ -37,9 +38,21 @@ def _copies(args: dict) -> dict:
 
 Warmed = tuple[str, float, str | None]  # (op name, seconds, error or None)
 
+# TorchRec hands fbgemm's TBE ops int32 lookups (its KeyedJaggedTensors') as often as int64 ones:
+# a warmup also runs these families' examples with int32 indices and offsets (the tour's workers
+# do not: the tour runs the examples as they are).
+INT32_LOOKUPS = ("tbe", "tbe_quantized")
 
-def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES) -> Warmed:
-    """Run op ``name``'s examples of ``sizes`` on ``backends`` in this process; return
+
+def _argument_sets(op, args: dict, int32_lookups: bool) -> list[dict]:
+    if not (int32_lookups and op.family in INT32_LOOKUPS):
+        return [args]
+    return [args, dict(args, indices=args["indices"].astype("int32"), offsets=args["offsets"].astype("int32"))]
+
+
+def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES, int32_lookups=False) -> Warmed:
+    """Run op ``name``'s examples of ``sizes`` on ``backends`` in this process (with
+    ``int32_lookups``, the TBE families' once more with int32 indices and offsets); return
     ``(name, seconds, error or None)``."""
     import numpy as np
 
@@ -51,24 +64,25 @@ def warm_op(name: str, backends: tuple[str, ...], sizes: tuple[str, ...] = SIZES
         op = _registry.get(name)
         for size in sizes:
             example = op.example_fn(np.random.default_rng(0), size)
-            for backend in backends:
-                to = BACKENDS[backend].from_host
-                args = {k: to(v) if isinstance(v, np.ndarray) else v for k, v in example.args.items()}
-                op.public(**(_copies(args) if op.mutates else args), backend=backend)
-                BACKENDS[backend].synchronize()
+            for host_args in _argument_sets(op, example.args, int32_lookups):
+                for backend in backends:
+                    to = BACKENDS[backend].from_host
+                    args = {k: to(v) if isinstance(v, np.ndarray) else v for k, v in host_args.items()}
+                    op.public(**(_copies(args) if op.mutates else args), backend=backend)
+                    BACKENDS[backend].synchronize()
     except Exception as exc:  # noqa: BLE001 - reported per op; the others go on
         return name, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
     return name, time.perf_counter() - t0, None
 
 
 def warm_ops(
-    names: list[str], backends: tuple[str, ...], done_dir: str | None = None
+    names: list[str], backends: tuple[str, ...], done_dir: str | None = None, int32_lookups=False
 ) -> list[tuple[str, float, str | None]]:
     """:func:`warm_op` for each of ``names``, in order, in this process; with ``done_dir``, an
     empty file named after each op there once it is warm (what :meth:`Ahead.wait` looks for)."""
     results = []
     for name in names:
-        results.append(warm_op(name, backends))
+        results.append(warm_op(name, backends, int32_lookups=int32_lookups))
         if done_dir is not None:
             open(os.path.join(done_dir, name), "wb").close()
     return results
@@ -153,13 +167,13 @@ class Ahead:
 
 
 def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print) -> int:
-    """Warm ``names`` on ``backends`` with ``jobs`` worker processes; ``report`` each op's line.
-    Returns the number of ops that failed."""
+    """Warm ``names`` on ``backends`` with ``jobs`` worker processes (the TBE families' examples
+    with int32 lookups too); ``report`` each op's line. Returns the number of ops that failed."""
     t0 = time.perf_counter()
     failed = 0
     ctx = multiprocessing.get_context("spawn")  # a fork would copy Numba's started thread pool
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
-        futures = [pool.submit(warm_ops, group, backends) for group in _by_family(names)]
+        futures = [pool.submit(warm_ops, group, backends, None, True) for group in _by_family(names)]
         for future in concurrent.futures.as_completed(futures):
             for name, seconds, error in future.result():
                 failed += error is not None
@@ -199,6 +213,7 @@ def prebuild(names: list[str], jobs: int, into: str = _prebuilt.DEFAULT_ROOT, re
     staged = cache + ".staged"
     try:
         env = {
+            _prebuilt.ENV: "",  # compile every kernel, none loaded from an earlier build
             "NUMBA_CACHE_DIR": cache,
             "NUMBA_CPU_NAME": _prebuilt.BASELINE_CPU,
             "NUMBA_CPU_FEATURES": _prebuilt.features(),
