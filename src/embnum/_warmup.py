@@ -16,7 +16,6 @@ directory to keep (or with the sources writable: ``__pycache__`` next to them). 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import multiprocessing
 import os
 import shutil
@@ -24,6 +23,7 @@ import tempfile
 import time
 
 from . import _prebuilt
+from ._environ import environ
 
 # families whose kernels take longest to compile go first, so the pool ends together
 _ORDER = ("tbe", "tbe_quantized", "kjt", "quant", "keyed_tensor", "jagged")
@@ -186,20 +186,6 @@ def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print)
     return failed
 
 
-@contextlib.contextmanager
-def _environ(values: dict):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def prebuild(names: list[str], jobs: int, into: str = _prebuilt.DEFAULT_ROOT, report=print) -> int:
     """``warmup --prebuilt``: compile the cpu kernels of ops ``names`` for the baseline CPU
     (``embnum._prebuilt``) on an empty cache, then keep that cache's files in ``into``, one
@@ -218,7 +204,7 @@ def prebuild(names: list[str], jobs: int, into: str = _prebuilt.DEFAULT_ROOT, re
             "NUMBA_CPU_NAME": _prebuilt.BASELINE_CPU,
             "NUMBA_CPU_FEATURES": _prebuilt.features(),
         }
-        with _environ(env):  # the spawned workers' Numba reads them at its import
+        with environ(env):  # the spawned workers' Numba reads them at its import
             failed = warmup(names, ("cpu",), jobs, report)
         if failed:
             return failed

@@ -24,7 +24,6 @@ for each other after a failed collective.
 from __future__ import annotations
 
 import datetime
-import os
 import queue as _queue
 import socket
 import time
@@ -33,6 +32,8 @@ import traceback
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from .._environ import environ
 
 _KEY = "embnum/failed"
 _ACK = "embnum/failure_acks"
@@ -264,21 +265,13 @@ def spawn(fn, world_size: int, args=(), *, backend="gloo", timeout_s=TIMEOUT_S, 
     results = ctx.Queue()
     port = free_port()
     env = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(env):
         procs = [
             ctx.Process(target=_entry, args=(fn, r, world_size, port, backend, timeout_s, threads, args, results))
             for r in range(world_size)
         ]
         for p in procs:
             p.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     values, errors = {}, {}
     try:
         while len(values) + len(errors) < world_size and time.monotonic() < deadline:
