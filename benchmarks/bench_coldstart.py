@@ -15,6 +15,9 @@ and compile times scale with the load.
 ``--compiles``: the cold first call only, in process CPU seconds (which move less with the load
 than wall time), with the kernels it compiled (Numba's ``numba:compile`` events: the top-level
 ones, and the largest).
+
+Where embnum has prebuilt kernels (``python -m embnum warmup --prebuilt``) a cold cache loads them
+(the header says so); ``EMBNUM_PREBUILT_DIR=`` measures compiling instead.
 """
 
 from __future__ import annotations
@@ -124,7 +127,10 @@ def main(argv=None) -> int:
         for op in embnum.ops()
         if (not args.op or op.name in args.op) and (not args.family or op.family in args.family)
     ]
-    print(f"{load()}; {len(ops)} ops, {args.size} examples, cpu backend, Numba threads: default")
+    from embnum import _prebuilt
+
+    kernels = _prebuilt.describe() or "no prebuilt kernels (every kernel compiles on a cold cache)"
+    print(f"{load()}; {len(ops)} ops, {args.size} examples, cpu backend, Numba threads: default; {kernels}")
     if args.compiles:
         return _compiles(ops, args.size)
     print("\n| op | input | import | cold first call | warm first call | second call |")
