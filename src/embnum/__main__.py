@@ -374,7 +374,7 @@ def warmup(args) -> int:
 
 
 def main(argv=None) -> int:
-    from . import __version__
+    from . import __version__, _prebuilt
 
     parser = argparse.ArgumentParser(prog="python -m embnum", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"embnum {__version__}")
@@ -403,7 +403,7 @@ def main(argv=None) -> int:
     w.add_argument(
         "--prebuilt",
         nargs="?",
-        const=os.path.join(os.path.dirname(os.path.abspath(__file__)), "_prebuilt"),
+        const=_prebuilt.DEFAULT_ROOT,
         metavar="DIR",
         help="compile the cpu kernels for the x86-64-v3 baseline into DIR (default: the package's _prebuilt, "
         "which a wheel built afterwards ships) instead of this machine's cache",
