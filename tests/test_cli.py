@@ -5,13 +5,13 @@ import contextlib
 import re
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 
 import embnum
 from embnum import __main__ as cli
+from embnum import _warmup
 
 
 def test_version_flag_prints_the_package_version():
@@ -162,10 +162,10 @@ def test_a_slow_oracle_is_timed_by_its_answer_unless_that_call_compiled(monkeypa
 
     @contextlib.contextmanager
     def counting():  # whatever this worker's cache holds
-        yield types.SimpleNamespace(count=int(compiled))
+        yield ["a kernel"] * int(compiled)
 
     monkeypatch.setattr(type(op), "__call__", watching)
-    monkeypatch.setattr(cli, "_counting_compiles", counting)
+    monkeypatch.setattr(_warmup, "compiled_kernels", counting)
     monkeypatch.setattr(cli, "SLOW_ORACLE", -1.0)
     argv = ["tour", "--op", op.name, "--small", "--no-sim", "--backend", "ref", "--backend", "cpu", "--repeats", "2"]
     assert cli.main([*argv, "--jobs", "0"]) == 0

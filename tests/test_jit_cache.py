@@ -430,3 +430,23 @@ def test_warmup_compiles_the_tbe_ops_for_int32_lookups_too(tmp_path):
         if mode == "warm":
             assert found[2] is None, found
     assert found == [True, 1, 0]
+
+
+def test_compiled_kernels_lists_compiles_not_loads():
+    """What the tour and tools/check_prebuilt.py count: a kernel compiled in the block, once; a
+    call of an already compiled signature adds nothing."""
+    import numba
+
+    from embnum import _warmup
+
+    @numba.njit
+    def plus_one(x):
+        return x + 1
+
+    with _warmup.compiled_kernels() as compiled:
+        plus_one(1)
+        plus_one(2)
+    assert compiled == ["test_compiled_kernels_lists_compiles_not_loads.<locals>.plus_one"]
+    with _warmup.compiled_kernels() as again:
+        plus_one(3)
+    assert again == []

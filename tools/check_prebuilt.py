@@ -14,20 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from numba.core import event
-
 from embnum import _prebuilt, _warmup
-
-
-class _Compiles(event.Listener):
-    def __init__(self):
-        self.names: list[str] = []
-
-    def on_start(self, ev):
-        self.names.append(ev.data["dispatcher"].py_func.__qualname__)
-
-    def on_end(self, ev):
-        pass
 
 
 def main() -> int:
@@ -38,12 +25,11 @@ def main() -> int:
         return 2
     bad = 0
     for name in _warmup.plan():
-        listener = _Compiles()
-        with event.install_listener("numba:compile", listener):
+        with _warmup.compiled_kernels() as compiled:
             _, seconds, error = _warmup.warm_op(name, ("cpu",), int32_lookups=True)
-        if error or listener.names:
+        if error or compiled:
             bad += 1
-            print(f"{name:34s} {seconds:6.2f} s  {error or 'compiled: ' + ', '.join(listener.names)}")
+            print(f"{name:34s} {seconds:6.2f} s  {error or 'compiled: ' + ', '.join(compiled)}")
     print(f"{bad} ops compiled a kernel or failed" if bad else "every op's examples ran on prebuilt kernels alone")
     return 1 if bad else 0
 

@@ -24,7 +24,6 @@ Exit status 1 on any mismatch.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import os
 import platform
@@ -107,8 +106,9 @@ def tour(args) -> int:
     )
     for name in backends:
         print(f"  backend {name:5s} {BACKENDS[name].device}")
-    if "cpu" in backends and _prebuilt.describe():
-        print(f"  {_prebuilt.describe()} (loaded where the cache lacks a kernel; docs/using.md)")
+    prebuilt = _prebuilt.describe() if "cpu" in backends else ""
+    if prebuilt:
+        print(f"  {prebuilt} (loaded where the cache lacks a kernel; docs/using.md)")
     missing = sorted(set(BACKENDS) - set(available_backends()))
     if missing:
         print(f"  not available here: {', '.join(_why_missing(name) for name in missing)}")
@@ -133,8 +133,8 @@ def _compile_ahead(ops, backends, jobs: int):
     cpu kernels where this process loads prebuilt ones (the workers would only load them too)."""
     from . import _prebuilt, _warmup
 
-    prebuilt = ("cpu",) if _prebuilt.describe() else ()
-    compiled = tuple(b for b in _warmup.compiled_backends() if b in backends and b not in prebuilt)
+    prebuilt_cpu = bool(_prebuilt.describe())
+    compiled = tuple(b for b in _warmup.compiled_backends() if b in backends and not (b == "cpu" and prebuilt_cpu))
     if jobs < 1 or not compiled or len({op.family for op in ops}) < 2:
         return None
     return _warmup.Ahead([op.name for op in ops], compiled, jobs)
@@ -228,8 +228,10 @@ class _Answers:
 
     def want(self, size: str):
         if size not in self._answers:
+            from . import _warmup
+
             op, args = self.op, self.example(size).args
-            with _counting_compiles() as compiles:
+            with _warmup.compiled_kernels() as compiled:
                 t0 = time.perf_counter()
                 if op.mutates:
                     host_args = _copy_arrays(args)
@@ -238,7 +240,7 @@ class _Answers:
                 else:
                     want = op.public(**args, backend="ref")
                 seconds = time.perf_counter() - t0
-            self._answers[size] = (want, seconds, compiles.count > 0)
+            self._answers[size] = (want, seconds, bool(compiled))
         return self._answers[size][0]
 
     def seconds(self, size: str) -> float:
@@ -248,26 +250,6 @@ class _Answers:
     def compiled(self, size: str) -> bool:
         self.want(size)
         return self._answers[size][2]
-
-
-@contextlib.contextmanager
-def _counting_compiles():
-    """A block in which Numba's compiles are counted (the yielded listener's ``count``; a kernel
-    loaded from the disk cache is no compile)."""
-    from numba.core import event
-
-    class Compiles(event.Listener):
-        count = 0
-
-        def on_start(self, ev):
-            self.count += 1
-
-        def on_end(self, ev):
-            pass
-
-    listener = Compiles()
-    with event.install_listener("numba:compile", listener):
-        yield listener
 
 
 def slower_than_oracle(name: str, times: dict, rows: dict) -> float | None:

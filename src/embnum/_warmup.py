@@ -16,6 +16,7 @@ directory to keep (or with the sources writable: ``__pycache__`` next to them). 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -37,6 +38,26 @@ def _copies(args: dict) -> dict:
 
 
 Warmed = tuple[str, float, str | None]  # (op name, seconds, error or None)
+
+
+@contextlib.contextmanager
+def compiled_kernels():
+    """A block in which every kernel Numba compiles is listed (the yielded list gets each one's
+    qualified name; a kernel loaded from a cache, or from the prebuilt kernels, is no compile)."""
+    from numba.core import event
+
+    names: list[str] = []
+
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            names.append(ev.data["dispatcher"].py_func.__qualname__)
+
+        def on_end(self, ev):
+            pass
+
+    with event.install_listener("numba:compile", Compiles()):
+        yield names
+
 
 # TorchRec hands fbgemm's TBE ops int32 lookups (its KeyedJaggedTensors') as often as int64 ones:
 # a warmup also runs these families' examples with int32 indices and offsets (the tour's workers
