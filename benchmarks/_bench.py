@@ -129,6 +129,20 @@ def optional_fbgemm(torch):
     return torch.ops.fbgemm
 
 
+def bridge_tensors(torch, spec, args: dict) -> dict:
+    """``args`` with every array (lists of arrays too) as a CPU tensor sharing its memory,
+    encoded as the bridge's schema takes them (``spec``: ``embnum.torch_bridge.BRIDGES[name]``)."""
+
+    def conv(a):
+        if isinstance(a, np.ndarray):
+            return torch.from_numpy(a)
+        if isinstance(a, list):
+            return [conv(x) for x in a]
+        return a
+
+    return spec.encode({k: conv(a) for k, a in args.items()})
+
+
 def copy_floor(nbytes_read: int, nbytes_written: int) -> float:
     """Time a plain NumPy copy of the same traffic takes (the memory floor of a data-movement op)."""
     n = max(nbytes_read, nbytes_written)

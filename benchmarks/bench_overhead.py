@@ -35,17 +35,6 @@ import _bench  # noqa: E402
 import embnum  # noqa: E402
 
 
-def _tensors(torch, spec, args):
-    def conv(a):
-        if isinstance(a, np.ndarray):
-            return torch.from_numpy(a)
-        if isinstance(a, list):
-            return [conv(x) for x in a]
-        return a
-
-    return spec.encode({k: conv(a) for k, a in args.items()})
-
-
 def contenders(op, torch, tb):
     """``{"kernel", "numpy", "bridge"}`` callables for ``op``'s small example (None where
     the op has no cpu kernel call of the generic shape)."""
@@ -66,7 +55,7 @@ def contenders(op, torch, tb):
     found = {"kernel": kernel, "numpy": lambda: public(**args)}
     if tb is not None:
         fn = getattr(tb, op.name)
-        targs = _tensors(torch, tb.BRIDGES[op.name], bound)
+        targs = _bench.bridge_tensors(torch, tb.BRIDGES[op.name], bound)
         found["bridge"] = lambda: fn(**targs)
     return found
 

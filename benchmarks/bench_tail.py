@@ -1,6 +1,6 @@
 """Tail latency of small calls, and where one thread stops being as fast as all of them.
 
-    python benchmarks/bench_tail.py [--calls 2000] [--compete 2] [--op NAME ...] [--sweep [--kernel NAME ...]]
+    python benchmarks/bench_tail.py [--calls 2000] [--compete 2] [--op NAME ...] [--peers] [--sweep [--kernel NAME ...]]
 
 Tail: every op's small tour example through ``embnum.<op>(...)`` (NumPy), called
 ``--calls`` times one by one (wall clock per call), in blocks of 50 that alternate
@@ -20,6 +20,14 @@ every few milliseconds of its run time for a time slice (~3-4 ms here), whatever
 call does: once a call lasts more than ~1% of that interval, over 1% of its calls are
 preempted and its p99 is a time slice (the spin controls show the rate); a call that
 blocks is what the serial rule is there to prevent.
+
+``--peers``: for every timed op that fbgemm_gpu has under the same arguments (the aliases of
+``embnum.torch_bridge.fbgemm_aliases`` without an adapter), two more rows in the same round
+robin, on CPU tensors sharing the example's memory: ``bridge <op>``
+(``embnum.torch_bridge.<op>``) and ``fbgemm.<name>`` (fbgemm_gpu's C++ operator), so the
+peer's own tail under the same competitors is measured beside embnum's. The rule and
+all-threads columns change only embnum's thread rule: for fbgemm they are two samples of
+the same call.
 
 ``--sweep``: for every swept kernel and inputs of 4 KiB to 16 MiB (inputs + output),
 single calls on one thread and on all threads, alternating: p10 and median of each.
@@ -122,13 +130,45 @@ def _cells(ts, sw):
     )
 
 
-def tail(calls, only=None):
+def peer_cases(ops: dict) -> tuple[dict, dict]:
+    """``(cases, notes)``: for each ``{name: (op, args)}`` with an fbgemm operator of the same
+    arguments, ``bridge <name>`` and ``fbgemm.<fbgemm name>`` on the same tensors (each called
+    once here: a peer that refuses the example is a note, not a row). Empty without fbgemm_gpu."""
+    torch = _bench.optional_torch()
+    fb = _bench.optional_fbgemm(torch)
+    if fb is None:
+        return {}, {"peers": "not timed: fbgemm_gpu is not importable"}
+    from embnum import torch_bridge as tb
+    from embnum.torch_bridge.fbgemm_aliases import ALIASES
+
+    fbgemm_name = {}
+    for fname, (_, name, adapter) in ALIASES.items():
+        if name is not None and adapter is None:
+            fbgemm_name.setdefault(name, fname)
+    cases, notes = {}, {}
+    for name, (op, args) in ops.items():
+        if name not in fbgemm_name:
+            continue
+        bound = op.bind((), args)
+        targs = _bench.bridge_tensors(torch, tb.BRIDGES[name], bound)
+        positional = [targs[n] for n in bound]
+        fbop, bridged = getattr(fb, fbgemm_name[name]), getattr(tb, name)
+        try:
+            fbop(*positional)
+        except Exception as e:  # noqa: BLE001 - the peer's own refusal of this example
+            notes[f"fbgemm.{fbgemm_name[name]}"] = f"not timed: {type(e).__name__}: {e}"[:100]
+            continue
+        cases[f"bridge {name}"] = (lambda f=bridged, t=targs: f(**t), {})
+        cases[f"fbgemm.{fbgemm_name[name]}"] = (lambda f=fbop, p=positional: f(*p), {})
+    return cases, notes
+
+
+def tail(calls, only=None, peers=False):
     """Every op's tiny example and five pure-Python controls (spins to a deadline, fixed
     work), round robin: each round gives every op 50 calls under the rule, then 50 on all
     threads, so a burst of load from the neighbours falls on all ops and both modes alike
     (one op's calls are spread over the whole run, not taken in one stretch)."""
-    cases = {}
-    notes = {}
+    cases, notes, timed = {}, {}, {}
     for op in embnum.ops():
         if op.mutates or op.example_fn is None or (only and op.name not in only):
             continue
@@ -139,6 +179,11 @@ def tail(calls, only=None):
             notes[op.name] = f"not timed: {type(e).__name__}"
             continue
         cases[op.name] = (op.public, args)
+        timed[op.name] = (op, args)
+    if peers:
+        more, more_notes = peer_cases(timed)
+        cases.update(more)
+        notes.update(more_notes)
     for us in (20, 50, 100):
         cases[f"control: Python spin {us} us"] = (_spin(us * 1e-6), {})
     for steps in (100, 1000):
@@ -170,6 +215,26 @@ def tail(calls, only=None):
         " voluntarily (the call waited, e.g. for a parallel region's threads)\n"
     )
     print(_bench.table(rows, [c for c in rows[-1] if c != "note"] + ["note"]))
+    print(_summary(data))
+
+
+def _kind(name: str) -> str:
+    if name.startswith("control:"):
+        return "controls"
+    if name.startswith("fbgemm."):
+        return "fbgemm"
+    return "bridge" if name.startswith("bridge ") else "embnum (NumPy)"
+
+
+def _summary(data: dict) -> str:
+    """Per kind of row (embnum's NumPy call, the bridge, fbgemm, the controls): how many of its
+    rows keep p99 within 3x the median under the rule, and the largest ratio."""
+    by_kind: dict[str, list[float]] = {}
+    for name, modes in data.items():
+        a = np.asarray(modes["rule"][0])
+        by_kind.setdefault(_kind(name), []).append(float(np.percentile(a, 99) / np.median(a)))
+    parts = [f"{k} {sum(r <= 3 for r in rs)} of {len(rs)} (largest {max(rs):.2f}x)" for k, rs in by_kind.items()]
+    return "\nrows with p99 within 3x the median, rule column: " + "; ".join(parts)
 
 
 def _kjt(rng, nbytes, per_id):
@@ -370,6 +435,7 @@ def main():
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--kernel", action="append", help="kernels to sweep (default: all swept kernels)")
     p.add_argument("--op", action="append", help="ops whose tail to time (default: every op)")
+    p.add_argument("--peers", action="store_true", help="also the bridge call and fbgemm_gpu's operator")
     a = p.parse_args()
     print(_bench.machine())
     print(f"- command: python benchmarks/bench_tail.py {' '.join(sys.argv[1:])}".rstrip())
@@ -381,7 +447,7 @@ def main():
         if a.sweep:
             sweep(a.kernel or SWEPT)
         else:
-            tail(a.calls, a.op)
+            tail(a.calls, a.op, a.peers)
     print(f"\n- after: {_bench.load()}")
 
 
