@@ -833,6 +833,24 @@ def _bridge_items():
     return st.tuples(st.sampled_from(sorted(_values.PLAIN_LISTS)), value)
 
 
+def _bridge_scalars():
+    """Every non-tensor schema type a bridge declares, with the items of :func:`_bridge_items`."""
+    from embnum.torch_bridge import BRIDGES
+
+    kinds = sorted({k for b in BRIDGES.values() for k in b.types.values()} - {"Tensor", "Tensor?"})
+    items = _bridge_items().map(lambda case: case[1])
+    return st.tuples(st.sampled_from(kinds), items)
+
+
+def unchanged_fast(case):
+    """The bridge's shortcut: a value its kind's test passes is taken as it is, else the check."""
+    from embnum.torch_bridge import _values
+
+    kind, x = case
+    test = _values.unchanged_test(kind)
+    return ("ok", _plain(x)) if test is not None and test(x) else bridge_check("check_exact")(case)
+
+
 def _plain(x):
     """A comparable form: lists as lists of (type, value or identity)."""
     if isinstance(x, list):
@@ -970,6 +988,27 @@ RULES = [
         bridge_check("check_value"),
         bridge_check("check_exact"),
         examples=300,  # no kernels: microseconds an example
+        needs=("torch",),
+    ),
+    # the torch bridge: scalars (and None where optional) taken as they are without the check
+    Rule(
+        "bridge-unchanged-scalars",
+        st.deferred(_bridge_scalars),
+        unchanged_fast,
+        bridge_check("check_exact"),
+        examples=300,
+        edges=(
+            ("int", 2**63 - 1),
+            ("int", 2**63),
+            ("SymInt", -(2**63) - 1),
+            ("bool", np.True_),
+            ("float", 3),
+            ("int?", None),
+            ("Tensor[]?", None),
+            ("str?", None),
+            ("int", True),
+            ("float", True),
+        ),
         needs=("torch",),
     ),
 ]

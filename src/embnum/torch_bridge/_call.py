@@ -11,7 +11,7 @@ import torch
 
 from ._convert import convert_output
 from ._spec import Bridge, same
-from ._values import check_value
+from ._values import check_value, unchanged_test
 
 
 def _watched() -> bool:
@@ -72,8 +72,10 @@ class BridgedOp:
         self._names = names = tuple(op.signature.parameters)
         kinds = [spec.types[n] for n in names]
         encode = [spec.codecs[n][0] if n in spec.codecs else None for n in names]
-        # per parameter: (name, schema type, encode or None, whether a plain tensor needs no check)
-        self._params = tuple(zip(names, kinds, encode, [k in _TENSOR_KINDS for k in kinds]))
+        # per parameter: (name, schema type, encode or None, whether a plain tensor needs no check,
+        # None or a test of the values the check returns as they are: a Python scalar of the type, None where optional)
+        unchanged = [None if k in _TENSOR_KINDS else unchanged_test(k) for k in kinds]
+        self._params = tuple(zip(names, kinds, encode, [k in _TENSOR_KINDS for k in kinds], unchanged))
         self._decode = tuple(
             (i, spec.codecs[n][1]) for i, n in enumerate(names) if n in spec.codecs and spec.codecs[n][1] is not same
         )
@@ -140,9 +142,13 @@ class BridgedOp:
         gradient, or is an inference tensor the op writes (the dispatcher's rules for those stay
         its own)."""
         values, arrays = [], []
-        for (name, kind, encode, tensor_kind), x in zip(self._params, args):
+        for (name, kind, encode, tensor_kind, unchanged), x in zip(self._params, args):
             if encode is not None:
                 x = encode(x)
+            if unchanged is not None and unchanged(x):
+                values.append(x)
+                arrays.append(x)
+                continue
             if type(x) is _Tensor and tensor_kind:
                 values.append(x)
                 if host:

@@ -88,6 +88,34 @@ PLAIN_LISTS = {
 }
 
 
+def _plain_scalar(test: Callable, optional: bool) -> Callable:
+    if not optional:
+        return test
+    return lambda x: x is None or test(x)
+
+
+_PLAIN_SCALARS = {
+    "bool": lambda x: type(x) is bool,
+    "int": _plain_int,
+    "SymInt": _plain_int,
+    "float": lambda x: type(x) is float,
+    "str": lambda x: type(x) is str,
+}
+
+
+def unchanged_test(kind: str) -> Callable | None:
+    """``test(x)``: True where :func:`check_exact` returns ``x`` itself for the schema type
+    ``kind`` (a Python bool, an int in the int64 range, a float or a str of that type; None for
+    an optional one), so a call may skip the check; None for every other kind (tensors, lists)."""
+    optional = kind.endswith("?")
+    base = _PLAIN_SCALARS.get(kind[:-1] if optional else kind)
+    if base is not None:
+        return _plain_scalar(base, optional)
+    if optional:  # an optional list: None passes as it is
+        return lambda x: x is None
+    return None
+
+
 def check_exact(name: str, kind: str, x):
     """:func:`check_value`'s rules, every case."""
     if kind.endswith("?"):
