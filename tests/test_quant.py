@@ -173,6 +173,41 @@ def test_half_conversions_match_numpy(float32_samples):
     assert np.array_equal(np.signbit(back), np.signbit(h.view(F16)))
 
 
+def _f16c_quant():
+    pytest.importorskip("numba")
+    from embnum.cpu import _common, quant
+
+    if not _common.F16C:
+        pytest.skip("this CPU has no F16C: float_to_fp16 runs the rule kernel, which the tables test")
+    return quant
+
+
+def _same_half_bits(quant, u, saturate):
+    """The F16C kernel and the rule kernel it replaces on such CPUs: every pattern bit for bit
+    (NaN payloads included)."""
+    got, want = np.empty(u.size, np.uint16), np.empty(u.size, np.uint16)
+    quant._to_fp16_f16c(u.view(F32), saturate, got)
+    quant._to_fp16_serial(u, saturate, want)
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, [(hex(u[i]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+def test_f16c_narrowing_is_the_rule_on_samples(float32_samples, saturate):
+    _same_half_bits(_f16c_quant(), float32_samples, saturate)
+
+
+# float32 patterns by field (sign, exponent, mantissa): every exponent as likely as any other
+_F32_PATTERNS = st.builds(
+    lambda s, e, m: (s << 31) | (e << 23) | m, st.integers(0, 1), st.integers(0, 255), st.integers(0, 2**23 - 1)
+)
+
+
+@given(u=hnp.arrays(np.uint32, st.integers(0, 64), elements=_F32_PATTERNS, fill=st.nothing()), saturate=st.booleans())
+def test_f16c_narrowing_is_the_rule_on_drawn_patterns(u, saturate):
+    _same_half_bits(_f16c_quant(), u, saturate)
+
+
 @pytest.mark.parametrize(
     "x,want", [(0.5, 0), (1.5, 2), (2.5, 2), (3.49, 3), (3.5, 4), (-1.5, -2), (-2.5, -2), (1e10 + 0.5, 1e10)]
 )

@@ -52,7 +52,7 @@ from .._tbe import (
 )
 from . import _common
 from . import _tbe_vbe as vbe
-from ._common import float32_result, half_table, round_once
+from ._common import F16C, float32_result, half_table, round_once, widen_half
 
 BAGS_PER_JOB = 64
 # forward: rows are random in a buffer far larger than the caches, so the gather is bound by the misses
@@ -75,21 +75,6 @@ _NO_F32 = np.zeros(1, dtype=np.float32)
 _NO_I64 = np.zeros(1, dtype=np.int64)
 
 
-# x86 F16C (vcvtph2ps): float16 -> float32 in hardware, 8 lanes per instruction. Exact, like the
-# table; without it (another CPU) the 65536-entry table of ``embnum._half`` widens each element.
-F16C = bool(llvm_binding.get_host_cpu_features().get("f16c", False))
-
-
-@intrinsic
-def _widen_half(typingctx, u):
-    """The float32 of float16 bits ``u`` (LLVM ``fpext half``: exact; a NaN stays a NaN, quieted)."""
-
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-
-    return types.float32(types.uint16), codegen
-
-
 def _load(w, lut, i):
     """``weights[i]`` as float32 (float16 weights arrive as their uint16 bits), for arithmetic:
     a signalling NaN comes back quiet (as any float32 operation on it would return it)."""
@@ -110,7 +95,7 @@ def _copy_of_impl(w, lut, i):
 def _load_impl(w, lut, i):
     if isinstance(w, types.Array) and w.dtype == types.uint16:
         if F16C:
-            return lambda w, lut, i: _widen_half(w[i])
+            return lambda w, lut, i: widen_half(w[i])
         return lambda w, lut, i: lut[w[i]]
     return lambda w, lut, i: w[i]
 
