@@ -7,6 +7,7 @@ Prints the machine, the load before and after, then a markdown table: millisecon
 call, median [IQR] over ``--rounds`` rounds in which every contender runs in turn in this
 process (``_bench.interleaved``, torch.utils.benchmark). The headline case is the issue's:
 8-bit and 4-bit row-wise quantize and dequantize of a [65536, 128] float32 array, and
+the float16 encoder (saturating, as TorchRec's FP16 codec; torch's clamp and cast beside it) and
 the element-wise dequantizers (bfloat16, float16, HFP8) to a [65536, 128] float32 array.
 "embnum out=" reuses an output buffer (no allocation, no first touch of fresh pages;
 allocating quant calls reuse large outputs the caller no longer holds, see
@@ -53,6 +54,19 @@ def cases(R, D, rng):
         yield Case(
             f"fused_{kind}_rowwise_to_float", from_in, dict(input=q, **kw), q.nbytes, x.nbytes, from_fb, None, True
         )
+    # the float16 encoder (TorchRec's FP16 codec: saturating); fbgemm's CPU build has no element-wise
+    # float32 -> float16 op, the codec's own torch form is the peer
+    tx32 = torch.from_numpy(x) if torch else None
+    yield Case(
+        "float_to_fp16",
+        f"[{R}, {D}] f32",
+        dict(input=x),
+        x.nbytes,
+        x.nbytes // 2,
+        None,
+        torch and (lambda: torch.clamp(tx32, -65504.0, 65504.0).half()),
+        True,
+    )
     # the element-wise dequantizers, each with a fresh [R, D] float32 output
     bf16, f16 = embnum.float_to_bfloat16(x), x.astype(np.float16)
     hfp8 = embnum.float_to_hfp8(x, 4, 7, 448.0)
