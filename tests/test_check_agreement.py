@@ -805,7 +805,9 @@ def out_public(case):
 
 
 # -- the torch bridge's plain-list recognition ----------------------------------------------------
-def _bridge_items():
+def _bridge_values():
+    """Values a bridge call may pass for a non-tensor argument: scalars of every kind (ints past
+    int64, bools, NumPy scalars, subclasses, tensors, None) and (nested) lists and tuples of them."""
     import torch
 
     class _Str(str):
@@ -827,19 +829,21 @@ def _bridge_items():
         st.sampled_from([t, t.as_subclass(_Sub), None]),
     )
     flat = st.one_of(st.lists(item, max_size=4), st.lists(item, max_size=4).map(tuple))
-    value = st.one_of(item, flat, st.lists(st.one_of(flat, item), max_size=3), st.lists(flat, max_size=3).map(tuple))
+    return st.one_of(item, flat, st.lists(st.one_of(flat, item), max_size=3), st.lists(flat, max_size=3).map(tuple))
+
+
+def _bridge_items():
     from embnum.torch_bridge import _values
 
-    return st.tuples(st.sampled_from(sorted(_values.PLAIN_LISTS)), value)
+    return st.tuples(st.sampled_from(sorted(_values.PLAIN_LISTS)), _bridge_values())
 
 
 def _bridge_scalars():
-    """Every non-tensor schema type a bridge declares, with the items of :func:`_bridge_items`."""
+    """Every non-tensor schema type a bridge declares, with :func:`_bridge_values`."""
     from embnum.torch_bridge import BRIDGES
 
     kinds = sorted({k for b in BRIDGES.values() for k in b.types.values()} - {"Tensor", "Tensor?"})
-    items = _bridge_items().map(lambda case: case[1])
-    return st.tuples(st.sampled_from(kinds), items)
+    return st.tuples(st.sampled_from(kinds), _bridge_values())
 
 
 def unchanged_fast(case):

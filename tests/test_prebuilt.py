@@ -121,12 +121,18 @@ def test_the_tour_starts_no_cpu_workers_where_kernels_are_prebuilt(monkeypatch):
     from embnum import _prebuilt, _warmup
 
     ops = embnum.ops()
+    started = []
     monkeypatch.setattr(_warmup, "compiled_backends", lambda: ("cpu",))
-    monkeypatch.setattr(_warmup, "Ahead", lambda names, backends, jobs: ("ahead", backends))
+    monkeypatch.setattr(_warmup, "Ahead", lambda names, backends, jobs: started.append(backends))
+    assert cli._compile_ahead(ops, ["ref", "cpu"], 2, prebuilt_cpu=False) is None and started == [("cpu",)]
+    assert cli._compile_ahead(ops, ["ref", "cpu"], 2, prebuilt_cpu=True) is None and started == [("cpu",)]
+    # the tour passes what its header read: workers without prebuilt kernels, none with them
+    argv = ["tour", "--op", "complete_cumsum", "--op", "float_to_fp16", "--small", "--no-sim", "--jobs", "2"]
+    argv += ["--backend", "ref", "--backend", "cpu"]
     monkeypatch.setattr(_prebuilt, "describe", lambda: "")
-    assert cli._compile_ahead(ops, ["ref", "cpu"], 2) == ("ahead", ("cpu",))
+    assert cli.main(argv) == 0 and started == [("cpu",), ("cpu",)]
     monkeypatch.setattr(_prebuilt, "describe", lambda: f"kernels prebuilt for {_prebuilt.BASELINE_CPU}")
-    assert cli._compile_ahead(ops, ["ref", "cpu"], 2) is None
+    assert cli.main(argv) == 0 and started == [("cpu",), ("cpu",)]
 
 
 def test_a_second_build_into_the_same_directory_compiles_everything_again(built, tmp_path):

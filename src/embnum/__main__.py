@@ -115,7 +115,7 @@ def tour(args) -> int:
     header = f"{'op':30s} {'backend':11s} {'input':34s} {'max |err|':>10s} {'median':>11s} {'quartiles':>18s}  status"
     print("\n" + header + "\n" + "-" * len(header))
     ops = [op for op in embnum.ops() if not args.op or op.name in args.op]
-    ahead = _compile_ahead(ops, backends, args.jobs)
+    ahead = _compile_ahead(ops, backends, args.jobs, prebuilt_cpu=bool(prebuilt))
     try:
         failures, slower = _tour_ops(ops, backends, args, ahead)
     finally:
@@ -127,13 +127,13 @@ def tour(args) -> int:
     return 1 if failures else 0
 
 
-def _compile_ahead(ops, backends, jobs: int):
+def _compile_ahead(ops, backends, jobs: int, prebuilt_cpu: bool):
     """Workers warming the compiled backends' kernels of ``ops`` ahead of the tour, when there
     are ``jobs`` and the ops span at least two families (else None: nothing to overlap). Not the
-    cpu kernels where this process loads prebuilt ones (the workers would only load them too)."""
-    from . import _prebuilt, _warmup
+    cpu kernels where this process loads prebuilt ones (``prebuilt_cpu``: the workers would only
+    load them too)."""
+    from . import _warmup
 
-    prebuilt_cpu = bool(_prebuilt.describe())
     compiled = tuple(b for b in _warmup.compiled_backends() if b in backends and not (b == "cpu" and prebuilt_cpu))
     if jobs < 1 or not compiled or len({op.family for op in ops}) < 2:
         return None

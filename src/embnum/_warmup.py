@@ -194,7 +194,7 @@ def warmup(names: list[str], backends: tuple[str, ...], jobs: int, report=print)
     failed = 0
     ctx = multiprocessing.get_context("spawn")  # a fork would copy Numba's started thread pool
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
-        futures = [pool.submit(warm_ops, group, backends, None, True) for group in _by_family(names)]
+        futures = [pool.submit(warm_ops, group, backends, int32_lookups=True) for group in _by_family(names)]
         for future in concurrent.futures.as_completed(futures):
             for name, seconds, error in future.result():
                 failed += error is not None
